@@ -9,13 +9,13 @@ namespace data {
 constexpr int kMaxFakeGaps = 4;
 
 struct Label {
-    float gap_x = 0, gap_y = 0;          // true gap centre
-    float slider_x = 0, slider_y = 0;    // slider piece centre
-    float angle_rad = 0;                 // gap rotation (delta_theta), radians; 0 = none
-    int32_t num_fakes = 0;               // confusing fake gaps, 0..kMaxFakeGaps
+    float gap_x = 0, gap_y = 0;        // true gap centre
+    float slider_x = 0, slider_y = 0;  // slider piece centre
+    float angle_rad = 0;               // gap rotation (delta_theta), radians; 0 = none
+    int32_t num_fakes = 0;             // confusing fake gaps, 0..kMaxFakeGaps
     float fake_x[kMaxFakeGaps] = {0, 0, 0, 0};
     float fake_y[kMaxFakeGaps] = {0, 0, 0, 0};
-    float rect_x0 = 0, rect_y0 = 0;      // valid (non-padding) rectangle [x0,x1) x [y0,y1)
+    float rect_x0 = 0, rect_y0 = 0;  // valid (non-padding) rectangle [x0,x1) x [y0,y1)
     float rect_x1 = 0, rect_y1 = 0;
 };
 

@@ -22,8 +22,8 @@ void fill_ref(size_t n, T value, T* y);
 template <class T>
 void fusion_forward_ref(size_t n, const T* a, const T* b, const T* wa, const T* wb, T* y);
 template <class T>
-void fusion_backward_ref(size_t n, const T* a, const T* b, const T* wa, const T* wb, const T* dy, T* da, T* db,
-                         T* dwa, T* dwb);
+void fusion_backward_ref(size_t n, const T* a, const T* b, const T* wa, const T* wb, const T* dy, T* da, T* db, T* dwa,
+                         T* dwb);
 
 void add(const rt::Exec& ex, size_t n, const float* a, const float* b, float* y);
 void accumulate(const rt::Exec& ex, size_t n, const float* x, float* y);

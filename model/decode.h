@@ -10,14 +10,14 @@
 namespace model {
 
 struct Decoded {
-    float gap_x = 0, gap_y = 0, slider_x = 0, slider_y = 0;   // letterbox pixels
-    float gap_score = 0, slider_score = 0;                    // peak heatmap values (before re-search)
+    float gap_x = 0, gap_y = 0, slider_x = 0, slider_y = 0;  // letterbox pixels
+    float gap_score = 0, slider_score = 0;                   // peak heatmap values (before re-search)
 };
 
 // Argmax + offset per object, masked cells excluded, then the row-alignment rule: the object with
 // the higher peak (slider on ties) is the reference; the other is re-searched in rows r-1..r+1.
-void decode_ref(int n, int h, int w, int stride, const float* heat_gap, const float* heat_slider,
-                const float* offset, const float* valid_min, Decoded* out);
+void decode_ref(int n, int h, int w, int stride, const float* heat_gap, const float* heat_slider, const float* offset,
+                const float* valid_min, Decoded* out);
 
 // Per-sample error of §3.5: err = mean(|dx|,|dy|) per object, combined = (err_gap + err_slider)/2.
 struct SampleError {
@@ -31,8 +31,8 @@ public:
     void add(const Decoded& d, const data::Label& l);
     void merge(const Metrics& o);
     size_t count() const { return n_; }
-    double mae_px() const;      // mean(combined)
-    double rmse_px() const;     // sqrt(mean(combined^2))
+    double mae_px() const;   // mean(combined)
+    double rmse_px() const;  // sqrt(mean(combined^2))
     double gap_mae() const;
     double slider_mae() const;
     double hit_le_2px() const;  // percent of samples with combined <= 2

@@ -19,39 +19,38 @@ LossVariant parse_loss_variant(const std::string& s);  // "sider" | "corrected";
 struct LossConfig {
     LossVariant variant = LossVariant::Sider;
     // Term weights (config/loss.yaml of 1.1.x).
-    double w_heatmap = 1.0, w_offset = 1.0, w_hard_negative = 1.5, w_angle = 0.5, w_padding_bce = 0.3,
-           w_y_axis = 0.8;
+    double w_heatmap = 1.0, w_offset = 1.0, w_hard_negative = 1.5, w_angle = 0.5, w_padding_bce = 0.3, w_y_axis = 0.8;
     // Focal (CenterNet variant).
     double focal_alpha = 1.5, focal_beta = 4.0, focal_pos_threshold = 0.8, focal_eps = 1e-8;
-    double offset_beta = 1.0;          // SmoothL1 beta
-    double hn_margin = 0.5;            // hard-negative margin
+    double offset_beta = 1.0;  // SmoothL1 beta
+    double hn_margin = 0.5;    // hard-negative margin
     double angle_pos_threshold = 0.7;
     double angle_eps = 1e-8;
-    double pad_max_loss = 10.0;        // per-cell cap of the padding BCE
+    double pad_max_loss = 10.0;  // per-cell cap of the padding BCE
     double y_tau = 1.0, y_eps = 1e-8, y_row_ce_weight = 1.0, y_emd_weight = 0.3;
-    double sigma = 1.5;                // Gaussian target sigma, grid cells
-    int stride = 4;                    // input pixels per grid cell
+    double sigma = 1.5;  // Gaussian target sigma, grid cells
+    int stride = 4;      // input pixels per grid cell
 };
 
 // Loss terms, unweighted, as the original logs them; total is the weighted sum of §2.1.
 struct LossTerms {
     double focal_gap = 0, focal_slider = 0, offset = 0, hard_negative = 0, angle = 0, padding_bce = 0, y_axis = 0;
     double total = 0;
-    bool angle_used = false;   // the angle term entered the total (a rotated sample and L_ang > 0)
-    int dropped_terms = 0;     // terms dropped from the total for being NaN/Inf
+    bool angle_used = false;  // the angle term entered the total (a rotated sample and L_ang > 0)
+    int dropped_terms = 0;    // terms dropped from the total for being NaN/Inf
 };
 
 template <class T>
 struct HeadLogits {
-    int n = 0, h = 0, w = 0;                     // output grid
-    const T* gap = nullptr;                      // (N,h,w,1)
-    const T* slider = nullptr;                   // (N,h,w,1)
-    const T* offset = nullptr;                   // (N,h,w,4)
-    const T* angle = nullptr;                    // (N,h,w,2)
+    int n = 0, h = 0, w = 0;    // output grid
+    const T* gap = nullptr;     // (N,h,w,1)
+    const T* slider = nullptr;  // (N,h,w,1)
+    const T* offset = nullptr;  // (N,h,w,4)
+    const T* angle = nullptr;   // (N,h,w,2)
 };
 
 template <class T>
-struct HeadGrads {                               // d total / d logits, overwritten
+struct HeadGrads {  // d total / d logits, overwritten
     T* gap = nullptr;
     T* slider = nullptr;
     T* offset = nullptr;

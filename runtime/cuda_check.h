@@ -14,21 +14,21 @@ namespace rt {
 [[noreturn]] void throw_cublas(const char* file, int line, const char* expr, cublasStatus_t s);
 }  // namespace rt
 
-#define SF_CUDA_CHECK(call)                                                       \
-    do {                                                                          \
-        const cudaError_t sf_e_ = (call);                                         \
+#define SF_CUDA_CHECK(call)                                                           \
+    do {                                                                              \
+        const cudaError_t sf_e_ = (call);                                             \
         if (sf_e_ != cudaSuccess) ::rt::throw_cuda(__FILE__, __LINE__, #call, sf_e_); \
     } while (0)
 
-#define SF_CUDNN_CHECK(call)                                                       \
-    do {                                                                           \
-        const cudnnStatus_t sf_s_ = (call);                                        \
+#define SF_CUDNN_CHECK(call)                                                                    \
+    do {                                                                                        \
+        const cudnnStatus_t sf_s_ = (call);                                                     \
         if (sf_s_ != CUDNN_STATUS_SUCCESS) ::rt::throw_cudnn(__FILE__, __LINE__, #call, sf_s_); \
     } while (0)
 
-#define SF_CUBLAS_CHECK(call)                                                       \
-    do {                                                                            \
-        const cublasStatus_t sf_s_ = (call);                                        \
+#define SF_CUBLAS_CHECK(call)                                                                     \
+    do {                                                                                          \
+        const cublasStatus_t sf_s_ = (call);                                                      \
         if (sf_s_ != CUBLAS_STATUS_SUCCESS) ::rt::throw_cublas(__FILE__, __LINE__, #call, sf_s_); \
     } while (0)
 

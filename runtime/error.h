@@ -23,8 +23,8 @@ std::string vformat(const char* fmt, va_list ap);
 }  // namespace rt
 
 // SF_CHECK(cond, fmt, ...): always on. The message is formatted only on failure.
-#define SF_CHECK(cond, ...)                                                         \
-    do {                                                                            \
+#define SF_CHECK(cond, ...)                                                                   \
+    do {                                                                                      \
         if (!(cond)) ::rt::throw_error(__FILE__, __LINE__, #cond, ::rt::format(__VA_ARGS__)); \
     } while (0)
 

@@ -20,8 +20,8 @@ Backend parse_backend(const std::string& s);  // "cpu" | "cuda"; throws otherwis
 
 struct Exec {
     Backend backend = Backend::Cpu;
-    int device = -1;                   // CUDA device ordinal, -1 on CPU
-    cudaStream_t stream = nullptr;     // compute stream
+    int device = -1;                // CUDA device ordinal, -1 on CPU
+    cudaStream_t stream = nullptr;  // compute stream
     cudnnHandle_t cudnn = nullptr;
     cublasLtHandle_t cublaslt = nullptr;
 

@@ -35,7 +35,10 @@ std::string describe(const std::vector<double>& got, const std::vector<double>& 
     for (size_t i = 0; i < got.size(); ++i) {
         const double a = std::fabs(got[i] - ref[i]);
         const double r = a / std::max(std::fabs(ref[i]), 1e-30);
-        if (!(a <= max_abs)) { max_abs = a; arg_abs = i; }
+        if (!(a <= max_abs)) {
+            max_abs = a;
+            arg_abs = i;
+        }
         if (!(r <= max_rel)) max_rel = r;
     }
     os << (what.empty() ? "" : what + ": ") << "n=" << got.size() << " rel_l2=" << rel_l2(got, ref)
@@ -58,11 +61,9 @@ std::string describe(const std::vector<double>& got, const std::vector<double>& 
     const double e = rel_l2(got, ref);
     if (e <= tol) return ::testing::AssertionSuccess();
     const double scale = std::sqrt(dot(ref, ref) / std::max<size_t>(ref.size(), 1));
-    return ::testing::AssertionFailure()
-           << describe(got, ref, what, [&](size_t i) {
-                  return !(std::fabs(got[i] - ref[i]) <= tol * std::max(scale, std::fabs(ref[i])));
-              })
-           << " (tolerance " << tol << ")";
+    return ::testing::AssertionFailure() << describe(got, ref, what, [&](size_t i) {
+               return !(std::fabs(got[i] - ref[i]) <= tol * std::max(scale, std::fabs(ref[i])));
+           }) << " (tolerance " << tol << ")";
 }
 
 ::testing::AssertionResult close_elementwise(const std::vector<double>& got, const std::vector<double>& ref,
@@ -101,8 +102,8 @@ std::vector<double> random_ints(size_t n, uint64_t seed, int lo, int hi) {
     return v;
 }
 
-std::vector<double> numeric_gradient(const std::function<double(const std::vector<double>&)>& f,
-                                     std::vector<double> x, double h) {
+std::vector<double> numeric_gradient(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,
+                                     double h) {
     std::vector<double> g(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
         const double x0 = x[i];

@@ -39,8 +39,8 @@ std::vector<double> random_ints(size_t n, uint64_t seed, int lo, int hi);
 
 // Central finite differences in double: d f / d x_i = (f(x+h e_i) - f(x-h e_i)) / 2h for every i.
 // f must be a pure function of x (it may read x through the reference passed in).
-std::vector<double> numeric_gradient(const std::function<double(const std::vector<double>&)>& f,
-                                     std::vector<double> x, double h = 1e-6);
+std::vector<double> numeric_gradient(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,
+                                     double h = 1e-6);
 
 // Scalar probe used with finite differences: L = sum_i y_i * r_i for fixed random weights r,
 // so dL/dy = r.
@@ -52,8 +52,8 @@ bool gpu_available(std::string* why);
 }  // namespace sftest
 
 // Skips the current test (reported as skipped by ctest) when no usable CUDA device exists.
-#define SF_REQUIRE_GPU()                                                  \
-    do {                                                                  \
-        std::string sf_why_;                                              \
+#define SF_REQUIRE_GPU()                                                                      \
+    do {                                                                                      \
+        std::string sf_why_;                                                                  \
         if (!::sftest::gpu_available(&sf_why_)) GTEST_SKIP() << "no usable GPU: " << sf_why_; \
     } while (0)

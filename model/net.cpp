@@ -1,0 +1,235 @@
+#include "model/net.h"
+
+#include "kernels/eltwise.h"
+#include "kernels/upsample.h"
+#include "runtime/error.h"
+
+namespace model {
+
+namespace {
+constexpr const char* kHeadNames[4] = {"heatmap_gap", "heatmap_piece", "offset", "angle"};
+constexpr int kHeadChannels[4] = {1, 1, 4, 2};
+
+kern::Shape4 level_shape(const NetShape& s, int level) {
+    return {s.batch, s.height / (4 << level), s.width / (4 << level), kBranchChannels[level]};
+}
+}  // namespace
+
+void NetShape::validate() const {
+    SF_CHECK(batch >= 1, "batch size must be >= 1, got %d", batch);
+    SF_CHECK(channels == 2 || channels == 4, "input channels must be 2 (gray + mask) or 4 (RGB + mask), got %d",
+             channels);
+    SF_CHECK(height >= 32 && height % 32 == 0, "input height must be a positive multiple of 32, got %d", height);
+    SF_CHECK(width >= 32 && width % 32 == 0, "input width must be a positive multiple of 32, got %d", width);
+}
+
+// ---- Stage ----
+
+void Stage::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks) {
+    branches.resize(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+        branches[i].resize(static_cast<size_t>(blocks));
+        for (int b = 0; b < blocks; ++b)
+            branches[i][static_cast<size_t>(b)].declare(
+                p, name + ".branch_" + scale_name(static_cast<int>(i)) + "." + std::to_string(b), in[i]);
+    }
+    fusion.declare(p, name + ".fusion", in);
+}
+
+void Stage::forward(const rt::Exec& ex, const std::vector<const Act*>& in, bool train) const {
+    std::vector<const Act*> outs;
+    for (size_t i = 0; i < branches.size(); ++i) {
+        const Act* x = in[i];
+        for (const LiteBlock& b : branches[i]) {
+            b.forward(ex, *x, train);
+            x = &b.out;
+        }
+        outs.push_back(x);
+    }
+    fusion.forward(ex, outs, train);
+}
+
+void Stage::backward(const rt::Exec& ex, const std::vector<const Act*>& in) const {
+    std::vector<const Act*> outs;
+    for (size_t i = 0; i < branches.size(); ++i) outs.push_back(&branches[i].back().out);
+    fusion.backward(ex, outs);
+    for (size_t i = branches.size(); i-- > 0;)
+        for (size_t b = branches[i].size(); b-- > 0;)
+            branches[i][b].backward(ex, b == 0 ? *in[i] : branches[i][b - 1].out);
+}
+
+// ---- WeightedFuse ----
+
+void WeightedFuse::declare(Planner& p, const std::string& name, const kern::Shape4& s) {
+    weight_a = p.param(name + ".weight_a", {1}, false);
+    weight_b = p.param(name + ".weight_b", {1}, false);
+    fused = p.act(s, "weighted fuse");
+    smooth.declare(p, name + ".smooth", s, s.c, 3, 1, 1, kern::Act::Silu);
+}
+
+void WeightedFuse::forward(const rt::Exec& ex, const Act& a, const Act& b, bool train) const {
+    kern::fusion_forward(ex, fused.numel(), a.v, b.v, weight_a.w, weight_b.w, fused.v);
+    smooth.forward(ex, fused, train);
+}
+
+void WeightedFuse::backward(const rt::Exec& ex, const Act& a, const Act& b) const {
+    smooth.backward(ex, fused);
+    kern::fusion_backward(ex, fused.numel(), a.v, b.v, weight_a.w, weight_b.w, fused.g, a.g, b.g, weight_a.g,
+                          weight_b.g);
+}
+
+// ---- SiderNet ----
+
+SiderNet::SiderNet(const NetShape& shape, rt::MemKind memory) : shape_(shape), plan_(memory) {
+    shape_.validate();
+    declare(plan_);  // sizing pass
+    plan_.finish_sizing();
+    declare(plan_);  // binding pass
+    plan_.finish_binding();
+}
+
+void SiderNet::declare(Planner& p) {
+    const NetShape& s = shape_;
+    input_.shape = {s.batch, s.height, s.width, s.channels};
+    input_.v = p.scratch(input_.shape.numel(), "input");
+    input_.g = nullptr;
+
+    // Stem: [N,H,W,C] -> [N,H/4,W/4,32]
+    stem_.conv1.declare(p, "stem.conv1", input_.shape, 32, 3, 2, 1, kern::Act::Silu);
+    stem_.conv2.declare(p, "stem.conv2", stem_.conv1.out.shape, 32, 3, 2, 1, kern::Act::Silu);
+    stem_.blocks[0].declare(p, "stem.lite_blocks.0", stem_.conv2.out.shape);
+    stem_.blocks[1].declare(p, "stem.lite_blocks.1", stem_.blocks[0].out.shape);
+
+    // Stage 2: keep 1/4, new 1/8 branch.
+    t2_keep_.declare(p, "stage2.t2_b1_keep", stem_.out().shape, 32, 1, 1, 1, kern::Act::Silu);
+    t2_down_.declare(p, "stage2.t2_b2_down", stem_.out().shape, 64, 2);
+    stage2_.declare(p, "stage2", {level_shape(s, 0), level_shape(s, 1)}, 2);
+
+    // Stage 3: new 1/16 branch from the 1/8 fusion output.
+    t3_new_.declare(p, "stage3.t3_b3_from_1_8", level_shape(s, 1), 128, 2);
+    stage3_.declare(p, "stage3", {level_shape(s, 0), level_shape(s, 1), level_shape(s, 2)}, 3);
+
+    // Stage 4: new 1/32 branch from the 1/16 fusion output.
+    t4_new_.declare(p, "stage4.t4_b4_from_1_16", level_shape(s, 2), 256, 2);
+    stage4_.declare(p, "stage4", {level_shape(s, 0), level_shape(s, 1), level_shape(s, 2), level_shape(s, 3)}, 2);
+
+    // LiteFPN: laterals from 1/32 down to 1/4 (state_dict order), P5 smooth, three weighted fuses.
+    for (int level = 3; level >= 0; --level)
+        fpn_.lateral[level].declare(p, "lite_fpn.lateral_" + scale_name(level), level_shape(s, level), kFpnChannels, 1,
+                                    1, 1, kern::Act::None);
+    fpn_.smooth_p5.declare(p, "lite_fpn.smooth_p5", fpn_.lateral[3].out.shape, kFpnChannels, 3, 1, 1, kern::Act::Silu);
+    auto fpn_shape = [&](int level) {
+        return kern::Shape4{s.batch, s.height / (4 << level), s.width / (4 << level), kFpnChannels};
+    };
+    fpn_.up_p5 = p.act(fpn_shape(2), "fpn up p5");
+    fpn_.fuse16.declare(p, "lite_fpn.fuse_1_16", fpn_shape(2));
+    fpn_.up_p4 = p.act(fpn_shape(1), "fpn up p4");
+    fpn_.fuse8.declare(p, "lite_fpn.fuse_1_8", fpn_shape(1));
+    fpn_.up_p3 = p.act(fpn_shape(0), "fpn up p3");
+    fpn_.fuse4.declare(p, "lite_fpn.fuse_1_4", fpn_shape(0));
+
+    // Dual head: four independent heads on Hf.
+    for (int h = 0; h < 4; ++h) {
+        const std::string name = std::string("dual_head.") + kHeadNames[h];
+        heads_[h].conv1.declare(p, name + ".conv1", fpn_.out().shape, kHeadMid, 3, 1, 1, kern::Act::Relu, true);
+        heads_[h].conv2.declare(p, name + ".conv2", heads_[h].conv1.out.shape, kHeadChannels[h]);
+    }
+}
+
+void SiderNet::forward(const rt::Exec& ex, bool train) {
+    // Stem
+    stem_.conv1.forward(ex, input_, train);
+    stem_.conv2.forward(ex, stem_.conv1.out, train);
+    stem_.blocks[0].forward(ex, stem_.conv2.out, train);
+    stem_.blocks[1].forward(ex, stem_.blocks[0].out, train);
+    // Stage 2
+    t2_keep_.forward(ex, stem_.out(), train);
+    t2_down_.forward(ex, stem_.out(), train);
+    stage2_.forward(ex, {&t2_keep_.out, &t2_down_.out()}, train);
+    // Stage 3
+    t3_new_.forward(ex, stage2_.fusion.out(1), train);
+    stage3_.forward(ex, {&stage2_.fusion.out(0), &stage2_.fusion.out(1), &t3_new_.out()}, train);
+    // Stage 4
+    t4_new_.forward(ex, stage3_.fusion.out(2), train);
+    stage4_.forward(ex, {&stage3_.fusion.out(0), &stage3_.fusion.out(1), &stage3_.fusion.out(2), &t4_new_.out()},
+                    train);
+    // LiteFPN
+    for (int level = 3; level >= 0; --level) fpn_.lateral[level].forward(ex, stage4_.fusion.out(level), train);
+    fpn_.smooth_p5.forward(ex, fpn_.lateral[3].out, train);
+    kern::upsample_bilinear_forward(ex, fpn_.smooth_p5.out.shape, 2, fpn_.smooth_p5.out.v, fpn_.up_p5.v);
+    fpn_.fuse16.forward(ex, fpn_.up_p5, fpn_.lateral[2].out, train);
+    kern::upsample_bilinear_forward(ex, fpn_.fuse16.smooth.out.shape, 2, fpn_.fuse16.smooth.out.v, fpn_.up_p4.v);
+    fpn_.fuse8.forward(ex, fpn_.up_p4, fpn_.lateral[1].out, train);
+    kern::upsample_bilinear_forward(ex, fpn_.fuse8.smooth.out.shape, 2, fpn_.fuse8.smooth.out.v, fpn_.up_p3.v);
+    fpn_.fuse4.forward(ex, fpn_.lateral[0].out, fpn_.up_p3, train);
+    // Heads
+    for (const Head& h : heads_) {
+        h.conv1.forward(ex, fpn_.out(), train);
+        h.conv2.forward(ex, h.conv1.out);
+    }
+}
+
+void SiderNet::backward(const rt::Exec& ex) {
+    for (int i = 3; i >= 0; --i) {
+        heads_[i].conv2.backward(ex, heads_[i].conv1.out);
+        heads_[i].conv1.backward(ex, fpn_.out());
+    }
+    fpn_.fuse4.backward(ex, fpn_.lateral[0].out, fpn_.up_p3);
+    kern::upsample_bilinear_backward(ex, fpn_.fuse8.smooth.out.shape, 2, fpn_.up_p3.g, fpn_.fuse8.smooth.out.g);
+    fpn_.fuse8.backward(ex, fpn_.up_p4, fpn_.lateral[1].out);
+    kern::upsample_bilinear_backward(ex, fpn_.fuse16.smooth.out.shape, 2, fpn_.up_p4.g, fpn_.fuse16.smooth.out.g);
+    fpn_.fuse16.backward(ex, fpn_.up_p5, fpn_.lateral[2].out);
+    kern::upsample_bilinear_backward(ex, fpn_.smooth_p5.out.shape, 2, fpn_.up_p5.g, fpn_.smooth_p5.out.g);
+    fpn_.smooth_p5.backward(ex, fpn_.lateral[3].out);
+    for (int level = 0; level <= 3; ++level) fpn_.lateral[level].backward(ex, stage4_.fusion.out(level));
+
+    stage4_.backward(ex, {&stage3_.fusion.out(0), &stage3_.fusion.out(1), &stage3_.fusion.out(2), &t4_new_.out()});
+    t4_new_.backward(ex, stage3_.fusion.out(2));
+    stage3_.backward(ex, {&stage2_.fusion.out(0), &stage2_.fusion.out(1), &t3_new_.out()});
+    t3_new_.backward(ex, stage2_.fusion.out(1));
+    stage2_.backward(ex, {&t2_keep_.out, &t2_down_.out()});
+    t2_down_.backward(ex, stem_.out());
+    t2_keep_.backward(ex, stem_.out());
+
+    stem_.blocks[1].backward(ex, stem_.blocks[0].out);
+    stem_.blocks[0].backward(ex, stem_.conv2.out);
+    stem_.conv2.backward(ex, stem_.conv1.out);
+    stem_.conv1.backward(ex, input_);
+}
+
+void SiderNet::zero_activation_grads(const rt::Exec& ex) {
+    kern::fill(ex, plan_.act_grad_floats(), 0.0f, plan_.act_grad_base());
+}
+
+HeadLogits<float> SiderNet::logits() const {
+    HeadLogits<float> l;
+    l.n = shape_.batch;
+    l.h = grid_h();
+    l.w = grid_w();
+    l.gap = heads_[0].conv2.out.v;
+    l.slider = heads_[1].conv2.out.v;
+    l.offset = heads_[2].conv2.out.v;
+    l.angle = heads_[3].conv2.out.v;
+    return l;
+}
+
+HeadGrads<float> SiderNet::logit_grads() const {
+    return {heads_[0].conv2.out.g, heads_[1].conv2.out.g, heads_[2].conv2.out.g, heads_[3].conv2.out.g};
+}
+
+const Act& SiderNet::activation(const std::string& name) const {
+    if (name == "stem") return stem_.out();
+    if (name == "fpn") return fpn_.out();
+    const Stage* stages[3] = {&stage2_, &stage3_, &stage4_};
+    for (int s = 0; s < 3; ++s) {
+        const std::string prefix = "stage" + std::to_string(s + 2) + ".";
+        if (name.rfind(prefix, 0) == 0) {
+            const int i = std::stoi(name.substr(prefix.size()));
+            SF_CHECK(i >= 0 && i < s + 2, "activation '%s': stage %d has %d branches", name.c_str(), s + 2, s + 2);
+            return stages[s]->fusion.out(i);
+        }
+    }
+    SF_FAIL("unknown activation name '%s' (stem, stage2.<i>, stage3.<i>, stage4.<i>, fpn)", name.c_str());
+}
+
+}  // namespace model

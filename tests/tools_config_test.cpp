@@ -1,0 +1,618 @@
+// tools/config: defaults = the 1.1.1 recipe, the shipped configs, the original's 1.1.1 file loading
+// unchanged, every kind of error naming its key path (and file:line or the override), overrides,
+// the to_yaml round trip (field by field), the atomic writer and the config hash.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <utility>
+
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "tools/config.h"
+
+namespace {
+
+using tools::TrainConfig;
+
+TrainConfig parse(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+    return tools::parse_config(yaml, overrides, "test.yaml");
+}
+
+// The rt::Error message of parsing `yaml`; a test failure when it parses.
+std::string parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+    try {
+        parse(yaml, overrides);
+    } catch (const rt::Error& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "expected an error for:\n" << yaml;
+    return "";
+}
+
+::testing::AssertionResult contains(const std::string& text, const std::string& part) {
+    if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "expected to find\n  " << part << "\nin\n" << text;
+}
+
+// Captures log lines for the lifetime of the object (replacing the test's warn-fails sink).
+struct LogCapture {
+    std::vector<std::pair<rt::LogLevel, std::string>> lines;
+    rt::LogSink previous;
+    LogCapture() {
+        previous = rt::set_log_sink([this](rt::LogLevel l, const std::string& m) { lines.emplace_back(l, m); });
+    }
+    ~LogCapture() { rt::set_log_sink(previous); }
+};
+
+std::string make_temp_dir() {
+    std::string tmpl = ::testing::TempDir() + "sf_config_test_XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+    return tmpl;
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+    std::vector<std::string> names;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d))
+            if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+        closedir(d);
+    }
+    return names;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+}
+
+// The original's 1.1.1 training config, every key (MODEL_SPEC §5), with the recipe's values.
+const char* const kOriginal111 = R"(checkpoints:
+  save_best: true
+  save_dir: D:\Hacker\Sider_CAPTCHA_Solver\src\checkpoints\1.1.1
+  save_interval: 1
+  save_strategy:
+  - name: epoch_{epoch:03d}.pth
+  - name: best_model.pth
+data:
+  processed_dir: data/processed
+eval:
+  early_stopping:
+    min_epochs: 10
+    min_improvement: 0.5
+    patience: 5
+    second_guard:
+      metric: mae_px
+      min_delta: 0.5
+      mode: min
+  eval_interval: 1
+  metrics:
+  - mae_px
+  - rmse_px
+  - hit_le_2px
+  - hit_le_5px
+  select_by: hit_le_5px
+  vis_fail_k: 10
+  visualization:
+    num_best_samples: 3
+    save_heatmaps: true
+hardware:
+  allow_tf32: true
+  cudnn_allow_tf32: true
+  cudnn_benchmark: true
+  cudnn_deterministic: false
+  device: cuda
+  matmul_allow_tf32: true
+logging:
+  auto_launch_tensorboard: true
+  log_dir: D:\Hacker\Sider_CAPTCHA_Solver\logs\log-1.1.1
+  log_interval: 10
+  tb_items:
+  - loss/train
+  - hist/grad_layer_*
+  tensorboard: true
+  tensorboard_dir: D:\Hacker\Sider_CAPTCHA_Solver\logs\tensorboard\1.1.1
+  tensorboard_port: 6006
+  time_tracking:
+    display_eta: true
+    enabled: true
+model:
+  input_channels: 2
+  model_path: src.models.lite_hrnet_18_fpn
+  name: Lite-HRNet-18+LiteFPN
+monitoring:
+  wandb:
+    enabled: false
+    project: slider-captcha
+    tags:
+    - lite-hrnet
+optimizer:
+  betas:
+  - 0.9
+  - 0.999
+  clip_grad_norm: 1.0
+  eps: 1.0e-08
+  lr: 0.0003
+  name: AdamW
+  weight_decay: 0.05
+sched:
+  cosine_min_lr: 3.0e-06
+  epochs: 20
+  warmup_epochs: 1
+timestamp: '20250824_061929'
+train:
+  amp: true
+  batch_size: 128
+  channels_last: true
+  compile_mode: default
+  compile_model: false
+  gradient_accumulation_steps: 1
+  non_blocking: true
+  num_workers: 8
+  persistent_workers: true
+  pin_memory: true
+  prefetch_factor: 8
+)";
+
+// ---- defaults and shipped configs ----
+
+TEST(ToolsConfig, DefaultsAreThe111Recipe) {
+    const TrainConfig c;
+    EXPECT_EQ(c.model.name, "Lite-HRNet-18+LiteFPN");
+    EXPECT_EQ(c.model.input_channels, 2);
+    EXPECT_EQ(c.model.input_height, 256);
+    EXPECT_EQ(c.model.input_width, 512);
+    EXPECT_EQ(c.optimizer.name, "AdamW");
+    EXPECT_EQ(c.optimizer.lr, 3e-4);
+    EXPECT_EQ(c.optimizer.betas[0], 0.9);
+    EXPECT_EQ(c.optimizer.betas[1], 0.999);
+    EXPECT_EQ(c.optimizer.eps, 1e-8);
+    EXPECT_EQ(c.optimizer.weight_decay, 0.05);
+    EXPECT_EQ(c.optimizer.clip_grad_norm, 1.0);
+    EXPECT_EQ(c.sched.type, tools::SchedType::Sgdr);
+    EXPECT_EQ(c.sched.epochs, 20);
+    EXPECT_EQ(c.sched.warmup_epochs, 1);  // T_0
+    EXPECT_EQ(c.sched.t_mult, 2);
+    EXPECT_EQ(c.sched.cosine_min_lr, 3e-6);
+    EXPECT_EQ(c.train.amp, tools::AmpMode::Bf16);
+    EXPECT_EQ(c.train.batch_size, 128);
+    EXPECT_EQ(c.train.gradient_accumulation_steps, 1);
+    EXPECT_EQ(c.train.seed, 42u);
+    EXPECT_EQ(c.train.backend, tools::Backend::Cuda);
+    EXPECT_FALSE(c.train.deterministic);
+    EXPECT_EQ(c.train.num_workers, 8);
+    EXPECT_EQ(c.train.prefetch_factor, 8);
+    EXPECT_EQ(c.train.max_steps, 0);
+    EXPECT_EQ(c.loss.variant, model::LossVariant::Sider);
+    EXPECT_EQ(c.loss.weights.heatmap, 1.0);
+    EXPECT_EQ(c.loss.weights.offset, 1.0);
+    EXPECT_EQ(c.loss.weights.hard_negative, 1.5);
+    EXPECT_EQ(c.loss.weights.angle, 0.5);
+    EXPECT_EQ(c.loss.weights.padding_bce, 0.3);
+    EXPECT_EQ(c.loss.weights.y_axis, 0.8);
+    EXPECT_EQ(c.eval.eval_interval, 1);
+    EXPECT_EQ(c.eval.select_by, "hit_le_5px");
+    EXPECT_EQ(c.eval.metrics, (std::vector<std::string>{"mae_px", "rmse_px", "hit_le_2px", "hit_le_5px"}));
+    EXPECT_TRUE(c.eval.early_stopping.enabled);
+    EXPECT_EQ(c.eval.early_stopping.min_epochs, 10);
+    EXPECT_EQ(c.eval.early_stopping.min_improvement, 0.5);
+    EXPECT_EQ(c.eval.early_stopping.patience, 5);
+    EXPECT_EQ(c.eval.early_stopping.second_guard.metric, "mae_px");
+    EXPECT_EQ(c.eval.early_stopping.second_guard.min_delta, 0.5);
+    EXPECT_EQ(c.eval.early_stopping.second_guard.mode, tools::GuardMode::Min);
+    EXPECT_EQ(c.logging.log_interval, 10);
+    EXPECT_EQ(c.checkpoints.save_interval, 1);
+    EXPECT_TRUE(c.checkpoints.save_best);
+}
+
+TEST(ToolsConfig, EmptyTextAndEmptySectionsGiveDefaults) {
+    EXPECT_TRUE(parse("") == TrainConfig{});
+    EXPECT_TRUE(parse("# nothing\n") == TrainConfig{});
+    EXPECT_TRUE(parse("train:\noptimizer:\n") == TrainConfig{});
+}
+
+TEST(ToolsConfig, DefaultYamlEqualsDefaults) {
+    LogCapture log;
+    const TrainConfig c = tools::load_config(SF_SOURCE_DIR "/configs/default.yaml", {});
+    EXPECT_EQ(tools::to_yaml(c), tools::to_yaml(TrainConfig{}));
+    EXPECT_TRUE(c == TrainConfig{});
+    EXPECT_TRUE(log.lines.empty()) << "default.yaml has no ignored keys, got: " << log.lines.at(0).second;
+}
+
+TEST(ToolsConfig, CpuSmokeYamlIsATinyCpuRun) {
+    const TrainConfig c = tools::load_config(SF_SOURCE_DIR "/configs/cpu_smoke.yaml", {});
+    EXPECT_EQ(c.train.backend, tools::Backend::Cpu);
+    EXPECT_EQ(c.train.amp, tools::AmpMode::Fp32);
+    EXPECT_EQ(c.data.source, tools::DataSource::Fixed);
+    EXPECT_EQ(c.data.num_samples, 4);
+    EXPECT_EQ(c.train.batch_size, 2);
+    EXPECT_EQ(c.model.input_height, 64);
+    EXPECT_EQ(c.model.input_width, 128);
+    EXPECT_GT(c.train.max_steps, 0);
+    EXPECT_LE(c.train.max_steps, 50);
+    EXPECT_EQ(c.logging.log_interval, 1);
+    EXPECT_FALSE(c.eval.early_stopping.enabled);
+    EXPECT_GE(c.optimizer.lr, 1e-3);
+}
+
+TEST(ToolsConfig, Original111FileLoadsAndIgnoresItsExtraKeysAtInfoLevel) {
+    LogCapture log;
+    const TrainConfig c = parse(kOriginal111);
+    TrainConfig expected;
+    expected.checkpoints.save_dir = "D:\\Hacker\\Sider_CAPTCHA_Solver\\src\\checkpoints\\1.1.1";
+    expected.logging.log_dir = "D:\\Hacker\\Sider_CAPTCHA_Solver\\logs\\log-1.1.1";
+    EXPECT_EQ(tools::to_yaml(c), tools::to_yaml(expected));
+    EXPECT_TRUE(c == expected);
+
+    ASSERT_EQ(log.lines.size(), 1u) << "the ignored keys are reported once";
+    EXPECT_EQ(log.lines[0].first, rt::LogLevel::Info);
+    const std::string& msg = log.lines[0].second;
+    std::istringstream ignored(
+        "checkpoints.save_strategy eval.vis_fail_k eval.visualization hardware.allow_tf32 hardware.cudnn_allow_tf32 "
+        "hardware.cudnn_benchmark hardware.device hardware.matmul_allow_tf32 logging.auto_launch_tensorboard "
+        "logging.tb_items logging.tensorboard logging.tensorboard_dir logging.tensorboard_port logging.time_tracking "
+        "model.model_path monitoring timestamp train.channels_last train.compile_mode train.compile_model "
+        "train.non_blocking train.persistent_workers train.pin_memory");
+    for (std::string key; ignored >> key;) EXPECT_TRUE(contains(msg, key));
+    EXPECT_FALSE(contains(msg, "cudnn_deterministic")) << "cudnn_deterministic is used, not ignored";
+}
+
+TEST(ToolsConfig, HardwareCudnnDeterministicMapsToTrainDeterministic) {
+    EXPECT_TRUE(parse("hardware:\n  cudnn_deterministic: true\n").train.deterministic);
+    EXPECT_FALSE(parse("hardware:\n  cudnn_deterministic: false\n").train.deterministic);
+    EXPECT_TRUE(parse("hardware:\n  cudnn_deterministic: true\ntrain:\n  deterministic: true\n").train.deterministic);
+    const std::string e = parse_error("train:\n  deterministic: false\nhardware:\n  cudnn_deterministic: true\n");
+    EXPECT_TRUE(
+        contains(e, "test.yaml:4: config key 'hardware.cudnn_deterministic': conflicts with train.deterministic"));
+    EXPECT_TRUE(contains(parse_error("hardware:\n  cudnn_determinstic: true\n"),
+                         "config key 'hardware.cudnn_determinstic': unknown key (allowed under 'hardware': "
+                         "cudnn_deterministic)"));
+}
+
+// ---- amp ----
+
+TEST(ToolsConfig, AmpAcceptsBooleansAndNames) {
+    EXPECT_EQ(parse("train:\n  amp: true\n").train.amp, tools::AmpMode::Bf16);
+    EXPECT_EQ(parse("train:\n  amp: false\n").train.amp, tools::AmpMode::Fp32);
+    EXPECT_EQ(parse("train:\n  amp: bf16\n").train.amp, tools::AmpMode::Bf16);
+    EXPECT_EQ(parse("train:\n  amp: fp32\n").train.amp, tools::AmpMode::Fp32);
+    EXPECT_EQ(parse("train:\n  amp: fp32\n", {"train.amp=true"}).train.amp, tools::AmpMode::Bf16);
+}
+
+TEST(ToolsConfig, AmpRejectsOtherValues) {
+    EXPECT_TRUE(contains(parse_error("train:\n  amp: fp16\n"),
+                         "test.yaml:2: config key 'train.amp': expected one of true, false, bf16, fp32, got 'fp16'"));
+    EXPECT_TRUE(contains(parse_error("train:\n  amp: 1\n"), "config key 'train.amp': expected one of"));
+    EXPECT_TRUE(contains(parse_error("train:\n  amp: [bf16]\n"), "got a list"));
+    EXPECT_TRUE(contains(parse_error("train:\n  amp:\n"), "got an empty value"));
+}
+
+// ---- errors ----
+
+TEST(ToolsConfig, UnknownKeyNamesPathLineAndAllowedKeys) {
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  lr: 0.001\n  lrr: 0.1\n"),
+                         "test.yaml:3: config key 'optimizer.lrr': unknown key (allowed under 'optimizer': betas, "
+                         "clip_grad_norm, eps, lr, name, weight_decay)"));
+    EXPECT_TRUE(contains(parse_error("optimiser:\n  lr: 0.001\n"),
+                         "test.yaml:1: config key 'optimiser': unknown key (allowed at the top level: checkpoints, "
+                         "data, eval, hardware, logging, loss, model, optimizer, sched, train)"));
+    EXPECT_TRUE(contains(parse_error("eval:\n  early_stopping:\n    second_guard:\n      metirc: mae_px\n"),
+                         "test.yaml:4: config key 'eval.early_stopping.second_guard.metirc': unknown key (allowed "
+                         "under 'eval.early_stopping.second_guard': metric, min_delta, mode)"));
+    EXPECT_TRUE(contains(parse_error("loss:\n  weights:\n    focal: 1.0\n"), "config key 'loss.weights.focal'"));
+    EXPECT_TRUE(contains(parse_error("train:\n  ema_decay: 0.999\n"), "config key 'train.ema_decay': unknown key"));
+}
+
+TEST(ToolsConfig, WrongTypeNamesPathAndValue) {
+    EXPECT_TRUE(contains(parse_error("train:\n  batch_size: abc\n"),
+                         "test.yaml:2: config key 'train.batch_size': expected an integer, got 'abc'"));
+    EXPECT_TRUE(contains(parse_error("train:\n  batch_size: 1.5\n"), "expected an integer, got '1.5'"));
+    EXPECT_TRUE(contains(parse_error("train:\n  seed: '42'\n"),
+                         "config key 'train.seed': expected an integer, got the quoted string '42'"));
+    EXPECT_TRUE(
+        contains(parse_error("optimizer:\n  lr: fast\n"), "config key 'optimizer.lr': expected a number, got 'fast'"));
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  lr: .inf\n"), "expected a number, got '.inf'"));
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  lr:\n"), "expected a number, got an empty value"));
+    EXPECT_TRUE(contains(parse_error("checkpoints:\n  save_best: maybe\n"),
+                         "config key 'checkpoints.save_best': expected a boolean (true or false), got 'maybe'"));
+    EXPECT_TRUE(contains(parse_error("logging:\n  log_dir: [a, b]\n"),
+                         "config key 'logging.log_dir': expected a string, got a list"));
+    EXPECT_TRUE(contains(parse_error("optimizer: 5\n"), "config key 'optimizer': expected a section"));
+    EXPECT_TRUE(contains(parse_error("sched:\n  type: cosine\n"),
+                         "config key 'sched.type': expected one of sgdr, warmup_cosine, got 'cosine'"));
+    EXPECT_TRUE(contains(parse_error("loss:\n  variant: fixed\n"),
+                         "config key 'loss.variant': expected one of sider, corrected, got 'fixed'"));
+    EXPECT_TRUE(contains(parse_error("- a\n- b\n"), "expected a mapping of sections at the top level"));
+}
+
+TEST(ToolsConfig, OutOfRangeNamesPathAndBound) {
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  lr: -1\n"), "config key 'optimizer.lr': expected > 0, got -1"));
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  lr: 0\n"), "expected > 0, got 0"));
+    EXPECT_TRUE(
+        contains(parse_error("train:\n  batch_size: 0\n"), "config key 'train.batch_size': expected >= 1, got 0"));
+    EXPECT_TRUE(contains(parse_error("train:\n  batch_size: 99999999999\n"),
+                         "expected >= 1 and <= 2147483647, got 99999999999"));
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  betas: [0.9, 1.0]\n"),
+                         "config key 'optimizer.betas[1]': expected >= 0 and < 1, got 1.0"));
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  weight_decay: -0.01\n"), "expected >= 0, got -0.01"));
+    EXPECT_TRUE(contains(parse_error("model:\n  input_width: 100\n"),
+                         "config key 'model.input_width': expected a multiple of 32, got 100"));
+    EXPECT_TRUE(contains(parse_error("model:\n  input_height: 16\n"), "expected >= 32, got 16"));
+    EXPECT_TRUE(contains(parse_error("model:\n  input_channels: 3\n"),
+                         "config key 'model.input_channels': expected 2 or 4, got 3"));
+    EXPECT_TRUE(contains(parse_error("sched:\n  cosine_min_lr: 0.001\n"),
+                         "config key 'sched.cosine_min_lr': expected < optimizer.lr (0.0003), got 0.001"));
+    EXPECT_TRUE(contains(parse_error("sched:\n  warmup_epochs: 0\n"), "config key 'sched.warmup_epochs'"));
+    EXPECT_EQ(parse("sched:\n  type: warmup_cosine\n  warmup_epochs: 0\n  warmup_steps: 100\n").sched.warmup_steps,
+              100);
+    EXPECT_TRUE(contains(parse_error("eval:\n  select_by: acc\n"),
+                         "config key 'eval.select_by': expected one of mae_px, rmse_px, hit_le_2px, hit_le_5px, "
+                         "got 'acc'"));
+    EXPECT_TRUE(contains(parse_error("eval:\n  metrics: [mae_px, mae_px]\n"),
+                         "config key 'eval.metrics[1]': duplicate entry 'mae_px'"));
+    EXPECT_TRUE(contains(parse_error("data:\n  num_samples: 0\n"), "config key 'data.num_samples': expected >= 1"));
+    EXPECT_TRUE(contains(parse_error("data:\n  source: shards\n  processed_dir: ''\n"),
+                         "config key 'data.processed_dir': expected a non-empty string"));
+}
+
+TEST(ToolsConfig, BadListLengthNamesPath) {
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  betas: [0.9]\n"),
+                         "test.yaml:2: config key 'optimizer.betas': expected a list of 2 numbers, got a list of 1 "
+                         "element(s)"));
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  betas: [0.9, 0.99, 0.999]\n"), "got a list of 3 element(s)"));
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  betas: 0.9\n"), "expected a list of 2 numbers, got '0.9'"));
+    EXPECT_TRUE(
+        contains(parse_error("eval:\n  metrics: []\n"), "config key 'eval.metrics': expected a non-empty list"));
+}
+
+TEST(ToolsConfig, DuplicateKeyIsAnError) {
+    EXPECT_TRUE(contains(parse_error("train:\n  batch_size: 8\n  batch_size: 16\n"),
+                         "test.yaml:3: config key 'train.batch_size': duplicate key"));
+}
+
+TEST(ToolsConfig, AllErrorsAreReportedTogether) {
+    const std::string e = parse_error(
+        "optimizer:\n  lr: -1\n  lrr: 2\ntrain:\n  amp: fp16\n  batch_size: x\nbogus: 1\n", {"eval.patience=3"});
+    EXPECT_TRUE(contains(e, "config 'test.yaml': 6 error(s):"));
+    EXPECT_TRUE(contains(e, "test.yaml:2: config key 'optimizer.lr': expected > 0, got -1"));
+    EXPECT_TRUE(contains(e, "test.yaml:3: config key 'optimizer.lrr': unknown key"));
+    EXPECT_TRUE(contains(e, "test.yaml:5: config key 'train.amp': expected one of"));
+    EXPECT_TRUE(contains(e, "test.yaml:6: config key 'train.batch_size': expected an integer, got 'x'"));
+    EXPECT_TRUE(contains(e, "test.yaml:7: config key 'bogus': unknown key"));
+    EXPECT_TRUE(contains(e, "command-line override 'eval.patience=3': config key 'eval.patience': unknown key"));
+    EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 6) << "a header line, then one line per error:\n" << e;
+}
+
+TEST(ToolsConfig, FileErrorsNameTheFileAndLine) {
+    const std::string dir = make_temp_dir();
+    const std::string path = dir + "/bad.yaml";
+    write_file(path, "train:\n  batch_size: 4\n  amp: fp16\n");
+    try {
+        tools::load_config(path, {});
+        ADD_FAILURE() << "no error";
+    } catch (const rt::Error& e) {
+        EXPECT_TRUE(contains(e.what(), path + ":3: config key 'train.amp'"));
+    }
+    write_file(path, "train:\n  batch_size: [4,\n  amp: bf16\n");
+    try {
+        tools::load_config(path, {});
+        ADD_FAILURE() << "no error";
+    } catch (const rt::Error& e) {
+        EXPECT_TRUE(contains(e.what(), "config '" + path + "': 1 error(s):\n  " + path + ":"));
+        EXPECT_TRUE(contains(e.what(), ": YAML syntax error: "));
+    }
+    try {
+        tools::load_config(dir + "/missing.yaml", {});
+        ADD_FAILURE() << "no error";
+    } catch (const rt::Error& e) {
+        EXPECT_TRUE(contains(e.what(), "config file '" + dir + "/missing.yaml': cannot open"));
+    }
+}
+
+// ---- overrides ----
+
+TEST(ToolsConfig, OverridesSetNestedKeysAndLists) {
+    const TrainConfig c = parse("train:\n  batch_size: 64\n",
+                                {"eval.early_stopping.patience=7", "optimizer.betas=[0.9,0.99]", "train.amp=fp32",
+                                 "loss.weights.y_axis=0.5", "data.source=fixed", "train.batch_size=16",
+                                 "eval.metrics=[mae_px, hit_le_5px]", "checkpoints.save_dir=/tmp/a b"});
+    EXPECT_EQ(c.eval.early_stopping.patience, 7);
+    EXPECT_EQ(c.optimizer.betas[0], 0.9);
+    EXPECT_EQ(c.optimizer.betas[1], 0.99);
+    EXPECT_EQ(c.train.amp, tools::AmpMode::Fp32);
+    EXPECT_EQ(c.loss.weights.y_axis, 0.5);
+    EXPECT_EQ(c.data.source, tools::DataSource::Fixed);
+    EXPECT_EQ(c.train.batch_size, 16);
+    EXPECT_EQ(c.eval.metrics, (std::vector<std::string>{"mae_px", "hit_le_5px"}));
+    EXPECT_EQ(c.checkpoints.save_dir, "/tmp/a b");
+    // the last of two overrides of one key wins; overrides are applied before validation
+    EXPECT_EQ(parse("", {"train.seed=1", "train.seed=2"}).train.seed, 2u);
+    EXPECT_EQ(parse("optimizer:\n  lr: -1\n", {"optimizer.lr=0.001"}).optimizer.lr, 0.001);
+}
+
+TEST(ToolsConfig, OverrideErrorsSayTheyCameFromTheCommandLine) {
+    EXPECT_TRUE(contains(parse_error("", {"optimizer.lrr=1"}),
+                         "command-line override 'optimizer.lrr=1': config key 'optimizer.lrr': unknown key (allowed "
+                         "under 'optimizer': betas, clip_grad_norm, eps, lr, name, weight_decay)"));
+    EXPECT_TRUE(contains(parse_error("train:\n  batch_size: 8\n", {"train.batch_size=abc"}),
+                         "command-line override 'train.batch_size=abc': config key 'train.batch_size': expected an "
+                         "integer, got 'abc'"));
+    EXPECT_TRUE(contains(parse_error("", {"optimizer.betas=[0.9]"}), "command-line override 'optimizer.betas=[0.9]'"));
+    EXPECT_TRUE(contains(parse_error("optimizer:\n  lr: 0.001\n", {"foo.bar=1"}),
+                         "command-line override 'foo.bar=1': config key 'foo': unknown key"));
+    EXPECT_TRUE(contains(parse_error("", {"optimizer.betas=[0.9, 2]"}),
+                         "command-line override 'optimizer.betas=[0.9, 2]': config key 'optimizer.betas[1]'"));
+}
+
+TEST(ToolsConfig, MalformedOverridesAreErrors) {
+    EXPECT_TRUE(
+        contains(parse_error("", {"optimizer.lr"}), "command-line override 'optimizer.lr': expected key.path=value"));
+    EXPECT_TRUE(contains(parse_error("", {"=1"}), "command-line override '=1': expected key.path=value"));
+    EXPECT_TRUE(contains(parse_error("", {"optimizer..lr=1"}), "command-line override 'optimizer..lr=1'"));
+    EXPECT_TRUE(contains(parse_error("train:\n  amp: bf16\n", {"train.amp.x=1"}),
+                         "command-line override 'train.amp.x=1': config key 'train.amp' is not a section"));
+    EXPECT_TRUE(contains(parse_error("", {"optimizer.betas=[0.9,"}), "the value is not valid YAML"));
+    EXPECT_TRUE(contains(parse_error("", {"optimizer.lr="}), "expected a number, got an empty value"));
+}
+
+// ---- round trip, writer, hash ----
+
+// One change per field of TrainConfig (all valid), so equality, to_yaml and parsing are each checked
+// to cover every field.
+std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> field_changes() {
+    using tools::AmpMode, tools::Backend, tools::DataSource, tools::GuardMode, tools::SchedType;
+    return {
+        {"model.input_channels", [](TrainConfig& c) { c.model.input_channels = 4; }},
+        {"model.input_height", [](TrainConfig& c) { c.model.input_height = 64; }},
+        {"model.input_width", [](TrainConfig& c) { c.model.input_width = 128; }},
+        {"optimizer.lr", [](TrainConfig& c) { c.optimizer.lr = 0.1 + 0.2; }},  // 0.30000000000000004
+        {"optimizer.betas[0]", [](TrainConfig& c) { c.optimizer.betas[0] = 0.8; }},
+        {"optimizer.betas[1]", [](TrainConfig& c) { c.optimizer.betas[1] = 0.95; }},
+        {"optimizer.eps", [](TrainConfig& c) { c.optimizer.eps = 1e-6; }},
+        {"optimizer.weight_decay", [](TrainConfig& c) { c.optimizer.weight_decay = 0.0; }},
+        {"optimizer.clip_grad_norm", [](TrainConfig& c) { c.optimizer.clip_grad_norm = 0.0; }},
+        {"sched.type", [](TrainConfig& c) { c.sched.type = SchedType::WarmupCosine; }},
+        {"sched.epochs", [](TrainConfig& c) { c.sched.epochs = 64; }},
+        {"sched.warmup_epochs", [](TrainConfig& c) { c.sched.warmup_epochs = 3; }},
+        {"sched.t_mult", [](TrainConfig& c) { c.sched.t_mult = 1; }},
+        {"sched.cosine_min_lr", [](TrainConfig& c) { c.sched.cosine_min_lr = 1.0 / 3.0 * 1e-5; }},
+        {"sched.warmup_steps", [](TrainConfig& c) { c.sched.warmup_steps = 5000000000LL; }},
+        {"train.amp", [](TrainConfig& c) { c.train.amp = AmpMode::Fp32; }},
+        {"train.batch_size", [](TrainConfig& c) { c.train.batch_size = 7; }},
+        {"train.gradient_accumulation_steps", [](TrainConfig& c) { c.train.gradient_accumulation_steps = 2; }},
+        {"train.seed", [](TrainConfig& c) { c.train.seed = 1234567890123ull; }},
+        {"train.backend", [](TrainConfig& c) { c.train.backend = Backend::Cpu; }},
+        {"train.deterministic", [](TrainConfig& c) { c.train.deterministic = true; }},
+        {"train.num_workers", [](TrainConfig& c) { c.train.num_workers = 0; }},
+        {"train.prefetch_factor", [](TrainConfig& c) { c.train.prefetch_factor = 2; }},
+        {"train.max_steps", [](TrainConfig& c) { c.train.max_steps = 20; }},
+        {"loss.variant", [](TrainConfig& c) { c.loss.variant = model::LossVariant::Corrected; }},
+        {"loss.weights.heatmap", [](TrainConfig& c) { c.loss.weights.heatmap = 2.0; }},
+        {"loss.weights.offset", [](TrainConfig& c) { c.loss.weights.offset = 0.0; }},
+        {"loss.weights.hard_negative", [](TrainConfig& c) { c.loss.weights.hard_negative = 0.5; }},
+        {"loss.weights.angle", [](TrainConfig& c) { c.loss.weights.angle = 0.25; }},
+        {"loss.weights.padding_bce", [](TrainConfig& c) { c.loss.weights.padding_bce = 0.5; }},
+        {"loss.weights.y_axis", [](TrainConfig& c) { c.loss.weights.y_axis = 1e-3; }},
+        {"data.source", [](TrainConfig& c) { c.data.source = DataSource::Shards; }},
+        {"data.processed_dir", [](TrainConfig& c) { c.data.processed_dir = "D:\\data dir\\#1 \"q\": x\ty"; }},
+        {"data.num_samples", [](TrainConfig& c) { c.data.num_samples = 4; }},
+        {"eval.eval_interval", [](TrainConfig& c) { c.eval.eval_interval = 2; }},
+        {"eval.select_by", [](TrainConfig& c) { c.eval.select_by = "mae_px"; }},
+        {"eval.metrics",
+         [](TrainConfig& c) {
+             c.eval.metrics = {"hit_le_5px", "mae_px"};
+         }},
+        {"eval.early_stopping.enabled", [](TrainConfig& c) { c.eval.early_stopping.enabled = false; }},
+        {"eval.early_stopping.min_epochs", [](TrainConfig& c) { c.eval.early_stopping.min_epochs = 0; }},
+        {"eval.early_stopping.min_improvement", [](TrainConfig& c) { c.eval.early_stopping.min_improvement = 0.1; }},
+        {"eval.early_stopping.patience", [](TrainConfig& c) { c.eval.early_stopping.patience = 16; }},
+        {"eval.early_stopping.second_guard.metric",
+         [](TrainConfig& c) { c.eval.early_stopping.second_guard.metric = "rmse_px"; }},
+        {"eval.early_stopping.second_guard.min_delta",
+         [](TrainConfig& c) { c.eval.early_stopping.second_guard.min_delta = 0.25; }},
+        {"eval.early_stopping.second_guard.mode",
+         [](TrainConfig& c) { c.eval.early_stopping.second_guard.mode = GuardMode::Max; }},
+        {"logging.log_interval", [](TrainConfig& c) { c.logging.log_interval = 1; }},
+        {"logging.log_dir", [](TrainConfig& c) { c.logging.log_dir = "runs/x"; }},
+        {"checkpoints.save_dir", [](TrainConfig& c) { c.checkpoints.save_dir = "ckpt"; }},
+        {"checkpoints.save_interval", [](TrainConfig& c) { c.checkpoints.save_interval = 5; }},
+        {"checkpoints.save_best", [](TrainConfig& c) { c.checkpoints.save_best = false; }},
+        {"checkpoints.keep_last", [](TrainConfig& c) { c.checkpoints.keep_last = 1; }},
+    };
+}
+
+TEST(ToolsConfig, EveryFieldRoundTripsAndCountsForEqualityAndHash) {
+    const TrainConfig base;
+    const std::string base_yaml = tools::to_yaml(base);
+    const std::string base_hash = tools::config_hash(base);
+    EXPECT_TRUE(parse(base_yaml) == base);
+    for (const auto& [name, change] : field_changes()) {
+        SCOPED_TRACE(name);
+        TrainConfig c;
+        change(c);
+        EXPECT_FALSE(c == base) << "operator== misses the field";
+        const std::string yaml = tools::to_yaml(c);
+        EXPECT_NE(yaml, base_yaml) << "to_yaml misses the field";
+        EXPECT_NE(tools::config_hash(c), base_hash);
+        TrainConfig back;
+        try {
+            back = parse(yaml);
+        } catch (const rt::Error& e) {
+            ADD_FAILURE() << e.what() << "\n" << yaml;
+            continue;
+        }
+        EXPECT_TRUE(back == c) << "round trip differs:\n" << yaml << "\nread back as\n" << tools::to_yaml(back);
+        EXPECT_EQ(tools::to_yaml(back), yaml);
+    }
+}
+
+TEST(ToolsConfig, ShippedConfigsRoundTrip) {
+    for (const char* name : {"/configs/default.yaml", "/configs/cpu_smoke.yaml"}) {
+        const TrainConfig c = tools::load_config(std::string(SF_SOURCE_DIR) + name, {});
+        EXPECT_TRUE(parse(tools::to_yaml(c)) == c) << name;
+    }
+    const TrainConfig o = parse(kOriginal111);
+    EXPECT_TRUE(parse(tools::to_yaml(o)) == o);
+}
+
+TEST(ToolsConfig, ToYamlWritesAmpAsAName) {
+    TrainConfig c;
+    EXPECT_TRUE(contains(tools::to_yaml(c), "  amp: bf16\n"));
+    c.train.amp = tools::AmpMode::Fp32;
+    EXPECT_TRUE(contains(tools::to_yaml(c), "  amp: fp32\n"));
+}
+
+TEST(ToolsConfig, WriteResolvedConfigWritesAFileThatLoadsBack) {
+    const std::string dir = make_temp_dir();
+    const std::string path = dir + "/resolved.yaml";
+    TrainConfig c = parse("", {"optimizer.lr=0.001", "train.backend=cpu", "logging.log_dir=D:\\logs\\x"});
+    tools::write_resolved_config(c, path);
+    EXPECT_TRUE(tools::load_config(path, {}) == c);
+    c.train.batch_size = 3;  // overwrite an existing file
+    tools::write_resolved_config(c, path);
+    EXPECT_EQ(tools::load_config(path, {}).train.batch_size, 3);
+    EXPECT_EQ(list_dir(dir), std::vector<std::string>{"resolved.yaml"}) << "no temp file left behind";
+    EXPECT_THROW(tools::write_resolved_config(c, dir + "/no/such/dir/x.yaml"), rt::Error);
+}
+
+TEST(ToolsConfig, ConfigHashIsStableHexAndChangesWithValues) {
+    const TrainConfig a, b;
+    const std::string h = tools::config_hash(a);
+    EXPECT_EQ(h.size(), 16u);
+    EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos) << h;
+    EXPECT_EQ(h, tools::config_hash(b));
+    EXPECT_EQ(h, tools::config_hash(tools::load_config(SF_SOURCE_DIR "/configs/default.yaml", {})));
+    TrainConfig c;
+    c.optimizer.lr = 1e-4;
+    EXPECT_NE(tools::config_hash(c), h);
+}
+
+TEST(ToolsConfig, LossConfigTakesVariantAndWeights) {
+    const TrainConfig c = parse("loss:\n  variant: corrected\n  weights:\n    hard_negative: 0.5\n    y_axis: 0.0\n");
+    const model::LossConfig l = tools::loss_config(c);
+    const model::LossConfig d;
+    EXPECT_EQ(l.variant, model::LossVariant::Corrected);
+    EXPECT_EQ(l.w_heatmap, 1.0);
+    EXPECT_EQ(l.w_offset, 1.0);
+    EXPECT_EQ(l.w_hard_negative, 0.5);
+    EXPECT_EQ(l.w_angle, 0.5);
+    EXPECT_EQ(l.w_padding_bce, 0.3);
+    EXPECT_EQ(l.w_y_axis, 0.0);
+    EXPECT_EQ(l.focal_alpha, d.focal_alpha);
+    EXPECT_EQ(l.sigma, d.sigma);
+    // the config defaults are LossConfig's defaults
+    const model::LossConfig ld = tools::loss_config(TrainConfig{});
+    EXPECT_EQ(ld.variant, d.variant);
+    EXPECT_EQ(ld.w_heatmap, d.w_heatmap);
+    EXPECT_EQ(ld.w_offset, d.w_offset);
+    EXPECT_EQ(ld.w_hard_negative, d.w_hard_negative);
+    EXPECT_EQ(ld.w_angle, d.w_angle);
+    EXPECT_EQ(ld.w_padding_bce, d.w_padding_bce);
+    EXPECT_EQ(ld.w_y_axis, d.w_y_axis);
+}
+
+}  // namespace

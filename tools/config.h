@@ -1,0 +1,154 @@
+// Training configuration: one YAML file (+ `key.path=value` command-line overrides) -> TrainConfig.
+// Keys are those of the original's 1.1.1 training config where they mean the same thing
+// (MODEL_SPEC §5); defaults are the 1.1.1 recipe. Keys of the original that mean nothing here are
+// accepted, ignored and reported once at info level; any other unknown key, a wrong type or an
+// out-of-range value is an error naming the full key path (and file:line). All errors of one load
+// are collected and thrown together as one rt::Error, one per line. docs/CONFIG.md lists every key.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/loss.h"
+
+namespace tools {
+
+enum class AmpMode { Bf16, Fp32 };  // YAML: true|bf16 -> Bf16, false|fp32 -> Fp32
+enum class Backend { Cuda, Cpu };
+enum class SchedType { Sgdr, WarmupCosine };  // "sgdr" | "warmup_cosine"
+enum class DataSource { Synthetic, Shards, Fixed };
+enum class GuardMode { Min, Max };
+
+const char* amp_mode_name(AmpMode m);        // "bf16" | "fp32"
+const char* backend_name(Backend b);         // "cuda" | "cpu"
+const char* sched_type_name(SchedType t);    // "sgdr" | "warmup_cosine"
+const char* data_source_name(DataSource s);  // "synthetic" | "shards" | "fixed"
+const char* guard_mode_name(GuardMode m);    // "min" | "max"
+
+struct ModelSection {
+    std::string name = "Lite-HRNet-18+LiteFPN";  // the only model slidefuse trains
+    int input_channels = 2;                      // 2 (gray + mask, 1.1.1) or 4 (RGB + mask, early 1.1.0)
+    int input_height = 256;                      // letterbox canvas, multiple of 32
+    int input_width = 512;
+};
+
+struct OptimizerSection {
+    std::string name = "AdamW";  // the only optimizer
+    double lr = 3e-4;
+    std::array<double, 2> betas = {0.9, 0.999};
+    double eps = 1e-8;
+    double weight_decay = 0.05;   // decoupled; applies to every parameter (single group)
+    double clip_grad_norm = 1.0;  // global L2 norm; 0 = off
+};
+
+struct SchedSection {
+    // sgdr: the original's CosineAnnealingWarmRestarts(T_0 = warmup_epochs, T_mult = t_mult,
+    // eta_min = cosine_min_lr), stepped once per epoch (LR constant within an epoch).
+    // warmup_cosine: linear warmup over warmup_steps, then per-step cosine to cosine_min_lr.
+    SchedType type = SchedType::Sgdr;
+    int epochs = 20;
+    int warmup_epochs = 1;        // sgdr: T_0 (>= 1); unused by warmup_cosine
+    int t_mult = 2;               // sgdr: T_mult
+    double cosine_min_lr = 3e-6;  // eta_min; < optimizer.lr
+    int64_t warmup_steps = 0;     // warmup_cosine only
+};
+
+struct TrainSection {
+    AmpMode amp = AmpMode::Bf16;
+    int batch_size = 128;
+    int gradient_accumulation_steps = 1;
+    uint64_t seed = 42;
+    Backend backend = Backend::Cuda;
+    bool deterministic = false;  // also set by the original's hardware.cudnn_deterministic
+    int num_workers = 8;
+    int prefetch_factor = 8;
+    int64_t max_steps = 0;  // optimizer steps; 0 = the full schedule
+};
+
+struct LossWeights {  // config/loss.yaml 1.1.x (MODEL_SPEC §2.1)
+    double heatmap = 1.0, offset = 1.0, hard_negative = 1.5, angle = 0.5, padding_bce = 0.3, y_axis = 0.8;
+};
+
+struct LossSection {
+    model::LossVariant variant = model::LossVariant::Sider;
+    LossWeights weights;
+};
+
+struct DataSection {
+    DataSource source = DataSource::Synthetic;
+    std::string processed_dir = "data/processed";  // shards
+    int64_t num_samples = 214464;                  // synthetic/fixed: samples per epoch (MODEL_SPEC §4.3)
+};
+
+struct SecondGuardSection {
+    std::string metric = "mae_px";
+    double min_delta = 0.5;
+    GuardMode mode = GuardMode::Min;
+};
+
+struct EarlyStoppingSection {
+    bool enabled = true;
+    int min_epochs = 10;
+    double min_improvement = 0.5;  // in select_by's units (percentage points for hit_*)
+    int patience = 5;
+    SecondGuardSection second_guard;
+};
+
+struct EvalSection {
+    int eval_interval = 1;  // epochs
+    std::string select_by = "hit_le_5px";
+    std::vector<std::string> metrics = {"mae_px", "rmse_px", "hit_le_2px", "hit_le_5px"};
+    EarlyStoppingSection early_stopping;
+};
+
+struct LoggingSection {
+    int log_interval = 10;  // steps
+    std::string log_dir = "runs";
+};
+
+struct CheckpointsSection {
+    std::string save_dir = "checkpoints";
+    int save_interval = 1;  // epochs
+    bool save_best = true;
+    int keep_last = 3;
+};
+
+struct TrainConfig {
+    ModelSection model;
+    OptimizerSection optimizer;
+    SchedSection sched;
+    TrainSection train;
+    LossSection loss;
+    DataSection data;
+    EvalSection eval;
+    LoggingSection logging;
+    CheckpointsSection checkpoints;
+};
+
+// Field-by-field equality (doubles compared exactly).
+bool operator==(const TrainConfig& a, const TrainConfig& b);
+inline bool operator!=(const TrainConfig& a, const TrainConfig& b) { return !(a == b); }
+
+// The metric names eval.select_by / eval.metrics / second_guard.metric accept.
+const std::vector<std::string>& metric_names();
+
+// Reads and validates a YAML file; overrides ("key.path=value", value a YAML scalar or flow
+// sequence) are applied to the YAML tree before validation. Throws rt::Error listing every problem.
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides);
+// Same from YAML text; source_name stands for the file in messages.
+TrainConfig parse_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                         const std::string& source_name);
+
+// The full resolved config as YAML (every key, defaults filled in, amp as bf16/fp32);
+// parse_config(to_yaml(c), {}, ...) == c.
+std::string to_yaml(const TrainConfig& c);
+// Writes to_yaml(c) atomically (temp file in the same folder, fsync, rename).
+void write_resolved_config(const TrainConfig& c, const std::string& path);
+// 16 hex digits: FNV-1a 64 of to_yaml(c).
+std::string config_hash(const TrainConfig& c);
+
+// The loss settings the config controls (variant and term weights); the rest keep LossConfig's defaults.
+model::LossConfig loss_config(const TrainConfig& c);
+
+}  // namespace tools

@@ -1,0 +1,48 @@
+// slidefuse: command-line entry point. Each subcommand throws rt::Error on bad input; main
+// prints one clear line and exits 1.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/error.h"
+#include "tools/train.h"
+
+namespace {
+
+const char* kUsage =
+    "slidefuse — training backend for the Sider_CAPTCHA_Solver 1.1 model\n"
+    "usage: slidefuse <command> [options]\n"
+    "commands:\n"
+    "  train     train the model (slidefuse train --help)\n"
+    "  version   print the version\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    try {
+        if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+            std::fputs(kUsage, stdout);
+            return args.empty() ? 1 : 0;
+        }
+        const std::string cmd = args[0];
+        args.erase(args.begin());
+        if (cmd == "version" || cmd == "--version") {
+            std::printf("slidefuse 0.1.0\n");
+            return 0;
+        }
+        if (cmd == "train") {
+            if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+                std::printf("%s\n", tools::train_usage().c_str());
+                return 0;
+            }
+            return tools::cmd_train(args);
+        }
+        std::fprintf(stderr, "slidefuse: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "slidefuse: error: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,27 @@
+// Progress reporting for long jobs: a live status line on a terminal (rewritten in place), plain
+// lines otherwise, plus an ETA estimate.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace tools {
+
+std::string format_duration(double seconds);  // "1:02:03" / "2:03"
+
+class Progress {
+public:
+    explicit Progress(int64_t total_steps);
+    // Prints one status line: "<prefix> step k/total | <body> | ETA ...".
+    void update(int64_t done, const std::string& body);
+    void finish();  // ends a live line with a newline
+    double elapsed_s() const;
+
+private:
+    int64_t total_;
+    bool tty_;
+    bool live_ = false;
+    std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace tools
