@@ -1,0 +1,70 @@
+// The training loader: worker threads read samples from compact shards into a ring of host
+// batches (pinned when CUDA is usable, plain memory otherwise), in a per-epoch shuffled order
+// derived from (seed, epoch), sharded by rank. The training thread takes ready batches in order;
+// workers block when the ring is full (backpressure). A worker's error is re-thrown to the
+// training thread with the file and record named. The position is a resumable cursor.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/label.h"
+#include "data/shard.h"
+
+namespace data {
+
+struct LoaderConfig {
+    std::vector<std::string> shards;   // shard files; all must share one ShardSpec
+    int batch_size = 128;
+    int workers = 2;
+    int prefetch = 4;                  // batches in the ring
+    uint64_t seed = 42;
+    bool shuffle = true;               // sample-level shuffle per epoch
+    bool drop_last = true;
+    int rank = 0, world_size = 1;      // this rank reads every world_size-th sample of the order
+    bool pinned = true;                // pinned host memory when CUDA is usable
+};
+
+struct Cursor {
+    uint64_t epoch = 0;
+    uint64_t batch = 0;                // batches of this epoch already handed out
+    bool operator==(const Cursor& o) const { return epoch == o.epoch && batch == o.batch; }
+};
+
+struct HostBatch {
+    int n = 0;                         // samples in this batch
+    ShardSpec spec;
+    const uint8_t* pixels = nullptr;   // n * spec.height * spec.width * spec.channels, HWC per sample
+    const Label* labels = nullptr;     // n
+    const uint64_t* sample_ids = nullptr;  // n global sample indices (file order), for tests/debugging
+    Cursor cursor;                     // the position of this batch
+};
+
+class Loader {
+public:
+    explicit Loader(const LoaderConfig& cfg, Cursor start = {});
+    ~Loader();   // stops and joins the workers
+    Loader(const Loader&) = delete;
+    Loader& operator=(const Loader&) = delete;
+
+    // The next batch in order; valid until release(). Blocks until it is ready.
+    const HostBatch& next();
+    void release();
+
+    Cursor cursor() const;             // position after the last batch handed out
+    uint64_t dataset_size() const;     // samples in all shards
+    uint64_t batches_per_epoch() const;  // for this rank
+    const ShardSpec& spec() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// Sample order of one epoch for one rank: a permutation of [0, total) from (seed, epoch) when
+// shuffling (identity otherwise), then every world_size-th element starting at rank.
+std::vector<uint64_t> epoch_order(uint64_t total, uint64_t seed, uint64_t epoch, bool shuffle, int rank,
+                                  int world_size);
+
+}  // namespace data
