@@ -10,78 +10,14 @@
 
 #include "model/loss.h"
 #include "runtime/error.h"
+#include "tests/model_loss_test_util.h"
 #include "tests/support/compare.h"
 
 namespace {
 
-using model::LossConfig;
-using model::LossTerms;
-using model::LossVariant;
-
-constexpr int kS = 4;  // stride
-using Cells = std::vector<std::pair<int, int>>;
-
-// One batch of head logits (NHWC, double), soft valid mask M and labels. Defaults: heatmap and
-// offset logits 0, angle logits (0, 1), M = 1.
-struct Batch {
-    int n, h, w;
-    std::vector<double> zg, zs, zo, za, m;
-    std::vector<data::Label> labels;
-    Batch(int n_, int h_, int w_)
-        : n(n_), h(h_), w(w_), zg(cells()), zs(cells()), zo(4 * cells()), za(2 * cells()), m(cells(), 1), labels(n_) {
-        for (size_t k = 0; k < cells(); ++k) za[2 * k + 1] = 1.0;
-    }
-    size_t cells() const { return static_cast<size_t>(n) * h * w; }
-    size_t at(int b, int i, int j) const { return (static_cast<size_t>(b) * h + i) * w + j; }
-    // All logits as one vector [zg | zs | zo | za] (8 values per cell), and back.
-    std::vector<double> params() const {
-        std::vector<double> x(zg);
-        x.insert(x.end(), zs.begin(), zs.end());
-        x.insert(x.end(), zo.begin(), zo.end());
-        x.insert(x.end(), za.begin(), za.end());
-        return x;
-    }
-    void set_params(const std::vector<double>& x) {
-        const size_t c = cells();
-        std::copy(x.begin(), x.begin() + c, zg.begin());
-        std::copy(x.begin() + c, x.begin() + 2 * c, zs.begin());
-        std::copy(x.begin() + 2 * c, x.begin() + 6 * c, zo.begin());
-        std::copy(x.begin() + 6 * c, x.end(), za.begin());
-    }
-};
-
-data::Label label(float gx, float gy, float sx, float sy, float angle = 0,
-                  std::vector<std::pair<float, float>> fakes = {}) {
-    data::Label l;
-    l.gap_x = gx, l.gap_y = gy, l.slider_x = sx, l.slider_y = sy, l.angle_rad = angle;
-    l.num_fakes = static_cast<int>(fakes.size());
-    for (size_t k = 0; k < fakes.size(); ++k) l.fake_x[k] = fakes[k].first, l.fake_y[k] = fakes[k].second;
-    return l;
-}
-
-LossConfig config(LossVariant v) {
-    LossConfig c;
-    c.variant = v;
-    return c;
-}
-
-// Runs the double reference; grad (if given) receives d total / d params() in the same layout.
-LossTerms run(const LossConfig& cfg, const Batch& b, std::vector<double>* grad = nullptr) {
-    const model::HeadLogits<double> z{b.n, b.h, b.w, b.zg.data(), b.zs.data(), b.zo.data(), b.za.data()};
-    if (!grad) return model::loss_forward_backward_ref<double>(cfg, z, b.m.data(), b.labels.data(), nullptr);
-    const size_t c = b.cells();
-    grad->assign(8 * c, NAN);  // must be overwritten everywhere
-    const model::HeadGrads<double> g{grad->data(), grad->data() + c, grad->data() + 2 * c, grad->data() + 6 * c};
-    return model::loss_forward_backward_ref(cfg, z, b.m.data(), b.labels.data(), &g);
-}
-
-double expected_total(const LossTerms& t, const LossConfig& c) {
-    return c.w_heatmap * (t.focal_gap + t.focal_slider) + c.w_offset * t.offset + c.w_hard_negative * t.hard_negative +
-           (t.angle_used ? c.w_angle * t.angle : 0.0) + c.w_padding_bce * t.padding_bce + c.w_y_axis * t.y_axis;
-}
+using namespace loss_test;
 
 // ---- independent formulas (written from MODEL_SPEC §2, not from the implementation) ----
-double sigm(double z) { return 1 / (1 + std::exp(-z)); }
 double logit(double p) { return std::log(p / (1 - p)); }
 double gauss(int i, int j, int v, int u) {  // sigma 1.5, window radius 4
     if (std::abs(i - v) > 4 || std::abs(j - u) > 4) return 0;
@@ -100,15 +36,6 @@ std::pair<double, double> focal_sums(const Batch& bt, const std::vector<double>&
             den += m * (yy >= 0.8);
         }
     return {num, den};
-}
-// Bilinear sample with zero padding written as a sum of tent weights over the grid.
-double tent_sample(const Batch& bt, int b, double gx, double gy) {
-    double s = 0;
-    for (int i = 0; i < bt.h; ++i)
-        for (int j = 0; j < bt.w; ++j)
-            s += std::max(0.0, 1 - std::fabs(gx - j)) * std::max(0.0, 1 - std::fabs(gy - i)) *
-                 sigm(bt.zg[bt.at(b, i, j)]);
-    return s;
 }
 
 TEST(ModelLoss, VariantNames) {
@@ -399,122 +326,6 @@ TEST(ModelLoss, RejectsBadLabels) {
     b.labels[0].num_fakes = 0;
     b.labels[0].gap_x = NAN;
     EXPECT_THROW(run(config(LossVariant::Sider), b), rt::Error);
-}
-
-// ---- gradients against central finite differences ----
-
-// Three samples on a 5x9 grid: padding (fractional M) in samples 1 and 2, 2 / 1 / 0 fake gaps,
-// rotation in samples 0 and 2, sample 2's slider peak in the padding; so every corrected term
-// averages over fewer samples than the batch. Sample 0's gap is made confident and its fakes' cells cold so that
-// some hard-negative pairs sit on the flat side of the hinge.
-Batch random_batch() {
-    Batch b(3, 5, 9);
-    const auto x = sftest::random_uniform(8 * b.cells(), 1234, -2.5, 2.5);
-    b.set_params(x);
-    const int H = 20, W = 36;
-    std::vector<float> input(3 * H * W);
-    for (int bi = 0; bi < 3; ++bi)
-        for (int y = 0; y < H; ++y)
-            for (int xx = 0; xx < W; ++xx) {
-                const bool valid = bi == 0 || (bi == 1 && xx >= 6 && y < 18) || (bi == 2 && xx < 30 && y >= 3);
-                input[(bi * H + y) * W + xx] = valid ? 1.0f : 0.0f;
-            }
-    model::mask_grid_avg_ref(3, H, W, 1, 0, kS, input.data(), b.m.data());
-    b.labels[0] = label(13.3f, 9.7f, 25.1f, 6.2f, 0.021f, {{30.5f, 14.2f}, {5.7f, 15.9f}});
-    b.labels[1] = label(21.9f, 13.1f, 9.4f, 5.5f, 0.0f, {{17.2f, 3.3f}});
-    b.labels[2] = label(6.6f, 12.4f, 33.3f, 16.7f, -0.03f, {});  // slider peak cell fully padded
-    // s+ of sample 0 at (3.325, 2.425); its fakes at (1.75, 0.75), (0.25, 0.75) (sider) and
-    // (7.625, 3.55), (1.425, 3.975) (corrected).
-    for (auto [i, j] : Cells{{2, 3}, {2, 4}, {3, 3}, {3, 4}}) b.zg[b.at(0, i, j)] = 2.9;
-    const Cells sider_fakes = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}};
-    const Cells corrected_fakes = {{3, 7}, {3, 8}, {4, 7}, {4, 8}, {3, 1}, {3, 2}, {4, 1}, {4, 2}};
-    for (const Cells& cells : {sider_fakes, corrected_fakes})
-        for (auto [i, j] : cells) b.zg[b.at(0, i, j)] = -2.9;
-    return b;
-}
-
-// The hinge arguments 0.5 - s+ + s- of every pair the variant scores, from the independent sampler.
-std::vector<double> hinge_args(const Batch& b, LossVariant v) {
-    std::vector<double> a;
-    int kmax = 0;
-    for (const auto& l : b.labels) kmax = std::max(kmax, int(l.num_fakes));
-    for (int bi = 0; bi < b.n; ++bi) {
-        const data::Label& l = b.labels[bi];
-        const double sp = tent_sample(b, bi, l.gap_x / kS, l.gap_y / kS);
-        const int pairs = v == LossVariant::Sider ? kmax : l.num_fakes;
-        for (int k = 0; k < pairs; ++k) {
-            const int f = std::min(k, l.num_fakes - 1);
-            double fx = 0, fy = 0;
-            if (f >= 0 && v == LossVariant::Sider) fx = int(l.fake_x[f] / kS) / 4.0, fy = int(l.fake_y[f] / kS) / 4.0;
-            if (f >= 0 && v == LossVariant::Corrected) fx = l.fake_x[f] / kS, fy = l.fake_y[f] / kS;
-            a.push_back(0.5 - sp + tent_sample(b, bi, fx, fy));
-        }
-    }
-    return a;
-}
-
-void check_gradient(LossVariant v, const char* term) {
-    LossConfig c = config(v);
-    const std::string t(term);
-    if (t != "all") {
-        c.w_heatmap = t == "heatmap" ? 1.0 : 0.0;
-        c.w_offset = t == "offset" ? 1.0 : 0.0;
-        c.w_hard_negative = t == "hard_negative" ? 1.5 : 0.0;
-        c.w_angle = t == "angle" ? 0.5 : 0.0;
-        c.w_padding_bce = t == "padding_bce" ? 0.3 : 0.0;
-        c.w_y_axis = t == "y_axis" ? 0.8 : 0.0;
-    }
-    Batch b = random_batch();
-    std::vector<double> grad;
-    const LossTerms terms = run(c, b, &grad);
-    // Every term is active and away from its guards; the hinge has pairs on both sides, none near 0.
-    ASSERT_TRUE(terms.angle_used);
-    ASSERT_GT(terms.hard_negative, 0.0);
-    ASSERT_GT(terms.padding_bce, 0.0);
-    ASSERT_EQ(terms.dropped_terms, 0);
-    int active = 0, inactive = 0;
-    for (double a : hinge_args(b, v)) {
-        ASSERT_GT(std::fabs(a), 1e-3);
-        (a > 0 ? active : inactive)++;
-    }
-    ASSERT_GT(active, 0);
-    ASSERT_GT(inactive, 0);
-    const auto f = [&](const std::vector<double>& x) {
-        Batch p = b;
-        p.set_params(x);
-        return run(c, p).total;
-    };
-    const std::vector<double> num = sftest::numeric_gradient(f, b.params(), 1e-5);
-    EXPECT_TRUE(sftest::close_elementwise(grad, num, 2e-8, 1e-5, std::string(model::loss_variant_name(v)) + " " + t));
-    double norm = 0;
-    for (double g : grad) norm += g * g;
-    EXPECT_GT(norm, 1e-6) << t;  // the probe is not trivially zero
-}
-
-const char* const kTerms[] = {"all", "heatmap", "offset", "hard_negative", "angle", "padding_bce", "y_axis"};
-
-TEST(ModelLoss, GradientMatchesFiniteDifferencesSider) {
-    for (const char* t : kTerms) check_gradient(LossVariant::Sider, t);
-}
-
-TEST(ModelLoss, GradientMatchesFiniteDifferencesCorrected) {
-    for (const char* t : kTerms) check_gradient(LossVariant::Corrected, t);
-}
-
-TEST(ModelLoss, FloatInstantiationMatchesDouble) {
-    const Batch b = random_batch();
-    const LossConfig c = config(LossVariant::Sider);
-    std::vector<double> gd;
-    const LossTerms td = run(c, b, &gd);
-    const std::vector<double> xd = b.params();
-    const std::vector<float> x(xd.begin(), xd.end()), m(b.m.begin(), b.m.end());
-    const size_t n = b.cells();
-    std::vector<float> gf(8 * n);
-    const model::HeadLogits<float> z{b.n, b.h, b.w, x.data(), x.data() + n, x.data() + 2 * n, x.data() + 6 * n};
-    const model::HeadGrads<float> g{gf.data(), gf.data() + n, gf.data() + 2 * n, gf.data() + 6 * n};
-    const LossTerms tf = model::loss_forward_backward_ref(c, z, m.data(), b.labels.data(), &g);
-    EXPECT_NEAR(tf.total, td.total, 1e-5 * td.total);
-    EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(gf), gd, 1e-5, "float grads"));
 }
 
 }  // namespace
