@@ -22,13 +22,16 @@ struct LoaderConfig {
     uint64_t seed = 42;
     bool shuffle = true;               // sample-level shuffle per epoch
     bool drop_last = true;
-    int rank = 0, world_size = 1;      // this rank reads every world_size-th sample of the order
+    int rank = 0, world_size = 1;      // this rank reads every world_size-th sample of the order;
+                                       // with world_size > 1 every rank takes floor(total/world_size)
+                                       // of them, so all ranks run the same number of steps
     bool pinned = true;                // pinned host memory when CUDA is usable
 };
 
 struct Cursor {
     uint64_t epoch = 0;
-    uint64_t batch = 0;                // batches of this epoch already handed out
+    uint64_t batch = 0;                // batches of this epoch already handed out (a finished
+                                       // epoch reads as {epoch + 1, 0})
     bool operator==(const Cursor& o) const { return epoch == o.epoch && batch == o.batch; }
 };
 
@@ -41,6 +44,18 @@ struct HostBatch {
     Cursor cursor;                     // the position of this batch
 };
 
+// Counters for tests and the loader benchmark (a consistent snapshot; sequence numbers count from
+// the start cursor).
+struct LoaderStats {
+    uint64_t filled = 0;          // batches completed by workers
+    uint64_t handed = 0;          // batches handed out by next()
+    uint64_t released = 0;        // batches returned by release()
+    uint64_t max_ahead = 0;       // most batches ever claimed by workers and not yet released (<= prefetch)
+    double consumer_wait_s = 0;   // time next() spent blocked waiting for a batch
+    double worker_wait_s = 0;     // time workers spent blocked on a full ring, summed over workers
+    bool pinned = false;          // ring in pinned (page-locked) memory
+};
+
 class Loader {
 public:
     explicit Loader(const LoaderConfig& cfg, Cursor start = {});
@@ -48,14 +63,18 @@ public:
     Loader(const Loader&) = delete;
     Loader& operator=(const Loader&) = delete;
 
-    // The next batch in order; valid until release(). Blocks until it is ready.
+    // The next batch in order; valid until its release(). Blocks until it is ready; re-throws a
+    // worker's error (rt::Error naming file and record), after which the loader stays stopped.
+    // Up to `prefetch` batches may be held at once (more would deadlock and throws).
     const HostBatch& next();
+    // Returns the oldest batch still held to the ring.
     void release();
 
     Cursor cursor() const;             // position after the last batch handed out
     uint64_t dataset_size() const;     // samples in all shards
     uint64_t batches_per_epoch() const;  // for this rank
     const ShardSpec& spec() const;
+    LoaderStats stats() const;
 
 private:
     struct Impl;

@@ -12,6 +12,14 @@
 
 namespace data {
 
+// Format constants (docs/FORMAT.md). Version 1 is the only version this build reads or writes.
+constexpr uint32_t kShardVersion = 1;
+constexpr size_t kShardHeaderBytes = 128;    // fixed header, CRC32 in its last 4 bytes
+constexpr size_t kShardPixelsOffset = 4096;  // pixel records start on a page boundary
+constexpr size_t kLabelRecordBytes = 72;     // one data::Label, little-endian, field by field
+constexpr int kShardMaxDim = 16384;          // height and width limit
+const char* const kShardExtension = ".sfshard";
+
 struct ShardSpec {
     int height = 256;        // letterbox canvas
     int width = 512;
@@ -26,6 +34,17 @@ struct ShardSpec {
 // coordinates, centres outside the image, num_fakes outside 0..kMaxFakeGaps, an empty or
 // out-of-image valid rectangle. `where` prefixes the message (file and record).
 void validate_label(const Label& l, int height, int width, const std::string& where);
+
+// Throws naming `where` when a spec cannot be stored: channels not 1|3, height/width outside
+// 1..kShardMaxDim, or quant4 with an odd number of pixel bytes per sample.
+void validate_spec(const ShardSpec& spec, const std::string& where);
+
+// Bytes one record's pixels occupy in the file: height*width*channels, halved when quant4.
+size_t stored_pixel_bytes(const ShardSpec& spec);
+
+// The 72-byte little-endian label record (docs/FORMAT.md), independent of host layout.
+void encode_label(const Label& l, uint8_t out[kLabelRecordBytes]);
+Label decode_label(const uint8_t in[kLabelRecordBytes]);
 
 class ShardWriter {
 public:
@@ -48,6 +67,9 @@ private:
 class ShardReader {
 public:
     explicit ShardReader(const std::string& path);   // maps and validates header and sizes
+    // The same reader over a shard image already in memory (fuzzing, tests); `data` must outlive
+    // the reader; `name` stands for the file in messages.
+    ShardReader(const uint8_t* data, size_t size, const std::string& name);
     ~ShardReader();
     ShardReader(ShardReader&&) noexcept;
     ShardReader(const ShardReader&) = delete;
@@ -68,7 +90,7 @@ private:
 };
 
 // The *.sfshard files of a directory, sorted by name. Throws if the directory is missing or
-// holds none.
+// holds none (an empty dataset is an error; a shard with count 0 on its own is valid).
 std::vector<std::string> list_shards(const std::string& dir);
 
 }  // namespace data

@@ -12,6 +12,8 @@ PKGS=(
   "libyaml-cpp-dev=0.7.0+dfsg-8+b1"
   "libgtest-dev=1.12.1-0.2"
   "nlohmann-json3-dev=3.11.2-2"
+  "clang-14=1:14.0.6-12"            # libFuzzer targets of the parsers (ctest -L fuzz)
+  "libclang-rt-14-dev=1:14.0.6-12"
 )
 missing=()
 for spec in "${PKGS[@]}"; do

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "tools/commands.h"
 #include "tools/train.h"
 
 namespace {
@@ -15,6 +16,9 @@ const char* kUsage =
     "usage: slidefuse <command> [options]\n"
     "commands:\n"
     "  train     train the model (slidefuse train --help)\n"
+    "  generate  make a synthetic slider-CAPTCHA dataset as compact shards (slidefuse generate --help)\n"
+    "  convert   convert the original's NPY dataset to compact shards (slidefuse convert --help)\n"
+    "  bench     benchmarks: bench loader (slidefuse bench --help)\n"
     "  version   print the version\n";
 
 }  // namespace
@@ -39,6 +43,9 @@ int main(int argc, char** argv) {
             }
             return tools::cmd_train(args);
         }
+        if (cmd == "generate") return tools::cmd_generate(args);
+        if (cmd == "convert") return tools::cmd_convert(args);
+        if (cmd == "bench") return tools::cmd_bench(args);
         std::fprintf(stderr, "slidefuse: unknown command '%s'\n%s", cmd.c_str(), kUsage);
         return 1;
     } catch (const std::exception& e) {

@@ -10,17 +10,17 @@
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <numeric>
 
-#include "data/fixed_batch.h"
 #include "model/eval_step.h"
 #include "model/init.h"
 #include "model/schedule.h"
 #include "model/train_step.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "tools/commands.h"
 #include "tools/config.h"
 #include "tools/progress.h"
+#include "tools/train_data.h"
 
 namespace tools {
 
@@ -69,28 +69,53 @@ std::string default_run_dir(const TrainConfig& c) {
     return c.logging.log_dir + "/" + buf;
 }
 
-// Deterministic per-epoch permutation of the sample indices from (seed, epoch).
-std::vector<int> epoch_order(int n, uint64_t seed, int epoch) {
-    std::vector<int> idx(static_cast<size_t>(n));
-    std::iota(idx.begin(), idx.end(), 0);
-    uint64_t s = model::init_hash(seed, 0x5348554646ull, static_cast<uint64_t>(epoch));
-    for (int i = n - 1; i > 0; --i) {
-        s = model::init_hash(s, 1, static_cast<uint64_t>(i));
-        std::swap(idx[static_cast<size_t>(i)], idx[s % static_cast<uint64_t>(i + 1)]);
-    }
-    return idx;
+model::OptimConfig optim_config(const TrainConfig& c) {
+    model::OptimConfig oc;
+    oc.adamw.lr = c.optimizer.lr;
+    oc.adamw.beta1 = c.optimizer.betas[0];
+    oc.adamw.beta2 = c.optimizer.betas[1];
+    oc.adamw.eps = c.optimizer.eps;
+    oc.adamw.weight_decay = c.optimizer.weight_decay;
+    oc.clip_grad_norm = c.optimizer.clip_grad_norm;
+    return oc;
 }
 
-void load_batch(const data::FixedSamples& d, const std::vector<int>& order, size_t first, int batch, float* input,
-                std::vector<data::Label>& labels) {
-    const size_t per = static_cast<size_t>(d.h) * d.w * d.c;
-    labels.resize(static_cast<size_t>(batch));
-    for (int b = 0; b < batch; ++b) {
-        const size_t s = static_cast<size_t>(order[(first + static_cast<size_t>(b)) % order.size()]);
-        std::copy(d.input.begin() + static_cast<std::ptrdiff_t>(s * per),
-                  d.input.begin() + static_cast<std::ptrdiff_t>((s + 1) * per), input + static_cast<size_t>(b) * per);
-        labels[static_cast<size_t>(b)] = d.labels[s];
+double lr_at(const TrainConfig& c, int epoch, int64_t step, int64_t total) {
+    if (c.sched.type == SchedType::Sgdr)
+        return model::sgdr_lr(c.optimizer.lr, c.sched.cosine_min_lr, c.sched.warmup_epochs, c.sched.t_mult, epoch);
+    return model::warmup_cosine_lr(c.optimizer.lr, c.sched.cosine_min_lr, c.sched.warmup_steps, total, step);
+}
+
+// One pass over the validation data with the original's metrics (MODEL_SPEC §3.5).
+model::Metrics validate(const rt::Exec& ex, model::SiderNet& net, model::EvalStep& eval, BatchSource& val) {
+    model::Metrics m;
+    std::vector<data::Label> labels;
+    std::vector<model::Decoded> decoded;
+    for (uint64_t k = 0; k < val.batches_per_epoch(); ++k) {
+        const int real = val.next(net.input(), labels);
+        eval.run(ex, decoded);
+        for (int b = 0; b < real; ++b) m.add(decoded[static_cast<size_t>(b)], labels[static_cast<size_t>(b)]);
     }
+    return m;
+}
+
+nlohmann::json step_record(int64_t step, int epoch, const model::StepStats& s, double window_loss, int64_t skipped,
+                           double sps) {
+    return {{"step", step},
+            {"epoch", epoch},
+            {"loss", s.mean_loss},
+            {"loss_mean_window", window_loss},
+            {"focal_gap", s.loss.focal_gap},
+            {"focal_slider", s.loss.focal_slider},
+            {"offset", s.loss.offset},
+            {"hard_negative", s.loss.hard_negative},
+            {"angle", s.loss.angle},
+            {"padding_bce", s.loss.padding_bce},
+            {"y_axis", s.loss.y_axis},
+            {"lr", s.lr},
+            {"grad_norm", s.grad_norm},
+            {"skipped_steps", skipped},
+            {"samples_per_s", sps}};
 }
 
 }  // namespace
@@ -108,13 +133,13 @@ int cmd_train(const std::vector<std::string>& argv) {
     SF_CHECK(cfg.train.backend == Backend::Cpu,
              "train.backend=cuda: the CUDA training step is not part of this build yet; run the CPU reference "
              "backend with train.backend=cpu");
-    SF_CHECK(cfg.data.source == DataSource::Fixed,
-             "data.source=%s: only the fixed deterministic samples (data.source=fixed) are available in this build",
-             data_source_name(cfg.data.source));
     const int batch = cfg.train.batch_size, accum = cfg.train.gradient_accumulation_steps;
-    SF_CHECK(cfg.data.num_samples >= static_cast<int64_t>(batch),
-             "data.num_samples (%lld) must be >= train.batch_size (%d)", static_cast<long long>(cfg.data.num_samples),
-             batch);
+    if (cfg.data.source == DataSource::Synthetic) ensure_synthetic_dataset(cfg);
+    std::unique_ptr<BatchSource> train_data = make_batch_source(cfg, SplitRole::Train);
+    std::unique_ptr<BatchSource> val_data = make_batch_source(cfg, SplitRole::Val);
+    const int64_t steps_per_epoch = static_cast<int64_t>(train_data->batches_per_epoch()) / accum;
+    SF_CHECK(steps_per_epoch >= 1, "the training data (%s) is smaller than one optimizer step (%d x %d samples)",
+             train_data->describe().c_str(), batch, accum);
 
     const std::string out = args.out.empty() ? default_run_dir(cfg) : args.out;
     make_dirs(out);
@@ -126,49 +151,30 @@ int cmd_train(const std::vector<std::string>& argv) {
     model::SiderNet net(shape, rt::MemKind::Host);
     const model::Planner& plan = net.plan();
     model::init_parameters(net.table(), cfg.train.seed, plan.master(), plan.buffers(), plan.counters());
-    const data::FixedSamples samples = data::make_fixed_samples(cfg.train.seed, static_cast<int>(cfg.data.num_samples),
-                                                                shape.channels, shape.height, shape.width);
-
-    model::OptimConfig oc;
-    oc.adamw.lr = cfg.optimizer.lr;
-    oc.adamw.beta1 = cfg.optimizer.betas[0];
-    oc.adamw.beta2 = cfg.optimizer.betas[1];
-    oc.adamw.eps = cfg.optimizer.eps;
-    oc.adamw.weight_decay = cfg.optimizer.weight_decay;
-    oc.clip_grad_norm = cfg.optimizer.clip_grad_norm;
-    model::TrainStep step(net, loss_config(cfg), oc);
+    model::TrainStep step(net, loss_config(cfg), optim_config(cfg));
     model::EvalStep eval(net);
     const rt::Exec ex = rt::Exec::cpu();
 
-    const int64_t steps_per_epoch = cfg.data.num_samples / (static_cast<int64_t>(batch) * accum);
-    SF_CHECK(steps_per_epoch >= 1, "data.num_samples (%lld) is smaller than one optimizer step (%d x %d samples)",
-             static_cast<long long>(cfg.data.num_samples), batch, accum);
     int64_t total = steps_per_epoch * cfg.sched.epochs;
     if (cfg.train.max_steps > 0) total = std::min(total, cfg.train.max_steps);
     SF_LOG_INFO(
         "training %s on the CPU reference backend: %zu parameters, batch %d x %d, input %dx%dx%d, %lld steps "
-        "(%lld per epoch), loss %s, output %s",
+        "(%lld per epoch), loss %s; train: %s; val: %s; output %s",
         cfg.model.name.c_str(), net.table().num_parameters(), batch, accum, shape.channels, shape.height, shape.width,
         static_cast<long long>(total), static_cast<long long>(steps_per_epoch),
-        model::loss_variant_name(cfg.loss.variant), out.c_str());
+        model::loss_variant_name(cfg.loss.variant), train_data->describe().c_str(), val_data->describe().c_str(),
+        out.c_str());
 
     Progress progress(total);
     std::vector<data::Label> labels;
-    std::vector<model::Decoded> decoded;
     double first_loss = NAN, last_loss = NAN, window_loss = 0;
     int window = 0;
     int64_t done = 0;
     for (int epoch = 0; done < total; ++epoch) {
-        const std::vector<int> order = epoch_order(static_cast<int>(cfg.data.num_samples), cfg.train.seed, epoch);
-        size_t cursor = 0;
         for (int64_t k = 0; k < steps_per_epoch && done < total; ++k) {
-            const double lr = cfg.sched.type == SchedType::Sgdr
-                                  ? model::sgdr_lr(cfg.optimizer.lr, cfg.sched.cosine_min_lr, cfg.sched.warmup_epochs,
-                                                   cfg.sched.t_mult, epoch)
-                                  : model::warmup_cosine_lr(cfg.optimizer.lr, cfg.sched.cosine_min_lr,
-                                                            cfg.sched.warmup_steps, total, done);
-            for (int a = 0; a < accum; ++a, cursor += static_cast<size_t>(batch)) {
-                load_batch(samples, order, cursor, batch, net.input(), labels);
+            const double lr = lr_at(cfg, epoch, done, total);
+            for (int a = 0; a < accum; ++a) {
+                train_data->next(net.input(), labels);
                 step.micro_step(ex, labels.data(), 1.0 / accum);
             }
             const model::StepStats s = step.optimizer_step(ex, lr);
@@ -183,44 +189,23 @@ int cmd_train(const std::vector<std::string>& argv) {
                 std::snprintf(body, sizeof(body), "epoch %d | loss %.4f | lr %.3e | grad norm %.3e | %.2f samples/s",
                               epoch + 1, window_loss / window, lr, s.grad_norm, sps);
                 progress.update(done, body);
-                nlohmann::json j = {{"step", done},
-                                    {"epoch", epoch + 1},
-                                    {"loss", s.mean_loss},
-                                    {"loss_mean_window", window_loss / window},
-                                    {"focal_gap", s.loss.focal_gap},
-                                    {"focal_slider", s.loss.focal_slider},
-                                    {"offset", s.loss.offset},
-                                    {"hard_negative", s.loss.hard_negative},
-                                    {"angle", s.loss.angle},
-                                    {"padding_bce", s.loss.padding_bce},
-                                    {"y_axis", s.loss.y_axis},
-                                    {"lr", lr},
-                                    {"grad_norm", s.grad_norm},
-                                    {"skipped_steps", step.skipped_steps()},
-                                    {"samples_per_s", sps}};
-                metrics << j.dump() << "\n" << std::flush;
+                metrics << step_record(done, epoch + 1, s, window_loss / window, step.skipped_steps(), sps).dump()
+                        << "\n"
+                        << std::flush;
                 window_loss = 0;
                 window = 0;
             }
         }
-        // Validation at the end of an epoch (and of the run): the original's metrics on the samples.
+        // Validation at the end of an epoch (every eval.eval_interval) and of the run.
         const bool epoch_end = done % steps_per_epoch == 0;
         if ((epoch_end && (epoch + 1) % cfg.eval.eval_interval == 0) || done == total) {
-            model::Metrics m;
-            std::vector<int> identity(static_cast<size_t>(cfg.data.num_samples));
-            std::iota(identity.begin(), identity.end(), 0);
-            for (size_t first = 0; first + static_cast<size_t>(batch) <= identity.size();
-                 first += static_cast<size_t>(batch)) {
-                load_batch(samples, identity, first, batch, net.input(), labels);
-                eval.run(ex, decoded);
-                for (int b = 0; b < batch; ++b) m.add(decoded[static_cast<size_t>(b)], labels[static_cast<size_t>(b)]);
-            }
+            const model::Metrics m = validate(ex, net, eval, *val_data);
             progress.finish();
             std::printf(
-                "validation after epoch %d: mae_px %.3f rmse_px %.3f hit_le_2px %.1f%% hit_le_5px %.1f%% (%zu "
-                "samples)\n",
+                "validation after epoch %d: mae_px %.3f rmse_px %.3f hit_le_2px %.1f%% hit_le_5px %.1f%% "
+                "(%zu samples)\n",
                 epoch + 1, m.mae_px(), m.rmse_px(), m.hit_le_2px(), m.hit_le_5px(), m.count());
-            nlohmann::json j = {
+            const nlohmann::json j = {
                 {"validation", true},           {"epoch", epoch + 1},     {"step", done},
                 {"mae_px", m.mae_px()},         {"rmse_px", m.rmse_px()}, {"hit_le_2px", m.hit_le_2px()},
                 {"hit_le_5px", m.hit_le_5px()}, {"gap_mae", m.gap_mae()}, {"slider_mae", m.slider_mae()},

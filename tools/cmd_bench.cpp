@@ -1,0 +1,286 @@
+// `slidefuse bench <what>`: measurements with the warm-up excluded and an optional JSON record
+// (docs/perf/). Today: `bench loader` — the data loader alone, reading existing shards (nothing is
+// generated) into its (pinned when CUDA is usable) host ring as fast as the training thread can
+// take batches, which releases them at once. Besides samples/s it times, on one thread over the
+// first shard's bytes, what a sample read costs (CRC-32, memcpy, the full ShardReader::read), so
+// the JSON says what bounds the figure.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/crc32.h"
+#include "data/loader.h"
+#include "data/shard.h"
+#include "data/shard_io.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "tools/commands.h"
+
+namespace tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+const char* kBenchUsage =
+    "usage: slidefuse bench <what> [options]\n"
+    "  loader   the data loader alone:\n"
+    "           slidefuse bench loader --data DIR [--batch 128] [--workers 2] [--prefetch 4]\n"
+    "                                  [--seconds 10] [--warmup 2] [--no-shuffle] [--json OUT]\n";
+
+struct LoaderArgs {
+    std::string data, json;
+    int batch = 128, workers = 2, prefetch = 4;
+    double seconds = 10, warmup = 2;
+    bool shuffle = true;
+};
+
+int parse_int(const std::string& opt, const std::string& v, int lo) {
+    size_t used = 0;
+    int x = 0;
+    try {
+        x = std::stoi(v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    SF_CHECK(used == v.size() && x >= lo, "%s: expected an integer >= %d, got '%s'", opt.c_str(), lo, v.c_str());
+    return x;
+}
+
+double parse_seconds(const std::string& opt, const std::string& v) {
+    size_t used = 0;
+    double x = 0;
+    try {
+        x = std::stod(v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    SF_CHECK(used == v.size() && x >= 0 && x < 1e6, "%s: expected seconds >= 0, got '%s'", opt.c_str(), v.c_str());
+    return x;
+}
+
+LoaderArgs parse_loader_args(const std::vector<std::string>& args) {
+    LoaderArgs a;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& s = args[i];
+        if (s == "--no-shuffle") {
+            a.shuffle = false;
+            continue;
+        }
+        SF_CHECK(s.rfind("--", 0) == 0, "bench loader: unexpected argument '%s'\n%s", s.c_str(), kBenchUsage);
+        SF_CHECK(i + 1 < args.size(), "bench loader: %s needs a value", s.c_str());
+        const std::string& v = args[++i];
+        if (s == "--data")
+            a.data = v;
+        else if (s == "--json")
+            a.json = v;
+        else if (s == "--batch")
+            a.batch = parse_int(s, v, 1);
+        else if (s == "--workers")
+            a.workers = parse_int(s, v, 1);
+        else if (s == "--prefetch")
+            a.prefetch = parse_int(s, v, 1);
+        else if (s == "--seconds")
+            a.seconds = parse_seconds(s, v);
+        else if (s == "--warmup")
+            a.warmup = parse_seconds(s, v);
+        else
+            SF_FAIL("bench loader: unknown option '%s'\n%s", s.c_str(), kBenchUsage);
+    }
+    SF_CHECK(!a.data.empty(), "bench loader: missing --data DIR (a folder of *.sfshard files)\n%s", kBenchUsage);
+    SF_CHECK(a.seconds > 0, "bench loader: --seconds must be > 0");
+    return a;
+}
+
+nlohmann::json machine_info() {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    std::string cpu;
+    std::ifstream info("/proc/cpuinfo");
+    for (std::string line; cpu.empty() && std::getline(info, line);)
+        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+            cpu = line.substr(line.find(':') + 2);
+    const double mem_gib =
+        static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 30);
+    nlohmann::json m = {{"hostname", host},
+                        {"cpu", cpu},
+                        {"logical_cpus", std::thread::hardware_concurrency()},
+                        {"memory_gib", mem_gib}};
+    std::string why;
+    cudaDeviceProp prop{};
+    if (rt::cuda_device_available(&why) && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        m["gpu"] = prop.name;
+    else
+        m["gpu"] = nullptr;
+    return m;
+}
+
+std::string utc_now() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+// One thread, over (up to 256 MiB of) the first shard's bytes: GB/s of CRC-32 and of memcpy from
+// the mapping, and samples/s of ShardReader::read (CRC + label check + copy). Page-cache warm
+// after the loader run.
+nlohmann::json single_thread_costs(const std::string& shard_path) {
+    const data::ShardReader reader(shard_path);
+    const data::MappedFile file(shard_path);
+    const size_t pb = reader.pixel_bytes();
+    const size_t samples = std::min(reader.count(), std::max<size_t>(1, (size_t{256} << 20) / std::max<size_t>(pb, 1)));
+    const size_t bytes = std::min(file.size() - std::min(file.size(), data::kShardPixelsOffset), samples * pb);
+    std::vector<uint8_t> dst(pb);
+    nlohmann::json j = {{"samples", samples}};
+    if (bytes == 0 || samples == 0) return j;
+    const uint8_t* src = file.data() + data::kShardPixelsOffset;
+    uint32_t crc = 0;
+    Clock::time_point t0 = Clock::now();
+    for (size_t off = 0; off + pb <= bytes; off += pb) crc ^= data::crc32(src + off, pb);
+    const double t_crc = since(t0);
+    t0 = Clock::now();
+    for (size_t off = 0; off + pb <= bytes; off += pb) std::copy(src + off, src + off + pb, dst.data());
+    const double t_copy = since(t0);
+    t0 = Clock::now();
+    for (size_t i = 0; i < samples; ++i) reader.read(i, dst.data());
+    const double t_read = since(t0);
+    j["crc32_gb_per_s"] = bytes / t_crc / 1e9;
+    j["memcpy_gb_per_s"] = bytes / t_copy / 1e9;
+    j["read_samples_per_s"] = samples / t_read;
+    j["crc_checksum_xor"] = crc;  // keeps the CRC loop from being optimised away
+    return j;
+}
+
+// Warm-up, then next()/release() as fast as possible for a.seconds; the loader's own counters say
+// who waited on whom.
+nlohmann::json time_loader(data::Loader& loader, const LoaderArgs& a, double sample_bytes) {
+    const Clock::time_point w0 = Clock::now();
+    do {
+        loader.next();
+        loader.release();
+    } while (since(w0) < a.warmup);
+
+    const data::LoaderStats s0 = loader.stats();
+    uint64_t samples = 0, batches = 0;
+    const Clock::time_point t0 = Clock::now();
+    double elapsed = 0;
+    do {
+        samples += static_cast<uint64_t>(loader.next().n);
+        loader.release();
+        ++batches;
+        elapsed = since(t0);
+    } while (elapsed < a.seconds);
+    const data::LoaderStats s1 = loader.stats();
+    const data::Cursor end = loader.cursor();
+
+    const double sps = samples / elapsed;
+    return {
+        {"samples_per_s", sps},
+        {"batches_per_s", batches / elapsed},
+        {"mb_per_s", sps * sample_bytes / 1e6},
+        {"samples", samples},
+        {"batches", batches},
+        {"seconds", elapsed},
+        {"memory", s1.pinned ? "pinned" : "host"},
+        {"consumer_wait_fraction", (s1.consumer_wait_s - s0.consumer_wait_s) / elapsed},
+        {"worker_wait_fraction", (s1.worker_wait_s - s0.worker_wait_s) / (elapsed * a.workers)},
+        {"epochs_read", static_cast<double>(end.epoch) + static_cast<double>(end.batch) / loader.batches_per_epoch()},
+        {"crc_checked", true}};
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+    std::ofstream out(path);
+    SF_CHECK(out.good(), "bench: cannot write %s", path.c_str());
+    out << j.dump(2) << "\n";
+    SF_CHECK(out.good(), "bench: writing %s failed", path.c_str());
+}
+
+int bench_loader(const std::vector<std::string>& args) {
+    const LoaderArgs a = parse_loader_args(args);
+    data::LoaderConfig cfg;
+    cfg.shards = data::list_shards(a.data);
+    cfg.batch_size = a.batch;
+    cfg.workers = a.workers;
+    cfg.prefetch = a.prefetch;
+    cfg.shuffle = a.shuffle;
+    cfg.drop_last = true;
+    cfg.pinned = true;
+    data::Loader loader(cfg);
+    const data::ShardSpec spec = loader.spec();
+    const double sample_bytes = static_cast<double>(spec.height) * spec.width * spec.channels;
+
+    const nlohmann::json result = time_loader(loader, a, sample_bytes);
+    std::printf(
+        "bench loader: %.0f samples/s (%.1f batches/s, %.0f MB/s) into %s host memory; %d workers, batch %d, "
+        "prefetch %d, %s; training thread waited %.0f%% of the time, workers %.0f%%\n",
+        result["samples_per_s"].get<double>(), result["batches_per_s"].get<double>(), result["mb_per_s"].get<double>(),
+        result["memory"] == "pinned" ? "pinned" : "pageable", a.workers, a.batch, a.prefetch,
+        a.shuffle ? "shuffled" : "in file order", 100 * result["consumer_wait_fraction"].get<double>(),
+        100 * result["worker_wait_fraction"].get<double>());
+
+    const nlohmann::json costs = single_thread_costs(cfg.shards[0]);
+    if (costs.contains("crc32_gb_per_s"))
+        std::printf(
+            "one thread: CRC-32 %.2f GB/s, memcpy %.2f GB/s, ShardReader::read %.0f samples/s (%.0f bytes each)\n",
+            costs["crc32_gb_per_s"].get<double>(), costs["memcpy_gb_per_s"].get<double>(),
+            costs["read_samples_per_s"].get<double>(), sample_bytes);
+
+    if (!a.json.empty()) {
+        std::string command = "slidefuse bench loader";
+        for (const std::string& s : args) command += " " + s;
+        const nlohmann::json sample = {{"height", spec.height},
+                                       {"width", spec.width},
+                                       {"channels", spec.channels},
+                                       {"quant4", spec.quant4},
+                                       {"bytes", sample_bytes}};
+        const nlohmann::json config = {{"prefetch", a.prefetch},
+                                       {"shuffle", a.shuffle},
+                                       {"warmup_s", a.warmup},
+                                       {"shards", cfg.shards.size()},
+                                       {"dataset_samples", loader.dataset_size()},
+                                       {"sample", sample}};
+        write_json(a.json, {{"bench", "loader"},
+                            {"date", utc_now()},
+                            {"command", command},
+                            {"machine", machine_info()},
+                            {"threads", a.workers},
+                            {"batch", a.batch},
+                            {"config", config},
+                            {"result", result},
+                            {"single_thread", costs}});
+    }
+    return 0;
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& args) {
+    if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+        std::fputs(kBenchUsage, args.empty() ? stderr : stdout);
+        return args.empty() ? 1 : 0;
+    }
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (args[0] == "loader") {
+        if (!rest.empty() && (rest[0] == "--help" || rest[0] == "-h")) {
+            std::fputs(kBenchUsage, stdout);
+            return 0;
+        }
+        return bench_loader(rest);
+    }
+    SF_FAIL("bench: unknown benchmark '%s'\n%s", args[0].c_str(), kBenchUsage);
+}
+
+}  // namespace tools

@@ -1,0 +1,171 @@
+#include "tools/train_data.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "data/fixed_batch.h"
+#include "data/generator.h"
+#include "data/loader.h"
+#include "kernels/preprocess.h"
+#include "model/init.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "tools/progress.h"
+
+namespace tools {
+
+namespace {
+
+int model_pixel_channels(const TrainConfig& c) { return c.model.input_channels - 1; }  // the last is the mask
+
+// ---- fixed: the deterministic samples, shuffled per epoch from (seed, epoch) ----
+class FixedSource : public BatchSource {
+public:
+    FixedSource(const TrainConfig& c, SplitRole role)
+        : batch_(c.train.batch_size),
+          role_(role),
+          d_(data::make_fixed_samples(c.train.seed, static_cast<int>(c.data.num_samples), c.model.input_channels,
+                                      c.model.input_height, c.model.input_width)),
+          seed_(c.train.seed) {
+        SF_CHECK(c.data.num_samples >= batch_, "data.num_samples (%lld) must be >= train.batch_size (%d)",
+                 static_cast<long long>(c.data.num_samples), batch_);
+    }
+    int next(float* input, std::vector<data::Label>& labels) override {
+        if (pos_ + static_cast<size_t>(batch_) > order_.size() || order_.empty()) {
+            // Train: a new permutation per epoch; validation: every sample once, in order.
+            order_.resize(static_cast<size_t>(d_.n));
+            for (int i = 0; i < d_.n; ++i) order_[static_cast<size_t>(i)] = i;
+            if (role_ == SplitRole::Train) {
+                uint64_t s = model::init_hash(seed_, 0x5348554646ull, epoch_++);
+                for (int i = d_.n - 1; i > 0; --i) {
+                    s = model::init_hash(s, 1, static_cast<uint64_t>(i));
+                    std::swap(order_[static_cast<size_t>(i)], order_[s % static_cast<uint64_t>(i + 1)]);
+                }
+            }
+            pos_ = 0;
+        }
+        const size_t per = static_cast<size_t>(d_.h) * d_.w * d_.c;
+        labels.resize(static_cast<size_t>(batch_));
+        for (int b = 0; b < batch_; ++b) {
+            const size_t s = static_cast<size_t>(order_[pos_ + static_cast<size_t>(b)]);
+            std::copy(d_.input.begin() + static_cast<std::ptrdiff_t>(s * per),
+                      d_.input.begin() + static_cast<std::ptrdiff_t>((s + 1) * per), input + b * per);
+            labels[static_cast<size_t>(b)] = d_.labels[s];
+        }
+        pos_ += static_cast<size_t>(batch_);
+        return batch_;
+    }
+    uint64_t batches_per_epoch() const override { return static_cast<uint64_t>(d_.n / batch_); }
+    uint64_t samples() const override { return static_cast<uint64_t>(d_.n); }
+    std::string describe() const override { return rt::format("%d fixed deterministic samples", d_.n); }
+
+private:
+    int batch_;
+    SplitRole role_;
+    data::FixedSamples d_;
+    uint64_t seed_;
+    uint64_t epoch_ = 0;
+    std::vector<int> order_;
+    size_t pos_ = 0;
+};
+
+// ---- shards: the loader, then the uint8 -> float preprocessing of the CPU backend ----
+class ShardSource : public BatchSource {
+public:
+    ShardSource(const TrainConfig& c, SplitRole role, const std::string& dir) : batch_(c.train.batch_size), dir_(dir) {
+        data::LoaderConfig lc;
+        lc.shards = data::list_shards(dir);
+        lc.batch_size = batch_;
+        lc.workers = std::max(1, c.train.num_workers);
+        lc.prefetch = std::max(2, c.train.prefetch_factor);
+        lc.seed = c.train.seed;
+        lc.shuffle = role == SplitRole::Train;
+        lc.drop_last = role == SplitRole::Train;
+        loader_ = std::make_unique<data::Loader>(lc);
+        const data::ShardSpec& s = loader_->spec();
+        SF_CHECK(s.height == c.model.input_height && s.width == c.model.input_width,
+                 "%s: shards are %dx%d, the model input is %dx%d (model.input_height/width)", dir.c_str(), s.height,
+                 s.width, c.model.input_height, c.model.input_width);
+        SF_CHECK(s.channels == model_pixel_channels(c),
+                 "%s: shards hold %d pixel channel(s); model.input_channels=%d needs %d", dir.c_str(), s.channels,
+                 c.model.input_channels, model_pixel_channels(c));
+        SF_CHECK(loader_->batches_per_epoch() >= 1, "%s: %llu samples is less than one batch of %d", dir.c_str(),
+                 static_cast<unsigned long long>(loader_->dataset_size()), batch_);
+    }
+    int next(float* input, std::vector<data::Label>& labels) override {
+        const data::HostBatch& b = loader_->next();
+        const data::ShardSpec& s = b.spec;
+        const size_t per_in = static_cast<size_t>(s.height) * s.width * (s.channels + 1);
+        labels.assign(b.labels, b.labels + b.n);
+        kern::preprocess_ref(b.n, s.height, s.width, s.channels, b.pixels, b.labels, input);
+        loader_->release();
+        for (int i = b.n; i < batch_; ++i) {  // pad a short validation batch with its last sample
+            std::copy(input + static_cast<size_t>(b.n - 1) * per_in, input + static_cast<size_t>(b.n) * per_in,
+                      input + static_cast<size_t>(i) * per_in);
+            labels.push_back(labels.back());
+        }
+        return b.n;
+    }
+    uint64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
+    uint64_t samples() const override { return loader_->dataset_size(); }
+    std::string describe() const override {
+        return rt::format("%llu samples in %s", static_cast<unsigned long long>(loader_->dataset_size()), dir_.c_str());
+    }
+
+private:
+    int batch_;
+    std::string dir_;
+    std::unique_ptr<data::Loader> loader_;
+};
+
+bool has_shards(const std::string& dir) {
+    try {
+        return !data::list_shards(dir).empty();
+    } catch (const rt::Error&) {
+        return false;
+    }
+}
+
+}  // namespace
+
+bool ensure_synthetic_dataset(const TrainConfig& c) {
+    const std::string root = c.data.processed_dir;
+    if (has_shards(root + "/train")) return false;
+    // The train split takes 80% of the backgrounds: generate enough for data.num_samples of them.
+    const uint64_t count = static_cast<uint64_t>(std::ceil(static_cast<double>(c.data.num_samples) / 0.8));
+    data::GenConfig g;
+    g.seed = c.train.seed;
+    g.height = c.model.input_height;
+    g.width = c.model.input_width;
+    g.channels = model_pixel_channels(c);
+    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    SF_LOG_INFO("data.source=synthetic: no shards in %s/train; generating %llu samples there (%d threads)",
+                root.c_str(), static_cast<unsigned long long>(count), threads);
+    Progress progress(static_cast<int64_t>(count));
+    const data::DatasetSummary s =
+        data::generate_dataset(g, count, root, threads, 4096, [&](uint64_t done, uint64_t, double) {
+            progress.update(static_cast<int64_t>(done), "generating synthetic dataset");
+        });
+    progress.finish();
+    SF_LOG_INFO("generated train %llu / val %llu / test %llu samples in %.1f s",
+                static_cast<unsigned long long>(s.samples[0]), static_cast<unsigned long long>(s.samples[1]),
+                static_cast<unsigned long long>(s.samples[2]), s.seconds);
+    return true;
+}
+
+std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& c, SplitRole role) {
+    switch (c.data.source) {
+        case DataSource::Fixed: return std::make_unique<FixedSource>(c, role);
+        case DataSource::Synthetic:
+        case DataSource::Shards:
+            return std::make_unique<ShardSource>(c, role,
+                                                 c.data.processed_dir + (role == SplitRole::Train ? "/train" : "/val"));
+    }
+    SF_FAIL("unknown data source");
+}
+
+}  // namespace tools
