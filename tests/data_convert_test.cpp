@@ -17,24 +17,13 @@
 #include "data/shard.h"
 #include "data/sider_import.h"
 #include "runtime/error.h"
+#include "tests/support/compare.h"
 #include "tools/commands.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-#define EXPECT_ERROR(stmt, ...)                                                \
-    do {                                                                       \
-        try {                                                                  \
-            stmt;                                                              \
-            ADD_FAILURE() << "no error from: " #stmt;                          \
-        } catch (const rt::Error& e) {                                         \
-            for (const char* part : {__VA_ARGS__})                             \
-                EXPECT_NE(std::string(e.what()).find(part), std::string::npos) \
-                    << "message lacks '" << part << "': " << e.what();         \
-        }                                                                      \
-    } while (0)
 
 // np.save's version 1.0 layout for a little-endian array.
 void write_npy(const fs::path& p, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
@@ -268,12 +257,13 @@ TEST_F(ConvertTest, CommandLine) {
         tools::cmd_convert({"--in", in_.string(), "--out", out_.string(), "--split", "test", "--shard-size", "2"}), 0);
     EXPECT_EQ(data::list_shards((out_ / "test").string()).size(), 2u);
     EXPECT_EQ(tools::cmd_convert({"--help"}), 0);
-    EXPECT_ERROR(tools::cmd_convert({"--in", in_.string()}), "needs --in and --out");
-    EXPECT_ERROR(tools::cmd_convert({"--bogus"}), "unknown option '--bogus'");
-    EXPECT_ERROR(tools::cmd_convert({"--in", "a", "--out", "b", "--shard-size", "x"}), "--shard-size", "'x'");
-    EXPECT_ERROR(tools::cmd_convert({"--in", in_.string(), "--out", out_.string(), "--split", "dev"}), "split 'dev'");
-    EXPECT_ERROR(tools::cmd_convert({"--in", in_.string(), "--out", out_.string(), "--split", "test"}),
-                 "already holds shards");
+    SF_EXPECT_ERROR(tools::cmd_convert({"--in", in_.string()}), "needs --in and --out");
+    SF_EXPECT_ERROR(tools::cmd_convert({"--bogus"}), "unknown option '--bogus'");
+    SF_EXPECT_ERROR(tools::cmd_convert({"--in", "a", "--out", "b", "--shard-size", "x"}), "--shard-size", "'x'");
+    SF_EXPECT_ERROR(tools::cmd_convert({"--in", in_.string(), "--out", out_.string(), "--split", "dev"}),
+                    "split 'dev'");
+    SF_EXPECT_ERROR(tools::cmd_convert({"--in", in_.string(), "--out", out_.string(), "--split", "test"}),
+                    "already holds shards");
 }
 
 // ---- bad inputs: one clear error naming the file, nothing written ----
@@ -287,7 +277,7 @@ protected:
     // Converts expecting an error containing `parts`, then checks that nothing was left in out_.
     template <class... P>
     void expect_fails(const std::string& split, P... parts) {
-        EXPECT_ERROR(data::convert_sider(opts(split, 1)), parts...);
+        SF_EXPECT_ERROR(data::convert_sider(opts(split, 1)), parts...);
         EXPECT_FALSE(fs::exists(out_)) << "the failed run left " << out_;
     }
     fs::path lab(const std::string& name) const { return in_ / "labels" / "train" / name; }
@@ -309,7 +299,7 @@ TEST_F(ConvertErrorTest, MissingExtraAndUnmatchedFiles) {
     fs::copy_file(lab("train_0001_meta.json"), lab("train_0002_meta.json"));
     expect_fails("train", "train_0002_meta.json", "no matching image");
     fs::remove(lab("train_0002_meta.json"));
-    EXPECT_ERROR(data::convert_sider(opts("val")), "val", "no such directory");
+    SF_EXPECT_ERROR(data::convert_sider(opts("val")), "val", "no such directory");
     fs::create_directories(in_ / "images" / "val"), fs::create_directories(in_ / "labels" / "val");
     expect_fails("val", "images/val", "holds no val_NNNN.npy files");
 }
@@ -393,14 +383,14 @@ TEST_F(ConvertErrorTest, ExistingShardsAreNotOverwrittenAndPreexistingOutputStay
     write_batch(in_, "train", 0, good_);
     fs::create_directories(out_ / "train");
     std::ofstream(out_ / "train" / "old.sfshard") << "keep";
-    EXPECT_ERROR(data::convert_sider(opts("train")), "already holds shards", "old.sfshard");
+    SF_EXPECT_ERROR(data::convert_sider(opts("train")), "already holds shards", "old.sfshard");
     EXPECT_TRUE(fs::exists(out_ / "train" / "old.sfshard"));
     fs::remove(out_ / "train" / "old.sfshard");
     Batch b = good_;
     b.off[5] = 0.f;   // harmless
     b.heat[0] = 2.f;  // sample 0 gap heatmap out of range
     write_batch(in_, "train", 1, b);
-    EXPECT_ERROR(data::convert_sider(opts("train", 1)), "train_0001_heatmaps.npy", "outside [0, 1]");
+    SF_EXPECT_ERROR(data::convert_sider(opts("train", 1)), "train_0001_heatmaps.npy", "outside [0, 1]");
     EXPECT_TRUE(fs::is_directory(out_ / "train")) << "folders that existed before the run stay";
     EXPECT_TRUE(fs::is_empty(out_ / "train"));
 }

@@ -20,6 +20,7 @@
 #include "data/png.h"
 #include "data/shard.h"
 #include "runtime/error.h"
+#include "tests/support/compare.h"
 #include "tools/commands.h"
 
 namespace {
@@ -329,15 +330,6 @@ TEST(DataGenerator, PreviewDrawsTheLabels) {
 uint32_t be32(const std::vector<uint8_t>& b, size_t o) {
     return (static_cast<uint32_t>(b[o]) << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3];
 }
-uint32_t crc_bitwise(const uint8_t* p, size_t n) {
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; ++i) {
-        c ^= p[i];
-        for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-    }
-    return ~c;
-}
-
 // Returns the pixels of a PNG made of stored deflate blocks, checking every structure on the way.
 std::vector<uint8_t> decode_stored_png(const std::vector<uint8_t>& b, int* w, int* h, int* channels) {
     static const uint8_t kSig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
@@ -347,7 +339,7 @@ std::vector<uint8_t> decode_stored_png(const std::vector<uint8_t>& b, int* w, in
     for (size_t o = 8; o + 12 <= b.size();) {
         const uint32_t len = be32(b, o);
         const std::string type(b.begin() + static_cast<long>(o) + 4, b.begin() + static_cast<long>(o) + 8);
-        EXPECT_EQ(be32(b, o + 8 + len), crc_bitwise(&b[o + 4], len + 4)) << "CRC of " << type;
+        EXPECT_EQ(be32(b, o + 8 + len), sftest::crc32_bitwise(&b[o + 4], len + 4)) << "CRC of " << type;
         types.push_back(type);
         if (type == "IHDR") {
             EXPECT_EQ(len, 13u);

@@ -11,20 +11,9 @@
 
 #include "data/npy.h"
 #include "runtime/error.h"
+#include "tests/support/compare.h"
 
 namespace {
-
-#define EXPECT_ERROR(stmt, ...)                                                \
-    do {                                                                       \
-        try {                                                                  \
-            stmt;                                                              \
-            ADD_FAILURE() << "no error from: " #stmt;                          \
-        } catch (const rt::Error& e) {                                         \
-            for (const char* part : {__VA_ARGS__})                             \
-                EXPECT_NE(std::string(e.what()).find(part), std::string::npos) \
-                    << "message lacks '" << part << "': " << e.what();         \
-        }                                                                      \
-    } while (0)
 
 // An .npy image as np.save writes it: magic, version, little-endian header length, the dict
 // padded with spaces to a 64-byte boundary and ended by '\n', then the data.
@@ -139,7 +128,7 @@ TEST(Npy, MemoryMappedFile) {
         EXPECT_EQ(moved.array().f32(6), 7.f);
     }
     std::filesystem::remove(p);
-    EXPECT_ERROR(data::NpyFile{p}, p.c_str(), "cannot open");
+    SF_EXPECT_ERROR(data::NpyFile{p}, p.c_str(), "cannot open");
 }
 
 TEST(Npy, MalformedFilesAreRejectedWithTheirReason) {
@@ -149,69 +138,71 @@ TEST(Npy, MalformedFilesAreRejectedWithTheirReason) {
 
     auto b = good;
     b[1] = 'X';
-    EXPECT_ERROR(parse(b), "t.npy", "bad magic");
-    EXPECT_ERROR(parse(std::vector<uint8_t>(good.begin(), good.begin() + 5)), "t.npy", "truncated");
-    EXPECT_ERROR(parse(std::vector<uint8_t>(good.begin(), good.begin() + 40)), "t.npy", "truncated NPY header");
+    SF_EXPECT_ERROR(parse(b), "t.npy", "bad magic");
+    SF_EXPECT_ERROR(parse(std::vector<uint8_t>(good.begin(), good.begin() + 5)), "t.npy", "truncated");
+    SF_EXPECT_ERROR(parse(std::vector<uint8_t>(good.begin(), good.begin() + 40)), "t.npy", "truncated NPY header");
     b = good;
     b[6] = 4;
-    EXPECT_ERROR(parse(b), "t.npy", "version 4.0");
+    SF_EXPECT_ERROR(parse(b), "t.npy", "version 4.0");
     b = good;
     b[7] = 1;
-    EXPECT_ERROR(parse(b), "t.npy", "version 1.1");
+    SF_EXPECT_ERROR(parse(b), "t.npy", "version 1.1");
 
-    EXPECT_ERROR(parse(npy(1, dict("<c8", "(2, 3)"), d6)), "t.npy", "unsupported dtype '<c8'");
-    EXPECT_ERROR(parse(npy(1, dict("<f2", "(2, 3)"), d6)), "t.npy", "unsupported dtype '<f2'");
-    EXPECT_ERROR(parse(npy(1, dict("<U5", "(2, 3)"), d6)), "t.npy", "unsupported dtype '<U5'");
-    EXPECT_ERROR(parse(npy(1, dict(">f4", "(2, 3)"), d6)), "t.npy", "big-endian", "'>f4'");
-    EXPECT_ERROR(parse(npy(1, dict("|f4", "(2, 3)"), d6)), "t.npy", "'|f4'");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(2, 3)", "True"), d6)), "t.npy", "fortran_order True");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(2, 4)"), d6)), "t.npy", "data size mismatch", "(2, 4)");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(1, 3)"), d6)), "t.npy", "data size mismatch", "needs 12 bytes", "has 24");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(4611686018427387904, 4611686018427387904)"), d6)), "t.npy",
-                 "data size mismatch");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(99999999999999999999,)"), d6)), "t.npy", "integer too large");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<c8", "(2, 3)"), d6)), "t.npy", "unsupported dtype '<c8'");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f2", "(2, 3)"), d6)), "t.npy", "unsupported dtype '<f2'");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<U5", "(2, 3)"), d6)), "t.npy", "unsupported dtype '<U5'");
+    SF_EXPECT_ERROR(parse(npy(1, dict(">f4", "(2, 3)"), d6)), "t.npy", "big-endian", "'>f4'");
+    SF_EXPECT_ERROR(parse(npy(1, dict("|f4", "(2, 3)"), d6)), "t.npy", "'|f4'");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(2, 3)", "True"), d6)), "t.npy", "fortran_order True");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(2, 4)"), d6)), "t.npy", "data size mismatch", "(2, 4)");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(1, 3)"), d6)), "t.npy", "data size mismatch", "needs 12 bytes",
+                    "has 24");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(4611686018427387904, 4611686018427387904)"), d6)), "t.npy",
+                    "data size mismatch");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(99999999999999999999,)"), d6)), "t.npy", "integer too large");
 
     // Header syntax and schema.
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(6)"), d6)), "t.npy", "not a tuple");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(-6,)"), d6)), "t.npy", "non-negative integer");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(06,)"), d6)), "t.npy", "leading zero");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "[6]"), d6)), "t.npy", "list");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(2, 3)", "false"), d6)), "t.npy", "malformed NPY header");
-    EXPECT_ERROR(parse(npy(1, dict("<f4", "(2, 3)", "Truely"), d6)), "t.npy", "malformed NPY header");
-    EXPECT_ERROR(parse(npy(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,)}", d6)), "t.npy",
-                 "structured dtype");
-    EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'shape': (2, 3)}", d6)), "t.npy", "lacks the key 'fortran_order'");
-    EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': True}", d6)), "t.npy",
-                 "unexpected key 'x'");
-    EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}", d6)),
-                 "t.npy", "repeats the key 'descr'");
-    EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)} x", d6)), "t.npy",
-                 "after the dict");
-    EXPECT_ERROR(parse(npy(1, "{'descr': '<f4' 'fortran_order': False, 'shape': (2, 3)}", d6)), "t.npy",
-                 "expected ','");
-    EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)", d6)), "t.npy",
-                 "malformed NPY header");
-    EXPECT_ERROR(parse(npy(1, "{'descr': 7, 'fortran_order': False, 'shape': (2, 3)}", d6)), "t.npy",
-                 "malformed NPY header");
-    EXPECT_ERROR(parse(npy(1, "{'descr': 'a\\'b', 'fortran_order': False, 'shape': (2, 3)}", d6)), "t.npy", "escape");
-    EXPECT_ERROR(parse(npy(1, "{'descr': True, 'fortran_order': False, 'shape': (2, 3)}", d6)), "t.npy",
-                 "'descr' is not a string");
-    EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': 0, 'shape': (2, 3)}", d6)), "t.npy",
-                 "malformed NPY header");
-    EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': (), 'shape': (2, 3)}", d6)), "t.npy",
-                 "'fortran_order' is not True or False");
-    EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': '6'}", d6)), "t.npy",
-                 "'shape' is not a tuple");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(6)"), d6)), "t.npy", "not a tuple");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(-6,)"), d6)), "t.npy", "non-negative integer");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(06,)"), d6)), "t.npy", "leading zero");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "[6]"), d6)), "t.npy", "list");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(2, 3)", "false"), d6)), "t.npy", "malformed NPY header");
+    SF_EXPECT_ERROR(parse(npy(1, dict("<f4", "(2, 3)", "Truely"), d6)), "t.npy", "malformed NPY header");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,)}", d6)), "t.npy",
+                    "structured dtype");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'shape': (2, 3)}", d6)), "t.npy", "lacks the key 'fortran_order'");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': True}", d6)), "t.npy",
+                    "unexpected key 'x'");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}", d6)),
+                    "t.npy", "repeats the key 'descr'");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)} x", d6)), "t.npy",
+                    "after the dict");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': '<f4' 'fortran_order': False, 'shape': (2, 3)}", d6)), "t.npy",
+                    "expected ','");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)", d6)), "t.npy",
+                    "malformed NPY header");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': 7, 'fortran_order': False, 'shape': (2, 3)}", d6)), "t.npy",
+                    "malformed NPY header");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': 'a\\'b', 'fortran_order': False, 'shape': (2, 3)}", d6)), "t.npy",
+                    "escape");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': True, 'fortran_order': False, 'shape': (2, 3)}", d6)), "t.npy",
+                    "'descr' is not a string");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': 0, 'shape': (2, 3)}", d6)), "t.npy",
+                    "malformed NPY header");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': (), 'shape': (2, 3)}", d6)), "t.npy",
+                    "'fortran_order' is not True or False");
+    SF_EXPECT_ERROR(parse(npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': '6'}", d6)), "t.npy",
+                    "'shape' is not a tuple");
     b = good;
     b[127] = ' ';  // the header's final '\n'
-    EXPECT_ERROR(parse(b), "t.npy", "newline");
+    SF_EXPECT_ERROR(parse(b), "t.npy", "newline");
 }
 
 TEST(Npy, ExpectNamesFileDtypeAndShape) {
     const auto a = parse(npy(1, dict("<f8", "(2, 3)"), bytes_of(std::vector<double>(6))));
-    EXPECT_ERROR(a.expect(data::NpyDType::Float32, {2, 3}), "t.npy", "dtype '<f8', expected '<f4'");
-    EXPECT_ERROR(a.expect(data::NpyDType::Float64, {2, 4}), "t.npy", "shape (2, 3), expected (2, 4)");
-    EXPECT_ERROR(a.expect(data::NpyDType::Float64, {-1}), "t.npy", "expected (*,)");
+    SF_EXPECT_ERROR(a.expect(data::NpyDType::Float32, {2, 3}), "t.npy", "dtype '<f8', expected '<f4'");
+    SF_EXPECT_ERROR(a.expect(data::NpyDType::Float64, {2, 4}), "t.npy", "shape (2, 3), expected (2, 4)");
+    SF_EXPECT_ERROR(a.expect(data::NpyDType::Float64, {-1}), "t.npy", "expected (*,)");
     EXPECT_STREQ(data::npy_dtype_name(data::NpyDType::UInt8), "|u1");
     EXPECT_EQ(data::npy_dtype_size(data::NpyDType::Int64), 8u);
 }

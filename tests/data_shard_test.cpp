@@ -16,32 +16,11 @@
 #include "data/crc32.h"
 #include "data/shard.h"
 #include "runtime/error.h"
+#include "tests/support/compare.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-// Runs `stmt`, expects rt::Error whose message contains every one of `parts`.
-#define EXPECT_ERROR(stmt, ...)                                                \
-    do {                                                                       \
-        try {                                                                  \
-            stmt;                                                              \
-            ADD_FAILURE() << "no error from: " #stmt;                          \
-        } catch (const rt::Error& e) {                                         \
-            for (const char* part : {__VA_ARGS__})                             \
-                EXPECT_NE(std::string(e.what()).find(part), std::string::npos) \
-                    << "message lacks '" << part << "': " << e.what();         \
-        }                                                                      \
-    } while (0)
-
-uint32_t crc32_bitwise(const uint8_t* p, size_t n) {
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; ++i) {
-        c ^= p[i];
-        for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-    }
-    return ~c;
-}
 
 std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
     std::mt19937 rng(seed);
@@ -69,7 +48,7 @@ uint64_t get64(const std::vector<uint8_t>& b, size_t off) {
 void put32(std::vector<uint8_t>& b, size_t off, uint32_t v) {
     for (int i = 0; i < 4; ++i) b[off + i] = static_cast<uint8_t>(v >> (8 * i));
 }
-void fix_header_crc(std::vector<uint8_t>& b) { put32(b, 124, crc32_bitwise(b.data(), 124)); }
+void fix_header_crc(std::vector<uint8_t>& b) { put32(b, 124, sftest::crc32_bitwise(b.data(), 124)); }
 
 data::Label make_label(int i, int h, int w) {
     data::Label l;
@@ -131,10 +110,10 @@ TEST(Crc32, KnownVectors) {
 TEST(Crc32, MatchesBitwiseReferenceAtEveryLengthAndSplit) {
     const std::vector<uint8_t> b = random_bytes(4099, 1);
     for (size_t n : {0, 1, 7, 15, 16, 17, 31, 32, 33, 100, 1000, 4099})
-        EXPECT_EQ(data::crc32(b.data(), n), crc32_bitwise(b.data(), n)) << "n " << n;
+        EXPECT_EQ(data::crc32(b.data(), n), sftest::crc32_bitwise(b.data(), n)) << "n " << n;
     for (size_t cut = 0; cut <= 64; ++cut)
         EXPECT_EQ(data::crc32(b.data() + cut, b.size() - cut, data::crc32(b.data(), cut)),
-                  crc32_bitwise(b.data(), b.size()))
+                  sftest::crc32_bitwise(b.data(), b.size()))
             << "cut " << cut;
 }
 
@@ -154,7 +133,7 @@ TEST_F(ShardTest, RoundTripGrayFullSize) {
         expect_same_label(r.read(i, out.data()), labels[i]);
         EXPECT_EQ(0, std::memcmp(out.data(), px.data() + i * out.size(), out.size())) << "record " << i;
     }
-    EXPECT_ERROR(r.read(5, out.data()), "record 5 out of range");
+    SF_EXPECT_ERROR(r.read(5, out.data()), "record 5 out of range");
     // Moving keeps the mapping.
     data::ShardReader moved(std::move(r));
     expect_same_label(moved.read(4, out.data()), labels[4]);
@@ -221,7 +200,7 @@ TEST_F(ShardTest, HeaderAndSectionsAreLaidOutAsDocumented) {
     EXPECT_EQ(get64(b, 64), labels_off + 2 * 72);  // CRCs offset
     EXPECT_EQ(get64(b, 72), labels_off + 2 * 76);  // file bytes
     EXPECT_EQ(b.size(), labels_off + 2 * 76);
-    EXPECT_EQ(get32(b, 124), crc32_bitwise(b.data(), 124));
+    EXPECT_EQ(get32(b, 124), sftest::crc32_bitwise(b.data(), 124));
     for (size_t k = 80; k < 124; ++k) EXPECT_EQ(b[k], 0) << "reserved byte " << k;
     // Record 1: pixels at 4096 + 80, label at labels_off + 72, CRC over both.
     EXPECT_EQ(0, std::memcmp(&b[4096 + 80], px.data() + 80, 80));
@@ -231,7 +210,7 @@ TEST_F(ShardTest, HeaderAndSectionsAreLaidOutAsDocumented) {
     EXPECT_EQ(get32(b, labels_off + 72 + 20), static_cast<uint32_t>(labels[1].num_fakes));
     std::vector<uint8_t> rec(&b[4096 + 80], &b[4096 + 160]);
     rec.insert(rec.end(), &b[labels_off + 72], &b[labels_off + 144]);
-    EXPECT_EQ(get32(b, labels_off + 144 + 4), crc32_bitwise(rec.data(), rec.size()));
+    EXPECT_EQ(get32(b, labels_off + 144 + 4), sftest::crc32_bitwise(rec.data(), rec.size()));
     // The label record encoding is the in-memory Label layout on a little-endian host.
     uint8_t enc[data::kLabelRecordBytes];
     data::encode_label(labels[1], enc);
@@ -244,10 +223,10 @@ TEST_F(ShardTest, EmptyShardIsValidButEmptyDirectoryIsAnError) {
     data::ShardReader r(path("e.sfshard"));
     EXPECT_EQ(r.count(), 0u);
     std::vector<uint8_t> out(r.pixel_bytes());
-    EXPECT_ERROR(r.read(0, out.data()), "out of range");
+    SF_EXPECT_ERROR(r.read(0, out.data()), "out of range");
     fs::create_directories(dir_ / "none");
-    EXPECT_ERROR(data::list_shards((dir_ / "none").string()), "holds no *.sfshard files");
-    EXPECT_ERROR(data::list_shards((dir_ / "missing").string()), "no such directory", "missing");
+    SF_EXPECT_ERROR(data::list_shards((dir_ / "none").string()), "holds no *.sfshard files");
+    SF_EXPECT_ERROR(data::list_shards((dir_ / "missing").string()), "no such directory", "missing");
 }
 
 TEST_F(ShardTest, ListShardsSortsAndSkipsOtherFiles) {
@@ -274,39 +253,39 @@ TEST_F(ShardTest, WriterWithoutFinishLeavesNothing) {
 TEST_F(ShardTest, WriterRejectsBadSpecsAndLabels) {
     data::ShardSpec s;
     s.channels = 2;
-    EXPECT_ERROR(data::ShardWriter(path("s.sfshard"), s), "channels = 2");
+    SF_EXPECT_ERROR(data::ShardWriter(path("s.sfshard"), s), "channels = 2");
     s.channels = 1, s.height = 3, s.width = 5, s.quant4 = true;
-    EXPECT_ERROR(data::ShardWriter(path("s.sfshard"), s), "quant4", "odd");
+    SF_EXPECT_ERROR(data::ShardWriter(path("s.sfshard"), s), "quant4", "odd");
     EXPECT_FALSE(fs::exists(path("s.sfshard.tmp")));
 
     data::ShardWriter w(path("w.sfshard"), data::ShardSpec());
     std::vector<uint8_t> px(256 * 512);
     data::Label l = make_label(1, 256, 512);
     l.gap_x = std::numeric_limits<float>::quiet_NaN();
-    EXPECT_ERROR(w.add(px.data(), l), "w.sfshard: record 0", "gap_x", "not finite");
+    SF_EXPECT_ERROR(w.add(px.data(), l), "w.sfshard: record 0", "gap_x", "not finite");
     l = make_label(1, 256, 512);
     l.angle_rad = std::numeric_limits<float>::infinity();
-    EXPECT_ERROR(w.add(px.data(), l), "angle_rad", "not finite");
+    SF_EXPECT_ERROR(w.add(px.data(), l), "angle_rad", "not finite");
     l = make_label(1, 256, 512);
     l.slider_x = 512.0f;
-    EXPECT_ERROR(w.add(px.data(), l), "slider_x = 512", "outside");
+    SF_EXPECT_ERROR(w.add(px.data(), l), "slider_x = 512", "outside");
     l = make_label(1, 256, 512);
     l.gap_y = -0.5f;
-    EXPECT_ERROR(w.add(px.data(), l), "gap_y");
+    SF_EXPECT_ERROR(w.add(px.data(), l), "gap_y");
     l = make_label(2, 256, 512);
     l.fake_y[1] = 300;
-    EXPECT_ERROR(w.add(px.data(), l), "fake_y[1]", "outside");
+    SF_EXPECT_ERROR(w.add(px.data(), l), "fake_y[1]", "outside");
     l = make_label(0, 256, 512);
     l.fake_y[1] = 300;  // unused slot (num_fakes 0): only finiteness matters
     EXPECT_NO_THROW(w.add(px.data(), l));
     l.num_fakes = 5;
-    EXPECT_ERROR(w.add(px.data(), l), "record 1", "num_fakes = 5");
+    SF_EXPECT_ERROR(w.add(px.data(), l), "record 1", "num_fakes = 5");
     l = make_label(1, 256, 512);
     l.rect_x1 = l.rect_x0;
-    EXPECT_ERROR(w.add(px.data(), l), "rect_x0..rect_x1", "empty");
+    SF_EXPECT_ERROR(w.add(px.data(), l), "rect_x0..rect_x1", "empty");
     l = make_label(1, 256, 512);
     l.rect_y1 = 257;
-    EXPECT_ERROR(w.add(px.data(), l), "rect_y0..rect_y1");
+    SF_EXPECT_ERROR(w.add(px.data(), l), "rect_y0..rect_y1");
     EXPECT_EQ(w.count(), 1u);
 }
 
@@ -330,47 +309,47 @@ protected:
 TEST_F(ShardCorruptionTest, TruncatedFile) {
     auto b = good_;
     b.resize(100);
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "truncated", "100 bytes");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "truncated", "100 bytes");
     b = good_;
     b.pop_back();
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "truncated");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "truncated");
     b = good_;
     b.resize(5000);  // header intact, records cut
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "truncated");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "truncated");
     b = good_;
     b.push_back(0);
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "trailing data");
-    EXPECT_ERROR(data::ShardReader{path("nothere.sfshard")}, "nothere.sfshard", "cannot open");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "trailing data");
+    SF_EXPECT_ERROR(data::ShardReader{path("nothere.sfshard")}, "nothere.sfshard", "cannot open");
 }
 
 TEST_F(ShardCorruptionTest, WrongMagicVersionAndHeaderCrc) {
     auto b = good_;
     b[0] = 'X';
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "bad magic");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "bad magic");
     b = good_;
     put32(b, 8, 2);
     fix_header_crc(b);
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "unsupported shard version 2");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "unsupported shard version 2");
     b = good_;
     b[16] ^= 1;  // count, CRC left stale
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "header CRC mismatch");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "bad.sfshard", "header CRC mismatch");
     b = good_;
     put32(b, 32, 2);  // channels 2 with a valid CRC
     fix_header_crc(b);
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "channels 2");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "channels 2");
     b = good_;
     put32(b, 36, 4);  // an unknown flag
     fix_header_crc(b);
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "unknown header flags");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "unknown header flags");
     b = good_;
     put32(b, 56, get32(b, 56) + 64);  // labels offset
     fix_header_crc(b);
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "labels_offset");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "labels_offset");
     b = good_;
     put32(b, 16, 0xFFFFFFFFu);  // a huge count cannot overflow the size arithmetic
     put32(b, 20, 0xFFFFFFFFu);
     fix_header_crc(b);
-    EXPECT_ERROR(data::ShardReader{bad(b)}, "truncated");
+    SF_EXPECT_ERROR(data::ShardReader{bad(b)}, "truncated");
 }
 
 TEST_F(ShardCorruptionTest, RecordCrcMismatchNamesTheRecord) {
@@ -381,7 +360,7 @@ TEST_F(ShardCorruptionTest, RecordCrcMismatchNamesTheRecord) {
         b[off] ^= 0x40;
         data::ShardReader r(bad(b));  // the header is fine
         std::vector<uint8_t> out(pb);
-        EXPECT_ERROR(r.read(3, out.data()), "bad.sfshard: record 3: CRC mismatch");
+        SF_EXPECT_ERROR(r.read(3, out.data()), "bad.sfshard: record 3: CRC mismatch");
         for (size_t i : {0, 1, 2, 4, 5}) expect_same_label(r.read(i, out.data()), labels_[i]);
     }
 }
@@ -394,10 +373,10 @@ TEST_F(ShardCorruptionTest, BadLabelWithValidCrcIsStillRejected) {
     std::memcpy(&b[labels_off + 2 * 72 + 8], &nan, 4);  // record 2 slider_x
     std::vector<uint8_t> rec(&b[4096 + 2 * pb], &b[4096 + 3 * pb]);
     rec.insert(rec.end(), &b[labels_off + 2 * 72], &b[labels_off + 3 * 72]);
-    put32(b, crcs_off + 8, crc32_bitwise(rec.data(), rec.size()));
+    put32(b, crcs_off + 8, sftest::crc32_bitwise(rec.data(), rec.size()));
     data::ShardReader r(bad(b));
     std::vector<uint8_t> out(pb);
-    EXPECT_ERROR(r.read(2, out.data()), "bad.sfshard: record 2", "slider_x", "not finite");
+    SF_EXPECT_ERROR(r.read(2, out.data()), "bad.sfshard: record 2", "slider_x", "not finite");
 }
 
 TEST_F(ShardCorruptionTest, InMemoryReaderMatchesTheFileReader) {
@@ -406,8 +385,8 @@ TEST_F(ShardCorruptionTest, InMemoryReaderMatchesTheFileReader) {
     std::vector<uint8_t> out(mem.pixel_bytes());
     expect_same_label(mem.read(5, out.data()), labels_[5]);
     EXPECT_EQ(0, std::memcmp(out.data(), px_.data() + 5 * out.size(), out.size()));
-    EXPECT_ERROR(data::ShardReader(good_.data(), 50, "memory"), "memory: truncated");
-    EXPECT_ERROR(data::ShardReader(nullptr, 0, "null"), "null: truncated");
+    SF_EXPECT_ERROR(data::ShardReader(good_.data(), 50, "memory"), "memory: truncated");
+    SF_EXPECT_ERROR(data::ShardReader(nullptr, 0, "null"), "null: truncated");
 }
 
 }  // namespace

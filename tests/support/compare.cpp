@@ -125,6 +125,15 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
 
 bool gpu_available(std::string* why) { return rt::cuda_device_available(why); }
 
+uint32_t crc32_bitwise(const uint8_t* p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; ++i) {
+        c ^= p[i];
+        for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    return ~c;
+}
+
 namespace {
 // Warnings and errors logged during a test fail it (a test that expects one installs its own sink).
 class FailOnWarning : public ::testing::EmptyTestEventListener {

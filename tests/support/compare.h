@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/error.h"
+
 namespace sftest {
 
 // Relative L2 error ||got - ref|| / ||ref|| (absolute L2 when ref is all zero). NaN in either
@@ -49,7 +51,23 @@ double dot(const std::vector<double>& a, const std::vector<double>& b);
 // True when a CUDA device is usable; otherwise false and the reason.
 bool gpu_available(std::string* why);
 
+// CRC-32 (IEEE) one bit at a time: an independent reference for the table-driven one.
+uint32_t crc32_bitwise(const uint8_t* p, size_t n);
+
 }  // namespace sftest
+
+// Runs `stmt`, expects rt::Error whose message contains every one of the given strings.
+#define SF_EXPECT_ERROR(stmt, ...)                                                     \
+    do {                                                                               \
+        try {                                                                          \
+            stmt;                                                                      \
+            ADD_FAILURE() << "no error from: " #stmt;                                  \
+        } catch (const rt::Error& sf_e_) {                                             \
+            for (const char* sf_part_ : {__VA_ARGS__})                                 \
+                EXPECT_NE(std::string(sf_e_.what()).find(sf_part_), std::string::npos) \
+                    << "message lacks '" << sf_part_ << "': " << sf_e_.what();         \
+        }                                                                              \
+    } while (0)
 
 // Skips the current test (reported as skipped by ctest) when no usable CUDA device exists.
 #define SF_REQUIRE_GPU()                                                                      \
