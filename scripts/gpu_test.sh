@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the gpu-labelled tests on a GPU host from an existing build folder (built here or copied
+# from a build machine: cudart and yaml-cpp are static, RPATH covers the toolkit). cuDNN/cuBLAS
+# are taken from /usr/local/cuda or, when that lacks them, from a Python environment's
+# nvidia/*/lib folders (PyTorch wheels ship them there).
+# The test binary is run directly (not through ctest), so a build folder copied to another path
+# works. usage: scripts/gpu_test.sh [build-dir] [gtest args, e.g. --gtest_output=json:out.json]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${1:-${BUILD_DIR:-build}}
+shift || true
+[ -d "$BUILD_DIR" ] || { echo "gpu_test: no build folder '$BUILD_DIR' (run scripts/setup.sh first)" >&2; exit 1; }
+if ! ldconfig -p 2>/dev/null | grep -q libcudnn.so.9 && [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
+  for py in python3 /usr/bin/python3; do
+    site=$($py -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || continue
+    for s in $site; do
+      for lib in "$s"/nvidia/*/lib; do [ -d "$lib" ] && LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"; done
+    done
+  done
+  export LD_LIBRARY_PATH
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+exec "$BUILD_DIR/tests/sf_gpu_tests" "$@"
