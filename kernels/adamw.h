@@ -31,3 +31,22 @@ void adamw_step(const rt::Exec& ex, size_t n, float* p, const float* g, float* m
                 int64_t step, double grad_scale);
 
 }  // namespace kern
+
+// ---- device-resident optimizer (CUDA, DESIGN §4) ----
+namespace kern {
+
+// Per-step scalars in device memory, updated by a tiny kernel inside the captured graph; nothing
+// is passed by value per step, so one graph serves the whole run.
+struct DeviceStepState {
+    int64_t step = 0;          // AdamW steps taken (incremented by adamw_cuda when the update applies)
+    float lr = 0;              // learning rate of this step (written by the schedule kernel / host)
+    float max_grad_norm = 1;   // clip threshold; <= 0: no clipping
+    float grad_norm = 0;       // global L2 norm of this step's gradients (written by grad_norm_cuda)
+    float clip_scale = 1;      // min(1, max / (norm + 1e-6))
+    float step_size = 0;       // lr / (1 - beta1^step)
+    float bc2_sqrt = 1;        // sqrt(1 - beta2^step)
+    int32_t nonfinite = 0;     // 1 when the norm is NaN/Inf: the update is skipped, weights untouched
+    int32_t skipped = 0;       // steps skipped so far
+};
+
+}  // namespace kern

@@ -1,7 +1,7 @@
 // The flat parameter table: every trainable parameter and every buffer of the model, in the
 // order and with the names of the original PyTorch state_dict (docs/MODEL.md).
-// Parameters live in one flat range per kind (master | grad | adam m | adam v), identical
-// offsets, so zeroing, the global grad norm and AdamW are single passes over one range.
+// Parameters live in one flat range per kind (master | grad | adam m | adam v, fp32, and a bf16
+// working copy), identical element offsets, so zeroing, the global grad norm and AdamW are single passes over one range.
 // Conv weights are stored KRSC (Cout, kh, kw, Cin/g); everything else as in PyTorch.
 #pragma once
 #include <cstdint>

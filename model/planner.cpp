@@ -109,12 +109,14 @@ void Planner::finish_sizing() {
     acts_arena_ = std::make_unique<rt::Arena>("activations", kind_);
     grads_arena_ = std::make_unique<rt::Arena>("activation_grads", kind_);
     const size_t p_off = params_arena_->reserve(4 * table_.flat_size * sizeof(float), 256, "flat params");
+    const size_t w_off = params_arena_->reserve(table_.flat_size * sizeof(kern::bf16), 256, "bf16 working copy");
     const size_t c_off = buffers_arena_->reserve(table_.counters * sizeof(int64_t), 256, "counters");
     const size_t b_off = buffers_arena_->reserve(table_.buffer_floats * sizeof(float), 256, "running stats");
     const size_t a_off = acts_arena_->reserve(act_floats_ * sizeof(float), 256, "activations");
     const size_t g_off = grads_arena_->reserve(act_grad_floats_ * sizeof(float), 256, "activation grads");
     for (auto* a : {params_arena_.get(), buffers_arena_.get(), acts_arena_.get(), grads_arena_.get()}) a->allocate();
     flat_ = params_arena_->ptr<float>(p_off);
+    working_ = params_arena_->ptr<kern::bf16>(w_off);
     counters_ = buffers_arena_->ptr<int64_t>(c_off);
     buffers_ = buffers_arena_->ptr<float>(b_off);
     acts_ = acts_arena_->ptr<float>(a_off);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/tensor.h"
 #include "model/params.h"
 #include "runtime/arena.h"
@@ -53,6 +54,9 @@ public:
     float* grad() const { return flat_ + 1 * table_.flat_size; }
     float* adam_m() const { return flat_ + 2 * table_.flat_size; }
     float* adam_v() const { return flat_ + 3 * table_.flat_size; }
+    // bf16 working copy of the master weights (same element offsets), written by the CUDA AdamW
+    // and read by the bf16 forward; unused on the CPU backend.
+    kern::bf16* working() const { return working_; }
     float* buffers() const { return buffers_; }
     int64_t* counters() const { return counters_; }
     float* act_grad_base() const { return act_grads_; }
@@ -71,6 +75,7 @@ private:
     size_t bind_buffer_idx_ = 0;
     std::unique_ptr<rt::Arena> params_arena_, buffers_arena_, acts_arena_, grads_arena_;
     float* flat_ = nullptr;
+    kern::bf16* working_ = nullptr;
     float* buffers_ = nullptr;
     int64_t* counters_ = nullptr;
     float* acts_ = nullptr;

@@ -90,6 +90,16 @@ TEST(Params, FlatLayoutIsAlignedAndDisjoint) {
     }
     EXPECT_LE(end, t.flat_size);
     EXPECT_EQ(t.flat_size % model::kParamAlign, 0u);
+    // The five ranges are disjoint, 64-byte aligned at every parameter start, in one allocation.
+    const model::Planner& p = net.plan();
+    const float* ranges[4] = {p.master(), p.grad(), p.adam_m(), p.adam_v()};
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(ranges[k + 1] - ranges[k], static_cast<std::ptrdiff_t>(t.flat_size));
+    const char* w = reinterpret_cast<const char*>(p.working());
+    EXPECT_GE(w, reinterpret_cast<const char*>(p.adam_v() + t.flat_size));
+    for (const auto& info : t.params) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(p.master() + info.offset) % 64, 0u) << info.name;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(p.working() + info.offset) % 32, 0u) << info.name;
+    }
 }
 
 TEST(Params, BadShapesAreRejected) {
