@@ -1,0 +1,69 @@
+// CUDA BatchNorm (batch statistics) fused with the activation that follows it (kernels/bn_act.cu),
+// forward and backward, on bf16 NHWC data viewed as x (rows = N*H*W, C). Declared without CUDA
+// types so g++ code (layers, planner, tests) can call it; device buffers of kern::bf16 are passed to
+// the kernels as __nv_bfloat16. Design, numerics and workspace layout: docs/KERNELS_BN_ACT.md.
+//
+//   forward train: mean, invstd from the batch (fp32 partials, fp64 combine, deterministic);
+//                  running_mean/var updated (momentum, unbiased variance); y = act(bn(x)) as bf16.
+//   forward eval:  y = act(gamma * (x - running_mean) / sqrt(running_var + eps) + beta).
+//   backward:      g = dy * act'(bn(x)) recomputed from x; dbeta += sum g, dgamma += sum g*xhat;
+//                  dx = gamma*invstd*(g - sum(g)/rows - xhat*sum(g*xhat)/rows), OVERWRITTEN.
+// Requirements checked by the launchers: CUDA Exec, C a positive multiple of 8, rows >= 2 in train
+// mode (rows >= 1 in eval), bf16 tensors 16-byte aligned, fp32 vectors 4-byte aligned, outputs not
+// aliasing inputs, workspace of at least bn_act_workspace_floats(rows, C) floats. Launchers enqueue
+// on ex.stream, never allocate and never synchronise (CUDA-graph capturable).
+#pragma once
+#include <cstddef>
+
+#include "kernels/bf16.h"
+#include "kernels/tensor.h"
+#include "runtime/exec.h"
+
+namespace kern {
+
+// Row chunks of every reduction: fixed, independent of the device, so the summation order (and the
+// result, bit for bit) depends only on (rows, C).
+constexpr int kBnActChunks = 512;
+constexpr int kBnActThreads = 256;     // threads per block of the row kernels (at most)
+constexpr int kBnActMaxApplyY = 2048;  // cap on blocks along rows of the element-wise passes
+
+// Launch geometry of every bn_act kernel for one (rows, C); a pure function of (rows, C).
+struct BnActPlan {
+    size_t rows = 0;
+    int c = 0;
+    int groups = 0;           // C / 8: 8-channel groups, one 128-bit (8 x bf16) vector each per row
+    int block_x = 0;          // channel groups per block (threadIdx.x)
+    int block_y = 0;          // row lanes per block (threadIdx.y), a power of two
+    int grid_x = 0;           // blocks along channel groups: ceil(groups / block_x)
+    int chunks = 0;           // row chunks of the reductions: min(rows, kBnActChunks); gridDim.y there
+    int apply_grid_y = 0;     // blocks along rows of the element-wise passes (grid-stride beyond)
+    int finalize_blocks = 0;  // ceil(C / 32) blocks of (32, 8) threads
+    size_t workspace_floats = 0;
+};
+
+// Throws rt::Error for C not a positive multiple of 8 (naming C), rows == 0, or rows < 2 when train.
+BnActPlan bn_act_plan(size_t rows, int c, bool train);
+
+// fp32 workspace the train forward and the backward need: 2 * chunks * C + 2 * C floats. One
+// buffer of this size serves both (they never run concurrently on one stream); its contents need
+// no initialisation and are scratch between calls.
+size_t bn_act_workspace_floats(size_t rows, int c);
+
+// x (rows, C) bf16; gamma, beta (C); y (rows, C) bf16; save_mean, save_invstd (C) written;
+// running_mean, running_var (C) updated in place: r = (1 - momentum) * r + momentum * batch value.
+void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
+                          const float* beta, bf16* y, float* save_mean, float* save_invstd, float* running_mean,
+                          float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats);
+
+// x (rows, C) bf16; gamma, beta, running_mean, running_var (C); y (rows, C) bf16. No workspace.
+void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
+                         const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y);
+
+// x (rows, C) bf16 conv output; dy (rows, C) bf16 gradient of the activation output; gamma, beta,
+// save_mean, save_invstd (C) from the forward; dx (rows, C) bf16 overwritten; dgamma, dbeta (C) fp32
+// accumulated (+=).
+void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy, const float* gamma,
+                     const float* beta, const float* save_mean, const float* save_invstd, bf16* dx, float* dgamma,
+                     float* dbeta, float* workspace, size_t workspace_floats);
+
+}  // namespace kern

@@ -1,0 +1,294 @@
+// CUDA BatchNorm + activation (kernels/bn_act.cu) vs the fp32 CPU references on the same
+// bf16-rounded inputs (batchnorm_forward_train_ref + act_forward_ref forward, act_backward_ref +
+// batchnorm_backward_ref backward):
+//   - act in {None, SiLU, ReLU} x shapes (model-like, odd group counts, fewer rows than chunks):
+//     y, dx, dgamma, dbeta within relative L2 1e-2; mean, invstd, running stats within 1e-5;
+//     dgamma/dbeta accumulate into their initial values; nothing written past y or dx.
+//   - eval mode (running statistics) within 1e-2.
+//   - small-integer inputs with 2^k rows: mean and invstd bit-exact, dbeta exact (= initial + sum dy).
+//   - two identical runs give bitwise-identical outputs (deterministic reductions).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/activation.h"
+#include "kernels/batchnorm.h"
+#include "kernels/bf16.h"
+#include "kernels/bn_act_cuda.h"
+#include "runtime/arena.h"
+#include "runtime/cuda_check.h"
+#include "runtime/exec.h"
+#include "tests/support/compare.h"
+
+namespace {
+
+constexpr double kMomentum = 0.1, kEps = 1e-5;
+constexpr size_t kGuard = 64;  // bf16 elements after y and dx that must stay untouched
+const float kSentinel = 1234.0f;
+
+struct Inputs {
+    size_t rows = 0;
+    int c = 0;
+    std::vector<float> x, dy;                                 // (rows, C), bf16-exact
+    std::vector<float> gamma, beta, rm, rv, dgamma0, dbeta0;  // (C)
+};
+
+struct Outputs {
+    std::vector<float> y, dx;  // (rows, C), from bf16
+    std::vector<float> mean, invstd, rm, rv, dgamma, dbeta;
+    bool guards_intact = true;
+};
+
+std::vector<float> bf16_exact(const std::vector<double>& v) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = kern::round_bf16(static_cast<float>(v[i]));
+    return out;
+}
+
+std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+// Channel j: offset[j] + scale[j] * uniform(-1, 1), rounded to bf16.
+Inputs random_inputs(size_t rows, int c, uint64_t seed) {
+    Inputs in;
+    in.rows = rows;
+    in.c = c;
+    const size_t n = rows * c;
+    const std::vector<double> u = sftest::random_uniform(n, seed, -1, 1);
+    const std::vector<double> off = sftest::random_uniform(c, seed + 1, -3, 3);
+    const std::vector<double> sc = sftest::random_uniform(c, seed + 2, 0.25, 2);
+    std::vector<double> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = off[i % c] + sc[i % c] * u[i];
+    in.x = bf16_exact(x);
+    in.dy = bf16_exact(sftest::random_uniform(n, seed + 3, -1, 1));
+    in.gamma = to_float(sftest::random_uniform(c, seed + 4, 0.5, 1.5));
+    in.beta = to_float(sftest::random_uniform(c, seed + 5, -0.5, 0.5));
+    in.rm = to_float(sftest::random_uniform(c, seed + 6, -0.5, 0.5));
+    in.rv = to_float(sftest::random_uniform(c, seed + 7, 0.5, 2));
+    in.dgamma0 = to_float(sftest::random_uniform(c, seed + 8, -0.1, 0.1));
+    in.dbeta0 = to_float(sftest::random_uniform(c, seed + 9, -0.1, 0.1));
+    return in;
+}
+
+void upload_bf16(kern::bf16* dst, const std::vector<float>& v) {
+    std::vector<kern::bf16> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = kern::float_to_bf16(v[i]);
+    SF_CUDA_CHECK(cudaMemcpy(dst, h.data(), h.size() * sizeof(kern::bf16), cudaMemcpyHostToDevice));
+}
+
+std::vector<float> download_bf16(const kern::bf16* src, size_t n) {
+    std::vector<kern::bf16> h(n);
+    SF_CUDA_CHECK(cudaMemcpy(h.data(), src, n * sizeof(kern::bf16), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = kern::bf16_to_float(h[i]);
+    return out;
+}
+
+void upload(float* dst, const std::vector<float>& v) {
+    SF_CUDA_CHECK(cudaMemcpy(dst, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+std::vector<float> download(const float* src, size_t n) {
+    std::vector<float> out(n);
+    SF_CUDA_CHECK(cudaMemcpy(out.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return out;
+}
+
+// Train forward then backward on the GPU; y and dx start as sentinels (dx must be overwritten).
+Outputs run_gpu(const rt::CudaContext& ctx, kern::Act act, const Inputs& in) {
+    const size_t n = in.rows * in.c, c = static_cast<size_t>(in.c);
+    const size_t wsn = kern::bn_act_workspace_floats(in.rows, in.c);
+    rt::Arena arena("bn_act_test", rt::MemKind::Device);
+    const size_t o_x = arena.reserve(n * 2, 256, "x"), o_dy = arena.reserve(n * 2, 256, "dy");
+    const size_t o_y = arena.reserve((n + kGuard) * 2, 256, "y"), o_dx = arena.reserve((n + kGuard) * 2, 256, "dx");
+    size_t o_vec[8];
+    for (size_t& o : o_vec) o = arena.reserve(c * 4, 256, "vector");
+    const size_t o_ws = arena.reserve(wsn * 4, 256, "workspace");
+    arena.allocate();
+    arena.seal();
+    kern::bf16* x = arena.ptr<kern::bf16>(o_x);
+    kern::bf16* dy = arena.ptr<kern::bf16>(o_dy);
+    kern::bf16* y = arena.ptr<kern::bf16>(o_y);
+    kern::bf16* dx = arena.ptr<kern::bf16>(o_dx);
+    float* v[8];
+    for (int i = 0; i < 8; ++i) v[i] = arena.ptr<float>(o_vec[i]);
+    float *gamma = v[0], *beta = v[1], *mean = v[2], *invstd = v[3], *rm = v[4], *rv = v[5], *dg = v[6], *db = v[7];
+    upload_bf16(x, in.x);
+    upload_bf16(dy, in.dy);
+    upload_bf16(y, std::vector<float>(n + kGuard, kSentinel));
+    upload_bf16(dx, std::vector<float>(n + kGuard, kSentinel));
+    upload(gamma, in.gamma);
+    upload(beta, in.beta);
+    upload(rm, in.rm);
+    upload(rv, in.rv);
+    upload(dg, in.dgamma0);
+    upload(db, in.dbeta0);
+    SF_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may still be in flight; ctx's stream is separate
+
+    const rt::Exec& ex = ctx.exec();
+    kern::bn_act_forward_train(ex, act, in.rows, in.c, x, gamma, beta, y, mean, invstd, rm, rv, kMomentum, kEps,
+                               arena.ptr<float>(o_ws), wsn);
+    kern::bn_act_backward(ex, act, in.rows, in.c, x, dy, gamma, beta, mean, invstd, dx, dg, db, arena.ptr<float>(o_ws),
+                          wsn);
+    ctx.synchronize();
+
+    Outputs out;
+    std::vector<float> yg = download_bf16(y, n + kGuard), dxg = download_bf16(dx, n + kGuard);
+    for (size_t i = n; i < n + kGuard; ++i) out.guards_intact &= yg[i] == kSentinel && dxg[i] == kSentinel;
+    yg.resize(n);
+    dxg.resize(n);
+    out.y = yg;
+    out.dx = dxg;
+    out.mean = download(mean, c);
+    out.invstd = download(invstd, c);
+    out.rm = download(rm, c);
+    out.rv = download(rv, c);
+    out.dgamma = download(dg, c);
+    out.dbeta = download(db, c);
+    return out;
+}
+
+// The same computation with the fp32 CPU references.
+Outputs run_ref(kern::Act act, const Inputs& in) {
+    const size_t n = in.rows * in.c;
+    Outputs r;
+    std::vector<float> z(n);
+    r.mean.resize(in.c);
+    r.invstd.resize(in.c);
+    r.rm = in.rm;
+    r.rv = in.rv;
+    kern::batchnorm_forward_train_ref<float>(in.rows, in.c, in.x.data(), in.gamma.data(), in.beta.data(), z.data(),
+                                             r.mean.data(), r.invstd.data(), r.rm.data(), r.rv.data(), kMomentum, kEps);
+    r.y.resize(n);
+    kern::act_forward_ref<float>(act, n, z.data(), r.y.data());
+    std::vector<float> g(n, 0.0f);
+    kern::act_backward_ref<float>(act, n, z.data(), in.dy.data(), g.data());
+    r.dx.assign(n, 0.0f);
+    r.dgamma = in.dgamma0;
+    r.dbeta = in.dbeta0;
+    kern::batchnorm_backward_ref<float>(in.rows, in.c, in.x.data(), g.data(), in.gamma.data(), r.mean.data(),
+                                        r.invstd.data(), r.dx.data(), r.dgamma.data(), r.dbeta.data());
+    return r;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct Shape {
+    size_t rows;
+    int c;
+};
+
+TEST(KernelsBnActGpu, MatchesReferences) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const Shape shapes[] = {{2 * 16 * 32, 64}, {4 * 8 * 8, 512}, {1000, 40}, {3, 8}, {2 * 64 * 128, 32}};
+    uint64_t seed = 100;
+    for (const Shape& s : shapes) {
+        for (kern::Act act : {kern::Act::None, kern::Act::Silu, kern::Act::Relu}) {
+            const std::string what =
+                std::string(kern::act_name(act)) + " rows=" + std::to_string(s.rows) + " C=" + std::to_string(s.c);
+            const Inputs in = random_inputs(s.rows, s.c, seed += 10);
+            const Outputs got = run_gpu(ctx, act, in);
+            const Outputs ref = run_ref(act, in);
+            using sftest::close_rel_l2, sftest::to_double;
+            EXPECT_TRUE(got.guards_intact) << what << ": wrote past y or dx";
+            EXPECT_TRUE(close_rel_l2(to_double(got.y), to_double(ref.y), 1e-2, what + " y"));
+            EXPECT_TRUE(close_rel_l2(to_double(got.mean), to_double(ref.mean), 1e-5, what + " mean"));
+            EXPECT_TRUE(close_rel_l2(to_double(got.invstd), to_double(ref.invstd), 1e-5, what + " invstd"));
+            EXPECT_TRUE(close_rel_l2(to_double(got.rm), to_double(ref.rm), 1e-5, what + " running_mean"));
+            EXPECT_TRUE(close_rel_l2(to_double(got.rv), to_double(ref.rv), 1e-5, what + " running_var"));
+            EXPECT_TRUE(close_rel_l2(to_double(got.dx), to_double(ref.dx), 1e-2, what + " dx"));
+            EXPECT_TRUE(close_rel_l2(to_double(got.dgamma), to_double(ref.dgamma), 1e-2, what + " dgamma"));
+            EXPECT_TRUE(close_rel_l2(to_double(got.dbeta), to_double(ref.dbeta), 1e-2, what + " dbeta"));
+        }
+    }
+}
+
+TEST(KernelsBnActGpu, EvalMatchesReference) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    for (const Shape& s : {Shape{1000, 40}, Shape{1, 64}, Shape{4 * 8 * 8, 512}}) {
+        for (kern::Act act : {kern::Act::None, kern::Act::Silu, kern::Act::Relu}) {
+            const std::string what =
+                std::string(kern::act_name(act)) + " eval rows=" + std::to_string(s.rows) + " C=" + std::to_string(s.c);
+            const Inputs in = random_inputs(s.rows, s.c, 7000 + s.rows + static_cast<int>(act));
+            const size_t n = s.rows * s.c, c = static_cast<size_t>(s.c);
+            rt::Arena arena("bn_act_eval_test", rt::MemKind::Device);
+            const size_t o_x = arena.reserve(n * 2, 256, "x"), o_y = arena.reserve(n * 2, 256, "y");
+            size_t o_vec[4];
+            for (size_t& o : o_vec) o = arena.reserve(c * 4, 256, "vector");
+            arena.allocate();
+            arena.seal();
+            float* v[4];
+            for (int i = 0; i < 4; ++i) v[i] = arena.ptr<float>(o_vec[i]);
+            upload_bf16(arena.ptr<kern::bf16>(o_x), in.x);
+            upload(v[0], in.gamma);
+            upload(v[1], in.beta);
+            upload(v[2], in.rm);
+            upload(v[3], in.rv);
+            SF_CUDA_CHECK(cudaDeviceSynchronize());
+            kern::bn_act_forward_eval(ex, act, s.rows, s.c, arena.ptr<kern::bf16>(o_x), v[0], v[1], v[2], v[3], kEps,
+                                      arena.ptr<kern::bf16>(o_y));
+            ctx.synchronize();
+            const std::vector<float> got = download_bf16(arena.ptr<kern::bf16>(o_y), n);
+            std::vector<float> z(n), want(n);
+            kern::batchnorm_forward_eval_ref<float>(s.rows, s.c, in.x.data(), in.gamma.data(), in.beta.data(),
+                                                    in.rm.data(), in.rv.data(), kEps, z.data());
+            kern::act_forward_ref<float>(act, n, z.data(), want.data());
+            EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(got), sftest::to_double(want), 1e-2, what + " y"));
+        }
+    }
+}
+
+// Integers in [-4, 4] plus an integer channel offset, 4096 = 2^12 rows: every partial sum is an
+// exact integer, so the mean (sum / 2^12) and the variance are exact on both sides, and so is
+// invstd = 1 / sqrt(var + eps) (IEEE sqrt and division). dbeta = initial + sum dy exactly (act None).
+TEST(KernelsBnActGpu, ExactOnSmallIntegers) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const size_t rows = 4096;
+    const int c = 64;
+    Inputs in = random_inputs(rows, c, 4242);
+    const std::vector<double> xi = sftest::random_ints(rows * c, 11, -4, 4);
+    const std::vector<double> off = sftest::random_ints(c, 12, -8, 8);
+    for (size_t i = 0; i < xi.size(); ++i) in.x[i] = static_cast<float>(xi[i] + off[i % c]);
+    in.dy = to_float(sftest::random_ints(rows * c, 13, -3, 3));
+    in.dbeta0 = to_float(sftest::random_ints(c, 14, -5, 5));
+    const Outputs got = run_gpu(ctx, kern::Act::None, in);
+    const Outputs ref = run_ref(kern::Act::None, in);
+    std::vector<double> dbeta(in.dbeta0.begin(), in.dbeta0.end());
+    for (size_t i = 0; i < in.dy.size(); ++i) dbeta[i % c] += in.dy[i];
+    using sftest::close_elementwise, sftest::to_double;
+    EXPECT_TRUE(close_elementwise(to_double(got.mean), to_double(ref.mean), 0, 0, "mean"));
+    EXPECT_TRUE(close_elementwise(to_double(got.invstd), to_double(ref.invstd), 0, 0, "invstd"));
+    EXPECT_TRUE(close_elementwise(to_double(got.dbeta), dbeta, 0, 0, "dbeta"));
+    EXPECT_TRUE(close_elementwise(to_double(ref.dbeta), dbeta, 0, 0, "dbeta (reference)"));
+}
+
+TEST(KernelsBnActGpu, Deterministic) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    for (kern::Act act : {kern::Act::Silu, kern::Act::Relu}) {
+        for (const Shape& s : {Shape{2 * 64 * 128, 64}, Shape{128 * 8 * 16, 512}}) {
+            const std::string what =
+                std::string(kern::act_name(act)) + " rows=" + std::to_string(s.rows) + " C=" + std::to_string(s.c);
+            const Inputs in = random_inputs(s.rows, s.c, 900 + s.c);
+            const Outputs a = run_gpu(ctx, act, in), b = run_gpu(ctx, act, in);
+            EXPECT_TRUE(bitwise_equal(a.y, b.y)) << what << " y";
+            EXPECT_TRUE(bitwise_equal(a.mean, b.mean)) << what << " mean";
+            EXPECT_TRUE(bitwise_equal(a.invstd, b.invstd)) << what << " invstd";
+            EXPECT_TRUE(bitwise_equal(a.rm, b.rm)) << what << " running_mean";
+            EXPECT_TRUE(bitwise_equal(a.rv, b.rv)) << what << " running_var";
+            EXPECT_TRUE(bitwise_equal(a.dx, b.dx)) << what << " dx";
+            EXPECT_TRUE(bitwise_equal(a.dgamma, b.dgamma)) << what << " dgamma";
+            EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta)) << what << " dbeta";
+        }
+    }
+}
+
+}  // namespace
