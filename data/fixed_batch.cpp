@@ -4,18 +4,14 @@
 #include <cmath>
 
 #include "runtime/error.h"
+#include "runtime/hash.h"
 
 namespace data {
 
 namespace {
 struct Rng {
     uint64_t s;
-    uint64_t next() {
-        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+    uint64_t next() { return rt::mix64(s += rt::kGoldenGamma); }
     double uniform(double lo, double hi) { return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53; }
 };
 }  // namespace

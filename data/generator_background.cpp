@@ -6,15 +6,12 @@
 #include <cmath>
 
 #include "data/generator.h"
+#include "runtime/hash.h"
 
 namespace data {
 namespace gen {
 
-uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+uint64_t mix64(uint64_t z) { return rt::mix64(z); }
 
 Rng::Rng(uint64_t seed, uint64_t index, uint64_t stream)
     : s(mix64(seed + 0x9E3779B97F4A7C15ull) ^

@@ -9,17 +9,13 @@
 
 #include "data/loader.h"
 #include "runtime/error.h"
+#include "runtime/hash.h"
 
 namespace data {
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
+using rt::splitmix64;
 
 // Uniform in [0, bound) from 64 random bits by multiply-high (bias < bound / 2^64, negligible).
 uint64_t below(uint64_t bits, uint64_t bound) {

@@ -4,16 +4,12 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "runtime/hash.h"
 
 namespace model {
 
 namespace {
-uint64_t mix(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+uint64_t mix(uint64_t z) { return rt::splitmix64(z); }
 bool ends_with(const std::string& s, const char* suffix) {
     const std::string t(suffix);
     return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;

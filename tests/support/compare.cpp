@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "runtime/exec.h"
+#include "runtime/hash.h"
 #include "runtime/log.h"
 
 namespace sftest {
@@ -79,12 +80,7 @@ std::string describe(const std::vector<double>& got, const std::vector<double>& 
 }
 
 namespace {
-uint64_t splitmix(uint64_t& s) {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+uint64_t splitmix(uint64_t& s) { return rt::mix64(s += rt::kGoldenGamma); }
 }  // namespace
 
 std::vector<double> random_uniform(size_t n, uint64_t seed, double lo, double hi) {
