@@ -1,13 +1,10 @@
 #include "tools/train.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -52,14 +49,9 @@ Args parse_args(const std::vector<std::string>& args) {
 }
 
 void make_dirs(const std::string& path) {
-    std::string cur;
-    for (size_t i = 0; i <= path.size(); ++i) {
-        if (i == path.size() || path[i] == '/') {
-            if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-                SF_FAIL("cannot create directory '%s': %s", cur.c_str(), std::strerror(errno));
-        }
-        if (i < path.size()) cur.push_back(path[i]);
-    }
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    SF_CHECK(!ec, "cannot create directory '%s': %s", path.c_str(), ec.message().c_str());
 }
 
 std::string default_run_dir(const TrainConfig& c) {

@@ -1,10 +1,7 @@
 #include "tools/train_data.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <thread>
 
 #include "data/fixed_batch.h"
