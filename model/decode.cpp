@@ -105,6 +105,19 @@ void Metrics::add(const Decoded& d, const data::Label& l) {
     hit5_ += e.combined <= 5.0;
 }
 
+Metrics Metrics::from_sums(size_t n, size_t hit2, size_t hit5, double sum, double sum_sq, double sum_gap,
+                           double sum_slider) {
+    Metrics m;
+    m.n_ = n;
+    m.hit2_ = hit2;
+    m.hit5_ = hit5;
+    m.sum_ = sum;
+    m.sum_sq_ = sum_sq;
+    m.sum_gap_ = sum_gap;
+    m.sum_slider_ = sum_slider;
+    return m;
+}
+
 void Metrics::merge(const Metrics& o) {
     n_ += o.n_;
     hit2_ += o.hit2_;

@@ -30,6 +30,10 @@ class Metrics {
 public:
     void add(const Decoded& d, const data::Label& l);
     void merge(const Metrics& o);
+    // From sums accumulated elsewhere (the CUDA decode's DeviceMetricSums): n samples, hit counts,
+    // sums of combined, combined^2, gap and slider errors.
+    static Metrics from_sums(size_t n, size_t hit2, size_t hit5, double sum, double sum_sq, double sum_gap,
+                             double sum_slider);
     size_t count() const { return n_; }
     double mae_px() const;   // mean(combined)
     double rmse_px() const;  // sqrt(mean(combined^2))

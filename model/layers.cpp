@@ -1,10 +1,17 @@
 #include "model/layers.h"
 
+#include <algorithm>
+
 #include "kernels/activation.h"
 #include "kernels/batchnorm.h"
+#include "kernels/bn_act_cuda.h"
 #include "kernels/eltwise.h"
-#include "kernels/upsample.h"
+#include "kernels/eltwise_cuda.h"
+#include "kernels/head_conv_cuda.h"
+#include "model/gpu_ops.h"
+#include "model/layer_ops.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 
 namespace model {
 
@@ -12,11 +19,15 @@ std::string scale_name(int level) { return "1_" + std::to_string(4 << level); }
 
 // ---- ConvBN ----
 
-void ConvBN::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int k, int stride,
-                     int groups, kern::Act a, bool with_bias) {
+template <class T>
+void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int k, int stride,
+                        int groups, kern::Act a, bool with_bias) {
     cs = kern::ConvShape{in.n, in.h, in.w, in.c, cout, k, stride, (k - 1) / 2, groups, with_bias};
     cs.validate();
     act = a;
+    fwd_scope = name + " fwd";
+    bwd_scope = name + " bwd";
+    p.layer({name, cs, true, a, input_grad});
     weight = p.param(name + ".conv.weight", {cout, in.c / groups, k, k}, true);
     if (with_bias) bias = p.param(name + ".conv.bias", {cout}, false);
     gamma = p.param(name + ".bn.weight", {cout}, false);
@@ -26,103 +37,170 @@ void ConvBN::declare(Planner& p, const std::string& name, const kern::Shape4& in
     num_batches_tracked = p.counter(name + ".bn.num_batches_tracked");
     save_mean = p.scratch(static_cast<size_t>(cout), "bn mean");
     save_invstd = p.scratch(static_cast<size_t>(cout), "bn invstd");
-    conv = p.act(cs.out(), "conv");
-    bn = p.act(cs.out(), "bn");
-    out = act == kern::Act::None ? bn : p.act(cs.out(), "act");
-}
-
-void ConvBN::forward(const rt::Exec& ex, const Act& x, bool train) const {
-    kern::conv_forward(ex, cs, x.v, weight.w, bias.w, conv.v);
-    const size_t rows = conv.shape.pixels();
-    if (train) {
-        kern::batchnorm_forward_train(ex, rows, cs.cout, conv.v, gamma.w, beta.w, bn.v, save_mean, save_invstd,
-                                      running_mean, running_var, kBnMomentum, kBnEps);
-        ++*num_batches_tracked;  // host-side counter on the CPU backend
+    conv = p.act<T>(cs.out(), "conv");
+    if constexpr (kIsCpu<T>) {
+        bn = p.act<T>(cs.out(), "bn");
+        out = act == kern::Act::None ? bn : p.act<T>(cs.out(), "act");
     } else {
-        kern::batchnorm_forward_eval(ex, rows, cs.cout, conv.v, gamma.w, beta.w, running_mean, running_var, kBnEps,
-                                     bn.v);
+        out = p.act<T>(cs.out(), "bn+act");  // fused: BN output is never stored
+        bn = out;
+        const size_t rows = cs.out().pixels();
+        ws_floats = kern::bn_act_workspace_floats(rows, cout);
+        if (with_bias) ws_floats = std::max(ws_floats, kern::column_sum_workspace_floats(rows, cout));
+        ws = p.workspace(ws_floats);
+        ops = p.gpu_ops();
+        p.conv(cs, input_grad);
     }
-    if (act != kern::Act::None) kern::act_forward(ex, act, bn.numel(), bn.v, out.v);
 }
 
-void ConvBN::backward(const rt::Exec& ex, const Act& x) const {
-    if (act != kern::Act::None) kern::act_backward(ex, act, bn.numel(), bn.v, out.g, bn.g);
-    kern::batchnorm_backward(ex, conv.shape.pixels(), cs.cout, conv.v, bn.g, gamma.w, save_mean, save_invstd, conv.g,
-                             gamma.g, beta.g);
-    if (x.g) kern::conv_backward_data(ex, cs, conv.g, weight.w, x.g);
-    kern::conv_backward_filter(ex, cs, x.v, conv.g, weight.g, bias.g);
+template <class T>
+void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
+    const rt::Scope scope(ex, fwd_scope);
+    const size_t rows = conv.shape.pixels();
+    if constexpr (kIsCpu<T>) {
+        kern::conv_forward(ex, cs, x.v, weight.w, bias.w, conv.v);
+        if (train) {
+            kern::batchnorm_forward_train(ex, rows, cs.cout, conv.v, gamma.w, beta.w, bn.v, save_mean, save_invstd,
+                                          running_mean, running_var, kBnMomentum, kBnEps);
+            ++*num_batches_tracked;  // host-side counter on the CPU backend
+        } else {
+            kern::batchnorm_forward_eval(ex, rows, cs.cout, conv.v, gamma.w, beta.w, running_mean, running_var,
+                                         kBnEps, bn.v);
+        }
+        if (act != kern::Act::None) kern::act_forward(ex, act, bn.numel(), bn.v, out.v);
+    } else {
+        ops->conv_forward(ex, cs, x.v, weight.h, conv.v);
+        if (cs.bias) kern::bias_add_bf16_cuda(ex, rows, cs.cout, bias.w, conv.v);
+        // num_batches_tracked: every counter of the network is advanced by one launch per
+        // train forward (SiderNetT::forward), not per layer.
+        if (train)
+            kern::bn_act_forward_train(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, out.v, save_mean, save_invstd,
+                                       running_mean, running_var, kBnMomentum, kBnEps, ws, ws_floats);
+        else
+            kern::bn_act_forward_eval(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, running_mean, running_var,
+                                      kBnEps, out.v);
+    }
 }
 
-// ---- Conv ----
+template <class T>
+void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
+    const rt::Scope scope(ex, bwd_scope);
+    const size_t rows = conv.shape.pixels();
+    if constexpr (kIsCpu<T>) {
+        if (act != kern::Act::None) kern::act_backward(ex, act, bn.numel(), bn.v, out.g, bn.g);
+        kern::batchnorm_backward(ex, rows, cs.cout, conv.v, bn.g, gamma.w, save_mean, save_invstd, conv.g, gamma.g,
+                                 beta.g);
+        if (x.g) kern::conv_backward_data(ex, cs, conv.g, weight.w, x.g);
+        kern::conv_backward_filter(ex, cs, x.v, conv.g, weight.g, bias.g);
+    } else {
+        // conv.g has this layer as its only producer: the fused backward overwrites it.
+        kern::bn_act_backward(ex, act, rows, cs.cout, conv.v, out.g, gamma.w, beta.w, save_mean, save_invstd, conv.g,
+                              gamma.g, beta.g, ws, ws_floats);
+        if (cs.bias) kern::column_sum_bf16_cuda(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
+        if (x.g) ops->conv_backward_data(ex, cs, conv.g, weight.h, x.g);
+        ops->conv_backward_filter(ex, cs, x.v, conv.g, weight.g);
+    }
+}
 
-void Conv::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout) {
+// ---- Conv (heads' last 1x1, fp32 logits) ----
+
+template <class T>
+void Conv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout) {
     cs = kern::ConvShape{in.n, in.h, in.w, in.c, cout, 1, 1, 0, 1, true};
     cs.validate();
+    fwd_scope = name + " fwd";
+    bwd_scope = name + " bwd";
+    p.layer({name, cs, false, kern::Act::None, true});
     weight = p.param(name + ".weight", {cout, in.c, 1, 1}, true);
     bias = p.param(name + ".bias", {cout}, false);
-    out = p.act(cs.out(), "head logits");
+    out = p.act<float>(cs.out(), "head logits");
+    if constexpr (!kIsCpu<T>) {
+        ws_floats = kern::head_conv_workspace_floats(cs.in().pixels(), cs.cin, cout);
+        ws = p.workspace(ws_floats);
+    }
 }
 
-void Conv::forward(const rt::Exec& ex, const Act& x) const { kern::conv_forward(ex, cs, x.v, weight.w, bias.w, out.v); }
+template <class T>
+void Conv<T>::forward(const rt::Exec& ex, const ActT<T>& x) const {
+    const rt::Scope scope(ex, fwd_scope);
+    if constexpr (kIsCpu<T>)
+        kern::conv_forward(ex, cs, x.v, weight.w, bias.w, out.v);
+    else
+        kern::head_conv_forward_cuda(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, weight.w, bias.w, out.v);
+}
 
-void Conv::backward(const rt::Exec& ex, const Act& x) const {
-    kern::conv_backward_data(ex, cs, out.g, weight.w, x.g);
-    kern::conv_backward_filter(ex, cs, x.v, out.g, weight.g, bias.g);
+template <class T>
+void Conv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
+    const rt::Scope scope(ex, bwd_scope);
+    if constexpr (kIsCpu<T>) {
+        kern::conv_backward_data(ex, cs, out.g, weight.w, x.g);
+        kern::conv_backward_filter(ex, cs, x.v, out.g, weight.g, bias.g);
+    } else {
+        kern::head_conv_backward_cuda(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, out.g, weight.w, x.g, weight.g,
+                                      bias.g, ws, ws_floats);
+    }
 }
 
 // ---- LiteBlock ----
 
-void LiteBlock::declare(Planner& p, const std::string& name, const kern::Shape4& in) {
+template <class T>
+void LiteBlock<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in) {
     const int c = in.c, hidden = 2 * in.c;
     expand.declare(p, name + ".pw_expand", in, hidden, 1, 1, 1, kern::Act::Silu);
     dw.declare(p, name + ".dw_conv", expand.out.shape, hidden, 3, 1, hidden, kern::Act::Silu);
     project.declare(p, name + ".pw_project", dw.out.shape, c, 1, 1, 1, kern::Act::None);
-    out = p.act(in, "liteblock out");
+    out = p.act<T>(in, "liteblock out");
 }
 
-void LiteBlock::forward(const rt::Exec& ex, const Act& x, bool train) const {
+template <class T>
+void LiteBlock<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
     expand.forward(ex, x, train);
     dw.forward(ex, expand.out, train);
     project.forward(ex, dw.out, train);
-    kern::add(ex, out.numel(), x.v, project.out.v, out.v);
+    ops::add(ex, out.numel(), x.v, project.out.v, out.v);
 }
 
-void LiteBlock::backward(const rt::Exec& ex, const Act& x) const {
-    kern::accumulate(ex, out.numel(), out.g, project.out.g);
+template <class T>
+void LiteBlock<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
+    ops::accumulate(ex, out.numel(), out.g, project.out.g);
     project.backward(ex, dw.out);
     dw.backward(ex, expand.out);
     expand.backward(ex, x);
-    kern::accumulate(ex, out.numel(), out.g, x.g);
+    ops::accumulate(ex, out.numel(), out.g, x.g);
 }
 
 // ---- DSConv ----
 
-void DSConv::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int stride) {
+template <class T>
+void DSConv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int stride) {
     dw.declare(p, name + ".dw_conv", in, in.c, 3, stride, in.c, kern::Act::Silu);
     pw.declare(p, name + ".pw_conv", dw.out.shape, cout, 1, 1, 1, kern::Act::Silu);
 }
 
-void DSConv::forward(const rt::Exec& ex, const Act& x, bool train) const {
+template <class T>
+void DSConv<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
     dw.forward(ex, x, train);
     pw.forward(ex, dw.out, train);
 }
 
-void DSConv::backward(const rt::Exec& ex, const Act& x) const {
+template <class T>
+void DSConv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     pw.backward(ex, dw.out);
     dw.backward(ex, x);
 }
 
 // ---- FusePath ----
 
-void FusePath::declare(Planner& p, const std::string& name, const kern::Shape4& src, int src_level, int dst_level,
-                       int dst_channels) {
+template <class T>
+void FusePath<T>::declare(Planner& p, const std::string& name, const kern::Shape4& src, int src_level, int dst_level,
+                          int dst_channels) {
     SF_CHECK(src_level != dst_level, "fusion path from level %d to itself", src_level);
     const std::string base =
         name + (src_level > dst_level ? ".up_" : ".down_") + scale_name(src_level) + "_to_" + scale_name(dst_level);
     up = src_level > dst_level;
     if (up) {
         factor = 1 << (src_level - dst_level);
-        upsampled = p.act({src.n, src.h * factor, src.w * factor, src.c}, "upsampled");
+        upsampled = p.act<T>({src.n, src.h * factor, src.w * factor, src.c}, "upsampled");
         cb.declare(p, base + ".1", upsampled.shape, dst_channels, 1, 1, 1, kern::Act::None);  // .0 is the Upsample
         return;
     }
@@ -137,23 +215,25 @@ void FusePath::declare(Planner& p, const std::string& name, const kern::Shape4& 
     }
 }
 
-void FusePath::forward(const rt::Exec& ex, const Act& x, bool train) const {
+template <class T>
+void FusePath<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
     if (up) {
-        kern::upsample_bilinear_forward(ex, x.shape, factor, x.v, upsampled.v);
+        ops::upsample_forward(ex, x.shape, factor, x.v, upsampled.v);
         cb.forward(ex, upsampled, train);
         return;
     }
-    const Act* in = &x;
-    for (const DSConv& d : down) {
+    const ActT<T>* in = &x;
+    for (const DSConv<T>& d : down) {
         d.forward(ex, *in, train);
         in = &d.out();
     }
 }
 
-void FusePath::backward(const rt::Exec& ex, const Act& x) const {
+template <class T>
+void FusePath<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     if (up) {
         cb.backward(ex, upsampled);
-        kern::upsample_bilinear_backward(ex, x.shape, factor, upsampled.g, x.g);
+        ops::upsample_backward(ex, x.shape, factor, upsampled.g, x.g);
         return;
     }
     for (size_t k = down.size(); k-- > 0;) down[k].backward(ex, k == 0 ? x : down[k - 1].out());
@@ -161,52 +241,64 @@ void FusePath::backward(const rt::Exec& ex, const Act& x) const {
 
 // ---- Fusion ----
 
-void Fusion::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in) {
+template <class T>
+void Fusion<T>::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in) {
     const int nb = static_cast<int>(in.size());
     paths.resize(in.size());
     sum.resize(in.size());
     smooth.resize(in.size());
     for (int i = 0; i < nb; ++i) {
-        paths[static_cast<size_t>(i)].resize(in.size());
+        const size_t ui = static_cast<size_t>(i);
+        paths[ui].resize(in.size());
         for (int j = 0; j < nb; ++j)
-            if (j != i)
-                paths[static_cast<size_t>(i)][static_cast<size_t>(j)].declare(p, name, in[static_cast<size_t>(j)], j, i,
-                                                                              in[static_cast<size_t>(i)].c);
-        sum[static_cast<size_t>(i)] = p.act(in[static_cast<size_t>(i)], "fusion sum");
-        smooth[static_cast<size_t>(i)].declare(p, name + ".smooth_" + scale_name(i), in[static_cast<size_t>(i)],
-                                               in[static_cast<size_t>(i)].c, 3, 1, 1, kern::Act::Silu);
+            if (j != i) paths[ui][static_cast<size_t>(j)].declare(p, name, in[static_cast<size_t>(j)], j, i, in[ui].c);
+        sum[ui] = p.act<T>(in[ui], "fusion sum");
+        smooth[ui].declare(p, name + ".smooth_" + scale_name(i), in[ui], in[ui].c, 3, 1, 1, kern::Act::Silu);
     }
 }
 
-void Fusion::forward(const rt::Exec& ex, const std::vector<const Act*>& x, bool train) const {
+template <class T>
+void Fusion<T>::forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& x, bool train) const {
     const size_t nb = sum.size();
     for (size_t i = 0; i < nb; ++i) {
-        const Act& s = sum[i];
+        const ActT<T>& s = sum[i];
         bool first = true;
         for (size_t j = 0; j < nb; ++j) {
             if (j == i) continue;
-            const FusePath& fp = paths[i][j];
+            const FusePath<T>& fp = paths[i][j];
             fp.forward(ex, *x[j], train);
-            kern::add(ex, s.numel(), first ? x[i]->v : s.v, fp.out().v, s.v);
+            ops::add(ex, s.numel(), first ? x[i]->v : s.v, fp.out().v, s.v);
             first = false;
         }
         smooth[i].forward(ex, s, train);
     }
 }
 
-void Fusion::backward(const rt::Exec& ex, const std::vector<const Act*>& x) const {
+template <class T>
+void Fusion<T>::backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& x) const {
     const size_t nb = sum.size();
     for (size_t i = nb; i-- > 0;) {
-        const Act& s = sum[i];
+        const ActT<T>& s = sum[i];
         smooth[i].backward(ex, s);
-        kern::accumulate(ex, s.numel(), s.g, x[i]->g);
+        ops::accumulate(ex, s.numel(), s.g, x[i]->g);
         for (size_t j = nb; j-- > 0;) {
             if (j == i) continue;
-            const FusePath& fp = paths[i][j];
-            kern::accumulate(ex, s.numel(), s.g, fp.out().g);
+            const FusePath<T>& fp = paths[i][j];
+            ops::accumulate(ex, s.numel(), s.g, fp.out().g);
             fp.backward(ex, *x[j]);
         }
     }
 }
+
+#define SF_INSTANTIATE_LAYERS(T) \
+    template struct ConvBN<T>;   \
+    template struct Conv<T>;     \
+    template struct LiteBlock<T>; \
+    template struct DSConv<T>;   \
+    template struct FusePath<T>; \
+    template struct Fusion<T>;
+SF_INSTANTIATE_LAYERS(float)
+SF_INSTANTIATE_LAYERS(kern::bf16)
+#undef SF_INSTANTIATE_LAYERS
 
 }  // namespace model

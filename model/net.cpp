@@ -1,7 +1,10 @@
 #include "model/net.h"
 
 #include "kernels/eltwise.h"
-#include "kernels/upsample.h"
+#include "kernels/eltwise_cuda.h"
+#include "model/device_util.h"
+#include "model/gpu_ops.h"
+#include "model/layer_ops.h"
 #include "runtime/error.h"
 
 namespace model {
@@ -25,7 +28,8 @@ void NetShape::validate() const {
 
 // ---- Stage ----
 
-void Stage::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks) {
+template <class T>
+void Stage<T>::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks) {
     branches.resize(in.size());
     for (size_t i = 0; i < in.size(); ++i) {
         branches[i].resize(static_cast<size_t>(blocks));
@@ -36,11 +40,12 @@ void Stage::declare(Planner& p, const std::string& name, const std::vector<kern:
     fusion.declare(p, name + ".fusion", in);
 }
 
-void Stage::forward(const rt::Exec& ex, const std::vector<const Act*>& in, bool train) const {
-    std::vector<const Act*> outs;
+template <class T>
+void Stage<T>::forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train) const {
+    std::vector<const ActT<T>*> outs;
     for (size_t i = 0; i < branches.size(); ++i) {
-        const Act* x = in[i];
-        for (const LiteBlock& b : branches[i]) {
+        const ActT<T>* x = in[i];
+        for (const LiteBlock<T>& b : branches[i]) {
             b.forward(ex, *x, train);
             x = &b.out;
         }
@@ -49,8 +54,9 @@ void Stage::forward(const rt::Exec& ex, const std::vector<const Act*>& in, bool 
     fusion.forward(ex, outs, train);
 }
 
-void Stage::backward(const rt::Exec& ex, const std::vector<const Act*>& in) const {
-    std::vector<const Act*> outs;
+template <class T>
+void Stage<T>::backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in) const {
+    std::vector<const ActT<T>*> outs;
     for (size_t i = 0; i < branches.size(); ++i) outs.push_back(&branches[i].back().out);
     fusion.backward(ex, outs);
     for (size_t i = branches.size(); i-- > 0;)
@@ -60,27 +66,37 @@ void Stage::backward(const rt::Exec& ex, const std::vector<const Act*>& in) cons
 
 // ---- WeightedFuse ----
 
-void WeightedFuse::declare(Planner& p, const std::string& name, const kern::Shape4& s) {
+template <class T>
+void WeightedFuse<T>::declare(Planner& p, const std::string& name, const kern::Shape4& s) {
     weight_a = p.param(name + ".weight_a", {1}, false);
     weight_b = p.param(name + ".weight_b", {1}, false);
-    fused = p.act(s, "weighted fuse");
+    fused = p.act<T>(s, "weighted fuse");
     smooth.declare(p, name + ".smooth", s, s.c, 3, 1, 1, kern::Act::Silu);
+    if constexpr (!kIsCpu<T>) {
+        ws_floats = kern::fusion_backward_workspace_floats(s.numel());
+        ws = p.workspace(ws_floats);
+    }
 }
 
-void WeightedFuse::forward(const rt::Exec& ex, const Act& a, const Act& b, bool train) const {
-    kern::fusion_forward(ex, fused.numel(), a.v, b.v, weight_a.w, weight_b.w, fused.v);
+template <class T>
+void WeightedFuse<T>::forward(const rt::Exec& ex, const ActT<T>& a, const ActT<T>& b, bool train) const {
+    ops::fusion_forward(ex, fused.numel(), a.v, b.v, weight_a.w, weight_b.w, fused.v);
     smooth.forward(ex, fused, train);
 }
 
-void WeightedFuse::backward(const rt::Exec& ex, const Act& a, const Act& b) const {
+template <class T>
+void WeightedFuse<T>::backward(const rt::Exec& ex, const ActT<T>& a, const ActT<T>& b) const {
     smooth.backward(ex, fused);
-    kern::fusion_backward(ex, fused.numel(), a.v, b.v, weight_a.w, weight_b.w, fused.g, a.g, b.g, weight_a.g,
-                          weight_b.g);
+    ops::fusion_backward(ex, fused.numel(), a.v, b.v, weight_a.w, weight_b.w, fused.g, a.g, b.g, weight_a.g,
+                         weight_b.g, ws, ws_floats);
 }
 
 // ---- SiderNet ----
 
-SiderNet::SiderNet(const NetShape& shape, rt::MemKind memory) : shape_(shape), plan_(memory) {
+template <class T>
+SiderNetT<T>::SiderNetT(const NetShape& shape, rt::MemKind memory) : shape_(shape), plan_(memory) {
+    SF_CHECK(kIsCpu<T>, "the bf16 network runs on CUDA: construct it with a CUDA Exec");
+    SF_CHECK(memory != rt::MemKind::Device, "the CPU reference network lives in host memory");
     shape_.validate();
     declare(plan_);  // sizing pass
     plan_.finish_sizing();
@@ -88,13 +104,42 @@ SiderNet::SiderNet(const NetShape& shape, rt::MemKind memory) : shape_(shape), p
     plan_.finish_binding();
 }
 
-void SiderNet::declare(Planner& p) {
+template <class T>
+SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::ConvPolicy& policy)
+    : shape_(shape), plan_(rt::MemKind::Device) {
+    SF_CHECK(!kIsCpu<T>, "the CPU reference network (float) has no CUDA constructor");
+    SF_CHECK(ex.is_cuda(), "the CUDA network needs a CUDA Exec (got %s)", rt::backend_name(ex.backend));
+    shape_.validate();
+    ops_ = std::make_unique<GpuOps>(ex, policy);
+    plan_.set_gpu_ops(ops_.get());
+    declare(plan_);  // sizing pass: records every conv and workspace request
+    ops_->prepare(plan_.convs());
+    plan_.set_extra_workspace_bytes(ops_->workspace_bytes());
+    plan_.finish_sizing();
+    declare(plan_);  // binding pass
+    plan_.finish_binding();
+    ops_->bind_workspace(plan_.workspace_base(), plan_.memory().workspace);
+}
+
+template <class T>
+SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun)
+    : shape_(shape), plan_(kIsCpu<T> ? rt::MemKind::Host : rt::MemKind::Device, true) {
+    shape_.validate();
+    declare(plan_);
+}
+
+template <class T>
+SiderNetT<T>::~SiderNetT() = default;
+
+template <class T>
+void SiderNetT<T>::declare(Planner& p) {
     const NetShape& s = shape_;
     input_.shape = {s.batch, s.height, s.width, s.channels};
-    input_.v = p.scratch(input_.shape.numel(), "input");
+    input_.v = p.scratch_as<T>(input_.shape.numel(), "input");
     input_.g = nullptr;
 
     // Stem: [N,H,W,C] -> [N,H/4,W/4,32]
+    stem_.conv1.input_grad = false;
     stem_.conv1.declare(p, "stem.conv1", input_.shape, 32, 3, 2, 1, kern::Act::Silu);
     stem_.conv2.declare(p, "stem.conv2", stem_.conv1.out.shape, 32, 3, 2, 1, kern::Act::Silu);
     stem_.blocks[0].declare(p, "stem.lite_blocks.0", stem_.conv2.out.shape);
@@ -121,11 +166,11 @@ void SiderNet::declare(Planner& p) {
     auto fpn_shape = [&](int level) {
         return kern::Shape4{s.batch, s.height / (4 << level), s.width / (4 << level), kFpnChannels};
     };
-    fpn_.up_p5 = p.act(fpn_shape(2), "fpn up p5");
+    fpn_.up_p5 = p.act<T>(fpn_shape(2), "fpn up p5");
     fpn_.fuse16.declare(p, "lite_fpn.fuse_1_16", fpn_shape(2));
-    fpn_.up_p4 = p.act(fpn_shape(1), "fpn up p4");
+    fpn_.up_p4 = p.act<T>(fpn_shape(1), "fpn up p4");
     fpn_.fuse8.declare(p, "lite_fpn.fuse_1_8", fpn_shape(1));
-    fpn_.up_p3 = p.act(fpn_shape(0), "fpn up p3");
+    fpn_.up_p3 = p.act<T>(fpn_shape(0), "fpn up p3");
     fpn_.fuse4.declare(p, "lite_fpn.fuse_1_4", fpn_shape(0));
 
     // Dual head: four independent heads on Hf.
@@ -136,7 +181,8 @@ void SiderNet::declare(Planner& p) {
     }
 }
 
-void SiderNet::forward(const rt::Exec& ex, bool train) {
+template <class T>
+void SiderNetT<T>::forward(const rt::Exec& ex, bool train) {
     // Stem
     stem_.conv1.forward(ex, input_, train);
     stem_.conv2.forward(ex, stem_.conv1.out, train);
@@ -156,30 +202,35 @@ void SiderNet::forward(const rt::Exec& ex, bool train) {
     // LiteFPN
     for (int level = 3; level >= 0; --level) fpn_.lateral[level].forward(ex, stage4_.fusion.out(level), train);
     fpn_.smooth_p5.forward(ex, fpn_.lateral[3].out, train);
-    kern::upsample_bilinear_forward(ex, fpn_.smooth_p5.out.shape, 2, fpn_.smooth_p5.out.v, fpn_.up_p5.v);
+    ops::upsample_forward(ex, fpn_.smooth_p5.out.shape, 2, fpn_.smooth_p5.out.v, fpn_.up_p5.v);
     fpn_.fuse16.forward(ex, fpn_.up_p5, fpn_.lateral[2].out, train);
-    kern::upsample_bilinear_forward(ex, fpn_.fuse16.smooth.out.shape, 2, fpn_.fuse16.smooth.out.v, fpn_.up_p4.v);
+    ops::upsample_forward(ex, fpn_.fuse16.smooth.out.shape, 2, fpn_.fuse16.smooth.out.v, fpn_.up_p4.v);
     fpn_.fuse8.forward(ex, fpn_.up_p4, fpn_.lateral[1].out, train);
-    kern::upsample_bilinear_forward(ex, fpn_.fuse8.smooth.out.shape, 2, fpn_.fuse8.smooth.out.v, fpn_.up_p3.v);
+    ops::upsample_forward(ex, fpn_.fuse8.smooth.out.shape, 2, fpn_.fuse8.smooth.out.v, fpn_.up_p3.v);
     fpn_.fuse4.forward(ex, fpn_.lateral[0].out, fpn_.up_p3, train);
     // Heads
-    for (const Head& h : heads_) {
+    for (const Head<T>& h : heads_) {
         h.conv1.forward(ex, fpn_.out(), train);
         h.conv2.forward(ex, h.conv1.out);
     }
+    // CUDA: every BatchNorm's num_batches_tracked advances in one launch (the CPU layers count
+    // their own).
+    if constexpr (!kIsCpu<T>)
+        if (train) increment_counters_cuda(ex, plan_.counters(), plan_.table().counters);
 }
 
-void SiderNet::backward(const rt::Exec& ex) {
+template <class T>
+void SiderNetT<T>::backward(const rt::Exec& ex) {
     for (int i = 3; i >= 0; --i) {
         heads_[i].conv2.backward(ex, heads_[i].conv1.out);
         heads_[i].conv1.backward(ex, fpn_.out());
     }
     fpn_.fuse4.backward(ex, fpn_.lateral[0].out, fpn_.up_p3);
-    kern::upsample_bilinear_backward(ex, fpn_.fuse8.smooth.out.shape, 2, fpn_.up_p3.g, fpn_.fuse8.smooth.out.g);
+    ops::upsample_backward(ex, fpn_.fuse8.smooth.out.shape, 2, fpn_.up_p3.g, fpn_.fuse8.smooth.out.g);
     fpn_.fuse8.backward(ex, fpn_.up_p4, fpn_.lateral[1].out);
-    kern::upsample_bilinear_backward(ex, fpn_.fuse16.smooth.out.shape, 2, fpn_.up_p4.g, fpn_.fuse16.smooth.out.g);
+    ops::upsample_backward(ex, fpn_.fuse16.smooth.out.shape, 2, fpn_.up_p4.g, fpn_.fuse16.smooth.out.g);
     fpn_.fuse16.backward(ex, fpn_.up_p5, fpn_.lateral[2].out);
-    kern::upsample_bilinear_backward(ex, fpn_.smooth_p5.out.shape, 2, fpn_.up_p5.g, fpn_.smooth_p5.out.g);
+    ops::upsample_backward(ex, fpn_.smooth_p5.out.shape, 2, fpn_.up_p5.g, fpn_.smooth_p5.out.g);
     fpn_.smooth_p5.backward(ex, fpn_.lateral[3].out);
     for (int level = 0; level <= 3; ++level) fpn_.lateral[level].backward(ex, stage4_.fusion.out(level));
 
@@ -197,11 +248,16 @@ void SiderNet::backward(const rt::Exec& ex) {
     stem_.conv1.backward(ex, input_);
 }
 
-void SiderNet::zero_activation_grads(const rt::Exec& ex) {
-    kern::fill(ex, plan_.act_grad_floats(), 0.0f, plan_.act_grad_base());
+template <class T>
+void SiderNetT<T>::zero_activation_grads(const rt::Exec& ex) {
+    if constexpr (kIsCpu<T>)
+        kern::fill(ex, plan_.act_grad_bytes() / sizeof(float), 0.0f, static_cast<float*>(plan_.act_grad_base()));
+    else
+        zero_device_async(ex, plan_.act_grad_base(), plan_.act_grad_bytes());
 }
 
-HeadLogits<float> SiderNet::logits() const {
+template <class T>
+HeadLogits<float> SiderNetT<T>::logits() const {
     HeadLogits<float> l;
     l.n = shape_.batch;
     l.h = grid_h();
@@ -213,14 +269,16 @@ HeadLogits<float> SiderNet::logits() const {
     return l;
 }
 
-HeadGrads<float> SiderNet::logit_grads() const {
+template <class T>
+HeadGrads<float> SiderNetT<T>::logit_grads() const {
     return {heads_[0].conv2.out.g, heads_[1].conv2.out.g, heads_[2].conv2.out.g, heads_[3].conv2.out.g};
 }
 
-const Act& SiderNet::activation(const std::string& name) const {
+template <class T>
+const ActT<T>& SiderNetT<T>::activation(const std::string& name) const {
     if (name == "stem") return stem_.out();
     if (name == "fpn") return fpn_.out();
-    const Stage* stages[3] = {&stage2_, &stage3_, &stage4_};
+    const Stage<T>* stages[3] = {&stage2_, &stage3_, &stage4_};
     for (int s = 0; s < 3; ++s) {
         const std::string prefix = "stage" + std::to_string(s + 2) + ".";
         if (name.rfind(prefix, 0) == 0) {
@@ -231,5 +289,8 @@ const Act& SiderNet::activation(const std::string& name) const {
     }
     SF_FAIL("unknown activation name '%s' (stem, stage2.<i>, stage3.<i>, stage4.<i>, fpn)", name.c_str());
 }
+
+template class SiderNetT<float>;
+template class SiderNetT<kern::bf16>;
 
 }  // namespace model

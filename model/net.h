@@ -8,6 +8,10 @@
 #include "model/layers.h"
 #include "model/loss.h"
 
+namespace kern {
+struct ConvPolicy;  // kernels/conv_cudnn.h
+}
+
 namespace model {
 
 struct NetShape {
@@ -22,57 +26,78 @@ constexpr int kBranchChannels[4] = {32, 64, 128, 256};
 constexpr int kFpnChannels = 128;
 constexpr int kHeadMid = 64;
 
+template <class T>
 struct Stem {
-    ConvBN conv1, conv2;
-    LiteBlock blocks[2];
-    const Act& out() const { return blocks[1].out; }
+    ConvBN<T> conv1, conv2;
+    LiteBlock<T> blocks[2];
+    const ActT<T>& out() const { return blocks[1].out; }
 };
 
 // One HRNet stage: LiteBlocks per branch, then the cross-resolution fusion.
+template <class T>
 struct Stage {
-    std::vector<std::vector<LiteBlock>> branches;
-    Fusion fusion;
+    std::vector<std::vector<LiteBlock<T>>> branches;
+    Fusion<T> fusion;
     void declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks);
-    void forward(const rt::Exec& ex, const std::vector<const Act*>& in, bool train) const;
-    void backward(const rt::Exec& ex, const std::vector<const Act*>& in) const;
-    const Act& branch_out(size_t i) const { return branches[i].back().out; }
+    void forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train) const;
+    void backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in) const;
+    const ActT<T>& branch_out(size_t i) const { return branches[i].back().out; }
 };
 
 // Softplus-weighted fusion of two maps followed by a 3x3 ConvBN SiLU smooth.
+template <class T>
 struct WeightedFuse {
     Param weight_a, weight_b;
-    Act fused;
-    ConvBN smooth;
+    ActT<T> fused;
+    ConvBN<T> smooth;
+    float* ws = nullptr;  // CUDA reduction workspace of the fusion backward
+    size_t ws_floats = 0;
     void declare(Planner& p, const std::string& name, const kern::Shape4& s);
-    void forward(const rt::Exec& ex, const Act& a, const Act& b, bool train) const;
-    void backward(const rt::Exec& ex, const Act& a, const Act& b) const;
+    void forward(const rt::Exec& ex, const ActT<T>& a, const ActT<T>& b, bool train) const;
+    void backward(const rt::Exec& ex, const ActT<T>& a, const ActT<T>& b) const;
 };
 
+template <class T>
 struct LiteFpn {
-    ConvBN lateral[4];  // index by level: lateral_1_4 .. lateral_1_32
-    ConvBN smooth_p5;
-    Act up_p5, up_p4, up_p3;  // Up2 of P5s, P4td, P3td
-    WeightedFuse fuse16, fuse8, fuse4;
-    const Act& out() const { return fuse4.smooth.out; }
+    ConvBN<T> lateral[4];  // index by level: lateral_1_4 .. lateral_1_32
+    ConvBN<T> smooth_p5;
+    ActT<T> up_p5, up_p4, up_p3;  // Up2 of P5s, P4td, P3td
+    WeightedFuse<T> fuse16, fuse8, fuse4;
+    const ActT<T>& out() const { return fuse4.smooth.out; }
 };
 
+template <class T>
 struct Head {
-    ConvBN conv1;  // 3x3 128 -> 64, bias, BN, ReLU
-    Conv conv2;    // 1x1 64 -> c, bias
+    ConvBN<T> conv1;  // 3x3 128 -> 64, bias, BN, ReLU
+    Conv<T> conv2;    // 1x1 64 -> c, bias; fp32 logits
 };
 
-class SiderNet {
+struct DryRun {};  // constructor tag: plan only (model/planner.h)
+
+// The network over activation element type T: float = the CPU reference backend (host memory),
+// kern::bf16 = the CUDA backend (device memory, cuDNN/custom kernels). model/net.cpp instantiates
+// both; SiderNet is the CPU one.
+template <class T>
+class SiderNetT {
 public:
-    SiderNet(const NetShape& shape, rt::MemKind memory);
-    SiderNet(const SiderNet&) = delete;
-    SiderNet& operator=(const SiderNet&) = delete;
+    // CPU reference network (T = float) in `memory` (Host or Pinned).
+    SiderNetT(const NetShape& shape, rt::MemKind memory);
+    // CUDA network (T = bf16): device memory; every convolution's plans are built (autotuned
+    // unless the policy says otherwise) before the arena is sealed.
+    SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::ConvPolicy& policy);
+    // Plan only, on any machine: plan().memory(), plan().convs(), table(). Nothing allocated.
+    SiderNetT(const NetShape& shape, DryRun);
+    ~SiderNetT();
+    SiderNetT(const SiderNetT&) = delete;
+    SiderNetT& operator=(const SiderNetT&) = delete;
 
     const NetShape& shape() const { return shape_; }
     const Planner& plan() const { return plan_; }
     const ParamTable& table() const { return plan_.table(); }
     Planner& plan() { return plan_; }
+    const GpuOps* gpu_ops() const { return ops_.get(); }
 
-    float* input() const { return input_.v; }  // (N,H,W,C)
+    T* input() const { return input_.v; }  // (N,H,W,C)
     void forward(const rt::Exec& ex, bool train);
     // Backward from the logits' gradients (head conv2 out.g) to every parameter gradient.
     // Activation gradients must have been zeroed (zero_activation_grads) before the logits'
@@ -87,20 +112,24 @@ public:
 
     // Intermediate activations for diagnosis/tests: "stem", "stage2.<i>", "stage3.<i>",
     // "stage4.<i>", "fpn" (Hf). Throws on unknown names.
-    const Act& activation(const std::string& name) const;
+    const ActT<T>& activation(const std::string& name) const;
 
 private:
     void declare(Planner& p);
 
     NetShape shape_;
     Planner plan_;
-    Act input_;
-    Stem stem_;
-    ConvBN t2_keep_;
-    DSConv t2_down_, t3_new_, t4_new_;
-    Stage stage2_, stage3_, stage4_;
-    LiteFpn fpn_;
-    Head heads_[4];  // heatmap_gap, heatmap_piece, offset, angle
+    std::unique_ptr<GpuOps> ops_;
+    ActT<T> input_;
+    Stem<T> stem_;
+    ConvBN<T> t2_keep_;
+    DSConv<T> t2_down_, t3_new_, t4_new_;
+    Stage<T> stage2_, stage3_, stage4_;
+    LiteFpn<T> fpn_;
+    Head<T> heads_[4];  // heatmap_gap, heatmap_piece, offset, angle
 };
+
+using SiderNet = SiderNetT<float>;
+using SiderNetCuda = SiderNetT<kern::bf16>;
 
 }  // namespace model

@@ -1,5 +1,7 @@
 #include "model/planner.h"
 
+#include <algorithm>
+
 #include "runtime/error.h"
 
 namespace model {
@@ -14,39 +16,83 @@ size_t shape_numel(const std::vector<int64_t>& s) {
     }
     return n;
 }
-constexpr size_t kActAlign = 64;  // floats: 256-byte aligned tensors
+constexpr size_t kActAlign = 256;  // bytes: every tensor starts on a 256-byte boundary
 }  // namespace
 
-Planner::Planner(rt::MemKind kind) : kind_(kind) {}
+Planner::Planner(rt::MemKind kind, bool dry_run) : kind_(kind), dry_run_(dry_run) {}
 
-size_t Planner::reserve_floats(size_t& cursor, size_t n) {
+size_t Planner::reserve(size_t& cursor, size_t bytes) {
     const size_t off = round_up(cursor, kActAlign);
-    cursor = off + n;
+    cursor = off + bytes;
     return off;
 }
 
-Act Planner::act(const kern::Shape4& s, const char* what) {
+void* Planner::bind(uint8_t* base, size_t& cursor, size_t bytes) { return base + reserve(cursor, bytes); }
+
+template <class T>
+ActT<T> Planner::act(const kern::Shape4& s, const char* what) {
     SF_CHECK(s.n > 0 && s.h > 0 && s.w > 0 && s.c > 0, "activation '%s' has an empty shape (%d,%d,%d,%d)", what, s.n,
              s.h, s.w, s.c);
-    Act a;
+    ActT<T> a;
     a.shape = s;
+    const size_t bytes = s.numel() * sizeof(T);
     if (!binding_) {
-        reserve_floats(act_floats_, s.numel());
-        reserve_floats(act_grad_floats_, s.numel());
+        reserve(act_bytes_, bytes);
+        reserve(act_grad_bytes_, bytes);
         return a;
     }
-    a.v = acts_ + reserve_floats(bind_act_, s.numel());
-    a.g = act_grads_ + reserve_floats(bind_grad_, s.numel());
+    a.v = static_cast<T*>(bind(acts_, bind_act_, bytes));
+    a.g = static_cast<T*>(bind(act_grads_, bind_grad_, bytes));
     return a;
 }
+template ActT<float> Planner::act<float>(const kern::Shape4&, const char*);
+template ActT<kern::bf16> Planner::act<kern::bf16>(const kern::Shape4&, const char*);
 
-float* Planner::scratch(size_t numel, const char* what) {
+template <class T>
+T* Planner::scratch_as(size_t numel, const char* what) {
     SF_CHECK(numel > 0, "scratch '%s' is empty", what);
     if (!binding_) {
-        reserve_floats(act_floats_, numel);
+        reserve(act_bytes_, numel * sizeof(T));
         return nullptr;
     }
-    return acts_ + reserve_floats(bind_act_, numel);
+    return static_cast<T*>(bind(acts_, bind_act_, numel * sizeof(T)));
+}
+template float* Planner::scratch_as<float>(size_t, const char*);
+template kern::bf16* Planner::scratch_as<kern::bf16>(size_t, const char*);
+
+float* Planner::scratch(size_t numel, const char* what) { return scratch_as<float>(numel, what); }
+
+void Planner::conv(const kern::ConvShape& s, bool dgrad) {
+    if (binding_) return;
+    s.validate();
+    for (ConvUse& u : convs_) {
+        const kern::ConvShape& o = u.shape;
+        if (o.n == s.n && o.h == s.h && o.w == s.w && o.cin == s.cin && o.cout == s.cout && o.k == s.k &&
+            o.stride == s.stride && o.pad == s.pad && o.groups == s.groups && o.bias == s.bias) {
+            u.dgrad = u.dgrad || dgrad;
+            return;
+        }
+    }
+    convs_.push_back({s, dgrad});
+}
+
+void Planner::layer(const LayerUse& l) {
+    if (!binding_) layers_.push_back(l);
+}
+
+float* Planner::workspace(size_t floats) {
+    if (!binding_) {
+        workspace_floats_ = std::max(workspace_floats_, floats);
+        return nullptr;
+    }
+    SF_CHECK(floats <= workspace_floats_, "workspace request of %zu floats after sizing (%zu planned)", floats,
+             workspace_floats_);
+    return workspace_;
+}
+
+void Planner::set_extra_workspace_bytes(size_t bytes) {
+    SF_CHECK(!binding_, "set_extra_workspace_bytes() after finish_sizing()");
+    extra_workspace_bytes_ = std::max(extra_workspace_bytes_, bytes);
 }
 
 Param Planner::param(const std::string& name, std::vector<int64_t> torch_shape, bool conv_weight) {
@@ -62,12 +108,12 @@ Param Planner::param(const std::string& name, std::vector<int64_t> torch_shape, 
         SF_CHECK(!conv_weight || p.torch_shape.size() == 4, "conv weight '%s' must be 4-D", name.c_str());
         table_.flat_size = round_up(p.offset + numel, kParamAlign);
         table_.params.push_back(std::move(p));
-        return Param{nullptr, nullptr, numel};
+        return Param{nullptr, nullptr, nullptr, numel};
     }
     SF_CHECK(bind_param_ < table_.params.size() && table_.params[bind_param_].name == name,
              "binding pass declared parameter '%s' out of order", name.c_str());
     const ParamInfo& p = table_.params[bind_param_++];
-    return Param{master() + p.offset, grad() + p.offset, p.numel};
+    return Param{master() + p.offset, grad() + p.offset, working_ + p.offset, p.numel};
 }
 
 float* Planner::buffer(const std::string& name, std::vector<int64_t> torch_shape) {
@@ -102,37 +148,53 @@ int64_t* Planner::counter(const std::string& name) {
     return counters_ + table_.buffers[bind_buffer_idx_++].offset;
 }
 
+MemoryPlan Planner::memory() const {
+    MemoryPlan m;
+    m.params = round_up(4 * table_.flat_size * sizeof(float), 256) + table_.flat_size * sizeof(kern::bf16);
+    m.buffers = round_up(table_.counters * sizeof(int64_t), 256) + table_.buffer_floats * sizeof(float);
+    m.activations = act_bytes_;
+    m.activation_grads = act_grad_bytes_;
+    m.workspace = std::max(workspace_floats_ * sizeof(float), extra_workspace_bytes_);
+    return m;
+}
+
 void Planner::finish_sizing() {
     SF_CHECK(!binding_, "finish_sizing() called twice");
+    SF_CHECK(!dry_run_, "a dry-run plan is never allocated");
+    // The workspace is one region whatever uses it: reductions take floats, conv plans bytes.
+    workspace_floats_ = std::max(workspace_floats_, (extra_workspace_bytes_ + sizeof(float) - 1) / sizeof(float));
     params_arena_ = std::make_unique<rt::Arena>("params", kind_);
     buffers_arena_ = std::make_unique<rt::Arena>("buffers", kind_);
     acts_arena_ = std::make_unique<rt::Arena>("activations", kind_);
     grads_arena_ = std::make_unique<rt::Arena>("activation_grads", kind_);
+    ws_arena_ = std::make_unique<rt::Arena>("workspace", kind_);
     const size_t p_off = params_arena_->reserve(4 * table_.flat_size * sizeof(float), 256, "flat params");
     const size_t w_off = params_arena_->reserve(table_.flat_size * sizeof(kern::bf16), 256, "bf16 working copy");
     const size_t c_off = buffers_arena_->reserve(table_.counters * sizeof(int64_t), 256, "counters");
     const size_t b_off = buffers_arena_->reserve(table_.buffer_floats * sizeof(float), 256, "running stats");
-    const size_t a_off = acts_arena_->reserve(act_floats_ * sizeof(float), 256, "activations");
-    const size_t g_off = grads_arena_->reserve(act_grad_floats_ * sizeof(float), 256, "activation grads");
-    for (auto* a : {params_arena_.get(), buffers_arena_.get(), acts_arena_.get(), grads_arena_.get()}) a->allocate();
+    const size_t a_off = acts_arena_->reserve(act_bytes_, 256, "activations");
+    const size_t g_off = grads_arena_->reserve(act_grad_bytes_, 256, "activation grads");
+    const size_t s_off = ws_arena_->reserve(std::max<size_t>(workspace_floats_, 1) * sizeof(float), 256, "workspace");
+    for (auto* a : {params_arena_.get(), buffers_arena_.get(), acts_arena_.get(), grads_arena_.get(), ws_arena_.get()})
+        a->allocate();
     flat_ = params_arena_->ptr<float>(p_off);
     working_ = params_arena_->ptr<kern::bf16>(w_off);
     counters_ = buffers_arena_->ptr<int64_t>(c_off);
     buffers_ = buffers_arena_->ptr<float>(b_off);
-    acts_ = acts_arena_->ptr<float>(a_off);
-    act_grads_ = grads_arena_->ptr<float>(g_off);
+    acts_ = acts_arena_->ptr<uint8_t>(a_off);
+    act_grads_ = grads_arena_->ptr<uint8_t>(g_off);
+    workspace_ = ws_arena_->ptr<float>(s_off);
     binding_ = true;
 }
 
 void Planner::finish_binding() {
     SF_CHECK(binding_, "finish_binding() before finish_sizing()");
     SF_CHECK(bind_param_ == table_.params.size() && bind_buffer_idx_ == table_.buffers.size() &&
-                 round_up(bind_act_, 1) <= act_floats_ && bind_grad_ <= act_grad_floats_,
-             "binding pass did not match the sizing pass (%zu/%zu params, %zu/%zu buffers)", bind_param_,
-             table_.params.size(), bind_buffer_idx_, table_.buffers.size());
-    for (auto* a : {params_arena_.get(), buffers_arena_.get(), acts_arena_.get(), grads_arena_.get()}) a->seal();
+                 bind_act_ == act_bytes_ && bind_grad_ == act_grad_bytes_,
+             "binding pass did not match the sizing pass (%zu/%zu params, %zu/%zu buffers, %zu/%zu activation bytes)",
+             bind_param_, table_.params.size(), bind_buffer_idx_, table_.buffers.size(), bind_act_, act_bytes_);
+    for (auto* a : {params_arena_.get(), buffers_arena_.get(), acts_arena_.get(), grads_arena_.get(), ws_arena_.get()})
+        a->seal();
 }
-
-size_t Planner::activation_bytes() const { return (act_floats_ + act_grad_floats_) * sizeof(float); }
 
 }  // namespace model

@@ -13,6 +13,8 @@ typedef cublasLtContext* cublasLtHandle_t;
 
 namespace rt {
 
+class ScopeObserver;  // runtime/profile.h
+
 enum class Backend { Cpu, Cuda };
 
 const char* backend_name(Backend b);
@@ -24,6 +26,7 @@ struct Exec {
     cudaStream_t stream = nullptr;  // compute stream
     cudnnHandle_t cudnn = nullptr;
     cublasLtHandle_t cublaslt = nullptr;
+    ScopeObserver* observer = nullptr;  // per-layer timing (eager profiling); null normally
 
     bool is_cuda() const { return backend == Backend::Cuda; }
     static Exec cpu() { return Exec{}; }

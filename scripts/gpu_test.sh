@@ -4,7 +4,9 @@
 # are taken from /usr/local/cuda or, when that lacks them, from a Python environment's
 # nvidia/*/lib folders (PyTorch wheels ship them there).
 # The test binary is run directly (not through ctest), so a build folder copied to another path
-# works. usage: scripts/gpu_test.sh [build-dir] [gtest args, e.g. --gtest_output=json:out.json]
+# works. Then one whole training step (CudaStep.OneStepForSanitizer) runs under compute-sanitizer
+# memcheck when the tool is on PATH or in the toolkit (SF_SKIP_SANITIZER=1 skips it).
+# usage: scripts/gpu_test.sh [build-dir] [gtest args, e.g. --gtest_output=json:out.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-${BUILD_DIR:-build}}
@@ -20,4 +22,16 @@ if ! ldconfig -p 2>/dev/null | grep -q libcudnn.so.9 && [ ! -e /usr/local/cuda/l
   export LD_LIBRARY_PATH
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-exec "$BUILD_DIR/tests/sf_gpu_tests" "$@"
+status=0
+"$BUILD_DIR/tests/sf_gpu_tests" "$@" || status=$?
+if [ "${SF_SKIP_SANITIZER:-0}" != 1 ]; then
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  if [ -n "$SAN" ]; then
+    echo "== compute-sanitizer memcheck: one training step =="
+    "$SAN" --tool memcheck --error-exitcode 86 --leak-check full \
+      "$BUILD_DIR/tests/sf_gpu_tests" --gtest_filter=CudaStep.OneStepForSanitizer || status=$?
+  else
+    echo "compute-sanitizer not found: memcheck of one step skipped" >&2
+  fi
+fi
+exit $status

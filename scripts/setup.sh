@@ -12,6 +12,7 @@ PKGS=(
   "libyaml-cpp-dev=0.7.0+dfsg-8+b1"
   "libgtest-dev=1.12.1-0.2"
   "nlohmann-json3-dev=3.11.2-2"
+  "libstb-dev=0.0~git20220908.8b5f1f3+ds-1"  # stb_image.h: PNG/JPEG decoding (slidefuse predict)
   "clang-14=1:14.0.6-12"            # libFuzzer targets of the parsers (ctest -L fuzz)
   "libclang-rt-14-dev=1:14.0.6-12"
 )

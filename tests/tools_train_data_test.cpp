@@ -41,7 +41,8 @@ TEST(TrainData, TrainsFromGeneratedShardsAndValidatesOnTheValSplit) {
     ASSERT_GT(s.samples[1], 0u);
     const std::string out = root + "/run";
     ASSERT_EQ(tools::cmd_train({"--config", kSmoke, "--out", out, "data.source=shards",
-                                "data.processed_dir=" + root + "/data", "train.max_steps=2", "train.num_workers=2"}),
+                                "data.processed_dir=" + root + "/data", "train.max_steps=2", "train.num_workers=2",
+                                "checkpoints.save_dir=" + root + "/ck"}),
               0);
     EXPECT_EQ(count_lines_with(out + "/metrics.jsonl", "\"grad_norm\""), 2);
     // The validation line counts every val sample once, the short last batch included.
@@ -55,7 +56,8 @@ TEST(TrainData, SyntheticSourceGeneratesItsDatasetOnce) {
                                            "data.source=synthetic",
                                            "data.processed_dir=" + root + "/synth",
                                            "data.num_samples=800",
-                                           "train.max_steps=1"};
+                                           "train.max_steps=1",
+                                           "checkpoints.save_dir=" + root + "/ck"};
     std::vector<std::string> a1 = args, a2 = args;
     a1.insert(a1.end(), {"--out", root + "/run1"});
     a2.insert(a2.end(), {"--out", root + "/run2"});
@@ -74,14 +76,15 @@ TEST(TrainData, ShardsOfAnotherSizeAreRefused) {
     data::generate_dataset(g, 1000, root + "/data", 2, 512);
     try {
         tools::cmd_train({"--config", kSmoke, "--out", root + "/run", "data.source=shards",
-                          "data.processed_dir=" + root + "/data", "model.input_height=96"});
+                          "data.processed_dir=" + root + "/data", "model.input_height=96",
+                          "checkpoints.save_dir=" + root + "/ck"});
         FAIL() << "accepted 64x128 shards for a 96x128 model";
     } catch (const rt::Error& e) {
         EXPECT_NE(std::string(e.what()).find("model.input_height"), std::string::npos) << e.what();
     }
     try {
         tools::cmd_train({"--config", kSmoke, "--out", root + "/run", "data.source=shards",
-                          "data.processed_dir=" + root + "/missing"});
+                          "data.processed_dir=" + root + "/missing", "checkpoints.save_dir=" + root + "/ck"});
         FAIL() << "accepted a missing data folder";
     } catch (const rt::Error& e) {
         EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();

@@ -1,12 +1,15 @@
 // `slidefuse train` end to end on the CPU backend: outputs written, metrics logged, validation
-// reported, and bad input refused with a message naming the problem.
+// reported, the final checkpoint written, and bad input refused with a message naming the problem.
+// (Checkpoints and resume: tests/tools_train_resume_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "model/checkpoint.h"
 #include "runtime/error.h"
 #include "tests/support/compare.h"
 #include "tools/config.h"
@@ -32,8 +35,17 @@ std::vector<std::string> lines_of(const std::string& path) {
 const std::string kSmoke = std::string(SF_SOURCE_DIR) + "/configs/cpu_smoke.yaml";
 
 TEST(TrainCli, SmokeConfigRunsAndWritesItsOutputs) {
-    const std::string out = temp_dir("run");
-    ASSERT_EQ(tools::cmd_train({"--config", kSmoke, "--out", out, "train.max_steps=3", "logging.log_interval=1"}), 0);
+    const std::string out = temp_dir("run"), ck = out + "/../ck";
+    struct Cleanup {  // the checkpoint is ~40 MB
+        std::string dir;
+        ~Cleanup() {
+            std::error_code ec;
+            std::filesystem::remove_all(dir, ec);
+        }
+    } cleanup{std::filesystem::path(out).parent_path().string()};
+    ASSERT_EQ(tools::cmd_train({"--config", kSmoke, "--out", out, "checkpoints.save_dir=" + ck, "train.max_steps=3",
+                                "logging.log_interval=1"}),
+              0);
     const tools::TrainConfig resolved = tools::load_config(out + "/config.resolved.yaml", {});
     EXPECT_EQ(resolved.train.max_steps, 3);
     EXPECT_EQ(resolved.train.backend, tools::Backend::Cpu);
@@ -51,6 +63,7 @@ TEST(TrainCli, SmokeConfigRunsAndWritesItsOutputs) {
     }
     EXPECT_EQ(steps, 3);
     EXPECT_GE(validations, 1);
+    EXPECT_EQ(model::list_checkpoints(ck), std::vector<std::string>{model::checkpoint_path(ck, 3)});
 }
 
 TEST(TrainCli, BadInputIsRefusedWithTheReason) {
@@ -68,6 +81,7 @@ TEST(TrainCli, BadInputIsRefusedWithTheReason) {
     expect_error({"--config", kSmoke, "--out", out, "data.num_samples=1"}, "data.num_samples");
     expect_error({"--out", out}, "--config");
     expect_error({"--config", kSmoke, "--bogus"}, "--bogus");
+    expect_error({"--config", kSmoke, "--resume"}, "--resume needs a value");
     expect_error({"--config", "/nonexistent/x.yaml"}, "/nonexistent/x.yaml");
 }
 

@@ -23,6 +23,7 @@
 #include "data/shard_io.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
+#include "tools/bench_step.h"
 #include "tools/commands.h"
 
 namespace tools {
@@ -34,6 +35,11 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 const char* kBenchUsage =
     "usage: slidefuse bench <what> [options]\n"
+    "  step     whole training steps of the CUDA backend (docs/BENCH.md):\n"
+    "           slidefuse bench step [--batch-sizes 64,128,256] [--size 256x512] [--channels 2]\n"
+    "                                [--steps 50] [--warmup 10] [--eager] [--deterministic]\n"
+    "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
+    "                                [--peak-tflops T] [--peak-gbps G] [--json OUT]\n"
     "  loader   the data loader alone:\n"
     "           slidefuse bench loader --data DIR [--batch 128] [--workers 2] [--prefetch 4]\n"
     "                                  [--seconds 10] [--warmup 2] [--no-shuffle] [--json OUT]\n";
@@ -100,6 +106,19 @@ LoaderArgs parse_loader_args(const std::vector<std::string>& args) {
     SF_CHECK(!a.data.empty(), "bench loader: missing --data DIR (a folder of *.sfshard files)\n%s", kBenchUsage);
     SF_CHECK(a.seconds > 0, "bench loader: --seconds must be > 0");
     return a;
+}
+
+std::vector<int> parse_int_list(const std::string& opt, const std::string& v) {
+    std::vector<int> out;
+    size_t start = 0;
+    while (start <= v.size()) {
+        const size_t comma = v.find(',', start);
+        const std::string part = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        out.push_back(parse_int(opt, part, 1));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    return out;
 }
 
 nlohmann::json machine_info() {
@@ -277,6 +296,53 @@ int bench_loader(const std::vector<std::string>& args) {
 
 }  // namespace
 
+StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
+    StepBenchOptions o;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& s = args[i];
+        if (s == "--eager" || s == "--deterministic" || s == "--search" || s == "--layers") {
+            (s == "--eager" ? o.eager : s == "--deterministic" ? o.deterministic : s == "--search" ? o.search : o.layers) =
+                true;
+            continue;
+        }
+        SF_CHECK(s.rfind("--", 0) == 0, "bench step: unexpected argument '%s'\n%s", s.c_str(), kBenchUsage);
+        SF_CHECK(i + 1 < args.size(), "bench step: %s needs a value", s.c_str());
+        const std::string& v = args[++i];
+        if (s == "--batch-sizes") {
+            o.batch_sizes = parse_int_list(s, v);
+        } else if (s == "--size") {
+            const size_t x = v.find('x');
+            SF_CHECK(x != std::string::npos, "bench step: --size expects HEIGHTxWIDTH, e.g. 256x512, got '%s'",
+                     v.c_str());
+            o.height = parse_int(s, v.substr(0, x), 32);
+            o.width = parse_int(s, v.substr(x + 1), 32);
+            SF_CHECK(o.height % 32 == 0 && o.width % 32 == 0, "bench step: --size %s: both sides must be multiples of 32",
+                     v.c_str());
+        } else if (s == "--channels") {
+            o.channels = parse_int(s, v, 2);
+            SF_CHECK(o.channels == 2 || o.channels == 4, "bench step: --channels must be 2 or 4, got %d", o.channels);
+        } else if (s == "--steps") {
+            o.steps = parse_int(s, v, 1);
+        } else if (s == "--warmup") {
+            o.warmup = parse_int(s, v, 0);
+        } else if (s == "--memory-budget-gb") {
+            o.memory_budget_bytes = static_cast<size_t>(parse_seconds(s, v) * 1e9);
+        } else if (s == "--layers-batch") {
+            o.layers_batch = parse_int(s, v, 1);
+        } else if (s == "--peak-tflops") {
+            o.peak_tflops = parse_seconds(s, v);
+        } else if (s == "--peak-gbps") {
+            o.peak_gbps = parse_seconds(s, v);
+        } else if (s == "--json") {
+            o.json = v;
+        } else {
+            SF_FAIL("bench step: unknown option '%s'\n%s", s.c_str(), kBenchUsage);
+        }
+    }
+    SF_CHECK(!o.batch_sizes.empty(), "bench step: --batch-sizes is empty");
+    return o;
+}
+
 int cmd_bench(const std::vector<std::string>& args) {
     if (args.empty() || args[0] == "--help" || args[0] == "-h") {
         std::fputs(kBenchUsage, args.empty() ? stderr : stdout);
@@ -289,6 +355,15 @@ int cmd_bench(const std::vector<std::string>& args) {
             return 0;
         }
         return bench_loader(rest);
+    }
+    if (args[0] == "step") {
+        if (!rest.empty() && (rest[0] == "--help" || rest[0] == "-h")) {
+            std::fputs(kBenchUsage, stdout);
+            return 0;
+        }
+        std::string line = "slidefuse bench step";
+        for (const std::string& a : rest) line += " " + a;
+        return bench_step(parse_step_bench_args(rest), line);
     }
     SF_FAIL("bench: unknown benchmark '%s'\n%s", args[0].c_str(), kBenchUsage);
 }

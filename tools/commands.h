@@ -9,6 +9,9 @@ namespace tools {
 int cmd_train(const std::vector<std::string>& args);     // tools/train.cpp
 int cmd_generate(const std::vector<std::string>& args);  // tools/cmd_generate.cpp
 int cmd_convert(const std::vector<std::string>& args);   // tools/cmd_convert.cpp
-int cmd_bench(const std::vector<std::string>& args);     // tools/cmd_bench.cpp ("bench loader", ...)
+int cmd_bench(const std::vector<std::string>& args);     // tools/cmd_bench.cpp ("bench loader", "bench step")
+int cmd_export(const std::vector<std::string>& args);    // tools/cmd_export.cpp
+int cmd_eval(const std::vector<std::string>& args);      // tools/cmd_eval.cpp
+int cmd_predict(const std::vector<std::string>& args);   // tools/cmd_predict.cpp
 
 }  // namespace tools

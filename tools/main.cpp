@@ -18,7 +18,10 @@ const char* kUsage =
     "  train     train the model (slidefuse train --help)\n"
     "  generate  make a synthetic slider-CAPTCHA dataset as compact shards (slidefuse generate --help)\n"
     "  convert   convert the original's NPY dataset to compact shards (slidefuse convert --help)\n"
-    "  bench     benchmarks: bench loader (slidefuse bench --help)\n"
+    "  eval      evaluate a checkpoint on a dataset split (slidefuse eval --help)\n"
+    "  predict   locate gap and slider in images with a checkpoint (slidefuse predict --help)\n"
+    "  export    write a checkpoint's weights for PyTorch (slidefuse export --help)\n"
+    "  bench     benchmarks: bench step, bench loader (slidefuse bench --help)\n"
     "  version   print the version\n";
 
 }  // namespace
@@ -46,6 +49,9 @@ int main(int argc, char** argv) {
         if (cmd == "generate") return tools::cmd_generate(args);
         if (cmd == "convert") return tools::cmd_convert(args);
         if (cmd == "bench") return tools::cmd_bench(args);
+        if (cmd == "export") return tools::cmd_export(args);
+        if (cmd == "eval") return tools::cmd_eval(args);
+        if (cmd == "predict") return tools::cmd_predict(args);
         std::fprintf(stderr, "slidefuse: unknown command '%s'\n%s", cmd.c_str(), kUsage);
         return 1;
     } catch (const std::exception& e) {

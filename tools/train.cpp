@@ -1,23 +1,26 @@
 #include "tools/train.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "model/eval_step.h"
 #include "model/init.h"
 #include "model/schedule.h"
-#include "model/train_step.h"
 #include "runtime/error.h"
+#include "runtime/exec.h"
 #include "runtime/log.h"
-#include "tools/commands.h"
-#include "tools/config.h"
+#include "runtime/profile.h"
 #include "tools/progress.h"
-#include "tools/train_data.h"
+#include "tools/signals.h"
 
 namespace tools {
 
@@ -26,16 +29,44 @@ namespace {
 struct Args {
     std::string config;
     std::string out;
+    std::string resume;  // "", "auto" or a checkpoint path
+    bool allow_config_change = false;
+    int max_bad_steps = kDefaultMaxBadSteps;
+    bool no_graph = false;       // CUDA: eager steps instead of graph replay
+    rt::StepRange profile;       // --profile-steps a:b (empty: none)
     std::vector<std::string> overrides;
 };
+
+int parse_count(const std::string& opt, const std::string& v) {
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    SF_CHECK(!v.empty() && end == v.c_str() + v.size() && n >= 0 && n <= 1000000000L,
+             "%s expects an integer >= 0, got '%s'", opt.c_str(), v.c_str());
+    return static_cast<int>(n);
+}
 
 Args parse_args(const std::vector<std::string>& args) {
     Args a;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& s = args[i];
-        if (s == "--config" || s == "--out") {
+        auto value = [&]() -> const std::string& {
             SF_CHECK(i + 1 < args.size(), "%s needs a value", s.c_str());
-            (s == "--config" ? a.config : a.out) = args[++i];
+            return args[++i];
+        };
+        if (s == "--config") {
+            a.config = value();
+        } else if (s == "--out") {
+            a.out = value();
+        } else if (s == "--resume") {
+            a.resume = value();
+        } else if (s == "--max-bad-steps") {
+            a.max_bad_steps = parse_count(s, value());
+        } else if (s == "--allow-config-change") {
+            a.allow_config_change = true;
+        } else if (s == "--no-graph") {
+            a.no_graph = true;
+        } else if (s == "--profile-steps") {
+            a.profile = rt::parse_step_range(value());
         } else if (s.rfind("--", 0) == 0) {
             SF_FAIL("unknown option '%s'\n%s", s.c_str(), train_usage().c_str());
         } else {
@@ -72,144 +103,436 @@ model::OptimConfig optim_config(const TrainConfig& c) {
     return oc;
 }
 
-double lr_at(const TrainConfig& c, int epoch, int64_t step, int64_t total) {
+double lr_at(const TrainConfig& c, int64_t epoch, int64_t step, int64_t total) {
     if (c.sched.type == SchedType::Sgdr)
-        return model::sgdr_lr(c.optimizer.lr, c.sched.cosine_min_lr, c.sched.warmup_epochs, c.sched.t_mult, epoch);
+        return model::sgdr_lr(c.optimizer.lr, c.sched.cosine_min_lr, c.sched.warmup_epochs, c.sched.t_mult,
+                              static_cast<int>(epoch));
     return model::warmup_cosine_lr(c.optimizer.lr, c.sched.cosine_min_lr, c.sched.warmup_steps, total, step);
 }
 
-// One pass over the validation data with the original's metrics (MODEL_SPEC §3.5).
-model::Metrics validate(const rt::Exec& ex, model::SiderNet& net, model::EvalStep& eval, BatchSource& val) {
-    model::Metrics m;
-    std::vector<data::Label> labels;
-    std::vector<model::Decoded> decoded;
-    for (uint64_t k = 0; k < val.batches_per_epoch(); ++k) {
-        const int real = val.next(net.input(), labels);
-        eval.run(ex, decoded);
-        for (int b = 0; b < real; ++b) m.add(decoded[static_cast<size_t>(b)], labels[static_cast<size_t>(b)]);
+// ---- the CPU reference backend ----
+class CpuBackend : public TrainBackend {
+public:
+    explicit CpuBackend(const TrainConfig& c)
+        : net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height, c.model.input_width},
+               rt::MemKind::Host),
+          step_(net_, loss_config(c), optim_config(c)),
+          eval_(net_),
+          ex_(rt::Exec::cpu()) {
+        const model::Planner& p = net_.plan();
+        model::init_parameters(net_.table(), c.train.seed, p.master(), p.buffers(), p.counters());
     }
-    return m;
+    std::string describe() const override { return "the CPU reference backend"; }
+    const model::ParamTable& table() const override { return net_.table(); }
+    void train_step(BatchSource& data, int accum, double lr) override {
+        for (int a = 0; a < accum; ++a) {
+            data.next(net_.input(), labels_);
+            step_.micro_step(ex_, labels_.data(), 1.0 / accum);
+        }
+        pending_.push_back(step_.optimizer_step(ex_, lr));
+    }
+    std::vector<model::StepStats> collect_stats() override { return std::exchange(pending_, {}); }
+    bool stats_are_free() const override { return true; }
+    model::Metrics validate(BatchSource& val) override {
+        model::Metrics m;
+        for (uint64_t k = 0; k < val.batches_per_epoch(); ++k) {
+            const int real = val.next(net_.input(), labels_);
+            eval_.run(ex_, decoded_);
+            for (int b = 0; b < real; ++b) m.add(decoded_[static_cast<size_t>(b)], labels_[static_cast<size_t>(b)]);
+        }
+        return m;
+    }
+    model::CheckpointView host_state() override {
+        const model::Planner& p = net_.plan();
+        return {&net_.table(), p.master(), p.adam_m(), p.adam_v(), p.buffers(), p.counters()};
+    }
+    void commit_host_state() override {}  // the step reads the host ranges directly
+    int64_t adam_steps() const override { return step_.steps_done(); }
+    void set_step_counters(int64_t applied, int64_t) override { step_.set_steps_done(applied); }
+
+private:
+    model::SiderNet net_;
+    model::TrainStep step_;
+    model::EvalStep eval_;
+    rt::Exec ex_;
+    std::vector<data::Label> labels_;
+    std::vector<model::Decoded> decoded_;
+    std::vector<model::StepStats> pending_;
+};
+
+// A resumed run continues metrics.jsonl where its checkpoint was: records of later steps (written
+// by the interrupted run after that checkpoint) and a torn last line are dropped.
+void truncate_metrics(const std::string& path, int64_t step) {
+    std::ifstream in(path);
+    if (!in.good()) return;
+    std::string kept, line;
+    while (std::getline(in, line)) {
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
+            kept += line + "\n";
+    }
+    in.close();
+    const std::string tmp = path + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.close();
+    SF_CHECK(out.good() && std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rewrite %s", path.c_str());
 }
 
-nlohmann::json step_record(int64_t step, int epoch, const model::StepStats& s, double window_loss, int64_t skipped,
-                           double sps) {
-    return {{"step", step},
-            {"epoch", epoch},
-            {"loss", s.mean_loss},
-            {"loss_mean_window", window_loss},
-            {"focal_gap", s.loss.focal_gap},
-            {"focal_slider", s.loss.focal_slider},
-            {"offset", s.loss.offset},
-            {"hard_negative", s.loss.hard_negative},
-            {"angle", s.loss.angle},
-            {"padding_bce", s.loss.padding_bce},
-            {"y_axis", s.loss.y_axis},
-            {"lr", s.lr},
-            {"grad_norm", s.grad_norm},
-            {"skipped_steps", skipped},
-            {"samples_per_s", sps}};
+// The training loop over a TrainBackend; its whole state is rs_ (what a checkpoint stores) plus
+// the backend's tensors and the data cursor.
+class Trainer {
+public:
+    Trainer(const Args& args, const TrainConfig& cfg);
+    int run();
+
+private:
+    void resume(const std::string& path);
+    void open_outputs();
+    void account(const model::StepStats& s);
+    void log_step(const model::StepStats& s, int64_t epoch);
+    bool validate_and_select(bool epoch_end);
+    void save(const std::string& path);
+    std::string save_step_checkpoint();
+    [[noreturn]] void stop_on_bad_steps(const model::StepStats& s);
+
+    const Args& args_;
+    const TrainConfig& cfg_;
+    const int accum_;
+    std::unique_ptr<BatchSource> train_data_, val_data_;
+    std::unique_ptr<TrainBackend> backend_;
+    EarlyStopping early_;
+    model::RunState rs_;
+    int64_t steps_per_epoch_ = 0, total_ = 0, start_step_ = 0, last_saved_ = -1;
+    std::string out_, resumed_from_;
+    std::ofstream metrics_;
+    Progress progress_{1};
+    double first_loss_ = NAN, last_loss_ = NAN;
+};
+
+Trainer::Trainer(const Args& args, const TrainConfig& cfg)
+    : args_(args), cfg_(cfg), accum_(cfg.train.gradient_accumulation_steps), early_(cfg.eval) {
+    if (cfg.train.backend == Backend::Cuda) {  // before any data is read or generated
+        std::string why;
+        SF_CHECK(rt::cuda_device_available(&why),
+                 "train.backend=cuda needs a usable CUDA device (%s); the CPU reference backend runs with "
+                 "train.backend=cpu",
+                 why.c_str());
+    }
+    if (cfg.data.source == DataSource::Synthetic) ensure_synthetic_dataset(cfg);
+    train_data_ = make_batch_source(cfg, SplitRole::Train);
+    val_data_ = make_batch_source(cfg, SplitRole::Val);
+    steps_per_epoch_ = static_cast<int64_t>(train_data_->batches_per_epoch()) / accum_;
+    SF_CHECK(steps_per_epoch_ >= 1, "the training data (%s) is smaller than one optimizer step (%d x %d samples)",
+             train_data_->describe().c_str(), cfg.train.batch_size, accum_);
+    total_ = steps_per_epoch_ * cfg.sched.epochs;
+    if (cfg.train.max_steps > 0) total_ = std::min(total_, cfg.train.max_steps);
+    SF_CHECK(cfg.train.backend == Backend::Cuda || args.profile.empty(),
+             "--profile-steps brackets CUDA steps for nsys/ncu; it needs train.backend=cuda");
+    backend_ = cfg.train.backend == Backend::Cuda ? make_cuda_backend(cfg, args.no_graph, steps_per_epoch_, total_) : make_cpu_backend(cfg);
+
+    rs_.seed = cfg.train.seed;
+    rs_.config_hash = resume_config_hash(cfg);
+    early_.start(rs_);
+    std::string from = args.resume;
+    if (from == "auto") {
+        from = model::latest_checkpoint(cfg.checkpoints.save_dir);
+        if (from.empty())
+            SF_LOG_INFO("--resume auto: no checkpoint in %s; starting a new run", cfg.checkpoints.save_dir.c_str());
+    }
+    if (!from.empty()) resume(from);
+    out_ = !args.out.empty() ? args.out : !rs_.out_dir.empty() ? rs_.out_dir : default_run_dir(cfg);
+    rs_.out_dir = out_;
+    open_outputs();
+}
+
+// Weights, buffers, AdamW state and step, data cursor, counters and early-stopping state.
+void Trainer::resume(const std::string& path) {
+    model::RunState saved;
+    model::load_checkpoint(path, backend_->host_state(), &saved);
+    if (saved.config_hash != rs_.config_hash) {
+        SF_CHECK(args_.allow_config_change,
+                 "%s was written by a run with another configuration (config hash %s, this run %s): resume with the "
+                 "same config file and overrides, or pass --allow-config-change",
+                 path.c_str(), saved.config_hash.c_str(), rs_.config_hash.c_str());
+        SF_LOG_WARN(
+            "--allow-config-change: resuming %s (config hash %s) under another configuration (%s); the run "
+            "continues from step %" PRId64 " with the new settings",
+            path.c_str(), saved.config_hash.c_str(), rs_.config_hash.c_str(), saved.step);
+    }
+    backend_->commit_host_state();
+    backend_->set_step_counters(saved.adam_step, saved.skipped);
+    saved.config_hash = rs_.config_hash;
+    saved.seed = rs_.seed;
+    rs_ = saved;
+    train_data_->seek(data::Cursor{rs_.cursor_epoch, rs_.cursor_batch});
+    start_step_ = last_saved_ = rs_.step;
+    resumed_from_ = path;
+}
+
+void Trainer::open_outputs() {
+    make_dirs(out_);
+    write_resolved_config(cfg_, out_ + "/config.resolved.yaml");
+    const std::string path = out_ + "/metrics.jsonl";
+    if (!resumed_from_.empty()) truncate_metrics(path, rs_.step);
+    metrics_.open(path, resumed_from_.empty() ? std::ios::trunc : std::ios::app);
+    SF_CHECK(metrics_.good(), "cannot write %s", path.c_str());
+    make_dirs(cfg_.checkpoints.save_dir);
+}
+
+// Per-step bookkeeping of one step's statistics (in step order).
+void Trainer::account(const model::StepStats& s) {
+    rs_.skipped += s.skipped;
+    rs_.bad_streak = s.skipped ? rs_.bad_streak + 1 : 0;
+    if (std::isnan(first_loss_)) first_loss_ = s.mean_loss;
+    last_loss_ = s.mean_loss;
+    rs_.window_loss_sum += s.mean_loss;
+    ++rs_.window_steps;
+}
+
+// The progress line and the metrics.jsonl record of a log point (s: the step just done).
+void Trainer::log_step(const model::StepStats& s, int64_t epoch) {
+    const double window = rs_.window_loss_sum / static_cast<double>(rs_.window_steps);
+    const double sps =
+        static_cast<double>(rs_.step - start_step_) * cfg_.train.batch_size * accum_ / progress_.elapsed_s();
+    char body[256];
+    std::snprintf(body, sizeof(body), "epoch %lld | loss %.4f | lr %.3e | grad norm %.3e | %.2f samples/s",
+                  static_cast<long long>(epoch + 1), window, s.lr, s.grad_norm, sps);
+    progress_.update(rs_.step, body);
+    const nlohmann::json j = {{"step", rs_.step},
+                              {"epoch", epoch + 1},
+                              {"loss", s.mean_loss},
+                              {"loss_mean_window", window},
+                              {"focal_gap", s.loss.focal_gap},
+                              {"focal_slider", s.loss.focal_slider},
+                              {"offset", s.loss.offset},
+                              {"hard_negative", s.loss.hard_negative},
+                              {"angle", s.loss.angle},
+                              {"padding_bce", s.loss.padding_bce},
+                              {"y_axis", s.loss.y_axis},
+                              {"lr", s.lr},
+                              {"grad_norm", s.grad_norm},
+                              {"skipped_steps", rs_.skipped},
+                              {"samples_per_s", sps}};
+    metrics_ << j.dump() << "\n" << std::flush;
+    rs_.window_loss_sum = 0;
+    rs_.window_steps = 0;
+}
+
+// Validation (MODEL_SPEC §3.5), best.safetensors, early stopping (epoch ends only). Returns true to stop.
+bool Trainer::validate_and_select(bool epoch_end) {
+    const model::Metrics m = backend_->validate(*val_data_);
+    const std::map<std::string, double> v = metric_values(m);
+    const int64_t epoch = (rs_.step - 1) / steps_per_epoch_ + 1;
+    const std::string& select = cfg_.eval.select_by;
+    const bool best = update_best(rs_, select, v.at(select));
+    const bool stop = epoch_end && early_.update(rs_, epoch, v);
+    progress_.finish();
+    std::printf(
+        "validation after epoch %lld: mae_px %.3f rmse_px %.3f hit_le_2px %.1f%% hit_le_5px %.1f%% (%zu samples)%s\n",
+        static_cast<long long>(epoch), m.mae_px(), m.rmse_px(), m.hit_le_2px(), m.hit_le_5px(), m.count(),
+        best ? " best" : "");
+    nlohmann::json j = {{"validation", true}, {"epoch", epoch}, {"step", rs_.step}};
+    for (const auto& kv : v) j[kv.first] = kv.second;
+    j["samples"] = m.count();
+    j["best"] = best;
+    if (cfg_.eval.early_stopping.enabled) j["patience_counter"] = rs_.epochs_without_improvement;
+    metrics_ << j.dump() << "\n" << std::flush;
+    if (best && cfg_.checkpoints.save_best) save(model::best_checkpoint_path(cfg_.checkpoints.save_dir));
+    if (stop)
+        std::printf("early stopping after epoch %lld: %s has not improved by %g for %lld validations (best %g)\n",
+                    static_cast<long long>(epoch), select.c_str(), cfg_.eval.early_stopping.min_improvement,
+                    static_cast<long long>(rs_.epochs_without_improvement), rs_.es_best);
+    return stop;
+}
+
+void Trainer::save(const std::string& path) {
+    const data::Cursor c = train_data_->cursor();
+    rs_.cursor_epoch = c.epoch;
+    rs_.cursor_batch = c.batch;
+    rs_.adam_step = backend_->adam_steps();
+    model::save_checkpoint(path, backend_->host_state(), rs_);
+}
+
+// ckpt-<step>.safetensors (once per step), then keep_last pruning. Returns the path.
+std::string Trainer::save_step_checkpoint() {
+    const std::string path = model::checkpoint_path(cfg_.checkpoints.save_dir, rs_.step);
+    if (last_saved_ == rs_.step) return path;
+    save(path);
+    model::prune_checkpoints(cfg_.checkpoints.save_dir, cfg_.checkpoints.keep_last);
+    last_saved_ = rs_.step;
+    SF_LOG_INFO("checkpoint %s", path.c_str());
+    return path;
+}
+
+// The non-finite-step limit: checkpoint, then the error that ends the run (exit code 1).
+void Trainer::stop_on_bad_steps(const model::StepStats& s) {
+    const std::string path = save_step_checkpoint();
+    progress_.finish();
+    SF_FAIL(
+        "%lld consecutive steps had a non-finite loss or gradient (the last at step %lld: loss %g, grad norm %g); "
+        "the run stopped (--max-bad-steps %d) with checkpoint %s. Lower optimizer.lr or check the data",
+        static_cast<long long>(rs_.bad_streak), static_cast<long long>(rs_.step), s.mean_loss, s.grad_norm,
+        args_.max_bad_steps, path.c_str());
+}
+
+int Trainer::run() {
+    SF_LOG_INFO(
+        "training %s on %s: %zu parameters, batch %d x %d, input %dx%dx%d, %lld steps (%lld per epoch), "
+        "loss %s; train: %s; val: %s; output %s; checkpoints %s",
+        cfg_.model.name.c_str(), backend_->describe().c_str(), backend_->table().num_parameters(),
+        cfg_.train.batch_size, accum_, cfg_.model.input_channels, cfg_.model.input_height, cfg_.model.input_width,
+        static_cast<long long>(total_), static_cast<long long>(steps_per_epoch_),
+        model::loss_variant_name(cfg_.loss.variant), train_data_->describe().c_str(), val_data_->describe().c_str(),
+        out_.c_str(), cfg_.checkpoints.save_dir.c_str());
+    if (!resumed_from_.empty())
+        SF_LOG_INFO("resumed from %s at step %" PRId64 " (epoch %" PRId64 ", %" PRId64 " skipped)",
+                    resumed_from_.c_str(), rs_.step, rs_.epoch, rs_.skipped);
+    if (rs_.step >= total_ || early_.stopped(rs_)) {
+        std::printf("nothing to do: the run %s at step %lld\n", early_.stopped(rs_) ? "stopped early" : "ended",
+                    static_cast<long long>(rs_.step));
+        return 0;
+    }
+    StopSignals signals;
+    progress_ = Progress(total_);
+    std::string last;
+    while (true) {
+        const int64_t epoch = rs_.step / steps_per_epoch_;  // 0-based epoch of this step
+        // --profile-steps a:b: the profiler captures steps a..b (1-based) and nothing else.
+        const bool profiled = args_.profile.contains(rs_.step + 1);
+        if (profiled && !args_.profile.contains(rs_.step)) rt::profiler_start();
+        backend_->train_step(*train_data_, accum_, lr_at(cfg_, epoch, rs_.step, total_));
+        ++rs_.step;
+        if (profiled && !args_.profile.contains(rs_.step + 1)) {
+            backend_->synchronize();  // the profiled range holds the whole step
+            rt::profiler_stop();
+        }
+        const bool epoch_end = rs_.step % steps_per_epoch_ == 0;
+        // Statistics: after every step where they are free, else only where the loop needs them.
+        const bool log_point = rs_.step % cfg_.logging.log_interval == 0 || rs_.step == total_;
+        model::StepStats s;
+        if (backend_->stats_are_free() || log_point || epoch_end || signals.requested()) {
+            const std::vector<model::StepStats> done = backend_->collect_stats();
+            SF_CHECK(!done.empty(), "the backend returned no statistics for step %lld", static_cast<long long>(rs_.step));
+            for (const model::StepStats& d : done) account(d);
+            s = done.back();
+            if (log_point) log_step(s, epoch);
+        }
+        if (epoch_end) rs_.epoch = rs_.step / steps_per_epoch_;
+        bool stop = false;
+        if ((epoch_end && rs_.epoch % cfg_.eval.eval_interval == 0) || rs_.step == total_)
+            stop = validate_and_select(epoch_end);
+        if (epoch_end && rs_.epoch % cfg_.checkpoints.save_interval == 0) last = save_step_checkpoint();
+        if (rs_.bad_streak > args_.max_bad_steps) stop_on_bad_steps(s);
+        if (signals.requested()) {
+            last = save_step_checkpoint();
+            progress_.finish();
+            std::printf("stopped by %s after step %lld: checkpoint %s; continue with --resume auto\n",
+                        signal_name(signals.signal_number()), static_cast<long long>(rs_.step), last.c_str());
+            return 0;
+        }
+        if (stop || rs_.step == total_) break;
+    }
+    last = save_step_checkpoint();
+    progress_.finish();
+    std::printf(
+        "done: %lld steps (%lld in this session) in %s, loss %.4f -> %.4f, %lld skipped; outputs in %s; "
+        "checkpoint %s\n",
+        static_cast<long long>(rs_.step), static_cast<long long>(rs_.step - start_step_),
+        format_duration(progress_.elapsed_s()).c_str(), first_loss_, last_loss_, static_cast<long long>(rs_.skipped),
+        out_.c_str(), last.c_str());
+    return 0;
 }
 
 }  // namespace
 
+std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& cfg) { return std::make_unique<CpuBackend>(cfg); }
+
+std::string resume_config_hash(const TrainConfig& cfg) {
+    TrainConfig c = cfg;
+    c.logging.log_dir.clear();
+    c.checkpoints.save_dir.clear();
+    return config_hash(c);
+}
+
+std::map<std::string, double> metric_values(const model::Metrics& m) {
+    return {{"mae_px", m.mae_px()},         {"rmse_px", m.rmse_px()}, {"hit_le_2px", m.hit_le_2px()},
+            {"hit_le_5px", m.hit_le_5px()}, {"gap_mae", m.gap_mae()}, {"slider_mae", m.slider_mae()}};
+}
+
+bool higher_is_better(const std::string& metric) { return metric.rfind("hit_", 0) == 0; }
+
+void EarlyStopping::start(model::RunState& rs) const {
+    const double inf = std::numeric_limits<double>::infinity();
+    rs.es_best = higher_is_better(eval_.select_by) ? -inf : inf;
+    rs.guard_best = eval_.early_stopping.second_guard.mode == GuardMode::Min ? inf : -inf;
+    rs.epochs_without_improvement = 0;
+}
+
+bool EarlyStopping::update(model::RunState& rs, int64_t epoch, const std::map<std::string, double>& values) const {
+    const EarlyStoppingSection& es = eval_.early_stopping;
+    if (!es.enabled || epoch < es.min_epochs) return false;
+    auto value = [&](const std::string& name) {
+        auto it = values.find(name);
+        SF_CHECK(it != values.end(), "early stopping: no validation metric '%s'", name.c_str());
+        return it->second;
+    };
+    const double x = value(eval_.select_by);
+    const double gain = higher_is_better(eval_.select_by) ? x - rs.es_best : rs.es_best - x;
+    if (gain > 0 && gain >= es.min_improvement) {
+        rs.es_best = x;
+        rs.epochs_without_improvement = 0;
+    } else {
+        ++rs.epochs_without_improvement;
+    }
+    const SecondGuardSection& g = es.second_guard;
+    const double y = value(g.metric);
+    const double guard_gain = g.mode == GuardMode::Min ? rs.guard_best - y : y - rs.guard_best;
+    if (guard_gain > g.min_delta) {
+        rs.guard_best = y;
+        rs.epochs_without_improvement = std::max<int64_t>(0, rs.epochs_without_improvement - 3);
+    }
+    return stopped(rs);
+}
+
+bool EarlyStopping::stopped(const model::RunState& rs) const {
+    return eval_.early_stopping.enabled && rs.epochs_without_improvement >= eval_.early_stopping.patience;
+}
+
+bool update_best(model::RunState& rs, const std::string& metric, double value) {
+    if (std::isnan(value)) return false;
+    const bool better =
+        rs.best_metric_name != metric || (higher_is_better(metric) ? value > rs.best_metric : value < rs.best_metric);
+    if (better) {
+        rs.best_metric = value;
+        rs.best_metric_name = metric;
+    }
+    return better;
+}
+
 std::string train_usage() {
-    return "usage: slidefuse train --config PATH [--out DIR] [key.path=value ...]\n"
-           "  --config PATH   YAML training config (docs/CONFIG.md)\n"
-           "  --out DIR       output folder (default: <logging.log_dir>/run-<timestamp>)\n"
-           "  key.path=value  override any config key, e.g. train.batch_size=64 optimizer.betas=[0.9,0.99]";
+    return "usage: slidefuse train --config PATH [--out DIR] [--resume auto|PATH] [key.path=value ...]\n"
+           "  --config PATH            YAML training config (docs/CONFIG.md)\n"
+           "  --out DIR                output folder (default: the resumed run's, else "
+           "<logging.log_dir>/run-<timestamp>)\n"
+           "  --resume auto|PATH       continue from a checkpoint (docs/CHECKPOINTS.md); auto: the newest loadable "
+           "one\n"
+           "                           in checkpoints.save_dir, or a new run if there is none\n"
+           "  --allow-config-change    resume a checkpoint written under another config (warns)\n"
+           "  --max-bad-steps N        consecutive non-finite (skipped) steps tolerated before the run stops with a\n"
+           "                           checkpoint and an error (default 20)\n"
+           "  --no-graph               CUDA: run each step's calls eagerly instead of replaying the captured graph\n"
+           "  --profile-steps A:B      CUDA: cudaProfilerStart before step A, Stop after step B (1-based), for\n"
+           "                           nsys --capture-range=cudaProfilerApi / ncu --profile-from-start off\n"
+           "  key.path=value           override any config key, e.g. train.batch_size=64 optimizer.betas=[0.9,0.99]\n"
+           "SIGINT/SIGTERM: finish the step, write a checkpoint, exit 0 (a second signal exits at once with 130).";
 }
 
 int cmd_train(const std::vector<std::string>& argv) {
     const Args args = parse_args(argv);
     const TrainConfig cfg = load_config(args.config, args.overrides);
-    SF_CHECK(cfg.train.backend == Backend::Cpu,
-             "train.backend=cuda: the CUDA training step is not part of this build yet; run the CPU reference "
-             "backend with train.backend=cpu");
-    const int batch = cfg.train.batch_size, accum = cfg.train.gradient_accumulation_steps;
-    if (cfg.data.source == DataSource::Synthetic) ensure_synthetic_dataset(cfg);
-    std::unique_ptr<BatchSource> train_data = make_batch_source(cfg, SplitRole::Train);
-    std::unique_ptr<BatchSource> val_data = make_batch_source(cfg, SplitRole::Val);
-    const int64_t steps_per_epoch = static_cast<int64_t>(train_data->batches_per_epoch()) / accum;
-    SF_CHECK(steps_per_epoch >= 1, "the training data (%s) is smaller than one optimizer step (%d x %d samples)",
-             train_data->describe().c_str(), batch, accum);
-
-    const std::string out = args.out.empty() ? default_run_dir(cfg) : args.out;
-    make_dirs(out);
-    write_resolved_config(cfg, out + "/config.resolved.yaml");
-    std::ofstream metrics(out + "/metrics.jsonl");
-    SF_CHECK(metrics.good(), "cannot write %s/metrics.jsonl", out.c_str());
-
-    model::NetShape shape{batch, cfg.model.input_channels, cfg.model.input_height, cfg.model.input_width};
-    model::SiderNet net(shape, rt::MemKind::Host);
-    const model::Planner& plan = net.plan();
-    model::init_parameters(net.table(), cfg.train.seed, plan.master(), plan.buffers(), plan.counters());
-    model::TrainStep step(net, loss_config(cfg), optim_config(cfg));
-    model::EvalStep eval(net);
-    const rt::Exec ex = rt::Exec::cpu();
-
-    int64_t total = steps_per_epoch * cfg.sched.epochs;
-    if (cfg.train.max_steps > 0) total = std::min(total, cfg.train.max_steps);
-    SF_LOG_INFO(
-        "training %s on the CPU reference backend: %zu parameters, batch %d x %d, input %dx%dx%d, %lld steps "
-        "(%lld per epoch), loss %s; train: %s; val: %s; output %s",
-        cfg.model.name.c_str(), net.table().num_parameters(), batch, accum, shape.channels, shape.height, shape.width,
-        static_cast<long long>(total), static_cast<long long>(steps_per_epoch),
-        model::loss_variant_name(cfg.loss.variant), train_data->describe().c_str(), val_data->describe().c_str(),
-        out.c_str());
-
-    Progress progress(total);
-    std::vector<data::Label> labels;
-    double first_loss = NAN, last_loss = NAN, window_loss = 0;
-    int window = 0;
-    int64_t done = 0;
-    for (int epoch = 0; done < total; ++epoch) {
-        for (int64_t k = 0; k < steps_per_epoch && done < total; ++k) {
-            const double lr = lr_at(cfg, epoch, done, total);
-            for (int a = 0; a < accum; ++a) {
-                train_data->next(net.input(), labels);
-                step.micro_step(ex, labels.data(), 1.0 / accum);
-            }
-            const model::StepStats s = step.optimizer_step(ex, lr);
-            ++done;
-            if (std::isnan(first_loss)) first_loss = s.mean_loss;
-            last_loss = s.mean_loss;
-            window_loss += s.mean_loss;
-            ++window;
-            if (done % cfg.logging.log_interval == 0 || done == total) {
-                const double sps = static_cast<double>(done) * batch * accum / progress.elapsed_s();
-                char body[256];
-                std::snprintf(body, sizeof(body), "epoch %d | loss %.4f | lr %.3e | grad norm %.3e | %.2f samples/s",
-                              epoch + 1, window_loss / window, lr, s.grad_norm, sps);
-                progress.update(done, body);
-                metrics << step_record(done, epoch + 1, s, window_loss / window, step.skipped_steps(), sps).dump()
-                        << "\n"
-                        << std::flush;
-                window_loss = 0;
-                window = 0;
-            }
-        }
-        // Validation at the end of an epoch (every eval.eval_interval) and of the run.
-        const bool epoch_end = done % steps_per_epoch == 0;
-        if ((epoch_end && (epoch + 1) % cfg.eval.eval_interval == 0) || done == total) {
-            const model::Metrics m = validate(ex, net, eval, *val_data);
-            progress.finish();
-            std::printf(
-                "validation after epoch %d: mae_px %.3f rmse_px %.3f hit_le_2px %.1f%% hit_le_5px %.1f%% "
-                "(%zu samples)\n",
-                epoch + 1, m.mae_px(), m.rmse_px(), m.hit_le_2px(), m.hit_le_5px(), m.count());
-            const nlohmann::json j = {
-                {"validation", true},           {"epoch", epoch + 1},     {"step", done},
-                {"mae_px", m.mae_px()},         {"rmse_px", m.rmse_px()}, {"hit_le_2px", m.hit_le_2px()},
-                {"hit_le_5px", m.hit_le_5px()}, {"gap_mae", m.gap_mae()}, {"slider_mae", m.slider_mae()},
-                {"samples", m.count()}};
-            metrics << j.dump() << "\n" << std::flush;
-        }
-    }
-    progress.finish();
-    std::printf("done: %lld steps in %s, loss %.4f -> %.4f, %lld skipped; outputs in %s\n",
-                static_cast<long long>(done), format_duration(progress.elapsed_s()).c_str(), first_loss, last_loss,
-                static_cast<long long>(step.skipped_steps()), out.c_str());
-    return 0;
+    Trainer trainer(args, cfg);
+    return trainer.run();
 }
 
 }  // namespace tools

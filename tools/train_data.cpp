@@ -30,59 +30,74 @@ public:
           seed_(c.train.seed) {
         SF_CHECK(c.data.num_samples >= batch_, "data.num_samples (%lld) must be >= train.batch_size (%d)",
                  static_cast<long long>(c.data.num_samples), batch_);
+        make_order();
     }
     int next(float* input, std::vector<data::Label>& labels) override {
-        if (pos_ + static_cast<size_t>(batch_) > order_.size() || order_.empty()) {
-            // Train: a new permutation per epoch; validation: every sample once, in order.
-            order_.resize(static_cast<size_t>(d_.n));
-            for (int i = 0; i < d_.n; ++i) order_[static_cast<size_t>(i)] = i;
-            if (role_ == SplitRole::Train) {
-                uint64_t s = model::init_hash(seed_, 0x5348554646ull, epoch_++);
-                for (int i = d_.n - 1; i > 0; --i) {
-                    s = model::init_hash(s, 1, static_cast<uint64_t>(i));
-                    std::swap(order_[static_cast<size_t>(i)], order_[s % static_cast<uint64_t>(i + 1)]);
-                }
-            }
-            pos_ = 0;
+        if (cur_.batch == batches_per_epoch()) {
+            ++cur_.epoch;
+            cur_.batch = 0;
+            make_order();
         }
         const size_t per = static_cast<size_t>(d_.h) * d_.w * d_.c;
+        const size_t first = static_cast<size_t>(cur_.batch) * static_cast<size_t>(batch_);
         labels.resize(static_cast<size_t>(batch_));
         for (int b = 0; b < batch_; ++b) {
-            const size_t s = static_cast<size_t>(order_[pos_ + static_cast<size_t>(b)]);
+            const size_t s = static_cast<size_t>(order_[first + static_cast<size_t>(b)]);
             std::copy(d_.input.begin() + static_cast<std::ptrdiff_t>(s * per),
                       d_.input.begin() + static_cast<std::ptrdiff_t>((s + 1) * per), input + b * per);
             labels[static_cast<size_t>(b)] = d_.labels[s];
         }
-        pos_ += static_cast<size_t>(batch_);
+        ++cur_.batch;
         return batch_;
     }
     uint64_t batches_per_epoch() const override { return static_cast<uint64_t>(d_.n / batch_); }
     uint64_t samples() const override { return static_cast<uint64_t>(d_.n); }
     std::string describe() const override { return rt::format("%d fixed deterministic samples", d_.n); }
+    data::Cursor cursor() const override {
+        return cur_.batch == batches_per_epoch() ? data::Cursor{cur_.epoch + 1, 0} : cur_;
+    }
+    void seek(const data::Cursor& c) override {
+        SF_CHECK(c.batch <= batches_per_epoch(), "cursor batch %llu beyond the %llu batches of an epoch of %s",
+                 static_cast<unsigned long long>(c.batch), static_cast<unsigned long long>(batches_per_epoch()),
+                 describe().c_str());
+        cur_ = c;
+        make_order();
+    }
 
 private:
+    // The sample order of epoch cur_.epoch. Train: a permutation from (seed, epoch) (Fisher-Yates
+    // on counter-based hashes); validation: every sample once, in order.
+    void make_order() {
+        order_.resize(static_cast<size_t>(d_.n));
+        for (int i = 0; i < d_.n; ++i) order_[static_cast<size_t>(i)] = i;
+        if (role_ != SplitRole::Train) return;
+        uint64_t s = model::init_hash(seed_, 0x5348554646ull, cur_.epoch);
+        for (int i = d_.n - 1; i > 0; --i) {
+            s = model::init_hash(s, 1, static_cast<uint64_t>(i));
+            std::swap(order_[static_cast<size_t>(i)], order_[s % static_cast<uint64_t>(i + 1)]);
+        }
+    }
+
     int batch_;
     SplitRole role_;
     data::FixedSamples d_;
     uint64_t seed_;
-    uint64_t epoch_ = 0;
+    data::Cursor cur_;  // next batch: cur_.batch of epoch cur_.epoch (== batches_per_epoch: epoch done)
     std::vector<int> order_;
-    size_t pos_ = 0;
 };
 
 // ---- shards: the loader, then the uint8 -> float preprocessing of the CPU backend ----
 class ShardSource : public BatchSource {
 public:
     ShardSource(const TrainConfig& c, SplitRole role, const std::string& dir) : batch_(c.train.batch_size), dir_(dir) {
-        data::LoaderConfig lc;
-        lc.shards = data::list_shards(dir);
-        lc.batch_size = batch_;
-        lc.workers = std::max(1, c.train.num_workers);
-        lc.prefetch = std::max(2, c.train.prefetch_factor);
-        lc.seed = c.train.seed;
-        lc.shuffle = role == SplitRole::Train;
-        lc.drop_last = role == SplitRole::Train;
-        loader_ = std::make_unique<data::Loader>(lc);
+        lc_.shards = data::list_shards(dir);
+        lc_.batch_size = batch_;
+        lc_.workers = std::max(1, c.train.num_workers);
+        lc_.prefetch = std::max(2, c.train.prefetch_factor);
+        lc_.seed = c.train.seed;
+        lc_.shuffle = role == SplitRole::Train;
+        lc_.drop_last = role == SplitRole::Train;
+        loader_ = std::make_unique<data::Loader>(lc_);
         const data::ShardSpec& s = loader_->spec();
         SF_CHECK(s.height == c.model.input_height && s.width == c.model.input_width,
                  "%s: shards are %dx%d, the model input is %dx%d (model.input_height/width)", dir.c_str(), s.height,
@@ -95,27 +110,38 @@ public:
     }
     int next(float* input, std::vector<data::Label>& labels) override {
         const data::HostBatch& b = loader_->next();
-        const data::ShardSpec& s = b.spec;
+        // Everything read from b is taken before release(): a worker may refill the slot at once.
+        const data::ShardSpec s = b.spec;
+        const int n = b.n;
         const size_t per_in = static_cast<size_t>(s.height) * s.width * (s.channels + 1);
-        labels.assign(b.labels, b.labels + b.n);
-        kern::preprocess_ref(b.n, s.height, s.width, s.channels, b.pixels, b.labels, input);
+        labels.assign(b.labels, b.labels + n);
+        kern::preprocess_ref(n, s.height, s.width, s.channels, b.pixels, b.labels, input);
         loader_->release();
-        for (int i = b.n; i < batch_; ++i) {  // pad a short validation batch with its last sample
-            std::copy(input + static_cast<size_t>(b.n - 1) * per_in, input + static_cast<size_t>(b.n) * per_in,
+        for (int i = n; i < batch_; ++i) {  // pad a short validation batch with its last sample
+            std::copy(input + static_cast<size_t>(n - 1) * per_in, input + static_cast<size_t>(n) * per_in,
                       input + static_cast<size_t>(i) * per_in);
             labels.push_back(labels.back());
         }
-        return b.n;
+        return n;
     }
+    const data::HostBatch* next_raw() override { return &loader_->next(); }
+    void release_raw() override { loader_->release(); }
     uint64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
     uint64_t samples() const override { return loader_->dataset_size(); }
     std::string describe() const override {
         return rt::format("%llu samples in %s", static_cast<unsigned long long>(loader_->dataset_size()), dir_.c_str());
     }
+    data::Cursor cursor() const override { return loader_->cursor(); }
+    // The loader's workers run ahead of the cursor: a new loader starts exactly there.
+    void seek(const data::Cursor& c) override {
+        loader_.reset();
+        loader_ = std::make_unique<data::Loader>(lc_, c);
+    }
 
 private:
     int batch_;
     std::string dir_;
+    data::LoaderConfig lc_;
     std::unique_ptr<data::Loader> loader_;
 };
 

@@ -6,6 +6,8 @@
 // A source fills the model input (NHWC float: pixels/255 ..., valid mask) and the labels of one
 // batch of exactly the network's batch size. Validation batches may hold fewer real samples than
 // that; the rest repeat the last real one and are not counted.
+// A source's position is a data::Cursor {epoch of its data order, batches of that epoch taken};
+// seek() continues from a cursor exactly as if the batches before it had been taken (resume).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "data/label.h"
+#include "data/loader.h"
 #include "tools/config.h"
 
 namespace tools {
@@ -23,8 +26,17 @@ public:
     // Fills input (batch x H x W x C floats) and labels (batch); returns the number of real samples.
     virtual int next(float* input, std::vector<data::Label>& labels) = 0;
     virtual uint64_t batches_per_epoch() const = 0;
-    virtual uint64_t samples() const = 0;   // in this split
+    // Position of the next batch; an epoch just finished reads as {epoch + 1, 0}.
+    virtual data::Cursor cursor() const = 0;
+    // Continues at c (c.batch <= batches_per_epoch(); throws naming the cursor otherwise).
+    virtual void seek(const data::Cursor& c) = 0;
+    virtual uint64_t samples() const = 0;  // in this split
     virtual std::string describe() const = 0;
+    // Device backends: the next batch as the loader made it (uint8 pixels, labels, n real
+    // samples), valid until release_raw(); the cursor advances as with next(). nullptr for a
+    // source without shards (data.source=fixed).
+    virtual const data::HostBatch* next_raw() { return nullptr; }
+    virtual void release_raw() {}
 };
 
 enum class SplitRole { Train, Val };

@@ -1,0 +1,547 @@
+// cuDNN convolution plans (kernels/conv_cudnn.h, docs/CONV_CUDNN.md): graph construction per
+// (op, accumulation variant), candidate selection, autotuning, and the step-time launches.
+#include "kernels/conv_cudnn.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "runtime/cuda_check.h"
+#include "runtime/cudnn_graph.h"
+#include "runtime/error.h"
+#include "runtime/hash.h"
+#include "runtime/log.h"
+
+namespace kern {
+
+// ---- keys and pure helpers ----
+
+const char* conv_op_name(ConvOp op) {
+    switch (op) {
+        case ConvOp::Fprop: return "fprop";
+        case ConvOp::Dgrad: return "dgrad";
+        case ConvOp::Wgrad: return "wgrad";
+    }
+    return "?";
+}
+
+const char* conv_accum_name(ConvAccum a) {
+    switch (a) {
+        case ConvAccum::Overwrite: return "overwrite(beta=0)";
+        case ConvAccum::InPlace: return "in-place(beta=1)";
+        case ConvAccum::ScratchBf16: return "scratch-bf16+add";
+        case ConvAccum::ScratchF32: return "scratch-fp32+add";
+    }
+    return "?";
+}
+
+bool ConvPlanKey::operator==(const ConvPlanKey& o) const {
+    const ConvShape &a = shape, &b = o.shape;
+    return op == o.op && a.n == b.n && a.h == b.h && a.w == b.w && a.cin == b.cin && a.cout == b.cout && a.k == b.k &&
+           a.stride == b.stride && a.pad == b.pad && a.groups == b.groups && deterministic == o.deterministic &&
+           autotune == o.autotune && max_workspace == o.max_workspace;
+}
+
+std::string ConvPlanKey::to_string() const {
+    const ConvShape& s = shape;
+    std::string ws;
+    if (max_workspace == 0)
+        ws = "ws<=inf";
+    else if (max_workspace % (size_t(1) << 20) == 0)
+        ws = rt::format("ws<=%zuMiB", max_workspace >> 20);
+    else
+        ws = rt::format("ws<=%zuB", max_workspace);
+    return rt::format("%s n%d %dx%d c%d->%d k%d s%d p%d g%d %s %s %s", conv_op_name(op), s.n, s.h, s.w, s.cin, s.cout,
+                      s.k, s.stride, s.pad, s.groups, deterministic ? "det" : "nondet", autotune ? "tuned" : "heur",
+                      ws.c_str());
+}
+
+ConvPlanKey conv_plan_key(ConvOp op, const ConvShape& s, const ConvPolicy& policy) {
+    ConvPlanKey k;
+    k.op = op;
+    k.shape = s;
+    k.shape.bias = false;  // bias is the caller's: it never selects a different plan
+    k.deterministic = policy.deterministic;
+    k.autotune = policy.autotune;
+    k.max_workspace = policy.max_workspace;
+    return k;
+}
+
+size_t ConvPlanKeyHash::operator()(const ConvPlanKey& k) const {
+    const ConvShape& s = k.shape;
+    const int64_t geometry[] = {s.n, s.h, s.w, s.cin, s.cout, s.k, s.stride, s.pad, s.groups};
+    const int64_t selection[] = {static_cast<int64_t>(k.op), k.deterministic, k.autotune,
+                                 static_cast<int64_t>(k.max_workspace)};
+    uint64_t h = 0;
+    for (int64_t f : geometry) h = rt::mix64(h + rt::kGoldenGamma + static_cast<uint64_t>(f));
+    for (int64_t f : selection) h = rt::mix64(h + rt::kGoldenGamma + static_cast<uint64_t>(f));
+    return static_cast<size_t>(h);
+}
+
+std::vector<ConvAccum> conv_accum_variants(ConvOp op) {
+    switch (op) {
+        case ConvOp::Fprop: return {ConvAccum::Overwrite};
+        case ConvOp::Dgrad: return {ConvAccum::InPlace, ConvAccum::ScratchBf16};
+        case ConvOp::Wgrad: return {ConvAccum::InPlace, ConvAccum::ScratchF32, ConvAccum::ScratchBf16};
+    }
+    return {};
+}
+
+size_t conv_accum_tier0(ConvOp op) { return op == ConvOp::Fprop ? 1 : 2; }
+
+size_t conv_scratch_bytes(ConvOp op, ConvAccum a, const ConvShape& s) {
+    if (a == ConvAccum::Overwrite || a == ConvAccum::InPlace) return 0;
+    const size_t elem = a == ConvAccum::ScratchF32 ? sizeof(float) : sizeof(bf16);
+    SF_CHECK(op != ConvOp::Fprop, "conv_scratch_bytes: fprop has no scratch variant (%s)", conv_accum_name(a));
+    SF_CHECK(op == ConvOp::Wgrad || a == ConvAccum::ScratchBf16, "conv_scratch_bytes: dgrad scratch is bf16, not %s",
+             conv_accum_name(a));
+    return (op == ConvOp::Dgrad ? s.in().numel() : s.weight_numel()) * elem;
+}
+
+ConvCudnnDims conv_cudnn_dims(const ConvShape& s) {
+    s.validate();
+    const int64_t n = s.n, h = s.h, w = s.w, ci = s.cin, co = s.cout, k = s.k, cg = s.cin / s.groups;
+    const int64_t p = s.p(), q = s.q();
+    return ConvCudnnDims{{n, ci, h, w}, {h * w * ci, 1, w * ci, ci}, {co, cg, k, k}, {k * k * cg, 1, k * cg, cg},
+                         {n, co, p, q}, {p * q * co, 1, q * co, co}, {s.pad, s.pad}, {s.stride, s.stride},
+                         {1, 1}};
+}
+
+namespace {
+
+using rt::CudnnDesc;
+using rt::CudnnEngineConfig;
+
+// ---- graphs and candidates ----
+
+// Every descriptor of one (op, variant) graph; plans built from it keep it alive.
+struct ConvGraph {
+    CudnnDesc x, w, y, conv, op, graph;
+};
+
+// One finalized execution plan of one variant.
+struct Engine {
+    ConvAccum accum = ConvAccum::Overwrite;
+    std::shared_ptr<ConvGraph> graph;
+    CudnnEngineConfig cfg;
+    CudnnDesc plan;
+    size_t cudnn_ws = 0;
+    bool demoted = false;  // REDUCED_PRECISION_REDUCTION / DOWN_CONVERT_INPUTS: used only without alternatives
+    double ms = -1;
+};
+
+struct Plan {
+    ConvPlanKey key;
+    Engine e;
+    ConvWorkspaceLayout layout;
+    size_t scratch = 0;  // scratch bytes at layout.scratch_offset
+    int timed = 0;       // candidates timed
+};
+
+std::vector<int64_t> vec4(const int64_t (&a)[4]) { return {a[0], a[1], a[2], a[3]}; }
+std::vector<int64_t> vec2(const int64_t (&a)[2]) { return {a[0], a[1]}; }
+
+bool is_scratch(ConvAccum a) { return a == ConvAccum::ScratchBf16 || a == ConvAccum::ScratchF32; }
+
+// Data type of the W tensor: fp32 for wgrad's fp32 outputs, bf16 everywhere else.
+cudnnDataType_t w_dtype(ConvOp op, ConvAccum a) {
+    return op == ConvOp::Wgrad && (a == ConvAccum::InPlace || a == ConvAccum::ScratchF32) ? CUDNN_DATA_FLOAT
+                                                                                          : CUDNN_DATA_BFLOAT16;
+}
+
+// Tensors, convolution descriptor, the one operation and its graph. False (+ why) when cuDNN refuses
+// the operation or the graph (e.g. a data-type combination it does not know).
+bool build_graph(cudnnHandle_t h, const ConvShape& s, ConvOp op, ConvAccum a, ConvGraph* g, std::string* why) {
+    const ConvCudnnDims d = conv_cudnn_dims(s);
+    auto tensor = [](const int64_t(&dims)[4], const int64_t(&st)[4], int64_t uid, cudnnDataType_t t) {
+        rt::CudnnTensorSpec spec;
+        spec.dtype = t;
+        spec.dims = vec4(dims);
+        spec.strides = vec4(st);
+        spec.uid = uid;
+        spec.alignment = static_cast<int64_t>(kConvTensorAlign);
+        return rt::cudnn_tensor(spec);
+    };
+    g->x = tensor(d.x_dims, d.x_strides, kConvUidX, CUDNN_DATA_BFLOAT16);
+    g->w = tensor(d.w_dims, d.w_strides, kConvUidW, w_dtype(op, a));
+    g->y = tensor(d.y_dims, d.y_strides, kConvUidY, CUDNN_DATA_BFLOAT16);
+    rt::CudnnConvSpec cs;
+    cs.pre_pad = cs.post_pad = vec2(d.pad);
+    cs.stride = vec2(d.stride);
+    cs.dilation = vec2(d.dilation);
+    g->conv = rt::cudnn_conv_desc(cs);
+
+    const float beta = a == ConvAccum::InPlace ? 1.0f : 0.0f;
+    switch (op) {
+        case ConvOp::Fprop:
+            g->op = CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+            g->op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, g->x)
+                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, g->w)
+                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, g->y)
+                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, g->conv)
+                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, 1.0f)
+                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, beta);
+            break;
+        case ConvOp::Dgrad:
+            g->op = CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+            g->op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, g->x)
+                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, g->w)
+                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, g->y)
+                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, g->conv)
+                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, 1.0f)
+                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, beta);
+            break;
+        case ConvOp::Wgrad:
+            g->op = CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+            g->op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, g->x)
+                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, g->w)
+                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, g->y)
+                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, g->conv)
+                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, 1.0f)
+                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, beta);
+            break;
+    }
+    std::string reason;
+    if (g->op.try_finalize(&reason) != CUDNN_STATUS_SUCCESS) {
+        *why = "operation: " + reason;
+        return false;
+    }
+    if (!rt::cudnn_try_op_graph(h, {&g->op}, &g->graph, &reason)) {
+        *why = "graph: " + reason;
+        return false;
+    }
+    return true;
+}
+
+// Finalized plans of one variant: the heuristics' configurations in order, minus the excluded ones
+// (nondeterministic under the deterministic policy, workspace over the limit), at most `limit`;
+// demoted configurations only when no other one finalizes. *report gets a one-line account.
+std::vector<Engine> variant_engines(cudnnHandle_t h, const ConvShape& s, ConvOp op, ConvAccum a,
+                                    const ConvPolicy& policy, int limit, std::string* report) {
+    std::vector<Engine> out;
+    auto graph = std::make_shared<ConvGraph>();
+    std::string why;
+    if (!build_graph(h, s, op, a, graph.get(), &why)) {
+        *report = rt::format("%s: %s", conv_accum_name(a), why.c_str());
+        return out;
+    }
+    std::vector<CudnnEngineConfig> cfgs = rt::cudnn_engine_configs(graph->graph, &why);
+    if (cfgs.empty()) {
+        *report = rt::format("%s: no engine configurations (%s)", conv_accum_name(a), why.c_str());
+        return out;
+    }
+    const size_t total = cfgs.size();
+    int nondet = 0, over_ws = 0, refused = 0;
+    std::string first_refusal;
+    std::vector<CudnnEngineConfig> preferred, demoted;
+    for (CudnnEngineConfig& c : cfgs) {
+        if (policy.deterministic && c.has_note(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)) {
+            ++nondet;
+            continue;
+        }
+        const bool demote = c.has_note(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) ||
+                            c.has_note(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+        (demote ? demoted : preferred).push_back(std::move(c));
+    }
+    for (int pass = 0; pass < 2 && out.empty(); ++pass) {
+        for (CudnnEngineConfig& c : pass == 0 ? preferred : demoted) {
+            if (static_cast<int>(out.size()) >= limit) break;
+            Engine e;
+            int64_t ws = 0;
+            if (!rt::cudnn_try_plan(h, c, &e.plan, &ws, &why)) {
+                if (refused++ == 0) first_refusal = c.identity() + ": " + why;
+                continue;
+            }
+            if (policy.max_workspace && static_cast<size_t>(ws) > policy.max_workspace) {
+                ++over_ws;
+                continue;
+            }
+            e.accum = a;
+            e.graph = graph;
+            e.cfg = std::move(c);
+            e.cudnn_ws = static_cast<size_t>(ws);
+            e.demoted = pass == 1;
+            out.push_back(std::move(e));
+        }
+    }
+    *report = rt::format(
+        "%s: %zu configurations, %d nondeterministic excluded, %d over the workspace limit, "
+        "%d refused%s%s, %zu kept",
+        conv_accum_name(a), total, nondet, over_ws, refused, refused ? " (first: " : "",
+        refused ? (first_refusal + ")").c_str() : "", out.size());
+    return out;
+}
+
+// ---- launches (step time and autotuning) ----
+
+// Enqueues e for op: `in0`, `in1` are the op's inputs (fprop: x, w; dgrad: dy, w; wgrad: x, dy),
+// `dst` its destination (y, dx, dw). Scratch variants write into the workspace's scratch region and
+// add it into dst. With `why` set, a failing cudnnBackendExecute is reported instead of thrown.
+cudnnStatus_t launch(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, const void* in0,
+                     const void* in1, void* dst, void* workspace, std::string* why) {
+    const ConvWorkspaceLayout lay = conv_workspace_layout(e.cudnn_ws, conv_scratch_bytes(op, e.accum, s));
+    void* target = is_scratch(e.accum) ? static_cast<char*>(workspace) + lay.scratch_offset : dst;
+    void* a = const_cast<void*>(in0);
+    void* b = const_cast<void*>(in1);
+    const int64_t uids[3] = {kConvUidX, kConvUidW, kConvUidY};
+    void* ptrs[3] = {nullptr, nullptr, nullptr};
+    switch (op) {
+        case ConvOp::Fprop: ptrs[0] = a, ptrs[1] = b, ptrs[2] = target; break;
+        case ConvOp::Dgrad: ptrs[0] = target, ptrs[1] = b, ptrs[2] = a; break;
+        case ConvOp::Wgrad: ptrs[0] = a, ptrs[1] = target, ptrs[2] = b; break;
+    }
+    void* ws = e.cudnn_ws ? workspace : nullptr;
+    if (why) {
+        const cudnnStatus_t st = rt::cudnn_try_execute(ex.cudnn, e.plan, uids, ptrs, 3, ws, why);
+        if (st != CUDNN_STATUS_SUCCESS) return st;
+    } else {
+        rt::cudnn_execute(ex.cudnn, e.plan, uids, ptrs, 3, ws);
+    }
+    if (op == ConvOp::Dgrad && e.accum == ConvAccum::ScratchBf16)
+        conv_add_bf16(ex, static_cast<bf16*>(dst), static_cast<const bf16*>(target), s.in().numel());
+    else if (op == ConvOp::Wgrad && e.accum == ConvAccum::ScratchF32)
+        conv_add_f32(ex, static_cast<float*>(dst), static_cast<const float*>(target), s.weight_numel());
+    else if (op == ConvOp::Wgrad && e.accum == ConvAccum::ScratchBf16)
+        conv_add_f32_bf16(ex, static_cast<float*>(dst), static_cast<const bf16*>(target), s.weight_numel());
+    return CUDNN_STATUS_SUCCESS;
+}
+
+// Device temporaries for autotuning one shape (freed on scope exit; plan time only).
+struct TuneBuffers {
+    void* p[5] = {};  // x / dx (bf16), w (bf16), y / dy (bf16), dw (fp32), workspace
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ~TuneBuffers() {
+        for (void* q : p)
+            if (q && cudaFree(q) != cudaSuccess) SF_LOG_ERROR("conv autotune: cudaFree failed");
+        if (start) cudaEventDestroy(start);
+        if (stop) cudaEventDestroy(stop);
+    }
+};
+
+// Mean ms per launch over `iters` runs after one warm-up; -1 when the engine fails to launch.
+double time_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, TuneBuffers& b, int iters) {
+    const void* in0 = op == ConvOp::Dgrad ? b.p[2] : b.p[0];
+    const void* in1 = op == ConvOp::Wgrad ? b.p[2] : b.p[1];
+    void* dst = op == ConvOp::Fprop ? b.p[2] : (op == ConvOp::Dgrad ? b.p[0] : b.p[3]);
+    std::string why;
+    for (int i = 0; i <= iters; ++i) {
+        if (i == 1) SF_CUDA_CHECK(cudaEventRecord(b.start, ex.stream));
+        if (launch(ex, s, op, e, in0, in1, dst, b.p[4], &why) != CUDNN_STATUS_SUCCESS) {
+            SF_LOG_DEBUG("conv autotune: %s failed to launch: %s", e.cfg.identity().c_str(), why.c_str());
+            SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
+            return -1;
+        }
+    }
+    SF_CUDA_CHECK(cudaEventRecord(b.stop, ex.stream));
+    SF_CUDA_CHECK(cudaEventSynchronize(b.stop));
+    float ms = 0;
+    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, b.start, b.stop));
+    return static_cast<double>(ms) / iters;
+}
+
+// Times every candidate on temporary buffers (filled with a small finite constant) and returns the
+// index of the fastest; -1 when none ran.
+int autotune(const rt::Exec& ex, const ConvShape& s, ConvOp op, std::vector<Engine>& cands, int iters) {
+    TuneBuffers b;
+    size_t ws = 0;
+    for (const Engine& e : cands)
+        ws = std::max(ws, conv_workspace_layout(e.cudnn_ws, conv_scratch_bytes(op, e.accum, s)).total);
+    const size_t bytes[5] = {s.in().numel() * sizeof(bf16), s.weight_numel() * sizeof(bf16),
+                             s.out().numel() * sizeof(bf16), s.weight_numel() * sizeof(float), std::max<size_t>(ws, 1)};
+    for (int i = 0; i < 5; ++i) {
+        SF_CUDA_CHECK(cudaMalloc(&b.p[i], bytes[i]));
+        SF_CUDA_CHECK(cudaMemsetAsync(b.p[i], 0x3C, bytes[i], ex.stream));  // bf16 / fp32 ~ 0.0115
+    }
+    SF_CUDA_CHECK(cudaEventCreate(&b.start));
+    SF_CUDA_CHECK(cudaEventCreate(&b.stop));
+    int best = -1;
+    for (size_t i = 0; i < cands.size(); ++i) {
+        cands[i].ms = time_engine(ex, s, op, cands[i], b, iters);
+        if (cands[i].ms >= 0 && (best < 0 || cands[i].ms < cands[static_cast<size_t>(best)].ms))
+            best = static_cast<int>(i);
+    }
+    SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
+    return best;
+}
+
+std::string no_engine_message(const ConvPlanKey& key, const std::vector<std::string>& reports) {
+    const ConvShape& s = key.shape;
+    std::string msg = rt::format("ConvPlanCache::prepare(%s): no cuDNN engine qualifies.", key.to_string().c_str());
+    for (const std::string& r : reports) msg += " [" + r + "]";
+    // bf16 NHWC engines generally move channels in 16-byte vectors (8 x bf16).
+    if (s.cin % 8 != 0)
+        msg += rt::format(
+            " Hint: Cin=%d is not a multiple of 8: pad x to (N,H,W,%d) and w to (Cout,k,k,%d) with zero channels "
+            "and prepare the padded shape (docs/CONV_CUDNN.md).",
+            s.cin, static_cast<int>(conv_align_up(s.cin, 8)), static_cast<int>(conv_align_up(s.cin, 8)));
+    if (s.cout % 8 != 0)
+        msg += rt::format(
+            " Hint: Cout=%d is not a multiple of 8: pad w with zero filters to Cout=%d and ignore the extra output "
+            "channels (docs/CONV_CUDNN.md).",
+            s.cout, static_cast<int>(conv_align_up(s.cout, 8)));
+    return msg;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kConvTensorAlign == 0; }
+
+}  // namespace
+
+// ---- ConvPlanCache ----
+
+struct ConvPlanCache::Impl {
+    rt::Exec ex;
+    ConvPolicy policy;
+    std::unordered_map<ConvPlanKey, std::unique_ptr<Plan>, ConvPlanKeyHash> plans;
+    void* workspace = nullptr;
+    size_t workspace_size = 0;
+    bool workspace_set = false;
+
+    const Plan& step_plan(const rt::Exec& e, const ConvShape& s, ConvOp op, const char* fn) const {
+        const ConvPlanKey key = conv_plan_key(op, s, policy);
+        SF_CHECK(e.is_cuda() && e.cudnn == ex.cudnn && e.stream == ex.stream,
+                 "ConvPlanCache::%s(%s): called with a different Exec (%s, handle %p, stream %p) than the plans were "
+                 "built for (handle %p, stream %p)",
+                 fn, key.to_string().c_str(), rt::backend_name(e.backend), static_cast<void*>(e.cudnn),
+                 static_cast<void*>(e.stream), static_cast<void*>(ex.cudnn), static_cast<void*>(ex.stream));
+        const auto it = plans.find(key);
+        SF_CHECK(it != plans.end(), "ConvPlanCache::%s: no plan for %s (prepare() it at plan time)", fn,
+                 key.to_string().c_str());
+        SF_CHECK(workspace_set, "ConvPlanCache::%s(%s): set_workspace() was not called", fn, key.to_string().c_str());
+        return *it->second;
+    }
+};
+
+ConvPlanCache::ConvPlanCache(const rt::Exec& ex, const ConvPolicy& policy) : impl_(std::make_unique<Impl>()) {
+    SF_CHECK(ex.is_cuda(), "ConvPlanCache needs a CUDA Exec (got %s): cuDNN plans are built on a device",
+             rt::backend_name(ex.backend));
+    SF_CHECK(ex.cudnn != nullptr && ex.stream != nullptr, "ConvPlanCache: the CUDA Exec has no cuDNN handle or stream");
+    SF_CHECK(policy.autotune_iters >= 1, "ConvPlanCache: autotune_iters must be >= 1, got %d", policy.autotune_iters);
+    cudaStream_t bound = nullptr;
+    SF_CUDNN_CHECK(cudnnGetStream(ex.cudnn, &bound));
+    SF_CHECK(bound == ex.stream, "ConvPlanCache: the cuDNN handle is bound to stream %p, the Exec's stream is %p",
+             static_cast<void*>(bound), static_cast<void*>(ex.stream));
+    impl_->ex = ex;
+    impl_->policy = policy;
+}
+
+ConvPlanCache::~ConvPlanCache() = default;
+
+size_t ConvPlanCache::prepare(const ConvShape& s, ConvOp op) {
+    s.validate();
+    const ConvPlanKey key = conv_plan_key(op, s, impl_->policy);
+    const auto found = impl_->plans.find(key);
+    if (found != impl_->plans.end()) return found->second->layout.total;
+    SF_CHECK(!impl_->workspace_set,
+             "ConvPlanCache::prepare(%s): the workspace is already set; prepare every shape "
+             "before set_workspace()",
+             key.to_string().c_str());
+    const ConvPolicy& pol = impl_->policy;
+    const cudnnHandle_t h = impl_->ex.cudnn;
+    const std::vector<ConvAccum> variants = conv_accum_variants(op);
+    const size_t tier0 = conv_accum_tier0(op);
+    const int limit = pol.autotune ? kConvMaxCandidates : 1;
+
+    // Tier 0 variants (then the fallback tier if they have nothing); without autotuning the first
+    // variant with a plan wins, with it every tier-0 plan is timed.
+    std::vector<Engine> cands;
+    std::vector<std::string> reports;
+    for (size_t v = 0; v < variants.size(); ++v) {
+        if (v == tier0 && !cands.empty()) break;
+        if (!pol.autotune && !cands.empty()) break;
+        std::string report;
+        std::vector<Engine> got = variant_engines(h, s, op, variants[v], pol, limit, &report);
+        reports.push_back(report);
+        SF_LOG_DEBUG("conv plan %s: %s", key.to_string().c_str(), report.c_str());
+        for (Engine& e : got) cands.push_back(std::move(e));
+    }
+    SF_CHECK(!cands.empty(), "%s", no_engine_message(key, reports).c_str());
+
+    auto plan = std::make_unique<Plan>();
+    plan->key = key;
+    size_t pick = 0;
+    if (pol.autotune) {
+        const int best = autotune(impl_->ex, s, op, cands, pol.autotune_iters);
+        SF_CHECK(best >= 0, "ConvPlanCache::prepare(%s): none of the %zu candidate engines ran",
+                 key.to_string().c_str(), cands.size());
+        pick = static_cast<size_t>(best);
+        plan->timed = static_cast<int>(cands.size());
+    }
+    plan->e = std::move(cands[pick]);
+    plan->scratch = conv_scratch_bytes(op, plan->e.accum, s);
+    plan->layout = conv_workspace_layout(plan->e.cudnn_ws, plan->scratch);
+    const size_t total = plan->layout.total;
+    impl_->plans.emplace(key, std::move(plan));
+    return total;
+}
+
+size_t ConvPlanCache::workspace_bytes() const {
+    size_t m = 0;
+    for (const auto& kv : impl_->plans) m = std::max(m, kv.second->layout.total);
+    return m;
+}
+
+void ConvPlanCache::set_workspace(void* device_ptr, size_t bytes) {
+    SF_CHECK(!impl_->workspace_set, "ConvPlanCache::set_workspace: called twice");
+    const size_t need = workspace_bytes();
+    SF_CHECK(bytes >= need, "ConvPlanCache::set_workspace: %zu bytes given, the prepared plans need %zu", bytes, need);
+    SF_CHECK(need == 0 || device_ptr != nullptr, "ConvPlanCache::set_workspace: null workspace (%zu bytes needed)",
+             need);
+    SF_CHECK(reinterpret_cast<uintptr_t>(device_ptr) % kConvWorkspaceAlign == 0,
+             "ConvPlanCache::set_workspace: workspace %p is not %zu-byte aligned", device_ptr, kConvWorkspaceAlign);
+    impl_->workspace = device_ptr;
+    impl_->workspace_size = bytes;
+    impl_->workspace_set = true;
+}
+
+void ConvPlanCache::forward(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y) {
+    const Plan& p = impl_->step_plan(ex, s, ConvOp::Fprop, "forward");
+    SF_CHECK(x && w && y && aligned16(x) && aligned16(w) && aligned16(y),
+             "ConvPlanCache::forward(%s): x %p, w %p, y %p must be non-null and 16-byte aligned",
+             p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(w),
+             static_cast<void*>(y));
+    launch(ex, s, ConvOp::Fprop, p.e, x, w, y, impl_->workspace, nullptr);
+}
+
+void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx) {
+    const Plan& p = impl_->step_plan(ex, s, ConvOp::Dgrad, "backward_data");
+    SF_CHECK(dy && w && dx && aligned16(dy) && aligned16(w) && aligned16(dx),
+             "ConvPlanCache::backward_data(%s): dy %p, w %p, dx %p must be non-null and 16-byte aligned",
+             p.key.to_string().c_str(), static_cast<const void*>(dy), static_cast<const void*>(w),
+             static_cast<void*>(dx));
+    launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->workspace, nullptr);
+}
+
+void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw) {
+    const Plan& p = impl_->step_plan(ex, s, ConvOp::Wgrad, "backward_filter");
+    SF_CHECK(x && dy && dw && aligned16(x) && aligned16(dy) && aligned16(dw),
+             "ConvPlanCache::backward_filter(%s): x %p, dy %p, dw %p must be non-null and 16-byte aligned",
+             p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(dy),
+             static_cast<void*>(dw));
+    launch(ex, s, ConvOp::Wgrad, p.e, x, dy, dw, impl_->workspace, nullptr);
+}
+
+double ConvPlanCache::measured_ms(const ConvShape& s, ConvOp op) const {
+    const ConvPlanKey key = conv_plan_key(op, s, impl_->policy);
+    const auto it = impl_->plans.find(key);
+    SF_CHECK(it != impl_->plans.end(), "ConvPlanCache::measured_ms: no plan for %s", key.to_string().c_str());
+    return it->second->e.ms;
+}
+
+std::vector<std::string> ConvPlanCache::describe() const {
+    std::vector<std::string> out;
+    for (const auto& kv : impl_->plans) {
+        const Plan& p = *kv.second;
+        std::string timing = p.timed ? rt::format("%.4f ms (fastest of %d timed)", p.e.ms, p.timed)
+                                     : std::string("not timed (heuristics' first)");
+        out.push_back(rt::format("%s | %s%s | %s | ws %zu B (cudnn %zu + scratch %zu) | %s", p.key.to_string().c_str(),
+                                 p.e.cfg.describe().c_str(), p.e.demoted ? " (demoted note, no alternative)" : "",
+                                 conv_accum_name(p.e.accum), p.layout.total, p.e.cudnn_ws, p.scratch, timing.c_str()));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+size_t ConvPlanCache::size() const { return impl_->plans.size(); }
+
+}  // namespace kern

@@ -1,0 +1,154 @@
+// Custom CUDA depthwise 3x3 convolution (kernels/dwconv.cu): NHWC bf16 activations, pad 1, stride 1
+// or 2, no bias, fp32 accumulation; forward, backward-data and backward-filter. They compete with
+// cuDNN's grouped convolution: the network times both at plan time and keeps the faster.
+// Declared without CUDA types so g++ code (layers, planner, tests) can call them; device buffers of
+// kern::bf16 are passed to the kernels as __nv_bfloat16. Design and bytes moved: docs/KERNELS_DWCONV.md.
+//
+//   x (N, H, W, C) bf16;  w (C, 3, 3, 1) bf16 KRSC, w[c*9 + r*3 + s] (the bf16 working copy);
+//   y, dy (N, P, Q, C) bf16 with P = (H - 1)/stride + 1, Q = (W - 1)/stride + 1;  dw (C*9) fp32.
+//   forward:  y  = dwconv(x, w)                      overwritten
+//   dgrad:    dx += dwconv^T(dy, w)                  read, added in fp32, rounded to bf16 once
+//   wgrad:    dw += sum over N, P, Q of dy * x-patch  deterministic two-pass reduction, no atomics
+//
+// Every kernel gives each thread one group of 8 channels (one 128-bit load of 8 bf16 per pixel) and a
+// small tile of destination pixels, so each loaded pixel feeds every tap that reaches into the tile.
+// The grid arithmetic is here (constexpr) so CPU tests check exactly what the launchers use.
+// Requirements checked by the launchers (rt::Error, before any launch): CUDA Exec; a supported shape;
+// bf16 pointers non-null and 16-byte aligned; dw 4-byte and workspace 16-byte aligned; outputs not
+// aliasing inputs; a large enough workspace. Launchers enqueue on ex.stream, never allocate and never
+// synchronise (CUDA-graph capturable).
+#pragma once
+#include <algorithm>
+#include <cstddef>
+
+#include "kernels/bf16.h"
+#include "kernels/conv.h"
+#include "runtime/exec.h"
+
+namespace kern {
+
+// ---- geometry constants (shared by the plan, the kernels and the tests) ----
+constexpr int kDwThreads = 128;  // threads per block of the forward and dgrad kernels (1-D blocks)
+// Destination tile per thread, forward and dgrad: 2 rows x 4 columns. Both even: the stride-2 dgrad
+// tile then starts on an even row and column, where every tile has the same tap pattern.
+constexpr int kDwTileH = 2, kDwTileW = 4;
+// Output tile per thread in wgrad: 1 x 4 (72 fp32 accumulators are live besides the tile of dy).
+constexpr int kDwWgradTileH = 1, kDwWgradTileW = 4;
+constexpr int kDwWgradThreads = 128;  // at most, per block of the wgrad partial-sum kernel
+constexpr int kDwMaxChunks = 256;     // blocks of the wgrad partial-sum kernel, over all channel blocks
+constexpr int kDwMinLaneItems = 4;    // fewer chunks rather than fewer than this many tiles per thread
+constexpr int kDwFinalizeX = 32;      // (c, tap) entries per finalize block ...
+constexpr int kDwFinalizeY = 16;      // ... and chunk lanes per entry
+
+// One gather pass (forward over y, dgrad over dx): thread t of the 1-D grid owns channel group
+// t % groups and a tile_h x tile_w tile of destination pixels; items = n * tiles_h * tiles_w * groups.
+struct DwTileGrid {
+    int tile_h = 0, tile_w = 0;    // destination pixels per thread
+    int tiles_h = 0, tiles_w = 0;  // ceil(dst_h / tile_h), ceil(dst_w / tile_w)
+    long long items = 0;           // threads doing work
+    int block = 0;                 // kDwThreads
+    long long grid = 0;            // ceil(items / block) blocks (1-D)
+};
+
+// wgrad, pass 1: grid (grid_x, chunks), block (block_x, block_y). threadIdx.x + block_x * blockIdx.x
+// is the channel group; the items = n * tiles_h * tiles_w output tiles (tile_h x tile_w) of one
+// channel group are split into `chunks` even, non-empty ranges, one per blockIdx.y; the block's
+// block_y lanes take every block_y-th tile of the range, then a fixed-shape tree adds the lanes and
+// the block writes its chunk's C*9 partials. Pass 2: finalize_blocks blocks of (kDwFinalizeX,
+// kDwFinalizeY) threads add the chunks per (c, tap) in a fixed order (fp64) into dw.
+struct DwWgradGrid {
+    int tile_h = 0, tile_w = 0;
+    int tiles_h = 0, tiles_w = 0;  // ceil(P / tile_h), ceil(Q / tile_w)
+    long long items = 0;           // output tiles per channel group
+    int block_x = 0;               // channel groups per block: min(groups, 32)
+    int block_y = 0;               // tile lanes: the largest power of two with block_x*block_y <= kDwWgradThreads
+    int grid_x = 0;                // ceil(groups / block_x)
+    int chunks = 0;                // gridDim.y; in [1, items]
+    int finalize_blocks = 0;       // ceil(C*9 / kDwFinalizeX)
+};
+
+struct DwConvPlan {
+    int n = 0, h = 0, w = 0, c = 0, stride = 0;
+    int p = 0, q = 0;  // output height, width
+    int groups = 0;    // C / 8
+    DwTileGrid fwd;    // over y (P, Q)
+    DwTileGrid dgrad;  // over dx (H, W)
+    DwWgradGrid wgrad;
+    size_t workspace_floats = 0;  // wgrad partials: chunks * C * 9
+};
+
+constexpr long long dw_ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
+constexpr DwTileGrid dw_tile_grid(int n, int dst_h, int dst_w, int groups) {
+    DwTileGrid g;
+    g.tile_h = kDwTileH;
+    g.tile_w = kDwTileW;
+    g.tiles_h = static_cast<int>(dw_ceil_div(dst_h, kDwTileH));
+    g.tiles_w = static_cast<int>(dw_ceil_div(dst_w, kDwTileW));
+    g.items = static_cast<long long>(n) * g.tiles_h * g.tiles_w * groups;
+    g.block = kDwThreads;
+    g.grid = dw_ceil_div(g.items, kDwThreads);
+    return g;
+}
+
+constexpr DwWgradGrid dw_wgrad_grid(int n, int p, int q, int c) {
+    DwWgradGrid g;
+    const int groups = c / 8;
+    g.tile_h = kDwWgradTileH;
+    g.tile_w = kDwWgradTileW;
+    g.tiles_h = static_cast<int>(dw_ceil_div(p, kDwWgradTileH));
+    g.tiles_w = static_cast<int>(dw_ceil_div(q, kDwWgradTileW));
+    g.items = static_cast<long long>(n) * g.tiles_h * g.tiles_w;
+    g.block_x = std::min(groups, 32);
+    g.block_y = 1;
+    while (g.block_x * g.block_y * 2 <= kDwWgradThreads) g.block_y *= 2;
+    g.grid_x = static_cast<int>(dw_ceil_div(groups, g.block_x));
+    // A fixed function of the shape (never of the device), so the summation order is too.
+    const long long by_work = std::max(1LL, g.items / (static_cast<long long>(g.block_y) * kDwMinLaneItems));
+    g.chunks = static_cast<int>(std::min(dw_ceil_div(kDwMaxChunks, g.grid_x), by_work));
+    g.finalize_blocks = static_cast<int>(dw_ceil_div(9LL * c, kDwFinalizeX));
+    return g;
+}
+
+// The plan of a supported shape, without checks (dwconv3x3_plan checks first): a pure function.
+constexpr DwConvPlan dwconv3x3_geometry(int n, int h, int w, int c, int stride) {
+    DwConvPlan pl;
+    pl.n = n;
+    pl.h = h;
+    pl.w = w;
+    pl.c = c;
+    pl.stride = stride;
+    pl.p = (h - 1) / stride + 1;  // (h + 2*1 - 3)/stride + 1
+    pl.q = (w - 1) / stride + 1;
+    pl.groups = c / 8;
+    pl.fwd = dw_tile_grid(n, pl.p, pl.q, pl.groups);
+    pl.dgrad = dw_tile_grid(n, h, w, pl.groups);
+    pl.wgrad = dw_wgrad_grid(n, pl.p, pl.q, c);
+    pl.workspace_floats = static_cast<size_t>(pl.wgrad.chunks) * static_cast<size_t>(c) * 9;
+    return pl;
+}
+
+// k == 3, pad == 1, stride 1 or 2, groups == cin == cout, C % 8 == 0, no bias, positive dims, and
+// the launch fits (at most 2^40 input elements, thread tiles countable in 32 bits). Never throws.
+bool dwconv3x3_supported(const ConvShape& s);
+
+// The plan for s; throws rt::Error naming what is unsupported (and its value).
+DwConvPlan dwconv3x3_plan(const ConvShape& s);
+
+// fp32 workspace backward_filter needs: chunks * C * 9 floats (scratch, no initialisation needed).
+size_t dwconv3x3_workspace_floats(const ConvShape& s);
+
+// x (N,H,W,C), w (C*9), y (N,P,Q,C), all bf16. y overwritten.
+void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y);
+
+// dy (N,P,Q,C), w (C*9), dx (N,H,W,C), all bf16. dx += dwconv^T(dy, w): every dx element read once,
+// the fp32 sum added in fp32 and rounded to bf16 once. A gather for both strides: deterministic.
+void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx);
+
+// x (N,H,W,C), dy (N,P,Q,C) bf16; dw (C*9) fp32 accumulated (+=). Per-chunk partials go to the
+// workspace (at least dwconv3x3_workspace_floats(s) floats), then a fixed-order combine: no atomics,
+// two runs are bitwise equal.
+void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
+                                    float* workspace, size_t workspace_floats);
+
+}  // namespace kern

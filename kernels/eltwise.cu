@@ -1,0 +1,552 @@
+// CUDA element-wise ops, bias add / column sum, and the LiteFPN weighted fusion on bf16 data
+// (kernels/eltwise_cuda.h, docs/KERNELS_ELTWISE.md).
+//
+// All flat ops share one loop (elt_loop): a grid-stride loop over 128-bit vectors of 8 elements,
+// plus grid-stride loops over the scalar head and tail that elt_split leaves; an op is a small
+// functor with vec(i) (elements i..i+7, 16-byte aligned for every operand) and one(i). Everything
+// is bandwidth-bound, so the only aim is full-width, coalesced accesses. Loads are plain (not
+// __ldg): y may alias an input in add/accumulate/fusion_forward, and the non-coherent path requires
+// data that no thread of the kernel writes.
+// Rounding: inputs are widened to fp32, the op is computed in fp32 in the reference's order
+// (eltwise_ref.cpp), and each output is rounded once (round to nearest even).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/eltwise.h"
+#include "kernels/eltwise_cuda.h"
+#include "runtime/cuda_check.h"
+
+namespace kern {
+
+namespace {
+
+using bfloat = __nv_bfloat16;
+
+constexpr int kFinalizeX = 32;  // columns per column_sum finalize block
+constexpr int kFinalizeY = 8;   // chunk lanes per column_sum finalize block
+constexpr int kWarps = kEltThreads / 32;
+
+// ---- device helpers ----
+
+__device__ __forceinline__ void load8(const bfloat* p, float (&v)[8]) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float2 f = __bfloat1622float2(h[k]);
+        v[2 * k] = f.x;
+        v[2 * k + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ void store8(bfloat* p, const float (&v)[8]) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    *reinterpret_cast<uint4*>(p) = u;
+}
+
+// 8 consecutive fp32 (16-byte aligned) as two 128-bit accesses.
+__device__ __forceinline__ void load8f(const float* p, float (&v)[8]) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+__device__ __forceinline__ void store8f(float* p, const float (&v)[8]) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+__device__ __forceinline__ float ld(const bfloat* p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(bfloat* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+// softplus and its derivative exactly as eltwise_ref.cpp defines them (torch: beta 1, threshold 20).
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float softplus_grad(float x) {
+    if (x > 20.0f) return 1.0f;
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
+
+// The loop every flat kernel runs: vectors, then the head, then the tail, each grid-stride. The
+// order in which one thread visits its elements is a function of (split, grid) only.
+template <class Op>
+__device__ __forceinline__ void elt_loop(const EltSplit& s, Op& op) {
+    const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = tid; i < s.vecs; i += stride) op.vec(s.head + kEltVec * i);
+    for (size_t i = tid; i < s.head; i += stride) op.one(i);
+    const size_t t0 = s.head + kEltVec * s.vecs;
+    for (size_t i = tid; i < s.tail; i += stride) op.one(t0 + i);
+}
+
+// ---- ops (functors run by elt_loop) ----
+
+struct AddOp {
+    const bfloat *a, *b;
+    bfloat* y;
+    __device__ void vec(size_t i) {
+        float va[8], vb[8];
+        load8(a + i, va);
+        load8(b + i, vb);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) va[j] += vb[j];
+        store8(y + i, va);
+    }
+    __device__ void one(size_t i) { st(y, i, ld(a, i) + ld(b, i)); }
+};
+
+struct AccumulateOp {
+    const bfloat* x;
+    bfloat* y;
+    __device__ void vec(size_t i) {
+        float vx[8], vy[8];
+        load8(x + i, vx);
+        load8(y + i, vy);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) vy[j] += vx[j];
+        store8(y + i, vy);
+    }
+    __device__ void one(size_t i) { st(y, i, ld(y, i) + ld(x, i)); }
+};
+
+struct AccumulateF32Op {
+    const bfloat* x;
+    float* y;
+    __device__ void vec(size_t i) {
+        float vx[8], vy[8];
+        load8(x + i, vx);
+        load8f(y + i, vy);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) vy[j] += vx[j];
+        store8f(y + i, vy);
+    }
+    __device__ void one(size_t i) { y[i] += ld(x, i); }
+};
+
+struct ConvertOp {
+    const float* x;
+    bfloat* y;
+    __device__ void vec(size_t i) {
+        float v[8];
+        load8f(x + i, v);
+        store8(y + i, v);
+    }
+    __device__ void one(size_t i) { st(y, i, x[i]); }
+};
+
+struct FillOp {
+    float value;
+    bfloat* y;
+    __device__ void vec(size_t i) {
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = value;
+        store8(y + i, v);
+    }
+    __device__ void one(size_t i) { st(y, i, value); }
+};
+
+// y[r*C + j] += bias[j]. With vectors, i is a multiple of 8 and C % 8 == 0, so j..j+7 lie in one row.
+struct BiasAddOp {
+    int c;
+    const float* bias;
+    bfloat* y;
+    __device__ void vec(size_t i) {
+        const int j = static_cast<int>(i % static_cast<size_t>(c));
+        float v[8];
+        load8(y + i, v);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] += __ldg(bias + j + k);
+        store8(y + i, v);
+    }
+    __device__ void one(size_t i) { st(y, i, ld(y, i) + __ldg(bias + i % static_cast<size_t>(c))); }
+};
+
+// Fusion weights from device memory, computed by every thread (a few transcendental ops once per
+// thread, cheaper than another launch). Same operations as fusion_forward_ref in float.
+struct FusionScalars {
+    float sa, sb, den;
+};
+__device__ __forceinline__ FusionScalars fusion_scalars(const float* wa, const float* wb) {
+    FusionScalars f;
+    f.sa = softplus(*wa);
+    f.sb = softplus(*wb);
+    f.den = f.sa + f.sb + static_cast<float>(kFusionEps);
+    return f;
+}
+
+// y = (sa*a + sb*b) / den, the reference's expression. Products of bf16 values by fp32 weights are
+// not exact, so contraction into an FMA may move the fp32 result by an ulp; one bf16 rounding follows.
+struct FusionForwardOp {
+    const bfloat *a, *b;
+    bfloat* y;
+    FusionScalars f;
+    __device__ float eval(float va, float vb) const { return (f.sa * va + f.sb * vb) / f.den; }
+    __device__ void vec(size_t i) {
+        float va[8], vb[8];
+        load8(a + i, va);
+        load8(b + i, vb);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) va[j] = eval(va[j], vb[j]);
+        store8(y + i, va);
+    }
+    __device__ void one(size_t i) { st(y, i, eval(ld(a, i), ld(b, i))); }
+};
+
+// da += (dy/den)*sa, db += (dy/den)*sb (reference order); the thread's running sums of dy*a and
+// dy*b in fp32 (products of two bf16 values are exact in fp32).
+struct FusionBackwardOp {
+    const bfloat *a, *b, *dy;
+    bfloat *da, *db;
+    FusionScalars f;
+    float sum_a = 0.0f, sum_b = 0.0f;
+    __device__ void elem(float va, float vb, float g, float& vda, float& vdb) {
+        const float q = g / f.den;
+        vda += q * f.sa;
+        vdb += q * f.sb;
+        sum_a = fmaf(g, va, sum_a);
+        sum_b = fmaf(g, vb, sum_b);
+    }
+    __device__ void vec(size_t i) {
+        float va[8], vb[8], g[8], vda[8], vdb[8];
+        load8(a + i, va);
+        load8(b + i, vb);
+        load8(dy + i, g);
+        load8(da + i, vda);
+        load8(db + i, vdb);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) elem(va[j], vb[j], g[j], vda[j], vdb[j]);
+        store8(da + i, vda);
+        store8(db + i, vdb);
+    }
+    __device__ void one(size_t i) {
+        float vda = ld(da, i), vdb = ld(db, i);
+        elem(ld(a, i), ld(b, i), ld(dy, i), vda, vdb);
+        st(da, i, vda);
+        st(db, i, vdb);
+    }
+};
+
+// Sum over the block in a fixed order (shuffle tree per warp, then warp 0 over the warp sums),
+// valid in thread 0. Every thread must call it; blockDim.x == kEltThreads.
+template <class T>
+__device__ T block_sum(T s, T* smem /* kWarps */) {
+    __syncthreads();  // smem may still be read by warp 0 of a previous call
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) smem[warp] = s;
+    __syncthreads();
+    s = 0;
+    if (warp == 0) {
+        s = lane < kWarps ? smem[lane] : T(0);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    }
+    return s;
+}
+
+// Rows [chunk_begin(k), chunk_begin(k+1)) of chunk k: an even split, none empty since chunks <= rows.
+__device__ __forceinline__ size_t chunk_begin(size_t rows, int chunks, int k) {
+    return rows * static_cast<size_t>(k) / static_cast<size_t>(chunks);
+}
+
+// ---- kernels ----
+
+// Any flat op. Grid elt_blocks(s) x kEltThreads.
+template <class Op>
+__global__ void elt_kernel(EltSplit s, Op op) {
+    elt_loop(s, op);
+}
+
+// Fusion forward: the weights are read from device memory inside the kernel. Grid elt_blocks(s).
+__global__ void fusion_forward_kernel(EltSplit s, const bfloat* a, const bfloat* b, const float* __restrict__ wa,
+                                      const float* __restrict__ wb, bfloat* y) {
+    FusionForwardOp op{a, b, y, fusion_scalars(wa, wb)};
+    elt_loop(s, op);
+}
+
+// Fusion backward, pass 1. Grid fusion_backward_blocks(n) x kEltThreads: da, db updated; block k
+// writes its sums of dy*a and dy*b to part[k] and part[blocks + k].
+__global__ void fusion_backward_kernel(EltSplit s, const bfloat* a, const bfloat* b, const bfloat* dy,
+                                       const float* __restrict__ wa, const float* __restrict__ wb, bfloat* da,
+                                       bfloat* db, float* __restrict__ part) {
+    __shared__ float smem[kWarps];
+    FusionBackwardOp op{a, b, dy, da, db, fusion_scalars(wa, wb)};
+    elt_loop(s, op);
+    const float sa = block_sum(op.sum_a, smem);
+    const float sb = block_sum(op.sum_b, smem);
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = sa;
+        part[gridDim.x + blockIdx.x] = sb;
+    }
+}
+
+// Fusion backward, pass 2. One block of kEltThreads: thread t adds partials t, t + 256, ... in
+// fp64, a fixed tree combines the threads, thread 0 forms the weight gradients as the reference
+// does (fp64 from the fp32 scalars): dL/dsa = (Sa - Sy)/D with Sy = (sa*Sa + sb*Sb)/D.
+__global__ void fusion_backward_finalize_kernel(int blocks, const float* __restrict__ part,
+                                                const float* __restrict__ wa, const float* __restrict__ wb,
+                                                float* __restrict__ dwa, float* __restrict__ dwb) {
+    __shared__ double smem[kWarps];
+    double s_a = 0.0, s_b = 0.0;
+    for (int k = threadIdx.x; k < blocks; k += blockDim.x) {
+        s_a += static_cast<double>(part[k]);
+        s_b += static_cast<double>(part[blocks + k]);
+    }
+    s_a = block_sum(s_a, smem);
+    s_b = block_sum(s_b, smem);
+    if (threadIdx.x != 0) return;
+    const FusionScalars f = fusion_scalars(wa, wb);
+    const double d = f.den;
+    const double s_y = (static_cast<double>(f.sa) * s_a + static_cast<double>(f.sb) * s_b) / d;
+    *dwa += static_cast<float>((s_a - s_y) / d * static_cast<double>(softplus_grad(*wa)));
+    *dwb += static_cast<float>((s_b - s_y) / d * static_cast<double>(softplus_grad(*wb)));
+}
+
+// column_sum, pass 1. grid (grid_x, chunks), block (block_x, block_y); W columns per thread (8:
+// one 128-bit load, or 1). Each thread adds its rows of the chunk in order in fp32; a fixed
+// shared-memory tree combines the row lanes; lane 0 writes part[chunk][column].
+template <int W>
+__global__ void column_sum_kernel(size_t rows, int c, int chunks, const bfloat* __restrict__ x,
+                                  float* __restrict__ part) {
+    __shared__ float sm[W][kEltThreads];
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool active = g < c / W;
+    float acc[W] = {};
+    if (active) {
+        const size_t end = chunk_begin(rows, chunks, blockIdx.y + 1);
+        for (size_t r = chunk_begin(rows, chunks, blockIdx.y) + threadIdx.y; r < end; r += blockDim.y) {
+            const bfloat* p = x + r * c + static_cast<size_t>(W) * g;
+            if constexpr (W == 8) {
+                float v[8];
+                load8(p, v);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[j] += v[j];
+            } else {
+                acc[0] += __bfloat162float(*p);
+            }
+        }
+    }
+    // Fixed tree over the row lanes (blockDim.y a power of two): lanes [0, s) add lanes [s, 2s).
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < W; ++j) sm[j][t] = acc[j];
+    __syncthreads();
+    for (int s = blockDim.y / 2; s > 0; s >>= 1) {
+        if (static_cast<int>(threadIdx.y) < s) {
+#pragma unroll
+            for (int j = 0; j < W; ++j) sm[j][t] += sm[j][t + s * blockDim.x];
+        }
+        __syncthreads();
+    }
+    if (active && threadIdx.y == 0) {
+        float* p = part + static_cast<size_t>(blockIdx.y) * c + static_cast<size_t>(W) * g;
+#pragma unroll
+        for (int j = 0; j < W; ++j) p[j] = sm[j][t];
+    }
+}
+
+// column_sum, pass 2. grid ceil(C/32), block (32, 8): lane y adds chunks y, y + 8, ... in fp64,
+// lane 0 adds the 8 lane sums in order; out[column] += the total.
+__global__ void column_sum_finalize_kernel(int c, int chunks, const float* __restrict__ part, float* __restrict__ out) {
+    __shared__ double sm[kFinalizeY][kFinalizeX];
+    const int ch = blockIdx.x * kFinalizeX + threadIdx.x;
+    double s = 0.0;
+    if (ch < c) {
+        for (int k = threadIdx.y; k < chunks; k += kFinalizeY)
+            s += static_cast<double>(part[static_cast<size_t>(k) * c + ch]);
+    }
+    sm[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || ch >= c) return;
+    s = 0.0;
+    for (int l = 0; l < kFinalizeY; ++l) s += sm[l][threadIdx.x];
+    out[ch] += static_cast<float>(s);
+}
+
+// ---- launch helpers ----
+
+const bfloat* dev(const bf16* p) { return reinterpret_cast<const bfloat*>(p); }
+bfloat* dev(bf16* p) { return reinterpret_cast<bfloat*>(p); }
+
+uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+void check_exec(const char* op, const rt::Exec& ex) {
+    SF_CHECK(ex.is_cuda(), "%s: called with a %s Exec", op, rt::backend_name(ex.backend));
+}
+
+// Device pointers to elements of `elem` bytes: each non-null and element-aligned.
+struct Ptr {
+    const char* name;
+    const void* p;
+    size_t elem;
+};
+void check_ptrs(const char* op, std::initializer_list<Ptr> ptrs) {
+    for (const Ptr& q : ptrs)
+        SF_CHECK(q.p != nullptr && addr(q.p) % q.elem == 0,
+                 "%s: %s must be a non-null, %zu-byte aligned device pointer (got %p)", op, q.name, q.elem, q.p);
+}
+
+void check_workspace(const char* op, const float* ws, size_t ws_floats, size_t need, const char* fn) {
+    check_ptrs(op, {{"workspace", ws, sizeof(float)}});
+    SF_CHECK(ws_floats >= need, "%s: workspace of %zu floats is too small (need %s = %zu)", op, ws_floats, fn, need);
+}
+
+template <class Op>
+void launch_elt(const rt::Exec& ex, const EltSplit& s, const Op& op) {
+    elt_kernel<Op><<<static_cast<unsigned>(elt_blocks(s)), kEltThreads, 0, ex.stream>>>(s, op);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+// Split for bf16 operands only (at most 5).
+EltSplit split_bf16(size_t n, std::initializer_list<const void*> ptrs) {
+    EltOperand ops[5] = {};
+    size_t k = 0;
+    for (const void* p : ptrs) ops[k++] = {addr(p), sizeof(bf16)};
+    return elt_split(n, ops, k);
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+ColumnSumPlan column_sum_plan(size_t rows, int c, bool vector) {
+    SF_CHECK(c > 0, "column_sum: C must be positive, got C=%d", c);
+    ColumnSumPlan p;
+    p.rows = rows;
+    p.c = c;
+    p.width = vector ? kEltVec : 1;
+    SF_CHECK(c % p.width == 0, "column_sum: the vector path needs C %% 8 == 0, got C=%d", c);
+    if (rows == 0) return p;
+    p.groups = c / p.width;
+    p.block_x = std::min(p.groups, 32);
+    p.block_y = 1;
+    while (p.block_x * p.block_y * 2 <= kEltThreads) p.block_y *= 2;
+    p.grid_x = (p.groups + p.block_x - 1) / p.block_x;
+    p.chunks = static_cast<int>(std::min(rows, static_cast<size_t>(kColumnSumChunks)));
+    p.finalize_blocks = (c + kFinalizeX - 1) / kFinalizeX;
+    p.workspace_floats = static_cast<size_t>(p.chunks) * c;
+    return p;
+}
+
+size_t column_sum_workspace_floats(size_t rows, int c) { return column_sum_plan(rows, c, false).workspace_floats; }
+
+size_t fusion_backward_workspace_floats(size_t n) { return 2 * fusion_backward_blocks(n); }
+
+void add_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, bf16* y) {
+    const char* op = "add_bf16_cuda";
+    check_exec(op, ex);
+    if (n == 0) return;
+    check_ptrs(op, {{"a", a, 2}, {"b", b, 2}, {"y", y, 2}});
+    launch_elt(ex, split_bf16(n, {a, b, y}), AddOp{dev(a), dev(b), dev(y)});
+}
+
+void accumulate_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* x, bf16* y) {
+    const char* op = "accumulate_bf16_cuda";
+    check_exec(op, ex);
+    if (n == 0) return;
+    check_ptrs(op, {{"x", x, 2}, {"y", y, 2}});
+    launch_elt(ex, split_bf16(n, {x, y}), AccumulateOp{dev(x), dev(y)});
+}
+
+void accumulate_bf16_to_f32_cuda(const rt::Exec& ex, size_t n, const bf16* x, float* y) {
+    const char* op = "accumulate_bf16_to_f32_cuda";
+    check_exec(op, ex);
+    if (n == 0) return;
+    check_ptrs(op, {{"x", x, 2}, {"y", y, 4}});
+    launch_elt(ex, elt_split(n, {{addr(x), 2}, {addr(y), 4}}), AccumulateF32Op{dev(x), y});
+}
+
+void convert_f32_to_bf16_cuda(const rt::Exec& ex, size_t n, const float* x, bf16* y) {
+    const char* op = "convert_f32_to_bf16_cuda";
+    check_exec(op, ex);
+    if (n == 0) return;
+    check_ptrs(op, {{"x", x, 4}, {"y", y, 2}});
+    launch_elt(ex, elt_split(n, {{addr(y), 2}, {addr(x), 4}}), ConvertOp{x, dev(y)});
+}
+
+void fill_bf16_cuda(const rt::Exec& ex, size_t n, float value, bf16* y) {
+    const char* op = "fill_bf16_cuda";
+    check_exec(op, ex);
+    if (n == 0) return;
+    check_ptrs(op, {{"y", y, 2}});
+    launch_elt(ex, split_bf16(n, {y}), FillOp{value, dev(y)});
+}
+
+void bias_add_bf16_cuda(const rt::Exec& ex, size_t rows, int c, const float* bias, bf16* y) {
+    const char* op = "bias_add_bf16_cuda";
+    check_exec(op, ex);
+    SF_CHECK(c > 0, "%s: C must be positive, got C=%d", op, c);
+    if (rows == 0) return;
+    check_ptrs(op, {{"bias", bias, 4}, {"y", y, 2}});
+    launch_elt(ex, bias_add_split(rows, c, addr(y)), BiasAddOp{c, bias, dev(y)});
+}
+
+void column_sum_bf16_cuda(const rt::Exec& ex, size_t rows, int c, const bf16* x, float* out, float* ws,
+                          size_t ws_floats) {
+    const char* op = "column_sum_bf16_cuda";
+    check_exec(op, ex);
+    SF_CHECK(c > 0, "%s: C must be positive, got C=%d", op, c);
+    if (rows == 0) return;
+    check_ptrs(op, {{"x", x, 2}, {"out", out, 4}});
+    const bool vector = c % kEltVec == 0 && addr(x) % kEltAlign == 0;
+    const ColumnSumPlan pl = column_sum_plan(rows, c, vector);
+    check_workspace(op, ws, ws_floats, pl.workspace_floats, "column_sum_workspace_floats");
+    const dim3 grid(pl.grid_x, pl.chunks), block(pl.block_x, pl.block_y);
+    if (vector)
+        column_sum_kernel<8><<<grid, block, 0, ex.stream>>>(rows, c, pl.chunks, dev(x), ws);
+    else
+        column_sum_kernel<1><<<grid, block, 0, ex.stream>>>(rows, c, pl.chunks, dev(x), ws);
+    SF_CUDA_CHECK_LAUNCH();
+    column_sum_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(c, pl.chunks, ws,
+                                                                                                   out);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+void fusion_forward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, const float* wa,
+                              const float* wb, bf16* y) {
+    const char* op = "fusion_forward_bf16_cuda";
+    check_exec(op, ex);
+    if (n == 0) return;
+    check_ptrs(op, {{"a", a, 2}, {"b", b, 2}, {"y", y, 2}, {"wa", wa, 4}, {"wb", wb, 4}});
+    const EltSplit s = split_bf16(n, {a, b, y});
+    fusion_forward_kernel<<<static_cast<unsigned>(elt_blocks(s)), kEltThreads, 0, ex.stream>>>(s, dev(a), dev(b), wa,
+                                                                                               wb, dev(y));
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+void fusion_backward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, const float* wa,
+                               const float* wb, const bf16* dy, bf16* da, bf16* db, float* dwa, float* dwb, float* ws,
+                               size_t ws_floats) {
+    const char* op = "fusion_backward_bf16_cuda";
+    check_exec(op, ex);
+    if (n == 0) return;
+    check_ptrs(op, {{"a", a, 2},
+                    {"b", b, 2},
+                    {"dy", dy, 2},
+                    {"da", da, 2},
+                    {"db", db, 2},
+                    {"wa", wa, 4},
+                    {"wb", wb, 4},
+                    {"dwa", dwa, 4},
+                    {"dwb", dwb, 4}});
+    SF_CHECK(da != db, "%s: da and db must be different buffers", op);
+    for (const bf16* in : {a, b, dy}) SF_CHECK(in != da && in != db, "%s: da and db must not alias a, b or dy", op);
+    SF_CHECK(dwa != dwb, "%s: dwa and dwb must be different", op);
+    const size_t blocks = fusion_backward_blocks(n);
+    check_workspace(op, ws, ws_floats, 2 * blocks, "fusion_backward_workspace_floats");
+    const EltSplit s = split_bf16(n, {a, b, dy, da, db});
+    fusion_backward_kernel<<<static_cast<unsigned>(blocks), kEltThreads, 0, ex.stream>>>(s, dev(a), dev(b), dev(dy), wa,
+                                                                                         wb, dev(da), dev(db), ws);
+    SF_CUDA_CHECK_LAUNCH();
+    fusion_backward_finalize_kernel<<<1, kEltThreads, 0, ex.stream>>>(static_cast<int>(blocks), ws, wa, wb, dwa, dwb);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kern

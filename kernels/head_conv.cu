@@ -1,0 +1,323 @@
+// CUDA 1x1 conv + bias of the heads, bf16 x -> fp32 logits, forward and backward
+// (kernels/head_conv_cuda.h, docs/KERNELS_ELTWISE.md).
+//
+// Geometry of both kernels: a block is 32 rows x 8 lanes; lane l owns channels [8l, 8l + 8) of its
+// row (one 128-bit load of 8 bf16; lanes at or past Cin/8 idle), so a warp reads 4 whole 128-byte
+// rows (Cin = 64) and holds that group's weights for all Cout outputs in registers (Cout*8 floats),
+// loaded once per thread. Cout is a template parameter (1..8), so every per-output array is in
+// registers.
+// Forward: per row, each lane forms Cout partial dot products over its 8 channels in fp32 (FMA), a
+// fixed xor-butterfly over the row's 8 lanes adds them, lane k writes y[r, k] = sum + b[k].
+// Backward: one kernel walks each row chunk once: dx[r, group] += sum_k dy[r, k] * w[k, group]
+// (elementwise, no sharing), and per thread the running sums dy[r, k] * x[r, j] (dw) and dy[r, k]
+// (db) in fp32. The block combines its 32 row lanes with fixed shuffle/shared-memory trees and writes
+// the chunk's partials to the workspace; a finalize kernel adds the chunks in a fixed order in fp64
+// and accumulates into dw and db. No atomics: bitwise reproducible.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/head_conv_cuda.h"
+#include "runtime/cuda_check.h"
+
+namespace kern {
+
+namespace {
+
+using bfloat = __nv_bfloat16;
+
+constexpr int kWarps = kHeadConvThreads / 32;
+constexpr int kFinalizeX = 32;  // partial entries per finalize block
+constexpr int kFinalizeY = 8;   // chunk lanes per finalize block
+static_assert(kHeadConvLanes == 8 && kHeadConvThreads % 32 == 0, "the butterflies assume 8 lanes per row");
+
+// ---- device helpers ----
+
+__device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float2 f = __bfloat1622float2(h[k]);
+        v[2 * k] = f.x;
+        v[2 * k + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ void store8(bfloat* p, const float (&v)[8]) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    *reinterpret_cast<uint4*>(p) = u;
+}
+
+// This lane's weights: wr[k][j] = w[k, 8*lane + j] (zeros for an idle lane).
+template <int K>
+__device__ __forceinline__ void load_lane_weights(const float* __restrict__ w, int cin, int lane, bool has,
+                                                  float (&wr)[K][8]) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wr[k][j] = has ? __ldg(w + k * cin + 8 * lane + j) : 0.0f;
+}
+
+__device__ __forceinline__ size_t chunk_begin(size_t rows, int chunks, int k) {
+    return rows * static_cast<size_t>(k) / static_cast<size_t>(chunks);
+}
+
+// ---- kernels ----
+
+// y (rows, K) = x (rows, Cin) w^T + b. Grid forward_blocks x 256, grid-stride over 32-row tiles
+// (the tile loop is block-uniform, so every lane reaches the shuffles).
+template <int K>
+__global__ void head_conv_forward_kernel(size_t rows, int cin, const bfloat* __restrict__ x,
+                                         const float* __restrict__ w, const float* __restrict__ b,
+                                         float* __restrict__ y) {
+    const int lane = threadIdx.x % kHeadConvLanes, ry = threadIdx.x / kHeadConvLanes;
+    const bool has = lane < cin / 8;
+    float wr[K][8];
+    load_lane_weights<K>(w, cin, lane, has, wr);
+    const float bias = lane < K ? __ldg(b + lane) : 0.0f;
+    for (size_t r0 = static_cast<size_t>(blockIdx.x) * kHeadConvRowsPerBlock; r0 < rows;
+         r0 += static_cast<size_t>(gridDim.x) * kHeadConvRowsPerBlock) {
+        const size_t r = r0 + ry;
+        float acc[K] = {};
+        if (has && r < rows) {
+            float v[8];
+            unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * cin + 8 * lane)), v);
+#pragma unroll
+            for (int k = 0; k < K; ++k)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[k] = fmaf(v[j], wr[k][j], acc[k]);
+        }
+        // Butterfly over the row's 8 lanes (aligned groups of 8 in the warp): every lane ends with
+        // the same totals (fp addition is commutative).
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+#pragma unroll
+            for (int o = kHeadConvLanes / 2; o > 0; o >>= 1) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
+        if (r < rows && lane < K) {
+            float s = acc[0];
+#pragma unroll
+            for (int k = 1; k < K; ++k) s = lane == k ? acc[k] : s;
+            y[r * K + lane] = s + bias;
+        }
+    }
+}
+
+// Backward, pass 1. Grid chunks x 256: block k owns rows [chunk_begin(k), chunk_begin(k+1)).
+// dx updated; part[k] = this chunk's (dw (K, Cin) row-major, then db (K)).
+template <int K>
+__global__ void head_conv_backward_kernel(size_t rows, int cin, int chunks, const bfloat* __restrict__ x,
+                                          const float* __restrict__ dy, const float* __restrict__ w, bfloat* dx,
+                                          float* __restrict__ part) {
+    constexpr int kVals = 9 * K;  // per lane: dw[k][0..8) then db[k]
+    __shared__ float sm[kWarps][kHeadConvLanes][kVals];
+    const int lane = threadIdx.x % kHeadConvLanes, ry = threadIdx.x / kHeadConvLanes;
+    const bool has = lane < cin / 8;
+    float wr[K][8];
+    load_lane_weights<K>(w, cin, lane, has, wr);
+    float acc[K][8] = {}, accb[K] = {};
+    const size_t end = chunk_begin(rows, chunks, blockIdx.x + 1);
+    for (size_t r = chunk_begin(rows, chunks, blockIdx.x) + ry; r < end; r += kHeadConvRowsPerBlock) {
+        float g[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            g[k] = __ldg(dy + r * K + k);
+            accb[k] += g[k];
+        }
+        if (!has) continue;
+        const size_t off = r * cin + 8 * lane;
+        float v[8], d[8];
+        unpack8(__ldg(reinterpret_cast<const uint4*>(x + off)), v);
+        unpack8(*reinterpret_cast<const uint4*>(dx + off), d);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                acc[k][j] = fmaf(g[k], v[j], acc[k][j]);
+                s = fmaf(g[k], wr[k][j], s);
+            }
+            d[j] += s;
+        }
+        store8(dx + off, d);
+    }
+    // Row lanes: first the 4 rows of each warp (xor 8, then 16), then the 8 warps in order.
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int o = 8; o <= 16; o <<= 1) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[k][j] += __shfl_xor_sync(0xffffffffu, acc[k][j], o);
+            accb[k] += __shfl_xor_sync(0xffffffffu, accb[k], o);
+        }
+    }
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 < kHeadConvLanes) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sm[warp][lane][8 * k + j] = acc[k][j];
+            sm[warp][lane][8 * K + k] = accb[k];
+        }
+    }
+    __syncthreads();
+    const int wn = K * cin, entries = wn + K;
+    float* p = part + static_cast<size_t>(blockIdx.x) * entries;
+    for (int e = threadIdx.x; e < entries; e += blockDim.x) {
+        int ln = 0, idx = 8 * K + (e - wn);  // db[k]: every lane summed the same dy, take lane 0's
+        if (e < wn) {
+            const int k = e / cin, ch = e % cin;
+            ln = ch / 8;
+            idx = 8 * k + ch % 8;
+        }
+        float s = 0.0f;
+#pragma unroll
+        for (int q = 0; q < kWarps; ++q) s += sm[q][ln][idx];
+        p[e] = s;
+    }
+}
+
+// Backward, pass 2. Grid finalize_blocks, block (32, 8): entry e = blockIdx.x*32 + x; lane y adds
+// chunks y, y + 8, ... in fp64, lane 0 adds the 8 lane sums in order; dw or db += the total.
+__global__ void head_conv_finalize_kernel(int wn, int entries, int chunks, const float* __restrict__ part,
+                                          float* __restrict__ dw, float* __restrict__ db) {
+    __shared__ double sm[kFinalizeY][kFinalizeX];
+    const int e = blockIdx.x * kFinalizeX + threadIdx.x;
+    double s = 0.0;
+    if (e < entries) {
+        for (int k = threadIdx.y; k < chunks; k += kFinalizeY)
+            s += static_cast<double>(part[static_cast<size_t>(k) * entries + e]);
+    }
+    sm[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || e >= entries) return;
+    s = 0.0;
+    for (int l = 0; l < kFinalizeY; ++l) s += sm[l][threadIdx.x];
+    if (e < wn)
+        dw[e] += static_cast<float>(s);
+    else
+        db[e - wn] += static_cast<float>(s);
+}
+
+// ---- launch helpers ----
+
+bool aligned(const void* p, size_t a) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+void check_exec(const char* op, const rt::Exec& ex) {
+    SF_CHECK(ex.is_cuda(), "%s: called with a %s Exec", op, rt::backend_name(ex.backend));
+}
+
+void check_bf16(const char* op, const char* name, const void* p) {
+    SF_CHECK(aligned(p, 16), "%s: %s must be a non-null, 16-byte aligned device pointer (got %p)", op, name, p);
+}
+
+void check_f32(const char* op, const char* name, const float* p) {
+    SF_CHECK(aligned(p, alignof(float)), "%s: %s must be a non-null, 4-byte aligned device pointer (got %p)", op, name,
+             static_cast<const void*>(p));
+}
+
+template <int K>
+void launch_forward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* w, const float* b,
+                    float* y) {
+    head_conv_forward_kernel<K><<<pl.forward_blocks, kHeadConvThreads, 0, ex.stream>>>(
+        pl.rows, pl.cin, reinterpret_cast<const bfloat*>(x), w, b, y);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+template <int K>
+void launch_backward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* dy, const float* w,
+                     bf16* dx, float* dw, float* db, float* ws) {
+    head_conv_backward_kernel<K><<<pl.chunks, kHeadConvThreads, 0, ex.stream>>>(
+        pl.rows, pl.cin, pl.chunks, reinterpret_cast<const bfloat*>(x), dy, w, reinterpret_cast<bfloat*>(dx), ws);
+    SF_CUDA_CHECK_LAUNCH();
+    const int wn = K * pl.cin;
+    head_conv_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(wn, wn + K, pl.chunks,
+                                                                                                  ws, dw, db);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+HeadConvPlan head_conv_plan(size_t rows, int cin, int cout) {
+    SF_CHECK(cin >= 8 && cin <= kHeadConvMaxCin && cin % 8 == 0,
+             "head_conv: cin must be a multiple of 8 in [8, %d] (one 8-channel group per lane), got cin=%d",
+             kHeadConvMaxCin, cin);
+    SF_CHECK(cout >= 1 && cout <= kHeadConvMaxCout, "head_conv: cout must lie in [1, %d], got cout=%d",
+             kHeadConvMaxCout, cout);
+    HeadConvPlan p;
+    p.rows = rows;
+    p.cin = cin;
+    p.cout = cout;
+    p.groups = cin / 8;
+    if (rows == 0) return p;
+    const size_t tiles = (rows + kHeadConvRowsPerBlock - 1) / kHeadConvRowsPerBlock;
+    p.forward_blocks = static_cast<int>(std::min(tiles, kHeadConvMaxBlocks));
+    p.chunks = static_cast<int>(std::min(tiles, static_cast<size_t>(kHeadConvChunks)));
+    const int entries = cout * cin + cout;
+    p.finalize_blocks = (entries + kFinalizeX - 1) / kFinalizeX;
+    p.workspace_floats = static_cast<size_t>(p.chunks) * entries;
+    return p;
+}
+
+size_t head_conv_workspace_floats(size_t rows, int cin, int cout) {
+    return head_conv_plan(rows, cin, cout).workspace_floats;
+}
+
+void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* w,
+                            const float* b, float* y) {
+    const char* op = "head_conv_forward_cuda";
+    check_exec(op, ex);
+    const HeadConvPlan pl = head_conv_plan(rows, cin, cout);
+    if (rows == 0) return;
+    check_bf16(op, "x", x);
+    check_f32(op, "w", w);
+    check_f32(op, "b", b);
+    check_f32(op, "y", y);
+    switch (cout) {
+        case 1: launch_forward<1>(ex, pl, x, w, b, y); break;
+        case 2: launch_forward<2>(ex, pl, x, w, b, y); break;
+        case 3: launch_forward<3>(ex, pl, x, w, b, y); break;
+        case 4: launch_forward<4>(ex, pl, x, w, b, y); break;
+        case 5: launch_forward<5>(ex, pl, x, w, b, y); break;
+        case 6: launch_forward<6>(ex, pl, x, w, b, y); break;
+        case 7: launch_forward<7>(ex, pl, x, w, b, y); break;
+        default: launch_forward<8>(ex, pl, x, w, b, y); break;
+    }
+}
+
+void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
+                             const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats) {
+    const char* op = "head_conv_backward_cuda";
+    check_exec(op, ex);
+    const HeadConvPlan pl = head_conv_plan(rows, cin, cout);
+    if (rows == 0) return;
+    check_bf16(op, "x", x);
+    check_bf16(op, "dx", dx);
+    SF_CHECK(static_cast<const void*>(x) != static_cast<const void*>(dx), "%s: dx must not alias x", op);
+    check_f32(op, "dy", dy);
+    check_f32(op, "w", w);
+    check_f32(op, "dw", dw);
+    check_f32(op, "db", db);
+    check_f32(op, "workspace", ws);
+    SF_CHECK(ws_floats >= pl.workspace_floats,
+             "%s: workspace of %zu floats is too small for rows=%zu cin=%d cout=%d (need head_conv_workspace_floats "
+             "= %zu)",
+             op, ws_floats, rows, cin, cout, pl.workspace_floats);
+    switch (cout) {
+        case 1: launch_backward<1>(ex, pl, x, dy, w, dx, dw, db, ws); break;
+        case 2: launch_backward<2>(ex, pl, x, dy, w, dx, dw, db, ws); break;
+        case 3: launch_backward<3>(ex, pl, x, dy, w, dx, dw, db, ws); break;
+        case 4: launch_backward<4>(ex, pl, x, dy, w, dx, dw, db, ws); break;
+        case 5: launch_backward<5>(ex, pl, x, dy, w, dx, dw, db, ws); break;
+        case 6: launch_backward<6>(ex, pl, x, dy, w, dx, dw, db, ws); break;
+        case 7: launch_backward<7>(ex, pl, x, dy, w, dx, dw, db, ws); break;
+        default: launch_backward<8>(ex, pl, x, dy, w, dx, dw, db, ws); break;
+    }
+}
+
+}  // namespace kern

@@ -1,0 +1,58 @@
+// CUDA final 1x1 conv (with bias) of the four heads (kernels/head_conv.cu): bf16 input x (rows =
+// N*H*W, Cin) -> fp32 logits y (rows, Cout), Cin = 64 and Cout in {1, 2, 4} in the model (the loss
+// runs in fp32). Too small for cuDNN/cuBLASLt to be worth a plan: the forward is a read of x plus a
+// dot product per output, the backward one pass over x and dy. Declared without CUDA types so g++
+// code can call it. Design and numerics: docs/KERNELS_ELTWISE.md. Reference: conv_*_ref (conv.h)
+// with k = 1, bias = true.
+//
+//   forward:  y[r, k] = b[k] + sum_j x[r, j] * w[k, j]                     (y overwritten)
+//   backward: dx[r, j] += sum_k dy[r, k] * w[k, j]   (bf16)
+//             dw[k, j] += sum_r dy[r, k] * x[r, j],  db[k] += sum_r dy[r, k]   (fp32, deterministic)
+// Preconditions (rt::Error naming the value): CUDA Exec; Cin a multiple of 8 in [8, 64]; Cout in
+// [1, 8]; x and dx 16-byte aligned; w, b, y, dy, dw, db, ws non-null and 4-byte aligned; dx not
+// aliasing x; workspace at least head_conv_workspace_floats. rows == 0 is a no-op. Launchers
+// enqueue on ex.stream, never allocate and never synchronise (CUDA-graph capturable).
+#pragma once
+#include <cstddef>
+
+#include "kernels/bf16.h"
+#include "runtime/exec.h"
+
+namespace kern {
+
+constexpr int kHeadConvMaxCin = 64;  // one 8-channel group per lane: the weights stay in registers
+constexpr int kHeadConvMaxCout = 8;
+constexpr int kHeadConvLanes = 8;      // threads per row (one 8-channel group each; idle past Cin/8)
+constexpr int kHeadConvThreads = 256;  // 32 rows x 8 lanes per block
+constexpr int kHeadConvRowsPerBlock = kHeadConvThreads / kHeadConvLanes;
+constexpr size_t kHeadConvMaxBlocks = 8192;  // forward grid cap (grid-stride beyond)
+constexpr int kHeadConvChunks = 1024;        // most row chunks of the backward reduction
+
+// Launch geometry for (rows, Cin, Cout): a pure function of them.
+struct HeadConvPlan {
+    size_t rows = 0;
+    int cin = 0, cout = 0;
+    int groups = 0;               // Cin / 8
+    int forward_blocks = 0;       // min(ceil(rows / 32), kHeadConvMaxBlocks); 0 when rows == 0
+    int chunks = 0;               // backward blocks: min(ceil(rows / 32), kHeadConvChunks), row chunks
+    int finalize_blocks = 0;      // ceil((Cout*Cin + Cout) / 32) blocks of (32, 8)
+    size_t workspace_floats = 0;  // chunks * (Cout*Cin + Cout): per-chunk partial dw then db
+};
+
+// Throws rt::Error for Cin not a multiple of 8 in [8, 64] (naming cin) or Cout outside [1, 8]
+// (naming cout). rows == 0 gives an empty plan.
+HeadConvPlan head_conv_plan(size_t rows, int cin, int cout);
+
+// x (rows, Cin) bf16; w (Cout, Cin) fp32 master weights; b (Cout) fp32; y (rows, Cout) fp32 overwritten.
+void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* w,
+                            const float* b, float* y);
+
+// fp32 scratch the backward needs (no initialisation): head_conv_plan(rows, cin, cout).workspace_floats.
+size_t head_conv_workspace_floats(size_t rows, int cin, int cout);
+
+// x (rows, Cin) bf16 (the forward input); dy (rows, Cout) fp32; w (Cout, Cin) fp32;
+// dx (rows, Cin) bf16 +=; dw (Cout, Cin) +=; db (Cout) +=.
+void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
+                             const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats);
+
+}  // namespace kern

@@ -1,0 +1,92 @@
+#include "model/device_util.h"
+
+#include <cuda_runtime.h>
+
+#include "kernels/adamw_cuda.h"
+#include "model/train_step_cuda.h"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+
+namespace model {
+
+namespace {
+__global__ void increment_kernel(int64_t* __restrict__ c, size_t n) {
+    for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        c[i] += 1;
+}
+// model::warmup_cosine_lr on the device (same double expression).
+__global__ void warmup_cosine_kernel(double base, double eta_min, int64_t warmup, int64_t total,
+                                     kern::DeviceStepState* __restrict__ st) {
+    const int64_t step = st->step + st->skipped;
+    double lr;
+    if (step < warmup) {
+        lr = base * static_cast<double>(step + 1) / static_cast<double>(warmup);
+    } else if (total <= warmup) {
+        lr = base;
+    } else {
+        const double t = fmin(1.0, static_cast<double>(step - warmup) / static_cast<double>(total - warmup));
+        lr = eta_min + (base - eta_min) * (1.0 + cos(3.14159265358979323846 * t)) / 2.0;
+    }
+    st->lr = static_cast<float>(lr);
+}
+
+// epoch (0-based) of the coming step for the per-epoch SGDR schedule.
+__global__ void epoch_kernel(int64_t steps_per_epoch, const kern::DeviceStepState* __restrict__ st,
+                             int32_t* __restrict__ epoch) {
+    *epoch = static_cast<int32_t>((st->step + st->skipped) / steps_per_epoch);
+}
+
+__global__ void record_kernel(const kern::DeviceStepState* __restrict__ st, double* __restrict__ step_loss,
+                              double inv_accum, double* __restrict__ window_sum, StepRecord* __restrict__ ring,
+                              int ring_size) {
+    StepRecord r;
+    r.mean_loss = *step_loss * inv_accum;
+    r.grad_norm = st->grad_norm;
+    r.lr = st->lr;
+    r.clip_scale = st->clip_scale;
+    r.nonfinite = st->nonfinite;
+    ring[(st->step + st->skipped) % ring_size] = r;
+    *window_sum += *step_loss;
+    *step_loss = 0;
+}
+
+}  // namespace
+
+void record_step_cuda(const rt::Exec& ex, const kern::DeviceStepState* state, double* step_loss, int accum,
+                      double* window_sum, StepRecord* ring, int ring_size) {
+    SF_CHECK(ex.is_cuda(), "record_step_cuda needs a CUDA Exec");
+    SF_CHECK(state && step_loss && window_sum && ring && ring_size > 0 && accum >= 1, "record_step_cuda: bad arguments");
+    record_kernel<<<1, 1, 0, ex.stream>>>(state, step_loss, 1.0 / accum, window_sum, ring, ring_size);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+void schedule_lr_cuda(const rt::Exec& ex, const LrSchedule& s, kern::DeviceStepState* state, int32_t* epoch_scratch) {
+    SF_CHECK(ex.is_cuda(), "schedule_lr_cuda needs a CUDA Exec");
+    SF_CHECK(state && epoch_scratch && s.steps_per_epoch >= 1, "schedule_lr_cuda: bad arguments");
+    if (s.sgdr) {
+        epoch_kernel<<<1, 1, 0, ex.stream>>>(s.steps_per_epoch, state, epoch_scratch);
+        SF_CUDA_CHECK_LAUNCH();
+        kern::schedule_sgdr_cuda(ex, state, s.base_lr, s.eta_min, s.t0, s.t_mult, epoch_scratch);
+    } else {
+        warmup_cosine_kernel<<<1, 1, 0, ex.stream>>>(s.base_lr, s.eta_min, s.warmup_steps, s.total_steps, state);
+        SF_CUDA_CHECK_LAUNCH();
+    }
+}
+
+void zero_device_async(const rt::Exec& ex, void* p, size_t bytes) {
+    SF_CHECK(ex.is_cuda(), "zero_device_async needs a CUDA Exec");
+    if (bytes == 0) return;
+    SF_CHECK(p != nullptr, "zero_device_async: null pointer for %zu bytes", bytes);
+    SF_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ex.stream));
+}
+
+void increment_counters_cuda(const rt::Exec& ex, int64_t* counters, size_t n) {
+    SF_CHECK(ex.is_cuda(), "increment_counters_cuda needs a CUDA Exec");
+    if (n == 0) return;
+    SF_CHECK(counters != nullptr, "increment_counters_cuda: null counters");
+    const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
+    increment_kernel<<<blocks, 256, 0, ex.stream>>>(counters, n);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace model

@@ -1,0 +1,76 @@
+// GpuOps: the CUDA backend's convolution dispatch for one network (model/gpu_ops.cpp).
+// At plan time (before the arena is sealed) prepare() receives every convolution the step runs
+// (Planner::convs()) and builds its cuDNN plans (kernels/conv_cudnn.h: BF16 NHWC, fp32 accumulation,
+// autotuned, cached). Depthwise 3x3 convolutions have a second implementation, the custom kernels
+// of kernels/dwconv_cuda.h; prepare() times both on the real shape (forward + dgrad + wgrad) and
+// keeps the faster, or takes the custom kernels without timing when autotuning is off. The
+// choice per shape is visible in describe() (and in `slidefuse bench`).
+// At step time the three entry points enqueue on ex.stream; they never build plans, allocate or
+// synchronise. Contracts: forward overwrites y; backward_data accumulates into dx (bf16);
+// backward_filter accumulates into dw (fp32 master gradient, KRSC).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/conv.h"
+#include "kernels/conv_cudnn.h"
+#include "model/planner.h"
+#include "runtime/exec.h"
+
+namespace model {
+
+enum class ConvImpl { Cudnn, CustomDepthwise, CustomStem };
+const char* conv_impl_name(ConvImpl i);
+
+// The pure part of the choice, testable without a device: which implementations can run a shape.
+// Custom depthwise is a candidate when kern::dwconv3x3_supported(s), the custom stem conv (2 or 4
+// input channels, kernels/stemconv_cuda.h) when kern::stemconv_supported(s); cuDNN always is (a
+// shape cuDNN refuses at plan time is timed as "failed" and the custom kernel runs).
+std::vector<ConvImpl> conv_candidates(const kern::ConvShape& s);
+// The pick given measured times (ms, same order as candidates; negative = failed to run):
+// the fastest; ties go to the first. Throws when none ran.
+ConvImpl pick_conv_impl(const std::vector<ConvImpl>& candidates, const std::vector<double>& ms);
+
+class GpuOps {
+public:
+    GpuOps(const rt::Exec& ex, const kern::ConvPolicy& policy);
+    ~GpuOps();
+    GpuOps(const GpuOps&) = delete;
+    GpuOps& operator=(const GpuOps&) = delete;
+
+    // Plan time. May allocate temporaries and synchronise (autotuning).
+    void prepare(const std::vector<ConvUse>& convs);
+    size_t workspace_bytes() const;
+    // Once, after prepare(): the network's workspace region (shared with the reduction scratch of
+    // the other ops, which never run concurrently on the stream).
+    void bind_workspace(void* device_ptr, size_t bytes);
+
+    // Step time.
+    void conv_forward(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
+                      kern::bf16* y) const;
+    void conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy, const kern::bf16* w,
+                            kern::bf16* dx) const;
+    void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
+                              const kern::bf16* dy, float* dw) const;
+
+    std::vector<std::string> describe() const;
+
+private:
+    struct Entry;
+    const Entry& find(const kern::ConvShape& s) const;
+    double time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const;  // ms per fwd(+dgrad)+wgrad
+    void run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
+                    const kern::bf16* w, kern::bf16* y, const kern::bf16* dy, kern::bf16* dx, float* dw,
+                    bool dgrad) const;
+
+    rt::Exec ex_;
+    kern::ConvPolicy policy_;
+    std::unique_ptr<kern::ConvPlanCache> cudnn_;
+    std::vector<Entry> entries_;
+    float* custom_ws_ = nullptr;  // custom kernels' wgrad scratch (inside the bound workspace)
+    size_t custom_ws_floats_ = 0;
+};
+
+}  // namespace model

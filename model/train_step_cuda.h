@@ -1,0 +1,130 @@
+// The CUDA training step (DESIGN §4), over a SiderNetCuda (bf16 activations, device memory):
+//   micro-step (per batch slot):  uint8 pixels + labels of the slot -> bf16 input (preprocess)
+//                                 -> soft valid mask -> zero activation grads -> forward (train)
+//                                 -> fused loss (+ d loss / d logits, scaled 1/accum) -> backward
+//                                 (parameter grads accumulate)
+//   optimizer step:               lr from the schedule (device, from steps taken) -> global grad
+//                                 norm + clip factor + non-finite flag -> fused AdamW (master, m, v,
+//                                 bf16 working copy; grads zeroed; skipped when non-finite)
+// Every per-step value lives in device memory (kern::DeviceStepState, model::DeviceLossTerms), so
+// each sequence is captured into a CUDA graph once (one micro-step graph per input slot, one
+// optimizer graph) and replayed for the whole run; eager mode enqueues the same calls. Nothing
+// allocates or synchronises inside a step. The host reads statistics through a pinned buffer and
+// an event (request_stats / poll_stats), never by a per-step synchronisation.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "data/label.h"
+#include "kernels/adamw.h"
+#include "model/checkpoint.h"
+#include "model/loss.h"
+#include "model/decode_cuda.h"
+#include "model/loss_cuda.h"
+#include "model/net.h"
+#include "model/train_step.h"
+#include "runtime/exec.h"
+
+struct CUgraphExec_st;
+typedef CUgraphExec_st* cudaGraphExec_t;
+
+namespace model {
+
+// The learning-rate schedule evaluated on the device from the optimizer steps attempted so far
+// (applied + skipped, as the CPU trainer counts them): sgdr per epoch or warmup_cosine per step.
+struct LrSchedule {
+    bool sgdr = true;
+    double base_lr = 3e-4, eta_min = 3e-6;
+    int t0 = 1, t_mult = 2;                    // sgdr
+    int64_t warmup_steps = 0, total_steps = 1;  // warmup_cosine
+    int64_t steps_per_epoch = 1;
+};
+
+// One optimizer step as the device recorded it (a ring of kHistory entries, read in batches).
+struct StepRecord {
+    double mean_loss = 0;   // mean total loss over the step's micro-batches
+    float grad_norm = 0;    // global L2 norm before clipping
+    float lr = 0;           // learning rate of the step
+    float clip_scale = 1;
+    int32_t nonfinite = 0;  // the update was skipped
+};
+
+// What the host reads back (every log interval).
+struct CudaStepStats {
+    int64_t steps_applied = 0, steps_skipped = 0;
+    double lr = 0, grad_norm = 0, clip_scale = 1;
+    bool last_nonfinite = false;
+    LossTerms loss;             // of the last micro-batch
+    double loss_window_sum = 0;  // sum of micro-batch totals since the previous read
+    int64_t loss_window_count = 0;
+};
+
+class CudaTrainStep {
+public:
+    static constexpr int kSlots = 2;
+    static constexpr int kHistory = 1024;  // optimizer steps kept in the device ring
+
+    CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossConfig& loss, const OptimConfig& optim,
+                  const LrSchedule& sched, int accum);
+    ~CudaTrainStep();
+    CudaTrainStep(const CudaTrainStep&) = delete;
+    CudaTrainStep& operator=(const CudaTrainStep&) = delete;
+
+    // Device input of each slot (data::DeviceFeed's pixels/labels): (N,H,W,C-1) uint8 and N labels.
+    // Fixed for the run (the graphs capture these addresses).
+    void bind_slot(int slot, const uint8_t* pixels, const data::Label* labels);
+    // Restores the optimizer's step counters (resume). Plan time; synchronises.
+    void set_counters(int64_t applied, int64_t skipped);
+    // Host <-> device copies of everything a checkpoint holds (model/checkpoint.h; null adam
+    // pointers are skipped). upload also rewrites the bf16 working copy from the master weights.
+    // Both synchronise: call them between steps (start, checkpoints, end).
+    void upload(const CheckpointView& v);
+    void download(const CheckpointView& v);
+
+    // Enqueue one micro-step on the batch in `slot` / the optimizer step. With graphs on, the first
+    // call of each kind captures it, later calls replay it.
+    void micro_step(int slot);
+    void optimizer_step();
+    void set_use_graphs(bool on) { use_graphs_ = on; }
+    bool use_graphs() const { return use_graphs_; }
+
+    // Evaluation forward (BN running stats) + decode + metric sums of `n_real` samples of `slot`.
+    void eval_batch(int slot, int n_real);
+    void reset_eval_metrics();
+    DeviceMetricSums read_eval_metrics();  // synchronises (end of validation)
+
+    // Steps attempted so far (applied + skipped) as the host counts enqueued optimizer steps.
+    int64_t steps_enqueued() const { return enqueued_; }
+    // The records of steps [from, steps_enqueued()) (synchronises). Throws when more than
+    // kHistory steps were enqueued since `from` (their records were overwritten).
+    std::vector<StepRecord> read_history(int64_t from);
+
+    // Statistics: request_stats enqueues the copy into the pinned buffer and records an event;
+    // poll_stats returns true (and the values) once it completed; read_stats waits for it.
+    void request_stats();
+    bool poll_stats(CudaStepStats* out);
+    CudaStepStats read_stats();
+
+    const rt::Exec& exec() const { return ex_; }
+    SiderNetCuda& net() { return net_; }
+
+private:
+    struct Device;  // device-side buffers and the pinned readback (train_step_cuda.cpp)
+    void enqueue_micro(int slot);
+    void enqueue_optimizer();
+
+    SiderNetCuda& net_;
+    rt::Exec ex_;
+    LossConfig loss_;
+    OptimConfig optim_;
+    LrSchedule sched_;
+    int accum_ = 1;
+    bool use_graphs_ = true;
+    std::unique_ptr<Device> d_;
+    cudaGraphExec_t micro_graph_[kSlots] = {nullptr, nullptr};
+    cudaGraphExec_t optim_graph_ = nullptr;
+    int64_t enqueued_ = 0;  // optimizer steps enqueued (applied + skipped, set_counters included)
+};
+
+}  // namespace model

@@ -1,0 +1,262 @@
+// The whole CUDA training step (model/train_step_cuda.h over SiderNetCuda) against the CPU
+// reference step (model/train_step.h over SiderNet), from the same initial weights on the same
+// generated batches (bf16-rounded input given to both):
+//   - one micro-step at batch 4: loss terms within 1e-2, every parameter gradient tensor cosine
+//     >= 0.999 (DESIGN §2), BN running statistics within 1e-2;
+//   - a 50-step loss trajectory: every step's loss within 10% of the CPU's, and both fall;
+//   - graph replay vs eager: 5 steps bitwise equal (weights, m, v, running stats, counters) in
+//     deterministic mode;
+//   - one step for compute-sanitizer (scripts/gpu_test.sh runs CudaStep.OneStepForSanitizer
+//     under `compute-sanitizer --tool memcheck`).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "data/generator.h"
+#include "kernels/bf16.h"
+#include "kernels/conv_cudnn.h"
+#include "kernels/preprocess.h"
+#include "model/init.h"
+#include "model/train_step.h"
+#include "model/train_step_cuda.h"
+#include "runtime/arena.h"
+#include "runtime/cuda_check.h"
+#include "runtime/exec.h"
+#include "tests/support/compare.h"
+
+namespace {
+
+constexpr int kBatch = 4, kH = 64, kW = 128, kC = 2;
+constexpr uint64_t kInitSeed = 1234;
+
+model::NetShape net_shape() { return {kBatch, kC, kH, kW}; }
+
+// `batches` generated batches: uint8 gray pixels (N,H,W,1) and labels.
+struct HostBatches {
+    std::vector<std::vector<uint8_t>> pixels;
+    std::vector<std::vector<data::Label>> labels;
+};
+
+HostBatches make_batches(int batches) {
+    HostBatches b;
+    data::GenConfig gc;
+    gc.seed = 7;
+    gc.height = kH;
+    gc.width = kW;
+    for (int k = 0; k < batches; ++k) {
+        std::vector<uint8_t> px;
+        std::vector<data::Label> lb;
+        for (int i = 0; i < kBatch; ++i) {
+            const data::GenSample s = data::generate_sample(gc, static_cast<uint64_t>(k * kBatch + i));
+            px.insert(px.end(), s.pixels.begin(), s.pixels.end());
+            lb.push_back(s.label);
+        }
+        b.pixels.push_back(std::move(px));
+        b.labels.push_back(std::move(lb));
+    }
+    return b;
+}
+
+// The CPU input exactly as the GPU sees it: preprocess, then round to bf16.
+void cpu_input(const std::vector<uint8_t>& px, const std::vector<data::Label>& lb, float* input) {
+    kern::preprocess_ref(kBatch, kH, kW, kC - 1, px.data(), lb.data(), input);
+    for (size_t i = 0; i < static_cast<size_t>(kBatch) * kH * kW * kC; ++i) input[i] = kern::round_bf16(input[i]);
+}
+
+model::OptimConfig optim() {
+    model::OptimConfig o;
+    o.adamw.lr = 1e-3;
+    return o;
+}
+
+model::LrSchedule constant_lr(double lr) {
+    model::LrSchedule s;
+    s.sgdr = false;
+    s.base_lr = lr;
+    s.eta_min = lr;  // warmup_cosine with eta_min = base: constant
+    s.total_steps = 1000;
+    return s;
+}
+
+// A CUDA network + step with the CPU net's initial weights, and device slots for the batches.
+struct GpuRig {
+    rt::CudaContext ctx{0};
+    model::SiderNetCuda net;
+    model::CudaTrainStep step;
+    rt::Arena slots{"test slots", rt::MemKind::Device};
+    uint8_t* pixels = nullptr;
+    data::Label* labels = nullptr;
+
+    explicit GpuRig(const model::SiderNet& init, bool deterministic = true)
+        : net(net_shape(), ctx.exec(), policy(deterministic)),
+          step(net, ctx.exec(), model::LossConfig{}, optim(), constant_lr(1e-3), 1) {
+        const size_t po = slots.reserve(static_cast<size_t>(kBatch) * kH * kW, 256, "pixels");
+        const size_t lo = slots.reserve(kBatch * sizeof(data::Label), 256, "labels");
+        slots.allocate();
+        slots.seal();
+        pixels = slots.ptr<uint8_t>(po);
+        labels = slots.ptr<data::Label>(lo);
+        step.bind_slot(0, pixels, labels);
+        const model::Planner& p = init.plan();
+        model::CheckpointView v{&init.table(), p.master(), nullptr, nullptr, p.buffers(), p.counters()};
+        step.upload(v);
+    }
+    static kern::ConvPolicy policy(bool deterministic) {
+        kern::ConvPolicy c;
+        c.deterministic = deterministic;
+        return c;
+    }
+    void load(const std::vector<uint8_t>& px, const std::vector<data::Label>& lb) {
+        SF_CUDA_CHECK(cudaMemcpy(pixels, px.data(), px.size(), cudaMemcpyHostToDevice));
+        SF_CUDA_CHECK(cudaMemcpy(labels, lb.data(), lb.size() * sizeof(data::Label), cudaMemcpyHostToDevice));
+    }
+    template <class T>
+    std::vector<T> fetch(const T* dev, size_t n) {
+        ctx.synchronize();
+        std::vector<T> h(n);
+        SF_CUDA_CHECK(cudaMemcpy(h.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+};
+
+void init_cpu(model::SiderNet& net) {
+    const model::Planner& p = net.plan();
+    model::init_parameters(net.table(), kInitSeed, p.master(), p.buffers(), p.counters());
+}
+
+double cosine(const float* a, const float* b, size_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; ++i) {
+        ab += static_cast<double>(a[i]) * b[i];
+        aa += static_cast<double>(a[i]) * a[i];
+        bb += static_cast<double>(b[i]) * b[i];
+    }
+    if (aa == 0 && bb == 0) return 1.0;
+    return ab / std::sqrt(aa * bb);
+}
+
+TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(1);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    GpuRig gpu(cpu);
+
+    cpu_input(b.pixels[0], b.labels[0], cpu.input());
+    model::TrainStep cstep(cpu, model::LossConfig{}, optim());
+    const model::LossTerms ct = cstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
+
+    gpu.load(b.pixels[0], b.labels[0]);
+    gpu.step.set_use_graphs(false);
+    gpu.step.micro_step(0);
+    const model::CudaStepStats gs = gpu.step.read_stats();
+    const model::LossTerms& gt = gs.loss;
+    std::printf("[step] loss cpu %.6f gpu %.6f\n", ct.total, gt.total);
+    const double terms_c[] = {ct.focal_gap, ct.focal_slider, ct.offset, ct.hard_negative,
+                              ct.angle,     ct.padding_bce,  ct.y_axis, ct.total};
+    const double terms_g[] = {gt.focal_gap, gt.focal_slider, gt.offset, gt.hard_negative,
+                              gt.angle,     gt.padding_bce,  gt.y_axis, gt.total};
+    for (int k = 0; k < 8; ++k)
+        EXPECT_LE(std::abs(terms_g[k] - terms_c[k]), 1e-2 * std::abs(terms_c[k]) + 1e-6) << "loss term " << k;
+
+    const model::ParamTable& t = cpu.table();
+    const std::vector<float> gg = gpu.fetch(gpu.net.plan().grad(), t.flat_size);
+    double worst = 1.0;
+    std::string worst_name;
+    for (const model::ParamInfo& p : t.params) {
+        const double c = cosine(gg.data() + p.offset, cpu.plan().grad() + p.offset, p.numel);
+        EXPECT_GE(c, 0.999) << p.name;
+        if (c < worst) {
+            worst = c;
+            worst_name = p.name;
+        }
+    }
+    std::printf("[step] worst gradient cosine %.6f (%s)\n", worst, worst_name.c_str());
+    const std::vector<float> rs = gpu.fetch(gpu.net.plan().buffers(), t.buffer_floats);
+    EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(rs), sftest::to_double(cpu.plan().buffers(), t.buffer_floats),
+                                     1e-2, "running statistics"));
+    const std::vector<int64_t> cnt = gpu.fetch(gpu.net.plan().counters(), t.counters);
+    for (size_t i = 0; i < t.counters; ++i) EXPECT_EQ(cnt[i], 1) << "num_batches_tracked #" << i;
+}
+
+TEST(CudaStep, FiftyStepTrajectoryFollowsTheCpuReference) {
+    SF_REQUIRE_GPU();
+    const int steps = 50;
+    const HostBatches b = make_batches(5);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    GpuRig gpu(cpu);
+    model::TrainStep cstep(cpu, model::LossConfig{}, optim());
+    std::vector<double> lc, lg;
+    for (int k = 0; k < steps; ++k) {
+        const size_t i = static_cast<size_t>(k % 5);
+        cpu_input(b.pixels[i], b.labels[i], cpu.input());
+        lc.push_back(cstep.step(rt::Exec::cpu(), b.labels[i].data(), 1e-3).mean_loss);
+        gpu.load(b.pixels[i], b.labels[i]);
+        gpu.step.micro_step(0);
+        gpu.step.optimizer_step();
+        lg.push_back(gpu.step.read_stats().loss.total);
+    }
+    for (int k = 0; k < steps; ++k) {
+        std::printf("[trajectory] step %2d cpu %.4f gpu %.4f\n", k, lc[static_cast<size_t>(k)],
+                    lg[static_cast<size_t>(k)]);
+        EXPECT_LE(std::abs(lg[static_cast<size_t>(k)] - lc[static_cast<size_t>(k)]), 0.10 * lc[static_cast<size_t>(k)])
+            << "step " << k;
+    }
+    auto mean = [](const std::vector<double>& v, size_t a, size_t e) {
+        double s = 0;
+        for (size_t i = a; i < e; ++i) s += v[i];
+        return s / static_cast<double>(e - a);
+    };
+    EXPECT_LT(mean(lc, 40, 50), 0.7 * mean(lc, 0, 10));
+    EXPECT_LT(mean(lg, 40, 50), 0.7 * mean(lg, 0, 10));
+}
+
+TEST(CudaStep, GraphReplayIsBitwiseEqualToEager) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(5);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    GpuRig eager(cpu), graph(cpu);
+    eager.step.set_use_graphs(false);
+    graph.step.set_use_graphs(true);
+    for (int k = 0; k < 5; ++k) {
+        for (GpuRig* r : {&eager, &graph}) {
+            r->load(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
+            r->step.micro_step(0);
+            r->step.optimizer_step();
+            r->ctx.synchronize();
+        }
+    }
+    const model::Planner& pe = eager.net.plan();
+    const model::Planner& pg = graph.net.plan();
+    const size_t n = pe.table().flat_size;
+    for (auto get : {&model::Planner::master, &model::Planner::adam_m, &model::Planner::adam_v}) {
+        const std::vector<float> a = eager.fetch((pe.*get)(), n), c = graph.fetch((pg.*get)(), n);
+        EXPECT_EQ(0, std::memcmp(a.data(), c.data(), n * sizeof(float)));
+    }
+    const std::vector<float> ra = eager.fetch(pe.buffers(), pe.table().buffer_floats);
+    const std::vector<float> rc = graph.fetch(pg.buffers(), pg.table().buffer_floats);
+    EXPECT_EQ(0, std::memcmp(ra.data(), rc.data(), ra.size() * sizeof(float)));
+    EXPECT_EQ(eager.step.read_stats().loss.total, graph.step.read_stats().loss.total);
+}
+
+TEST(CudaStep, OneStepForSanitizer) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(1);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    GpuRig gpu(cpu);
+    gpu.load(b.pixels[0], b.labels[0]);
+    gpu.step.set_use_graphs(false);
+    gpu.step.micro_step(0);
+    gpu.step.optimizer_step();
+    const model::CudaStepStats s = gpu.step.read_stats();
+    EXPECT_TRUE(std::isfinite(s.loss.total));
+    EXPECT_EQ(s.steps_applied, 1);
+}
+
+}  // namespace

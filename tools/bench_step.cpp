@@ -1,0 +1,363 @@
+// `slidefuse bench step`: whole-step training throughput of the CUDA backend (docs/BENCH.md).
+// For every (batch size, input size): the network and step are planned and built, a synthetic
+// batch (the generator's samples) is placed in a device slot, `warmup` steps run untimed, then
+// each of `steps` steps is bracketed by CUDA events (graph replay by default, --eager for the
+// uncaptured calls); NVML samples power, utilisation and clocks over the timed window. A batch
+// whose dry-run plan cannot fit in free device memory is recorded as "oom" without being built.
+// --search finds the largest batch within a memory budget (and the fastest among those probed);
+// --layers adds the per-layer table of an eager run (forward/backward ms per layer, bytes, FLOPs,
+// roofline share). JSON: tools/bench_report.h (schema "slidefuse.bench/1").
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/generator.h"
+#include "kernels/conv_cudnn.h"
+#include "model/init.h"
+#include "model/train_step_cuda.h"
+#include "runtime/arena.h"
+#include "runtime/cuda_check.h"
+#include "runtime/device_info.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "runtime/log.h"
+#include "runtime/nvml.h"
+#include "runtime/profile.h"
+#include "tools/batch_search.h"
+#include "tools/bench_report.h"
+#include "tools/bench_step.h"
+#include "tools/layer_table.h"
+#include "tools/roofline.h"
+
+namespace tools {
+
+namespace {
+
+// A synthetic batch of the generator's samples in one device slot (both slots point at it).
+class DeviceBatch {
+public:
+    DeviceBatch(int batch, int height, int width) {
+        data::GenConfig g;
+        g.seed = 2026;
+        g.height = height;
+        g.width = width;
+        std::vector<uint8_t> px;
+        std::vector<data::Label> lb;
+        for (int i = 0; i < batch; ++i) {
+            const data::GenSample s = data::generate_sample(g, static_cast<uint64_t>(i));
+            px.insert(px.end(), s.pixels.begin(), s.pixels.end());
+            lb.push_back(s.label);
+        }
+        const size_t po = arena_.reserve(px.size(), 256, "bench pixels");
+        const size_t lo = arena_.reserve(lb.size() * sizeof(data::Label), 256, "bench labels");
+        arena_.allocate();
+        arena_.seal();
+        pixels_ = arena_.ptr<uint8_t>(po);
+        labels_ = arena_.ptr<data::Label>(lo);
+        SF_CUDA_CHECK(cudaMemcpy(pixels_, px.data(), px.size(), cudaMemcpyHostToDevice));
+        SF_CUDA_CHECK(cudaMemcpy(labels_, lb.data(), lb.size() * sizeof(data::Label), cudaMemcpyHostToDevice));
+    }
+    void bind(model::CudaTrainStep& step) const {
+        for (int s = 0; s < model::CudaTrainStep::kSlots; ++s) step.bind_slot(s, pixels_, labels_);
+    }
+
+private:
+    rt::Arena arena_{"bench batch", rt::MemKind::Device};
+    uint8_t* pixels_ = nullptr;
+    data::Label* labels_ = nullptr;
+};
+
+// Records a pair of CUDA events around every scope of an eager step (per-layer timing).
+class EventObserver : public rt::ScopeObserver {
+public:
+    ~EventObserver() override {
+        for (cudaEvent_t e : pool_) cudaEventDestroy(e);
+    }
+    void begin(const rt::Exec& ex, const char* name) override { open_.push_back({name, record(ex), nullptr}); }
+    void end(const rt::Exec& ex, const char* name) override {
+        for (size_t i = open_.size(); i-- > 0;)
+            if (open_[i].name == name && !open_[i].stop) {
+                open_[i].stop = record(ex);
+                return;
+            }
+        SF_FAIL("profiling scope '%s' ended without a begin", name);
+    }
+    // After the step completed: adds each scope's time to `ms[name]` and starts a new step.
+    void collect(std::map<std::string, std::vector<double>>& ms) {
+        std::map<std::string, double> step;
+        for (const Mark& m : open_) {
+            float t = 0;
+            SF_CUDA_CHECK(cudaEventElapsedTime(&t, m.start, m.stop));
+            step[m.name] += t;
+        }
+        for (const auto& kv : step) ms[kv.first].push_back(kv.second);
+        open_.clear();
+        used_ = 0;
+    }
+
+private:
+    struct Mark {
+        std::string name;
+        cudaEvent_t start, stop;
+    };
+    cudaEvent_t record(const rt::Exec& ex) {
+        if (used_ == pool_.size()) {
+            cudaEvent_t e;
+            SF_CUDA_CHECK(cudaEventCreate(&e));
+            pool_.push_back(e);
+        }
+        cudaEvent_t e = pool_[used_++];
+        SF_CUDA_CHECK(cudaEventRecord(e, ex.stream));
+        return e;
+    }
+    std::vector<cudaEvent_t> pool_;
+    size_t used_ = 0;
+    std::vector<Mark> open_;
+};
+
+model::NetShape shape_of(int batch, const StepBenchOptions& o) { return {batch, o.channels, o.height, o.width}; }
+
+kern::ConvPolicy policy_of(const StepBenchOptions& o) {
+    kern::ConvPolicy p;
+    p.deterministic = o.deterministic;
+    p.autotune = !o.deterministic;
+    return p;
+}
+
+model::LrSchedule bench_schedule() {
+    model::LrSchedule s;
+    s.sgdr = false;
+    s.base_lr = s.eta_min = 3e-4;
+    s.total_steps = 1 << 30;
+    return s;
+}
+
+bool is_oom(const std::string& what) {
+    return what.find("out of memory") != std::string::npos || what.find("cudaErrorMemoryAllocation") != std::string::npos;
+}
+
+// The network, step and batch for one configuration.
+struct Rig {
+    model::SiderNetCuda net;
+    model::CudaTrainStep step;
+    DeviceBatch batch;
+    Rig(const rt::Exec& ex, int b, const StepBenchOptions& o)
+        : net(shape_of(b, o), ex, policy_of(o)),
+          step(net, ex, model::LossConfig{}, model::OptimConfig{}, bench_schedule(), 1),
+          batch(b, o.height, o.width) {
+        const model::ParamTable& t = net.table();
+        std::vector<float> master(t.flat_size), buffers(t.buffer_floats);
+        std::vector<int64_t> counters(t.counters);
+        model::init_parameters(t, 42, master.data(), buffers.data(), counters.data());
+        step.upload({&t, master.data(), nullptr, nullptr, buffers.data(), counters.data()});
+        batch.bind(step);
+    }
+    void run_step() {
+        step.micro_step(0);
+        step.optimizer_step();
+    }
+};
+
+size_t device_used_bytes() {
+    size_t free_b = 0, total_b = 0;
+    std::string why;
+    return rt::query_device_memory(&free_b, &total_b, &why) ? total_b - free_b : 0;
+}
+
+BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, int b, const StepBenchOptions& o) {
+    BenchRun r;
+    r.config = {b, o.height, o.width, o.channels, o.eager ? "eager" : "graph", o.warmup};
+    // The plan first: a batch that cannot fit is refused before anything is allocated.
+    const model::MemoryPlan mp = model::SiderNetCuda(shape_of(b, o), model::DryRun{}).plan().memory();
+    size_t free_b = 0, total_b = 0;
+    std::string why;
+    if (rt::query_device_memory(&free_b, &total_b, &why) && mp.total() > free_b) {
+        r.status = "oom";
+        r.error = rt::format("the plan needs %.2f GB, %.2f GB free", mp.total() / 1e9, free_b / 1e9);
+        r.nvml = rt::NvmlSummary::unavailable("not timed");
+        return r;
+    }
+    try {
+        Rig rig(ctx.exec(), b, o);
+        rig.step.set_use_graphs(!o.eager);
+        for (int k = 0; k < o.warmup; ++k) rig.run_step();
+        ctx.synchronize();
+        std::vector<cudaEvent_t> ev(static_cast<size_t>(o.steps) + 1);
+        for (cudaEvent_t& e : ev) SF_CUDA_CHECK(cudaEventCreate(&e));
+        rt::NvmlSampler sampler(nvml.reader(), 50, nvml.reason());
+        sampler.start();
+        SF_CUDA_CHECK(cudaEventRecord(ev[0], ctx.exec().stream));
+        for (int k = 0; k < o.steps; ++k) {
+            rig.run_step();
+            SF_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(k) + 1], ctx.exec().stream));
+        }
+        SF_CUDA_CHECK(cudaEventSynchronize(ev.back()));
+        r.nvml = sampler.stop();
+        for (int k = 0; k < o.steps; ++k) {
+            float ms = 0;
+            SF_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[static_cast<size_t>(k)], ev[static_cast<size_t>(k) + 1]));
+            r.timings_ms.push_back(ms);
+        }
+        for (cudaEvent_t e : ev) SF_CUDA_CHECK(cudaEventDestroy(e));
+        r.peak_mem_bytes = device_used_bytes();
+        r.extra = {{"plan_bytes", mp.total()},
+                   {"activation_bytes", mp.activations + mp.activation_grads},
+                   {"workspace_bytes", mp.workspace}};
+    } catch (const rt::Error& e) {
+        r.status = is_oom(e.what()) ? "oom" : "error";
+        r.error = e.what();
+        r.timings_ms.clear();
+        r.nvml = rt::NvmlSummary::unavailable("not timed");
+        cudaGetLastError();  // clear a sticky allocation error before the next configuration
+    }
+    return r;
+}
+
+LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o, const DevicePeaks& peaks) {
+    EventObserver obs;
+    rt::Exec ex = ctx.exec();
+    ex.observer = &obs;
+    Rig rig(ex, b, o);
+    rig.step.set_use_graphs(false);  // events around every layer: eager calls only
+    for (int k = 0; k < o.warmup; ++k) {
+        rig.run_step();
+        ctx.synchronize();
+        std::map<std::string, std::vector<double>> discard;
+        obs.collect(discard);
+    }
+    std::map<std::string, std::vector<double>> ms;
+    for (int k = 0; k < o.steps; ++k) {
+        rig.run_step();
+        ctx.synchronize();
+        obs.collect(ms);
+    }
+    LayerReport rep;
+    rep.config = {b, o.height, o.width, o.channels, "eager", o.warmup};
+    rep.timed_steps = o.steps;
+    rep.peaks = peaks;
+    auto samples = [&](const std::string& name) {
+        auto it = ms.find(name);
+        return it == ms.end() ? std::vector<double>{} : it->second;
+    };
+    const model::Planner& plan = rig.net.plan();
+    for (const model::LayerUse& l : plan.layers()) {
+        FwdBwd c;
+        if (l.batchnorm) {
+            c = conv_bn_act_cost(l.shape, l.act, l.input_grad);
+        } else {  // the heads' last 1x1 conv: bf16 in, fp32 logits out
+            c.fwd = conv_forward_cost(l.shape);
+            c.bwd = conv_backward_data_cost(l.shape, true) + conv_backward_filter_cost(l.shape, true);
+        }
+        rep.rows.push_back(layer_row(l.name, samples(l.name + " fwd"), samples(l.name + " bwd"), c.fwd, c.bwd));
+    }
+    const model::NetShape s = rig.net.shape();
+    const size_t n = plan.table().flat_size;
+    rep.rows.push_back(layer_row("loss", samples("loss"), {}, loss_cost(s.batch, s.height / 4, s.width / 4), {}));
+    rep.rows.push_back(layer_row("optimizer", samples("optimizer"), {}, grad_norm_cost(n) + adamw_cost(n), {}));
+    rep.rows.push_back(layer_row("data: preprocess", samples("data: preprocess"), {},
+                                 eltwise_cost(static_cast<size_t>(s.batch) * s.height * s.width, 1, s.channels, 2, 1),
+                                 {}));
+    // The whole eager step on its own, for the "outside any row" share.
+    std::vector<double> whole;
+    cudaEvent_t a, z;
+    SF_CUDA_CHECK(cudaEventCreate(&a));
+    SF_CUDA_CHECK(cudaEventCreate(&z));
+    rt::Exec plain = ctx.exec();
+    Rig rig2(plain, b, o);
+    rig2.step.set_use_graphs(false);
+    for (int k = 0; k < o.warmup; ++k) rig2.run_step();
+    for (int k = 0; k < o.steps; ++k) {
+        SF_CUDA_CHECK(cudaEventRecord(a, plain.stream));
+        rig2.run_step();
+        SF_CUDA_CHECK(cudaEventRecord(z, plain.stream));
+        SF_CUDA_CHECK(cudaEventSynchronize(z));
+        float t = 0;
+        SF_CUDA_CHECK(cudaEventElapsedTime(&t, a, z));
+        whole.push_back(t);
+    }
+    SF_CUDA_CHECK(cudaEventDestroy(a));
+    SF_CUDA_CHECK(cudaEventDestroy(z));
+    rep.step_ms = median(whole);
+    return rep;
+}
+
+}  // namespace
+
+int bench_step(const StepBenchOptions& o, const std::string& command_line) {
+    std::string why;
+    SF_CHECK(rt::cuda_device_available(&why), "bench step needs a CUDA device: %s", why.c_str());
+    rt::CudaContext ctx(0);
+    const rt::DeviceInfo dev = rt::query_device_info(0);
+    rt::Nvml nvml(dev.pci_bus_id, dev.ordinal);
+    BenchHeader h;
+    h.command = command_line;
+    h.commit = detect_git_commit();
+    h.device = dev;
+    h.driver = nvml.driver_version();
+    std::printf("bench step on %s (driver %s): input %dx%dx%d, %s, %d warm-up + %d timed steps\n", dev.name.c_str(),
+                h.driver.c_str(), o.channels, o.height, o.width, o.eager ? "eager" : "graph replay", o.warmup,
+                o.steps);
+    if (!nvml.ok()) std::printf("NVML unavailable: %s\n", nvml.reason().c_str());
+    std::vector<nlohmann::json> runs;
+    for (int b : o.batch_sizes) {
+        const BenchRun r = bench_one(ctx, nvml, b, o);
+        if (r.status == "ok") {
+            const TimingStats t = timing_stats(r.timings_ms);
+            std::printf("  batch %4d: %8.1f samples/s  %8.3f ms/step (p10 %.3f, p90 %.3f)  %.2f GB in use\n", b,
+                        b * 1000.0 / t.median, t.median, t.p10, t.p90, r.peak_mem_bytes / 1e9);
+        } else {
+            std::printf("  batch %4d: %s: %s\n", b, r.status.c_str(), r.error.c_str());
+        }
+        runs.push_back(run_json(r));
+    }
+    nlohmann::json search_json;
+    if (o.search) {
+        size_t free_b = 0, total_b = 0;
+        SF_CHECK(rt::query_device_memory(&free_b, &total_b, &why), "device memory: %s", why.c_str());
+        BatchSearchOptions so;
+        so.budget_bytes = o.memory_budget_bytes > 0 ? o.memory_budget_bytes : free_b;
+        const BatchSearchResult sr = search_batch_size(
+            [&](int b) {
+                BatchProbe p;
+                p.bytes_needed = model::SiderNetCuda(shape_of(b, o), model::DryRun{}).plan().memory().total();
+                if (p.bytes_needed > so.budget_bytes) {
+                    p.fits = false;
+                    p.note = "plan exceeds the budget";
+                    return p;
+                }
+                StepBenchOptions quick = o;
+                quick.steps = std::max(5, o.steps / 5);
+                quick.warmup = std::max(2, o.warmup / 2);
+                const BenchRun r = bench_one(ctx, nvml, b, quick);
+                p.fits = r.status == "ok";
+                p.note = r.error;
+                if (p.fits) p.samples_per_s = b * 1000.0 / median(r.timings_ms);
+                return p;
+            },
+            so);
+        std::printf("batch search: largest %d within %.1f GB, fastest %d (%.1f samples/s)\n", sr.largest,
+                    so.budget_bytes / 1e9, sr.fastest, sr.fastest_samples_per_s);
+        search_json = batch_search_json(sr);
+    }
+    nlohmann::json layers_json;
+    if (o.layers) {
+        const int b = o.layers_batch > 0 ? o.layers_batch : o.batch_sizes.front();
+        const LayerReport rep = bench_layers(ctx, b, o, peaks_for_device(dev.name, o.peak_tflops, o.peak_gbps));
+        std::fputs(format_layer_table(rep).c_str(), stdout);
+        layers_json = layer_report_json(rep);
+    }
+    if (!o.json.empty()) {
+        write_bench_json(o.json, bench_document(h, runs, search_json, layers_json));
+        std::printf("wrote %s\n", o.json.c_str());
+    }
+    return 0;
+}
+
+}  // namespace tools

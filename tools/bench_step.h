@@ -1,0 +1,29 @@
+// `slidefuse bench step` (tools/bench_step.cpp): whole-step throughput of the CUDA backend, the
+// batch-size search and the per-layer roofline table. Options parsed by tools/cmd_bench.cpp.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace tools {
+
+struct StepBenchOptions {
+    std::vector<int> batch_sizes = {64, 128, 256};
+    int height = 256, width = 512, channels = 2;
+    int steps = 50, warmup = 10;  // timed steps (median of these) and untimed warm-up steps
+    bool eager = false;           // time the uncaptured calls instead of the graph replay
+    bool deterministic = false;   // deterministic cuDNN engines, no autotuning
+    bool search = false;          // batch-size search (largest within the budget, fastest)
+    size_t memory_budget_bytes = 0;  // search budget; 0 = free device memory
+    bool layers = false;             // per-layer table (eager run)
+    int layers_batch = 0;            // batch of the per-layer run (0 = the first batch size)
+    double peak_tflops = 0, peak_gbps = 0;  // roofline overrides (0 = the device table)
+    std::string json;                       // output file ("" = none)
+};
+
+// Throws naming the bad option (usage in the message).
+StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args);
+// Runs the benchmark; throws when no CUDA device is usable.
+int bench_step(const StepBenchOptions& o, const std::string& command_line);
+
+}  // namespace tools

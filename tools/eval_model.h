@@ -1,0 +1,74 @@
+// What `slidefuse eval` and `slidefuse predict` share: reading what a checkpoint is, finding the
+// config of its run, checking that the two fit, and the inference model (forward with BatchNorm
+// running statistics, the heads' activations, the masked decode of MODEL_SPEC §1.7).
+// The backend is chosen here and nowhere else: InferenceModel runs the CPU reference today; the
+// CUDA path plugs in behind the same interface.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/decode.h"
+#include "model/net.h"
+#include "tools/config.h"
+
+namespace tools {
+
+// What the file says about itself (checkpoint or exported weights; a foreign safetensors file
+// with the model's keys has no slidefuse metadata and step = -1).
+struct CheckpointInfo {
+    std::string path;
+    int input_channels = 0;  // dim 1 of stem.conv1.conv.weight
+    std::string kind;        // "checkpoint" | "weights" | "" (no slidefuse metadata)
+    int64_t step = -1, epoch = -1;
+    std::string out_dir;  // run.out_dir: the run folder that wrote it ("" when unknown)
+};
+// Throws rt::Error naming the file: missing, not a safetensors file, no stem weight.
+CheckpointInfo inspect_checkpoint(const std::string& path);
+
+// The run's config.resolved.yaml for a checkpoint: in the checkpoint's folder, its parent, or the
+// run.out_dir recorded in it, first found; "" when none exists. `looked` gets the places tried.
+std::string find_run_config(const CheckpointInfo& ckpt, std::vector<std::string>* looked = nullptr);
+
+// The config an inference command runs with: `config_path` if given, else the run's (error
+// listing where it looked if there is none), with the overrides applied. Then checks the
+// checkpoint fits: its input channels must equal model.input_channels, and when the run's config
+// is known, model.input_height/width must be the run's (the weights themselves fit any size).
+// *used gets the config file read.
+TrainConfig load_inference_config(const std::string& config_path, const CheckpointInfo& ckpt,
+                                  const std::vector<std::string>& overrides, std::string* used);
+
+class InferenceModel {
+public:
+    // A network for (batch, model.input_channels, input_height, input_width) with the weights and
+    // BatchNorm statistics of the checkpoint. Throws naming the file when they do not load.
+    InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt);
+    ~InferenceModel();
+    InferenceModel(const InferenceModel&) = delete;
+    InferenceModel& operator=(const InferenceModel&) = delete;
+
+    const model::NetShape& shape() const;
+    // Host input (batch, H, W, C) floats: pixels/255 ..., valid mask (kern::preprocess_ref layout).
+    float* input();
+    // Forward in eval mode and decode: out gets shape().batch entries, letterbox pixels.
+    void run(std::vector<model::Decoded>& out);
+    const char* backend() const;  // "cpu"
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// The default inference batch: train.batch_size, at most kMaxCpuEvalBatch on the CPU backend,
+// whose network holds every activation and its gradient: about 0.75 GB per 256x512 sample.
+constexpr int kMaxCpuEvalBatch = 4;
+int default_eval_batch(const TrainConfig& cfg);
+
+// Command-line helpers shared by the two commands: the value after option i (error naming it).
+const std::string& option_value(const std::vector<std::string>& args, size_t& i);
+int parse_positive_int(const std::string& option, const std::string& value);
+// Fails early (before minutes of inference) when an output file's folder does not exist.
+void check_output_path(const std::string& option, const std::string& path);
+
+}  // namespace tools
