@@ -11,6 +11,7 @@
 
 #include "kernels/adamw_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 namespace kern {
 
@@ -193,8 +194,6 @@ __global__ void schedule_sgdr_kernel(double base_lr, double eta_min, int t0, int
     state->lr = static_cast<float>(lr);
 }
 
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 void check_consts(const AdamWConsts& c, const char* who) {
     SF_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "%s: betas must lie in [0, 1) (got %g, %g)",
              who, c.beta1, c.beta2);
@@ -203,8 +202,7 @@ void check_consts(const AdamWConsts& c, const char* who) {
 }
 
 void check_vector(const void* p, size_t n, const char* who, const char* what) {
-    SF_CHECK(n == 0 || (p != nullptr && aligned(p, kOptimVectorAlign)),
-             "%s: %s must be a non-null, 16-byte aligned device pointer (got %p)", who, what, p);
+    if (n != 0) rt::check_device_ptr(who, what, p, kOptimVectorAlign);
 }
 
 }  // namespace
@@ -213,13 +211,13 @@ void check_vector(const void* p, size_t n, const char* who, const char* what) {
 
 void grad_norm_cuda(const rt::Exec& ex, size_t n, const float* grad, double* partials, const AdamWConsts& c,
                     DeviceStepState* state) {
-    SF_CHECK(ex.is_cuda(), "grad_norm_cuda: called with a %s Exec", rt::backend_name(ex.backend));
+    rt::check_cuda_exec("grad_norm_cuda", ex);
     check_consts(c, "grad_norm_cuda");
     check_vector(grad, n, "grad_norm_cuda", "grad");
-    SF_CHECK(partials != nullptr && aligned(partials, alignof(double)),
+    SF_CHECK(rt::aligned(partials, alignof(double)),
              "grad_norm_cuda: partials must be a non-null, 8-byte aligned device workspace (got %p)",
              static_cast<void*>(partials));
-    SF_CHECK(state != nullptr && aligned(state, alignof(DeviceStepState)),
+    SF_CHECK(rt::aligned(state, alignof(DeviceStepState)),
              "grad_norm_cuda: state must be a non-null, aligned device pointer (got %p)", static_cast<void*>(state));
     const size_t blocks = grad_norm_grid(n);
     unsigned* counter = reinterpret_cast<unsigned*>(partials + blocks);
@@ -230,16 +228,16 @@ void grad_norm_cuda(const rt::Exec& ex, size_t n, const float* grad, double* par
 
 void adamw_cuda(const rt::Exec& ex, size_t n, float* master, bf16* working, float* grad, float* m, float* v,
                 const AdamWConsts& c, DeviceStepState* state) {
-    SF_CHECK(ex.is_cuda(), "adamw_cuda: called with a %s Exec", rt::backend_name(ex.backend));
+    rt::check_cuda_exec("adamw_cuda", ex);
     check_consts(c, "adamw_cuda");
     check_vector(master, n, "adamw_cuda", "master");
     check_vector(grad, n, "adamw_cuda", "grad");
     check_vector(m, n, "adamw_cuda", "m");
     check_vector(v, n, "adamw_cuda", "v");
-    SF_CHECK(working == nullptr || aligned(working, kOptimWorkingAlign),
+    SF_CHECK(working == nullptr || rt::aligned(working, kOptimWorkingAlign),
              "adamw_cuda: working must be null or an 8-byte aligned device pointer (got %p)",
              static_cast<void*>(working));
-    SF_CHECK(state != nullptr && aligned(state, alignof(DeviceStepState)),
+    SF_CHECK(rt::aligned(state, alignof(DeviceStepState)),
              "adamw_cuda: state must be a non-null, aligned device pointer (got %p)", static_cast<void*>(state));
     const unsigned blocks = static_cast<unsigned>(adamw_grid(n));
     adamw_kernel<<<blocks, kOptimThreads, 0, ex.stream>>>(n, master, reinterpret_cast<__nv_bfloat16*>(working), grad, m,
@@ -249,10 +247,9 @@ void adamw_cuda(const rt::Exec& ex, size_t n, float* master, bf16* working, floa
 
 void schedule_sgdr_cuda(const rt::Exec& ex, DeviceStepState* state, double base_lr, double eta_min, int t0, int t_mult,
                         const int32_t* epoch_device) {
-    SF_CHECK(ex.is_cuda(), "schedule_sgdr_cuda: called with a %s Exec", rt::backend_name(ex.backend));
+    rt::check_cuda_exec("schedule_sgdr_cuda", ex);
     SF_CHECK(t0 >= 1 && t_mult >= 1, "schedule_sgdr_cuda: need T_0 >= 1 and T_mult >= 1 (got %d, %d)", t0, t_mult);
-    SF_CHECK(state != nullptr && aligned(state, alignof(DeviceStepState)) && epoch_device != nullptr &&
-                 aligned(epoch_device, alignof(int32_t)),
+    SF_CHECK(rt::aligned(state, alignof(DeviceStepState)) && rt::aligned(epoch_device, alignof(int32_t)),
              "schedule_sgdr_cuda: state and epoch_device must be non-null, aligned device pointers (got %p, %p)",
              static_cast<void*>(state), static_cast<const void*>(epoch_device));
     schedule_sgdr_kernel<<<1, 1, 0, ex.stream>>>(base_lr, eta_min, t0, t_mult, epoch_device, state);

@@ -12,44 +12,22 @@
 // Forward statistics are SHIFTED sums, sum(x - K) and sum((x - K)^2) with K = x[row 0][c]: one pass
 // over x, and no catastrophic cancellation in E[x^2] - E[x]^2 when |mean| >> std (K is a sample, so
 // |mean - K| is of the order of the std).
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <cstdint>
 
 #include "kernels/bn_act_cuda.h"
+#include "kernels/cuda_util.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 namespace kern {
 
 namespace {
 
-using bfloat = __nv_bfloat16;
-
 constexpr int kFinalizeX = 32;  // channels per finalize block
 constexpr int kFinalizeY = 8;   // chunk lanes per finalize block
 
-// ---- device helpers ----
-
-// 8 consecutive bf16 (16-byte aligned) <-> 8 floats, one 128-bit access.
-__device__ __forceinline__ void load8(const bfloat* __restrict__ p, float (&v)[8]) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float2 f = __bfloat1622float2(h[k]);
-        v[2 * k] = f.x;
-        v[2 * k + 1] = f.y;
-    }
-}
-
-__device__ __forceinline__ void store8(bfloat* __restrict__ p, const float (&v)[8]) {
-    uint4 u;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<uint4*>(p) = u;
-}
+// ---- device helpers (load8, store8: kernels/cuda_util.cuh) ----
 
 // The activations as activation_ref.cpp defines them. ReLU lets NaN through (torch's clamp_min);
 // its derivative is 0 at z <= 0 (threshold_backward). SiLU' = s * (1 + z * (1 - s)).
@@ -327,26 +305,19 @@ __global__ void bn_act_backward_dx_kernel(size_t rows, int c, const bfloat* __re
 
 // ---- launch helpers ----
 
-bool aligned(const void* p, size_t a) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % a == 0; }
-
-const bfloat* dev(const bf16* p) { return reinterpret_cast<const bfloat*>(p); }
-bfloat* dev(bf16* p) { return reinterpret_cast<bfloat*>(p); }
-
 // Checks shared by the launchers; returns the plan.
 BnActPlan check_common(const char* op, const rt::Exec& ex, size_t rows, int c, bool train, const bf16* x,
                        const void* out) {
-    SF_CHECK(ex.is_cuda(), "%s: called with a %s Exec", op, rt::backend_name(ex.backend));
+    rt::check_cuda_exec(op, ex);
     const BnActPlan plan = bn_act_plan(rows, c, train);
-    SF_CHECK(aligned(x, 16) && aligned(out, 16), "%s: bf16 tensors must be non-null and 16-byte aligned (x=%p out=%p)",
-             op, static_cast<const void*>(x), out);
+    SF_CHECK(rt::aligned(x, 16) && rt::aligned(out, 16),
+             "%s: bf16 tensors must be non-null and 16-byte aligned (x=%p out=%p)", op, static_cast<const void*>(x),
+             out);
     SF_CHECK(static_cast<const void*>(x) != out, "%s: the output must not alias x", op);
     return plan;
 }
 
-void check_vec(const char* op, const char* name, const float* p) {
-    SF_CHECK(aligned(p, alignof(float)), "%s: %s must be a non-null, 4-byte aligned device pointer (got %p)", op, name,
-             static_cast<const void*>(p));
-}
+void check_vec(const char* op, const char* name, const float* p) { rt::check_device_ptr(op, name, p, alignof(float)); }
 
 void check_workspace(const char* op, const BnActPlan& plan, const float* ws, size_t ws_floats) {
     check_vec(op, "workspace", ws);
@@ -455,7 +426,8 @@ void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16
                      float* dbeta, float* workspace, size_t workspace_floats) {
     const char* op = "bn_act_backward";
     const BnActPlan pl = check_common(op, ex, rows, c, true, x, dx);
-    SF_CHECK(aligned(dy, 16), "%s: dy must be non-null and 16-byte aligned (got %p)", op, static_cast<const void*>(dy));
+    SF_CHECK(rt::aligned(dy, 16), "%s: dy must be non-null and 16-byte aligned (got %p)", op,
+             static_cast<const void*>(dy));
     SF_CHECK(static_cast<const void*>(dy) != static_cast<const void*>(dx), "%s: dx must not alias dy", op);
     check_vec(op, "gamma", gamma);
     check_vec(op, "beta", beta);

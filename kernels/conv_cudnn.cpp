@@ -11,6 +11,7 @@
 #include "runtime/cudnn_graph.h"
 #include "runtime/error.h"
 #include "runtime/hash.h"
+#include "runtime/launch_check.h"
 #include "runtime/log.h"
 
 namespace kern {
@@ -383,8 +384,6 @@ std::string no_engine_message(const ConvPlanKey& key, const std::vector<std::str
     return msg;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kConvTensorAlign == 0; }
-
 }  // namespace
 
 // ---- ConvPlanCache ----
@@ -496,7 +495,7 @@ void ConvPlanCache::set_workspace(void* device_ptr, size_t bytes) {
 
 void ConvPlanCache::forward(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y) {
     const Plan& p = impl_->step_plan(ex, s, ConvOp::Fprop, "forward");
-    SF_CHECK(x && w && y && aligned16(x) && aligned16(w) && aligned16(y),
+    SF_CHECK(rt::aligned(x, kConvTensorAlign) && rt::aligned(w, kConvTensorAlign) && rt::aligned(y, kConvTensorAlign),
              "ConvPlanCache::forward(%s): x %p, w %p, y %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(w),
              static_cast<void*>(y));
@@ -505,7 +504,7 @@ void ConvPlanCache::forward(const rt::Exec& ex, const ConvShape& s, const bf16* 
 
 void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx) {
     const Plan& p = impl_->step_plan(ex, s, ConvOp::Dgrad, "backward_data");
-    SF_CHECK(dy && w && dx && aligned16(dy) && aligned16(w) && aligned16(dx),
+    SF_CHECK(rt::aligned(dy, kConvTensorAlign) && rt::aligned(w, kConvTensorAlign) && rt::aligned(dx, kConvTensorAlign),
              "ConvPlanCache::backward_data(%s): dy %p, w %p, dx %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(dy), static_cast<const void*>(w),
              static_cast<void*>(dx));
@@ -514,7 +513,7 @@ void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const 
 
 void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw) {
     const Plan& p = impl_->step_plan(ex, s, ConvOp::Wgrad, "backward_filter");
-    SF_CHECK(x && dy && dw && aligned16(x) && aligned16(dy) && aligned16(dw),
+    SF_CHECK(rt::aligned(x, kConvTensorAlign) && rt::aligned(dy, kConvTensorAlign) && rt::aligned(dw, kConvTensorAlign),
              "ConvPlanCache::backward_filter(%s): x %p, dy %p, dw %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(dy),
              static_cast<void*>(dw));

@@ -10,6 +10,7 @@
 
 #include "kernels/conv_cudnn.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 namespace kern {
 
@@ -88,13 +89,11 @@ __global__ void conv_add_f32_bf16_kernel(float* __restrict__ dst, const bfloat* 
     }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // False when there is nothing to do (n == 0); throws for a CPU Exec or bad pointers.
 bool check_args(const rt::Exec& ex, const void* dst, const void* src, size_t n, const char* fn) {
-    SF_CHECK(ex.is_cuda(), "%s: called with a %s Exec", fn, rt::backend_name(ex.backend));
+    rt::check_cuda_exec(fn, ex);
     if (n == 0) return false;
-    SF_CHECK(dst && src && aligned16(dst) && aligned16(src),
+    SF_CHECK(rt::aligned(dst, 16) && rt::aligned(src, 16),
              "%s: dst %p and src %p must be non-null, 16-byte aligned device pointers", fn, dst, src);
     return true;
 }

@@ -11,43 +11,21 @@
 // pixels outside the destination are not stored. The kernels are memory-bound: the tile exists to
 // reuse each loaded pixel for up to 9 taps without shared memory, and the halo re-reads of
 // neighbouring tiles hit L1/L2.
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda_util.cuh"
 #include "kernels/dwconv_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 namespace kern {
 
 namespace {
 
-using bfloat = __nv_bfloat16;
-
-// ---- device helpers ----
-
-// 8 consecutive bf16 (16-byte aligned) <-> 8 floats, one 128-bit access.
-__device__ __forceinline__ void load8(const bfloat* __restrict__ p, float (&v)[8]) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float2 f = __bfloat1622float2(h[k]);
-        v[2 * k] = f.x;
-        v[2 * k + 1] = f.y;
-    }
-}
-
-__device__ __forceinline__ void store8(bfloat* __restrict__ p, const float (&v)[8]) {
-    uint4 u;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<uint4*>(p) = u;
-}
+// ---- device helpers (load8, store8: kernels/cuda_util.cuh) ----
 
 // Pixel `pix` (an index in units of C) of an image at `base`, or zeros (padding) when !valid.
 __device__ __forceinline__ void load8_or_zero(const bfloat* __restrict__ base, bool valid, size_t pix, int c,
@@ -328,34 +306,10 @@ __global__ void __launch_bounds__(kDwWgradThreads)
 // order and dw[e] += the total. The order depends only on the shape.
 __global__ void dwconv3x3_wgrad_finalize_kernel(int entries, int chunks, const float* __restrict__ part,
                                                 float* __restrict__ dw) {
-    __shared__ double sm[kDwFinalizeY][kDwFinalizeX];
-    const int e = blockIdx.x * kDwFinalizeX + threadIdx.x;
-    double s = 0.0;
-    if (e < entries) {
-        for (int k = threadIdx.y; k < chunks; k += kDwFinalizeY)
-            s += static_cast<double>(part[static_cast<size_t>(k) * entries + e]);
-    }
-    sm[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && e < entries) {
-        double total = 0.0;
-        for (int l = 0; l < kDwFinalizeY; ++l) total += sm[l][threadIdx.x];
-        dw[e] += static_cast<float>(total);
-    }
+    finalize_partials<kDwFinalizeX, kDwFinalizeY>(entries, chunks, part, AddTo{dw});
 }
 
 // ---- launch helpers ----
-
-const bfloat* dev(const bf16* p) { return reinterpret_cast<const bfloat*>(p); }
-bfloat* dev(bf16* p) { return reinterpret_cast<bfloat*>(p); }
-
-bool aligned(const void* p, size_t a) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % a == 0; }
-
-// Byte ranges [a, a + na) and [b, b + nb) overlap.
-bool overlap(const void* a, size_t na, const void* b, size_t nb) {
-    const uintptr_t pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-    return pa < pb + nb && pb < pa + na;
-}
 
 // Empty when the shape is supported, else what is not, with its value.
 std::string unsupported_reason(const ConvShape& s) {
@@ -382,14 +336,7 @@ std::string unsupported_reason(const ConvShape& s) {
     return "";
 }
 
-void check_exec(const char* op, const rt::Exec& ex) {
-    SF_CHECK(ex.is_cuda(), "%s: called with a %s Exec", op, rt::backend_name(ex.backend));
-}
-
-void check_bf16(const char* op, const char* name, const bf16* p) {
-    SF_CHECK(aligned(p, 16), "%s: %s must be a non-null, 16-byte aligned device pointer (got %p)", op, name,
-             static_cast<const void*>(p));
-}
+void check_bf16(const char* op, const char* name, const bf16* p) { rt::check_device_ptr(op, name, p, 16); }
 
 size_t in_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.h * pl.w * pl.c * sizeof(bf16); }
 size_t out_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.p * pl.q * pl.c * sizeof(bf16); }
@@ -411,12 +358,12 @@ size_t dwconv3x3_workspace_floats(const ConvShape& s) { return dwconv3x3_plan(s)
 
 void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y) {
     const char* op = "dwconv3x3_forward_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     const DwConvPlan pl = dwconv3x3_plan(s);
     check_bf16(op, "x", x);
     check_bf16(op, "w", w);
     check_bf16(op, "y", y);
-    SF_CHECK(!overlap(y, out_bytes(pl), x, in_bytes(pl)) && !overlap(y, out_bytes(pl), w, w_bytes(pl)),
+    SF_CHECK(!rt::overlap(y, out_bytes(pl), x, in_bytes(pl)) && !rt::overlap(y, out_bytes(pl), w, w_bytes(pl)),
              "%s: y must not alias x or w", op);
     const unsigned grid = static_cast<unsigned>(pl.fwd.grid);
     if (pl.stride == 1) {
@@ -429,12 +376,12 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
 
 void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx) {
     const char* op = "dwconv3x3_backward_data_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     const DwConvPlan pl = dwconv3x3_plan(s);
     check_bf16(op, "dy", dy);
     check_bf16(op, "w", w);
     check_bf16(op, "dx", dx);
-    SF_CHECK(!overlap(dx, in_bytes(pl), dy, out_bytes(pl)) && !overlap(dx, in_bytes(pl), w, w_bytes(pl)),
+    SF_CHECK(!rt::overlap(dx, in_bytes(pl), dy, out_bytes(pl)) && !rt::overlap(dx, in_bytes(pl), w, w_bytes(pl)),
              "%s: dx must not alias dy or w", op);
     const unsigned grid = static_cast<unsigned>(pl.dgrad.grid);
     if (pl.stride == 1) {
@@ -448,24 +395,22 @@ void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const 
 void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
                                     float* workspace, size_t workspace_floats) {
     const char* op = "dwconv3x3_backward_filter_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     const DwConvPlan pl = dwconv3x3_plan(s);
     check_bf16(op, "x", x);
     check_bf16(op, "dy", dy);
-    SF_CHECK(aligned(dw, alignof(float)), "%s: dw must be a non-null, 4-byte aligned device pointer (got %p)", op,
-             static_cast<const void*>(dw));
-    SF_CHECK(aligned(workspace, 16), "%s: workspace must be a non-null, 16-byte aligned device pointer (got %p)", op,
-             static_cast<const void*>(workspace));
+    rt::check_device_ptr(op, "dw", dw, alignof(float));
+    rt::check_device_ptr(op, "workspace", workspace, 16);
     SF_CHECK(workspace_floats >= pl.workspace_floats,
              "%s: workspace of %zu floats is too small for n=%d h=%d w=%d C=%d stride=%d (need "
              "dwconv3x3_workspace_floats = %zu)",
              op, workspace_floats, pl.n, pl.h, pl.w, pl.c, pl.stride, pl.workspace_floats);
     const size_t dw_bytes = static_cast<size_t>(pl.c) * 9 * sizeof(float);
     const size_t ws_bytes = pl.workspace_floats * sizeof(float);
-    SF_CHECK(!overlap(dw, dw_bytes, x, in_bytes(pl)) && !overlap(dw, dw_bytes, dy, out_bytes(pl)) &&
-                 !overlap(dw, dw_bytes, workspace, ws_bytes),
+    SF_CHECK(!rt::overlap(dw, dw_bytes, x, in_bytes(pl)) && !rt::overlap(dw, dw_bytes, dy, out_bytes(pl)) &&
+                 !rt::overlap(dw, dw_bytes, workspace, ws_bytes),
              "%s: dw must not alias x, dy or the workspace", op);
-    SF_CHECK(!overlap(workspace, ws_bytes, x, in_bytes(pl)) && !overlap(workspace, ws_bytes, dy, out_bytes(pl)),
+    SF_CHECK(!rt::overlap(workspace, ws_bytes, x, in_bytes(pl)) && !rt::overlap(workspace, ws_bytes, dy, out_bytes(pl)),
              "%s: the workspace must not alias x or dy", op);
     const DwWgradGrid& wg = pl.wgrad;
     const dim3 grid(wg.grid_x, wg.chunks), block(wg.block_x, wg.block_y);

@@ -9,45 +9,24 @@
 // data that no thread of the kernel writes.
 // Rounding: inputs are widened to fp32, the op is computed in fp32 in the reference's order
 // (eltwise_ref.cpp), and each output is rounded once (round to nearest even).
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda_util.cuh"
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 namespace kern {
 
 namespace {
 
-using bfloat = __nv_bfloat16;
-
 constexpr int kFinalizeX = 32;  // columns per column_sum finalize block
 constexpr int kFinalizeY = 8;   // chunk lanes per column_sum finalize block
 constexpr int kWarps = kEltThreads / 32;
 
-// ---- device helpers ----
-
-__device__ __forceinline__ void load8(const bfloat* p, float (&v)[8]) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float2 f = __bfloat1622float2(h[k]);
-        v[2 * k] = f.x;
-        v[2 * k + 1] = f.y;
-    }
-}
-
-__device__ __forceinline__ void store8(bfloat* p, const float (&v)[8]) {
-    uint4 u;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<uint4*>(p) = u;
-}
+// ---- device helpers (load8_rw, store8: kernels/cuda_util.cuh; all bf16 loads here are plain) ----
 
 // 8 consecutive fp32 (16-byte aligned) as two 128-bit accesses.
 __device__ __forceinline__ void load8f(const float* p, float (&v)[8]) {
@@ -91,8 +70,8 @@ struct AddOp {
     bfloat* y;
     __device__ void vec(size_t i) {
         float va[8], vb[8];
-        load8(a + i, va);
-        load8(b + i, vb);
+        load8_rw(a + i, va);
+        load8_rw(b + i, vb);
 #pragma unroll
         for (int j = 0; j < 8; ++j) va[j] += vb[j];
         store8(y + i, va);
@@ -105,8 +84,8 @@ struct AccumulateOp {
     bfloat* y;
     __device__ void vec(size_t i) {
         float vx[8], vy[8];
-        load8(x + i, vx);
-        load8(y + i, vy);
+        load8_rw(x + i, vx);
+        load8_rw(y + i, vy);
 #pragma unroll
         for (int j = 0; j < 8; ++j) vy[j] += vx[j];
         store8(y + i, vy);
@@ -119,7 +98,7 @@ struct AccumulateF32Op {
     float* y;
     __device__ void vec(size_t i) {
         float vx[8], vy[8];
-        load8(x + i, vx);
+        load8_rw(x + i, vx);
         load8f(y + i, vy);
 #pragma unroll
         for (int j = 0; j < 8; ++j) vy[j] += vx[j];
@@ -159,7 +138,7 @@ struct BiasAddOp {
     __device__ void vec(size_t i) {
         const int j = static_cast<int>(i % static_cast<size_t>(c));
         float v[8];
-        load8(y + i, v);
+        load8_rw(y + i, v);
 #pragma unroll
         for (int k = 0; k < 8; ++k) v[k] += __ldg(bias + j + k);
         store8(y + i, v);
@@ -189,8 +168,8 @@ struct FusionForwardOp {
     __device__ float eval(float va, float vb) const { return (f.sa * va + f.sb * vb) / f.den; }
     __device__ void vec(size_t i) {
         float va[8], vb[8];
-        load8(a + i, va);
-        load8(b + i, vb);
+        load8_rw(a + i, va);
+        load8_rw(b + i, vb);
 #pragma unroll
         for (int j = 0; j < 8; ++j) va[j] = eval(va[j], vb[j]);
         store8(y + i, va);
@@ -214,11 +193,11 @@ struct FusionBackwardOp {
     }
     __device__ void vec(size_t i) {
         float va[8], vb[8], g[8], vda[8], vdb[8];
-        load8(a + i, va);
-        load8(b + i, vb);
-        load8(dy + i, g);
-        load8(da + i, vda);
-        load8(db + i, vdb);
+        load8_rw(a + i, va);
+        load8_rw(b + i, vb);
+        load8_rw(dy + i, g);
+        load8_rw(da + i, vda);
+        load8_rw(db + i, vdb);
 #pragma unroll
         for (int j = 0; j < 8; ++j) elem(va[j], vb[j], g[j], vda[j], vdb[j]);
         store8(da + i, vda);
@@ -325,7 +304,7 @@ __global__ void column_sum_kernel(size_t rows, int c, int chunks, const bfloat* 
             const bfloat* p = x + r * c + static_cast<size_t>(W) * g;
             if constexpr (W == 8) {
                 float v[8];
-                load8(p, v);
+                load8_rw(p, v);
 #pragma unroll
                 for (int j = 0; j < 8; ++j) acc[j] += v[j];
             } else {
@@ -355,31 +334,12 @@ __global__ void column_sum_kernel(size_t rows, int c, int chunks, const bfloat* 
 // column_sum, pass 2. grid ceil(C/32), block (32, 8): lane y adds chunks y, y + 8, ... in fp64,
 // lane 0 adds the 8 lane sums in order; out[column] += the total.
 __global__ void column_sum_finalize_kernel(int c, int chunks, const float* __restrict__ part, float* __restrict__ out) {
-    __shared__ double sm[kFinalizeY][kFinalizeX];
-    const int ch = blockIdx.x * kFinalizeX + threadIdx.x;
-    double s = 0.0;
-    if (ch < c) {
-        for (int k = threadIdx.y; k < chunks; k += kFinalizeY)
-            s += static_cast<double>(part[static_cast<size_t>(k) * c + ch]);
-    }
-    sm[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y != 0 || ch >= c) return;
-    s = 0.0;
-    for (int l = 0; l < kFinalizeY; ++l) s += sm[l][threadIdx.x];
-    out[ch] += static_cast<float>(s);
+    finalize_partials<kFinalizeX, kFinalizeY>(c, chunks, part, AddTo{out});
 }
 
 // ---- launch helpers ----
 
-const bfloat* dev(const bf16* p) { return reinterpret_cast<const bfloat*>(p); }
-bfloat* dev(bf16* p) { return reinterpret_cast<bfloat*>(p); }
-
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
-
-void check_exec(const char* op, const rt::Exec& ex) {
-    SF_CHECK(ex.is_cuda(), "%s: called with a %s Exec", op, rt::backend_name(ex.backend));
-}
 
 // Device pointers to elements of `elem` bytes: each non-null and element-aligned.
 struct Ptr {
@@ -388,9 +348,7 @@ struct Ptr {
     size_t elem;
 };
 void check_ptrs(const char* op, std::initializer_list<Ptr> ptrs) {
-    for (const Ptr& q : ptrs)
-        SF_CHECK(q.p != nullptr && addr(q.p) % q.elem == 0,
-                 "%s: %s must be a non-null, %zu-byte aligned device pointer (got %p)", op, q.name, q.elem, q.p);
+    for (const Ptr& q : ptrs) rt::check_device_ptr(op, q.name, q.p, q.elem);
 }
 
 void check_workspace(const char* op, const float* ws, size_t ws_floats, size_t need, const char* fn) {
@@ -441,7 +399,7 @@ size_t fusion_backward_workspace_floats(size_t n) { return 2 * fusion_backward_b
 
 void add_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, bf16* y) {
     const char* op = "add_bf16_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     if (n == 0) return;
     check_ptrs(op, {{"a", a, 2}, {"b", b, 2}, {"y", y, 2}});
     launch_elt(ex, split_bf16(n, {a, b, y}), AddOp{dev(a), dev(b), dev(y)});
@@ -449,7 +407,7 @@ void add_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, b
 
 void accumulate_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* x, bf16* y) {
     const char* op = "accumulate_bf16_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     if (n == 0) return;
     check_ptrs(op, {{"x", x, 2}, {"y", y, 2}});
     launch_elt(ex, split_bf16(n, {x, y}), AccumulateOp{dev(x), dev(y)});
@@ -457,7 +415,7 @@ void accumulate_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* x, bf16* y) 
 
 void accumulate_bf16_to_f32_cuda(const rt::Exec& ex, size_t n, const bf16* x, float* y) {
     const char* op = "accumulate_bf16_to_f32_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     if (n == 0) return;
     check_ptrs(op, {{"x", x, 2}, {"y", y, 4}});
     launch_elt(ex, elt_split(n, {{addr(x), 2}, {addr(y), 4}}), AccumulateF32Op{dev(x), y});
@@ -465,7 +423,7 @@ void accumulate_bf16_to_f32_cuda(const rt::Exec& ex, size_t n, const bf16* x, fl
 
 void convert_f32_to_bf16_cuda(const rt::Exec& ex, size_t n, const float* x, bf16* y) {
     const char* op = "convert_f32_to_bf16_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     if (n == 0) return;
     check_ptrs(op, {{"x", x, 4}, {"y", y, 2}});
     launch_elt(ex, elt_split(n, {{addr(y), 2}, {addr(x), 4}}), ConvertOp{x, dev(y)});
@@ -473,7 +431,7 @@ void convert_f32_to_bf16_cuda(const rt::Exec& ex, size_t n, const float* x, bf16
 
 void fill_bf16_cuda(const rt::Exec& ex, size_t n, float value, bf16* y) {
     const char* op = "fill_bf16_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     if (n == 0) return;
     check_ptrs(op, {{"y", y, 2}});
     launch_elt(ex, split_bf16(n, {y}), FillOp{value, dev(y)});
@@ -481,7 +439,7 @@ void fill_bf16_cuda(const rt::Exec& ex, size_t n, float value, bf16* y) {
 
 void bias_add_bf16_cuda(const rt::Exec& ex, size_t rows, int c, const float* bias, bf16* y) {
     const char* op = "bias_add_bf16_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     SF_CHECK(c > 0, "%s: C must be positive, got C=%d", op, c);
     if (rows == 0) return;
     check_ptrs(op, {{"bias", bias, 4}, {"y", y, 2}});
@@ -491,7 +449,7 @@ void bias_add_bf16_cuda(const rt::Exec& ex, size_t rows, int c, const float* bia
 void column_sum_bf16_cuda(const rt::Exec& ex, size_t rows, int c, const bf16* x, float* out, float* ws,
                           size_t ws_floats) {
     const char* op = "column_sum_bf16_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     SF_CHECK(c > 0, "%s: C must be positive, got C=%d", op, c);
     if (rows == 0) return;
     check_ptrs(op, {{"x", x, 2}, {"out", out, 4}});
@@ -512,7 +470,7 @@ void column_sum_bf16_cuda(const rt::Exec& ex, size_t rows, int c, const bf16* x,
 void fusion_forward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, const float* wa,
                               const float* wb, bf16* y) {
     const char* op = "fusion_forward_bf16_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     if (n == 0) return;
     check_ptrs(op, {{"a", a, 2}, {"b", b, 2}, {"y", y, 2}, {"wa", wa, 4}, {"wb", wb, 4}});
     const EltSplit s = split_bf16(n, {a, b, y});
@@ -525,7 +483,7 @@ void fusion_backward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, cons
                                const float* wb, const bf16* dy, bf16* da, bf16* db, float* dwa, float* dwb, float* ws,
                                size_t ws_floats) {
     const char* op = "fusion_backward_bf16_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     if (n == 0) return;
     check_ptrs(op, {{"a", a, 2},
                     {"b", b, 2},

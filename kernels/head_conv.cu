@@ -13,44 +13,24 @@
 // (db) in fp32. The block combines its 32 row lanes with fixed shuffle/shared-memory trees and writes
 // the chunk's partials to the workspace; a finalize kernel adds the chunks in a fixed order in fp64
 // and accumulates into dw and db. No atomics: bitwise reproducible.
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda_util.cuh"
 #include "kernels/head_conv_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 namespace kern {
 
 namespace {
-
-using bfloat = __nv_bfloat16;
 
 constexpr int kWarps = kHeadConvThreads / 32;
 constexpr int kFinalizeX = 32;  // partial entries per finalize block
 constexpr int kFinalizeY = 8;   // chunk lanes per finalize block
 static_assert(kHeadConvLanes == 8 && kHeadConvThreads % 32 == 0, "the butterflies assume 8 lanes per row");
 
-// ---- device helpers ----
-
-__device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float2 f = __bfloat1622float2(h[k]);
-        v[2 * k] = f.x;
-        v[2 * k + 1] = f.y;
-    }
-}
-
-__device__ __forceinline__ void store8(bfloat* p, const float (&v)[8]) {
-    uint4 u;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<uint4*>(p) = u;
-}
+// ---- device helpers (load8, load8_rw, store8: kernels/cuda_util.cuh) ----
 
 // This lane's weights: wr[k][j] = w[k, 8*lane + j] (zeros for an idle lane).
 template <int K>
@@ -85,7 +65,7 @@ __global__ void head_conv_forward_kernel(size_t rows, int cin, const bfloat* __r
         float acc[K] = {};
         if (has && r < rows) {
             float v[8];
-            unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * cin + 8 * lane)), v);
+            load8(x + r * cin + 8 * lane, v);
 #pragma unroll
             for (int k = 0; k < K; ++k)
 #pragma unroll
@@ -130,8 +110,8 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, int chunks, cons
         if (!has) continue;
         const size_t off = r * cin + 8 * lane;
         float v[8], d[8];
-        unpack8(__ldg(reinterpret_cast<const uint4*>(x + off)), v);
-        unpack8(*reinterpret_cast<const uint4*>(dx + off), d);
+        load8(x + off, v);
+        load8_rw(dx + off, d);  // dx is read and written by this thread only
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             float s = 0.0f;
@@ -182,56 +162,41 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, int chunks, cons
 
 // Backward, pass 2. Grid finalize_blocks, block (32, 8): entry e = blockIdx.x*32 + x; lane y adds
 // chunks y, y + 8, ... in fp64, lane 0 adds the 8 lane sums in order; dw or db += the total.
+// Entry e of the finalize: dw[e] for e < wn, then db[e - wn].
+struct AddToDwDb {
+    int wn;
+    float *dw, *db;
+    __device__ __forceinline__ void operator()(int e, float v) const {
+        if (e < wn)
+            dw[e] += v;
+        else
+            db[e - wn] += v;
+    }
+};
+
 __global__ void head_conv_finalize_kernel(int wn, int entries, int chunks, const float* __restrict__ part,
                                           float* __restrict__ dw, float* __restrict__ db) {
-    __shared__ double sm[kFinalizeY][kFinalizeX];
-    const int e = blockIdx.x * kFinalizeX + threadIdx.x;
-    double s = 0.0;
-    if (e < entries) {
-        for (int k = threadIdx.y; k < chunks; k += kFinalizeY)
-            s += static_cast<double>(part[static_cast<size_t>(k) * entries + e]);
-    }
-    sm[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y != 0 || e >= entries) return;
-    s = 0.0;
-    for (int l = 0; l < kFinalizeY; ++l) s += sm[l][threadIdx.x];
-    if (e < wn)
-        dw[e] += static_cast<float>(s);
-    else
-        db[e - wn] += static_cast<float>(s);
+    finalize_partials<kFinalizeX, kFinalizeY>(entries, chunks, part, AddToDwDb{wn, dw, db});
 }
 
 // ---- launch helpers ----
 
-bool aligned(const void* p, size_t a) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % a == 0; }
-
-void check_exec(const char* op, const rt::Exec& ex) {
-    SF_CHECK(ex.is_cuda(), "%s: called with a %s Exec", op, rt::backend_name(ex.backend));
-}
-
-void check_bf16(const char* op, const char* name, const void* p) {
-    SF_CHECK(aligned(p, 16), "%s: %s must be a non-null, 16-byte aligned device pointer (got %p)", op, name, p);
-}
-
-void check_f32(const char* op, const char* name, const float* p) {
-    SF_CHECK(aligned(p, alignof(float)), "%s: %s must be a non-null, 4-byte aligned device pointer (got %p)", op, name,
-             static_cast<const void*>(p));
-}
+void check_bf16(const char* op, const char* name, const bf16* p) { rt::check_device_ptr(op, name, p, 16); }
+void check_f32(const char* op, const char* name, const float* p) { rt::check_device_ptr(op, name, p, alignof(float)); }
 
 template <int K>
 void launch_forward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* w, const float* b,
                     float* y) {
-    head_conv_forward_kernel<K><<<pl.forward_blocks, kHeadConvThreads, 0, ex.stream>>>(
-        pl.rows, pl.cin, reinterpret_cast<const bfloat*>(x), w, b, y);
+    head_conv_forward_kernel<K>
+        <<<pl.forward_blocks, kHeadConvThreads, 0, ex.stream>>>(pl.rows, pl.cin, dev(x), w, b, y);
     SF_CUDA_CHECK_LAUNCH();
 }
 
 template <int K>
 void launch_backward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* dy, const float* w,
                      bf16* dx, float* dw, float* db, float* ws) {
-    head_conv_backward_kernel<K><<<pl.chunks, kHeadConvThreads, 0, ex.stream>>>(
-        pl.rows, pl.cin, pl.chunks, reinterpret_cast<const bfloat*>(x), dy, w, reinterpret_cast<bfloat*>(dx), ws);
+    head_conv_backward_kernel<K>
+        <<<pl.chunks, kHeadConvThreads, 0, ex.stream>>>(pl.rows, pl.cin, pl.chunks, dev(x), dy, w, dev(dx), ws);
     SF_CUDA_CHECK_LAUNCH();
     const int wn = K * pl.cin;
     head_conv_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(wn, wn + K, pl.chunks,
@@ -271,7 +236,7 @@ size_t head_conv_workspace_floats(size_t rows, int cin, int cout) {
 void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* w,
                             const float* b, float* y) {
     const char* op = "head_conv_forward_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     const HeadConvPlan pl = head_conv_plan(rows, cin, cout);
     if (rows == 0) return;
     check_bf16(op, "x", x);
@@ -293,7 +258,7 @@ void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, 
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                              const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats) {
     const char* op = "head_conv_backward_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     const HeadConvPlan pl = head_conv_plan(rows, cin, cout);
     if (rows == 0) return;
     check_bf16(op, "x", x);

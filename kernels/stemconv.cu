@@ -17,20 +17,18 @@
 //    sums of its row in registers over a chunk of tiles, the next tile's x and dy prefetched into
 //    registers while the current one is summed. Warps are then reduced with a fixed xor butterfly,
 //    each block writes its chunk's partials, and a finalize kernel adds the chunks in a fixed order.
-#include <cuda_bf16.h>
-
 #include <climits>
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda_util.cuh"
 #include "kernels/stemconv_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 namespace kern {
 
 namespace {
-
-using bfloat = __nv_bfloat16;
 
 constexpr int kHaloPixels = kStemHaloH * kStemHaloW;  // 585
 constexpr int kTilePixels = kStemTileP * kStemTileQ;  // 128
@@ -49,26 +47,7 @@ constexpr int wgrad_min_blocks(int cin, int gb) { return cin == 2 && gb == 4 ? 2
 static_assert(kStemTileQ == 32, "one tile column per lane of a warp");
 static_assert(wgrad_threads(kStemWgradGroups) <= 1024, "wgrad block too large");
 
-// ---- device helpers ----
-
-// 8 consecutive bf16 (16-byte aligned) <-> 8 floats, one 128-bit access.
-__device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float2 f = __bfloat1622float2(h[k]);
-        v[2 * k] = f.x;
-        v[2 * k + 1] = f.y;
-    }
-}
-
-__device__ __forceinline__ void store8(bfloat* __restrict__ p, const float (&v)[8]) {
-    uint4 u;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<uint4*>(p) = u;
-}
+// ---- device helpers (unpack8, store8: kernels/cuda_util.cuh) ----
 
 // 8 consecutive fp32 (32-byte aligned) from shared memory: two 128-bit loads.
 __device__ __forceinline__ void lds8(const float* p, float (&v)[8]) {
@@ -379,34 +358,10 @@ __global__ void __launch_bounds__(wgrad_threads(GB), wgrad_min_blocks(CIN, GB))
 // dw[e] += the total rounded to fp32. The order depends only on the shape.
 __global__ void stemconv_wgrad_finalize_kernel(int entries, int chunks, const float* __restrict__ part,
                                                float* __restrict__ dw) {
-    __shared__ double sm[kStemFinalizeY][kStemFinalizeX];
-    const int e = blockIdx.x * kStemFinalizeX + threadIdx.x;
-    double sum = 0.0;
-    if (e < entries) {
-        for (int k = threadIdx.y; k < chunks; k += kStemFinalizeY)
-            sum += static_cast<double>(part[static_cast<size_t>(k) * entries + e]);
-    }
-    sm[threadIdx.y][threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.y == 0 && e < entries) {
-        double total = 0.0;
-        for (int l = 0; l < kStemFinalizeY; ++l) total += sm[l][threadIdx.x];
-        dw[e] += static_cast<float>(total);
-    }
+    finalize_partials<kStemFinalizeX, kStemFinalizeY>(entries, chunks, part, AddTo{dw});
 }
 
 // ---- launch helpers ----
-
-const bfloat* dev(const bf16* p) { return reinterpret_cast<const bfloat*>(p); }
-bfloat* dev(bf16* p) { return reinterpret_cast<bfloat*>(p); }
-
-bool aligned(const void* p, size_t a) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % a == 0; }
-
-// Byte ranges [a, a + na) and [b, b + nb) overlap.
-bool overlap(const void* a, size_t na, const void* b, size_t nb) {
-    const uintptr_t pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-    return pa < pb + nb && pb < pa + na;
-}
 
 // Empty when the shape is supported, else what is not, with its value.
 std::string unsupported_reason(const ConvShape& s) {
@@ -429,14 +384,7 @@ std::string unsupported_reason(const ConvShape& s) {
     return "";
 }
 
-void check_exec(const char* op, const rt::Exec& ex) {
-    SF_CHECK(ex.is_cuda(), "%s: called with a %s Exec", op, rt::backend_name(ex.backend));
-}
-
-void check_bf16(const char* op, const char* name, const bf16* p) {
-    SF_CHECK(aligned(p, 16), "%s: %s must be a non-null, 16-byte aligned device pointer (got %p)", op, name,
-             static_cast<const void*>(p));
-}
+void check_bf16(const char* op, const char* name, const bf16* p) { rt::check_device_ptr(op, name, p, 16); }
 
 size_t in_bytes(const StemConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.h * pl.w * pl.cin * sizeof(bf16); }
 size_t out_bytes(const StemConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.p * pl.q * pl.cout * sizeof(bf16); }
@@ -476,12 +424,12 @@ size_t stemconv_workspace_floats(const ConvShape& s) { return stemconv_plan(s).w
 
 void stemconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y) {
     const char* op = "stemconv_forward_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     const StemConvPlan pl = stemconv_plan(s);
     check_bf16(op, "x", x);
     check_bf16(op, "w", w);
     check_bf16(op, "y", y);
-    SF_CHECK(!overlap(y, out_bytes(pl), x, in_bytes(pl)) && !overlap(y, out_bytes(pl), w, w_bytes(pl)),
+    SF_CHECK(!rt::overlap(y, out_bytes(pl), x, in_bytes(pl)) && !rt::overlap(y, out_bytes(pl), w, w_bytes(pl)),
              "%s: y must not alias x or w", op);
     const dim3 grid(pl.tiles_w, pl.tiles_h, pl.n);
     if (pl.cin == 2) {
@@ -495,25 +443,22 @@ void stemconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x
 void stemconv_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
                                    float* workspace, size_t workspace_floats) {
     const char* op = "stemconv_backward_filter_cuda";
-    check_exec(op, ex);
+    rt::check_cuda_exec(op, ex);
     const StemConvPlan pl = stemconv_plan(s);
     check_bf16(op, "x", x);
     check_bf16(op, "dy", dy);
-    SF_CHECK(aligned(dw, alignof(float)), "%s: dw must be a non-null, 4-byte aligned device pointer (got %p)", op,
-             static_cast<const void*>(dw));
-    SF_CHECK(aligned(workspace, alignof(float)),
-             "%s: workspace must be a non-null, 4-byte aligned device pointer (got %p)", op,
-             static_cast<const void*>(workspace));
+    rt::check_device_ptr(op, "dw", dw, alignof(float));
+    rt::check_device_ptr(op, "workspace", workspace, alignof(float));
     SF_CHECK(workspace_floats >= pl.workspace_floats,
              "%s: workspace of %zu floats is too small for n=%d h=%d w=%d cin=%d cout=%d (need "
              "stemconv_workspace_floats = %zu)",
              op, workspace_floats, pl.n, pl.h, pl.w, pl.cin, pl.cout, pl.workspace_floats);
     const size_t dw_bytes = static_cast<size_t>(pl.entries) * sizeof(float);
     const size_t ws_bytes = pl.workspace_floats * sizeof(float);
-    SF_CHECK(!overlap(dw, dw_bytes, x, in_bytes(pl)) && !overlap(dw, dw_bytes, dy, out_bytes(pl)) &&
-                 !overlap(dw, dw_bytes, workspace, ws_bytes),
+    SF_CHECK(!rt::overlap(dw, dw_bytes, x, in_bytes(pl)) && !rt::overlap(dw, dw_bytes, dy, out_bytes(pl)) &&
+                 !rt::overlap(dw, dw_bytes, workspace, ws_bytes),
              "%s: dw must not alias x, dy or the workspace", op);
-    SF_CHECK(!overlap(workspace, ws_bytes, x, in_bytes(pl)) && !overlap(workspace, ws_bytes, dy, out_bytes(pl)),
+    SF_CHECK(!rt::overlap(workspace, ws_bytes, x, in_bytes(pl)) && !rt::overlap(workspace, ws_bytes, dy, out_bytes(pl)),
              "%s: the workspace must not alias x or dy", op);
     if (pl.cin == 2) {
         wgrad_partial<2>(ex, pl, x, dy, workspace);

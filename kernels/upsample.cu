@@ -15,33 +15,24 @@
 // rounding). Nothing is shared between threads, so there are no atomics and the result is fixed.
 // dy is read about 4 times over (each dy pixel feeds 2 x 2 input pixels); the window rows and the
 // neighbouring threads' windows overlap, so most of it comes from L1/L2.
-#include <cuda_bf16.h>
-
 #include <cstdint>
 
+#include "kernels/cuda_util.cuh"
 #include "kernels/upsample_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 namespace kern {
 
 namespace {
 
-using bfloat = __nv_bfloat16;
-
 // ---- device helpers ----
 
-// W consecutive bf16 (16-byte aligned when W == 8) <-> W floats.
+// W consecutive bf16 (16-byte aligned when W == 8) <-> W floats (W == 8: kernels/cuda_util.cuh).
 template <int W>
 __device__ __forceinline__ void load_w(const bfloat* p, float (&v)[W]) {
     if constexpr (W == 8) {
-        const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const float2 f = __bfloat1622float2(h[k]);
-            v[2 * k] = f.x;
-            v[2 * k + 1] = f.y;
-        }
+        load8(p, v);
     } else {
         v[0] = __bfloat162float(*p);
     }
@@ -51,14 +42,7 @@ __device__ __forceinline__ void load_w(const bfloat* p, float (&v)[W]) {
 template <int W>
 __device__ __forceinline__ void load_w_rw(const bfloat* p, float (&v)[W]) {
     if constexpr (W == 8) {
-        const uint4 u = *reinterpret_cast<const uint4*>(p);
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const float2 f = __bfloat1622float2(h[k]);
-            v[2 * k] = f.x;
-            v[2 * k + 1] = f.y;
-        }
+        load8_rw(p, v);
     } else {
         v[0] = __bfloat162float(*p);
     }
@@ -67,11 +51,7 @@ __device__ __forceinline__ void load_w_rw(const bfloat* p, float (&v)[W]) {
 template <int W>
 __device__ __forceinline__ void store_w(bfloat* p, const float (&v)[W]) {
     if constexpr (W == 8) {
-        uint4 u;
-        __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-        *reinterpret_cast<uint4*>(p) = u;
+        store8(p, v);
     } else {
         *p = __float2bfloat16_rn(v[0]);
     }
@@ -158,14 +138,6 @@ __global__ void upsample_backward_kernel(int n, int h, int w, int c, const bfloa
 
 // ---- launch helpers ----
 
-const bfloat* dev(const bf16* p) { return reinterpret_cast<const bfloat*>(p); }
-bfloat* dev(bf16* p) { return reinterpret_cast<bfloat*>(p); }
-
-void check_ptr(const char* fn, const char* name, const void* p) {
-    SF_CHECK(p != nullptr && reinterpret_cast<uintptr_t>(p) % 2 == 0,
-             "%s: %s must be a non-null, 2-byte aligned device pointer (got %p)", fn, name, p);
-}
-
 template <int F, int W>
 void launch(const rt::Exec& ex, bool forward, const Shape4& in, size_t blocks, const bf16* src, bf16* dst) {
     if (forward)
@@ -180,11 +152,11 @@ void launch(const rt::Exec& ex, bool forward, const Shape4& in, size_t blocks, c
 // Checks, picks the width and the grid (threads own the pixels of y forward, of dx backward),
 // dispatches on (factor, width).
 void run(const char* fn, const rt::Exec& ex, bool forward, const Shape4& in, int factor, const bf16* src, bf16* dst) {
-    SF_CHECK(ex.is_cuda(), "%s: called with a %s Exec", fn, rt::backend_name(ex.backend));
+    rt::check_cuda_exec(fn, ex);
     upsample_check_args(fn, in, factor);
     if (in.n == 0) return;
-    check_ptr(fn, forward ? "x" : "dy", src);
-    check_ptr(fn, forward ? "y" : "dx", dst);
+    rt::check_device_ptr(fn, forward ? "x" : "dy", src, sizeof(bf16));
+    rt::check_device_ptr(fn, forward ? "y" : "dx", dst, sizeof(bf16));
     SF_CHECK(static_cast<const void*>(src) != static_cast<const void*>(dst), "%s: the output must not alias the input",
              fn);
     const int width = upsample_width(in.c, reinterpret_cast<uintptr_t>(src), reinterpret_cast<uintptr_t>(dst));

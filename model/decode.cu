@@ -11,6 +11,7 @@
 
 #include "model/decode_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 namespace model {
 
@@ -174,23 +175,22 @@ __global__ void __launch_bounds__(kMetricsThreads)
     if (threadIdx.x == 0) *acc = s;
 }
 
-bool aligned(const void* p, size_t a) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % a == 0; }
-
 }  // namespace
 
 // ---- launchers ----
 
 void decode_cuda(const rt::Exec& ex, int n, int h, int w, int stride, const float* logit_gap, const float* logit_slider,
                  const float* logit_offset, const float* valid_min, Decoded* out) {
-    SF_CHECK(ex.is_cuda(), "decode_cuda: called with a %s Exec", rt::backend_name(ex.backend));
+    rt::check_cuda_exec("decode_cuda", ex);
     SF_CHECK(n > 0 && h > 0 && w > 0 && stride > 0, "decode_cuda: bad decode shape (%d,%d,%d) stride %d", n, h, w,
              stride);
     SF_CHECK(static_cast<size_t>(h) * w < (size_t(1) << 31) / 4, "decode_cuda: grid %dx%d too large", h, w);
-    SF_CHECK(aligned(logit_gap, 4) && aligned(logit_slider, 4),
+    SF_CHECK(rt::aligned(logit_gap, 4) && rt::aligned(logit_slider, 4),
              "decode_cuda: heatmap logits must be non-null, 4-byte aligned device pointers");
-    SF_CHECK(aligned(logit_offset, 4), "decode_cuda: offset logits must be a non-null, 4-byte aligned device pointer");
-    SF_CHECK(!valid_min || aligned(valid_min, 4), "decode_cuda: misaligned valid_min");
-    SF_CHECK(aligned(out, alignof(Decoded)), "decode_cuda: null or misaligned output");
+    SF_CHECK(rt::aligned(logit_offset, 4),
+             "decode_cuda: offset logits must be a non-null, 4-byte aligned device pointer");
+    SF_CHECK(!valid_min || rt::aligned(valid_min, 4), "decode_cuda: misaligned valid_min");
+    SF_CHECK(rt::aligned(out, alignof(Decoded)), "decode_cuda: null or misaligned output");
     decode_kernel<<<n, kDecodeThreads, 0, ex.stream>>>(h, w, stride, logit_gap, logit_slider, logit_offset, valid_min,
                                                        out);
     SF_CUDA_CHECK_LAUNCH();
@@ -198,11 +198,11 @@ void decode_cuda(const rt::Exec& ex, int n, int h, int w, int stride, const floa
 
 void metrics_accumulate_cuda(const rt::Exec& ex, int n_real, const Decoded* decoded, const data::Label* labels,
                              DeviceMetricSums* acc) {
-    SF_CHECK(ex.is_cuda(), "metrics_accumulate_cuda: called with a %s Exec", rt::backend_name(ex.backend));
+    rt::check_cuda_exec("metrics_accumulate_cuda", ex);
     SF_CHECK(n_real >= 0, "metrics_accumulate_cuda: n_real=%d is negative", n_real);
-    SF_CHECK(aligned(decoded, alignof(Decoded)) && aligned(labels, alignof(data::Label)),
+    SF_CHECK(rt::aligned(decoded, alignof(Decoded)) && rt::aligned(labels, alignof(data::Label)),
              "metrics_accumulate_cuda: null or misaligned decoded / labels");
-    SF_CHECK(aligned(acc, 8), "metrics_accumulate_cuda: null or misaligned acc");
+    SF_CHECK(rt::aligned(acc, 8), "metrics_accumulate_cuda: null or misaligned acc");
     metrics_kernel<<<1, kMetricsThreads, 0, ex.stream>>>(n_real, decoded, labels, acc);
     SF_CUDA_CHECK_LAUNCH();
 }

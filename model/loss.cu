@@ -18,6 +18,7 @@
 
 #include "model/loss_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch_check.h"
 
 #define SF_HD __host__ __device__ __forceinline__
 
@@ -884,13 +885,8 @@ __global__ void __launch_bounds__(kMaskGridThreads)
 
 // ---- launch helpers ----
 
-bool aligned(const void* p, size_t a) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % a == 0; }
-
 void check_ptr(const char* name, const void* p, size_t align) {
-    SF_CHECK(aligned(p, align),
-             "loss_forward_backward_cuda: %s must be a non-null, %zu-byte aligned device pointer "
-             "(got %p)",
-             name, align, p);
+    rt::check_device_ptr("loss_forward_backward_cuda", name, p, align);
 }
 
 void check_config(const LossConfig& cfg) {
@@ -937,14 +933,14 @@ size_t loss_workspace_bytes(const LossConfig& cfg, int n, int h, int w) {
 
 void mask_grid_cuda(const rt::Exec& ex, int n, int H, int W, int C, int mask_c, int stride, const kern::bf16* input,
                     float* valid_avg, float* valid_min) {
-    SF_CHECK(ex.is_cuda(), "mask_grid_cuda: called with a %s Exec", rt::backend_name(ex.backend));
+    rt::check_cuda_exec("mask_grid_cuda", ex);
     SF_CHECK(n > 0 && H > 0 && W > 0 && C > 0, "mask_grid_cuda: bad input shape (%d,%d,%d,%d)", n, H, W, C);
     SF_CHECK(mask_c >= 0 && mask_c < C, "mask_grid_cuda: mask channel %d outside 0..%d", mask_c, C - 1);
     SF_CHECK(stride > 0 && H % stride == 0 && W % stride == 0,
              "mask_grid_cuda: input %dx%d is not a multiple of stride %d", H, W, stride);
-    SF_CHECK(aligned(input, 2), "mask_grid_cuda: null or misaligned input");
+    SF_CHECK(rt::aligned(input, 2), "mask_grid_cuda: null or misaligned input");
     SF_CHECK(valid_avg || valid_min, "mask_grid_cuda: both outputs are null");
-    SF_CHECK((!valid_avg || aligned(valid_avg, 4)) && (!valid_min || aligned(valid_min, 4)),
+    SF_CHECK((!valid_avg || rt::aligned(valid_avg, 4)) && (!valid_min || rt::aligned(valid_min, 4)),
              "mask_grid_cuda: misaligned output");
     const int h = H / stride, w = W / stride;
     const size_t cells = static_cast<size_t>(n) * h * w;
@@ -957,7 +953,7 @@ void loss_forward_backward_cuda(const rt::Exec& ex, const LossConfig& cfg, const
                                 const float* valid_avg, const data::Label* labels, const HeadGrads<float>* grads,
                                 double grad_scale, DeviceLossTerms* out, double* loss_sum, void* workspace,
                                 size_t workspace_bytes) {
-    SF_CHECK(ex.is_cuda(), "loss_forward_backward_cuda: called with a %s Exec", rt::backend_name(ex.backend));
+    rt::check_cuda_exec("loss_forward_backward_cuda", ex);
     check_config(cfg);
     const LossPlan p = loss_plan(logits.n, logits.h, logits.w);
     check_ptr("logits.gap", logits.gap, 4);

@@ -200,7 +200,8 @@ void SafeTensors::save(const std::string& path) const {
     }
     std::string header = j.dump();
     while ((8 + header.size()) % 8) header.push_back(' ');  // align the data to 8 bytes
-    const std::string tmp = path + ".tmp";
+    // The temp name carries the process id: two processes saving one path never share a temp file.
+    const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
     FILE* f = std::fopen(tmp.c_str(), "wb");
     SF_CHECK(f, "%s: cannot create file", tmp.c_str());
     uint8_t lenb[8];

@@ -26,6 +26,9 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_DOUBLE_EQ(o.peak_tflops, 900);
     EXPECT_DOUBLE_EQ(o.peak_gbps, 3000);
     EXPECT_EQ(o.json, "out.json");
+    const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
+    EXPECT_EQ(hw.height, 160);
+    EXPECT_EQ(hw.width, 320);
     const tools::StepBenchOptions d = tools::parse_step_bench_args({});
     EXPECT_EQ(d.batch_sizes, (std::vector<int>{64, 128, 256}));
     EXPECT_EQ(d.height, 256);
@@ -39,6 +42,7 @@ TEST(BenchStep, BadOptionsAreNamed) {
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--size", "256"}), "HEIGHTxWIDTH");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--size", "250x512"}), "multiples of 32");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--channels", "3"}), "2 or 4");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--width", "500"}), "multiple of 32");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--steps"}), "needs a value");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--frobnicate", "1"}), "unknown option '--frobnicate'");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"stray"}), "unexpected argument 'stray'");

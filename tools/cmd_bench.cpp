@@ -36,7 +36,8 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 const char* kBenchUsage =
     "usage: slidefuse bench <what> [options]\n"
     "  step     whole training steps of the CUDA backend (docs/BENCH.md):\n"
-    "           slidefuse bench step [--batch-sizes 64,128,256] [--size 256x512] [--channels 2]\n"
+    "           slidefuse bench step [--batch-sizes 64,128,256] [--size 256x512 | --height H --width W]\n"
+    "                                [--channels 2]\n"
     "                                [--steps 50] [--warmup 10] [--eager] [--deterministic]\n"
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--json OUT]\n"
@@ -318,6 +319,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             o.width = parse_int(s, v.substr(x + 1), 32);
             SF_CHECK(o.height % 32 == 0 && o.width % 32 == 0, "bench step: --size %s: both sides must be multiples of 32",
                      v.c_str());
+        } else if (s == "--height" || s == "--width") {
+            const int x = parse_int(s, v, 32);
+            SF_CHECK(x % 32 == 0, "bench step: %s %d: must be a multiple of 32", s.c_str(), x);
+            (s == "--height" ? o.height : o.width) = x;
         } else if (s == "--channels") {
             o.channels = parse_int(s, v, 2);
             SF_CHECK(o.channels == 2 || o.channels == 4, "bench step: --channels must be 2 or 4, got %d", o.channels);

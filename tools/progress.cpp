@@ -17,8 +17,11 @@ std::string format_duration(double s) {
     return buf;
 }
 
-Progress::Progress(int64_t total_steps)
-    : total_(total_steps), tty_(::isatty(::fileno(stdout)) != 0), start_(std::chrono::steady_clock::now()) {}
+Progress::Progress(int64_t total_steps, int64_t first_step)
+    : total_(total_steps),
+      first_(first_step),
+      tty_(::isatty(::fileno(stdout)) != 0),
+      start_(std::chrono::steady_clock::now()) {}
 
 double Progress::elapsed_s() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -26,7 +29,9 @@ double Progress::elapsed_s() const {
 
 void Progress::update(int64_t done, const std::string& body) {
     const double el = elapsed_s();
-    const double eta = done > 0 ? el * static_cast<double>(total_ - done) / static_cast<double>(done) : -1;
+    const int64_t this_session = done - first_;
+    const double eta =
+        this_session > 0 ? el * static_cast<double>(total_ - done) / static_cast<double>(this_session) : -1;
     const std::string line = "step " + std::to_string(done) + "/" + std::to_string(total_) + " | " + body +
                              " | elapsed " + format_duration(el) + " ETA " + format_duration(eta);
     if (tty_) {

@@ -11,7 +11,9 @@ std::string format_duration(double seconds);  // "1:02:03" / "2:03"
 
 class Progress {
 public:
-    explicit Progress(int64_t total_steps);
+    // first_step: steps already done when this session started (a resumed run); the ETA is
+    // extrapolated from the steps of this session only.
+    explicit Progress(int64_t total_steps, int64_t first_step = 0);
     // Prints one status line: "<prefix> step k/total | <body> | ETA ...".
     void update(int64_t done, const std::string& body);
     void finish();  // ends a live line with a newline
@@ -19,6 +21,7 @@ public:
 
 private:
     int64_t total_;
+    int64_t first_ = 0;
     bool tty_;
     bool live_ = false;
     std::chrono::steady_clock::time_point start_;

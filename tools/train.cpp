@@ -394,7 +394,7 @@ int Trainer::run() {
         return 0;
     }
     StopSignals signals;
-    progress_ = Progress(total_);
+    progress_ = Progress(total_, rs_.step);
     std::string last;
     while (true) {
         const int64_t epoch = rs_.step / steps_per_epoch_;  // 0-based epoch of this step

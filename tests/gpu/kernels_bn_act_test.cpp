@@ -22,8 +22,15 @@
 #include "runtime/cuda_check.h"
 #include "runtime/exec.h"
 #include "tests/support/compare.h"
+#include "tests/support/gpu_buffers.h"
 
 namespace {
+
+using sftest::bf16_exact;
+using sftest::upload_bf16;
+using sftest::download_bf16;
+using sftest::upload;
+using sftest::download;
 
 constexpr double kMomentum = 0.1, kEps = 1e-5;
 constexpr size_t kGuard = 64;  // bf16 elements after y and dx that must stay untouched
@@ -41,12 +48,6 @@ struct Outputs {
     std::vector<float> mean, invstd, rm, rv, dgamma, dbeta;
     bool guards_intact = true;
 };
-
-std::vector<float> bf16_exact(const std::vector<double>& v) {
-    std::vector<float> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i) out[i] = kern::round_bf16(static_cast<float>(v[i]));
-    return out;
-}
 
 std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
 
@@ -70,30 +71,6 @@ Inputs random_inputs(size_t rows, int c, uint64_t seed) {
     in.dgamma0 = to_float(sftest::random_uniform(c, seed + 8, -0.1, 0.1));
     in.dbeta0 = to_float(sftest::random_uniform(c, seed + 9, -0.1, 0.1));
     return in;
-}
-
-void upload_bf16(kern::bf16* dst, const std::vector<float>& v) {
-    std::vector<kern::bf16> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = kern::float_to_bf16(v[i]);
-    SF_CUDA_CHECK(cudaMemcpy(dst, h.data(), h.size() * sizeof(kern::bf16), cudaMemcpyHostToDevice));
-}
-
-std::vector<float> download_bf16(const kern::bf16* src, size_t n) {
-    std::vector<kern::bf16> h(n);
-    SF_CUDA_CHECK(cudaMemcpy(h.data(), src, n * sizeof(kern::bf16), cudaMemcpyDeviceToHost));
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = kern::bf16_to_float(h[i]);
-    return out;
-}
-
-void upload(float* dst, const std::vector<float>& v) {
-    SF_CUDA_CHECK(cudaMemcpy(dst, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-}
-
-std::vector<float> download(const float* src, size_t n) {
-    std::vector<float> out(n);
-    SF_CUDA_CHECK(cudaMemcpy(out.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return out;
 }
 
 // Train forward then backward on the GPU; y and dx start as sentinels (dx must be overwritten).

@@ -27,8 +27,13 @@
 #include "runtime/cuda_check.h"
 #include "runtime/exec.h"
 #include "tests/support/compare.h"
+#include "tests/support/gpu_buffers.h"
 
 namespace {
+
+using sftest::bf16_exact;
+using sftest::download_bf16;
+using sftest::upload_bf16;
 
 using kern::ConvOp;
 using kern::ConvShape;
@@ -72,12 +77,6 @@ struct Result {
     bool guards_intact = true;
 };
 
-std::vector<float> bf16_exact(const std::vector<double>& v) {
-    std::vector<float> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i) out[i] = kern::round_bf16(static_cast<float>(v[i]));
-    return out;
-}
-
 Data random_data(const ConvShape& s, uint64_t seed) {
     Data d;
     d.x = bf16_exact(sftest::random_uniform(s.in().numel(), seed, -1, 1));
@@ -87,20 +86,6 @@ Data random_data(const ConvShape& s, uint64_t seed) {
     const std::vector<double> dw0 = sftest::random_uniform(s.weight_numel(), seed + 4, -0.5, 0.5);
     d.dw0.assign(dw0.begin(), dw0.end());
     return d;
-}
-
-void upload_bf16(kern::bf16* dst, const std::vector<float>& v) {
-    std::vector<kern::bf16> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = kern::float_to_bf16(v[i]);
-    SF_CUDA_CHECK(cudaMemcpy(dst, h.data(), h.size() * sizeof(kern::bf16), cudaMemcpyHostToDevice));
-}
-
-std::vector<float> download_bf16(const kern::bf16* src, size_t n) {
-    std::vector<kern::bf16> h(n);
-    SF_CUDA_CHECK(cudaMemcpy(h.data(), src, n * sizeof(kern::bf16), cudaMemcpyDeviceToHost));
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = kern::bf16_to_float(h[i]);
-    return out;
 }
 
 // Device buffers of one shape (x, w, y, dy, dx, dw with guards after the outputs).

@@ -22,8 +22,16 @@
 #include "runtime/cuda_check.h"
 #include "runtime/exec.h"
 #include "tests/support/compare.h"
+#include "tests/support/gpu_buffers.h"
 
 namespace {
+
+using sftest::bf16_exact;
+using sftest::download;
+using sftest::download_bf16;
+using sftest::strip_guard;
+using sftest::upload;
+using sftest::upload_bf16;
 
 constexpr size_t kGuard = 64;  // elements after y, dx and dw that must stay untouched
 // 2^-7: exact in bf16, compared bit for bit, and small, so an accumulating write past the end
@@ -62,12 +70,6 @@ struct Outputs {
     bool guards_intact = true;
 };
 
-std::vector<float> bf16_exact(const std::vector<double>& v) {
-    std::vector<float> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i) out[i] = kern::round_bf16(static_cast<float>(v[i]));
-    return out;
-}
-
 // Magnitudes chosen so that y, dx - dx0 and dw - dw0 are of the order of the initial values: a
 // kernel that overwrote instead of accumulating (or dropped the sum) would be far off.
 Inputs random_inputs(const kern::ConvShape& s, uint64_t seed) {
@@ -97,37 +99,6 @@ Inputs integer_inputs(const kern::ConvShape& s, uint64_t seed) {
     in.dx0 = ints(nx, seed + 3, -8, 8);  // |dx| <= 8 + 9*4 = 44, |y| <= 36: integers bf16 holds
     in.dw0 = ints(nw, seed + 4, -16, 16);
     return in;
-}
-
-void upload_bf16(kern::bf16* dst, const std::vector<float>& v) {
-    std::vector<kern::bf16> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = kern::float_to_bf16(v[i]);
-    SF_CUDA_CHECK(cudaMemcpy(dst, h.data(), h.size() * sizeof(kern::bf16), cudaMemcpyHostToDevice));
-}
-
-std::vector<float> download_bf16(const kern::bf16* src, size_t n) {
-    std::vector<kern::bf16> h(n);
-    SF_CUDA_CHECK(cudaMemcpy(h.data(), src, n * sizeof(kern::bf16), cudaMemcpyDeviceToHost));
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = kern::bf16_to_float(h[i]);
-    return out;
-}
-
-void upload(float* dst, const std::vector<float>& v) {
-    SF_CUDA_CHECK(cudaMemcpy(dst, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-}
-
-std::vector<float> download(const float* src, size_t n) {
-    std::vector<float> out(n);
-    SF_CUDA_CHECK(cudaMemcpy(out.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return out;
-}
-
-// Splits v (n + kGuard values) into the first n and whether the guard still holds the sentinel.
-std::vector<float> strip_guard(std::vector<float> v, size_t n, bool& intact) {
-    for (size_t i = n; i < v.size(); ++i) intact &= v[i] == kSentinel;
-    v.resize(n);
-    return v;
 }
 
 // Forward, dgrad and wgrad on the GPU. y starts as sentinels (overwritten), dx as dx0 and dw as dw0
@@ -166,9 +137,9 @@ Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inpu
     ctx.synchronize();
 
     Outputs out;
-    out.y = strip_guard(download_bf16(y, ny + kGuard), ny, out.guards_intact);
-    out.dx = strip_guard(download_bf16(dx, nx + kGuard), nx, out.guards_intact);
-    out.dw = strip_guard(download(dw, nw + kGuard), nw, out.guards_intact);
+    out.y = strip_guard(download_bf16(y, ny + kGuard), ny, kSentinel, out.guards_intact);
+    out.dx = strip_guard(download_bf16(dx, nx + kGuard), nx, kSentinel, out.guards_intact);
+    out.dw = strip_guard(download(dw, nw + kGuard), nw, kSentinel, out.guards_intact);
     return out;
 }
 
