@@ -151,9 +151,9 @@ cudnnDataType_t w_dtype(ConvOp op, ConvAccum a) {
                                                                                           : CUDNN_DATA_BFLOAT16;
 }
 
-// Tensors, convolution descriptor, the one operation and its graph. False (+ why) when cuDNN refuses
-// the operation or the graph (e.g. a data-type combination it does not know).
-bool build_graph(cudnnHandle_t h, const ConvShape& s, ConvOp op, ConvAccum a, ConvGraph* g, std::string* why) {
+// Tensors, convolution descriptor and the one operation (no handle, no device needed). False (+ why)
+// when cuDNN refuses the operation (e.g. a data-type combination it does not know).
+bool build_operation(const ConvShape& s, ConvOp op, ConvAccum a, ConvGraph* g, std::string* why) {
     const ConvCudnnDims d = conv_cudnn_dims(s);
     auto tensor = [](const int64_t(&dims)[4], const int64_t(&st)[4], int64_t uid, cudnnDataType_t t) {
         rt::CudnnTensorSpec spec;
@@ -208,6 +208,13 @@ bool build_graph(cudnnHandle_t h, const ConvShape& s, ConvOp op, ConvAccum a, Co
         *why = "operation: " + reason;
         return false;
     }
+    return true;
+}
+
+// build_operation, then the operation graph. False (+ why) when cuDNN refuses either.
+bool build_graph(cudnnHandle_t h, const ConvShape& s, ConvOp op, ConvAccum a, ConvGraph* g, std::string* why) {
+    if (!build_operation(s, op, a, g, why)) return false;
+    std::string reason;
     if (!rt::cudnn_try_op_graph(h, {&g->op}, &g->graph, &reason)) {
         *why = "graph: " + reason;
         return false;
@@ -386,6 +393,17 @@ std::string no_engine_message(const ConvPlanKey& key, const std::vector<std::str
 
 }  // namespace
 
+bool conv_cudnn_operation_ok(const ConvShape& s, ConvOp op, ConvAccum a, std::string* why) {
+    const std::vector<ConvAccum> vs = conv_accum_variants(op);
+    SF_CHECK(std::find(vs.begin(), vs.end(), a) != vs.end(), "conv_cudnn_operation_ok: %s is not a variant of %s",
+             conv_accum_name(a), conv_op_name(op));
+    ConvGraph g;
+    std::string reason;
+    const bool ok = build_operation(s, op, a, &g, &reason);
+    if (why) *why = reason;
+    return ok;
+}
+
 // ---- ConvPlanCache ----
 
 struct ConvPlanCache::Impl {
@@ -403,6 +421,13 @@ struct ConvPlanCache::Impl {
                  "built for (handle %p, stream %p)",
                  fn, key.to_string().c_str(), rt::backend_name(e.backend), static_cast<void*>(e.cudnn),
                  static_cast<void*>(e.stream), static_cast<void*>(ex.cudnn), static_cast<void*>(ex.stream));
+        // cuDNN enqueues on the handle's current stream, not on e.stream: a handle rebound elsewhere
+        // would put the conv outside the stream order (and outside a CUDA-graph capture).
+        cudaStream_t bound = nullptr;
+        SF_CUDNN_CHECK(cudnnGetStream(e.cudnn, &bound));
+        SF_CHECK(bound == e.stream,
+                 "ConvPlanCache::%s(%s): the cuDNN handle is now bound to stream %p, not the Exec's %p", fn,
+                 key.to_string().c_str(), static_cast<void*>(bound), static_cast<void*>(e.stream));
         const auto it = plans.find(key);
         SF_CHECK(it != plans.end(), "ConvPlanCache::%s: no plan for %s (prepare() it at plan time)", fn,
                  key.to_string().c_str());

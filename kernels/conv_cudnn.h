@@ -114,6 +114,12 @@ struct ConvCudnnDims {
 };
 ConvCudnnDims conv_cudnn_dims(const ConvShape& s);  // validates s
 
+// Device-free check of what prepare() builds first: the tensors, the convolution descriptor and the
+// operation of (s, op, a), finalized exactly as prepare() does (cuDNN validates dims, strides, data
+// types, P/Q and the group split there, without a handle). False + cuDNN's reason when it refuses.
+// Engines, plans and execution still need a device. Throws if `a` is not a variant of `op`.
+bool conv_cudnn_operation_ok(const ConvShape& s, ConvOp op, ConvAccum a, std::string* why);
+
 // Tensor unique ids in every conv graph (by role, whichever op reads or writes them).
 constexpr int64_t kConvUidX = 1, kConvUidW = 2, kConvUidY = 3;
 constexpr int kConvMaxCandidates = 8;  // plans finalized (and timed) per accumulation variant

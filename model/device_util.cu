@@ -36,9 +36,11 @@ __global__ void epoch_kernel(int64_t steps_per_epoch, const kern::DeviceStepStat
     *epoch = static_cast<int32_t>((st->step + st->skipped) / steps_per_epoch);
 }
 
-__global__ void record_kernel(const kern::DeviceStepState* __restrict__ st, double* __restrict__ step_loss,
-                              double inv_accum, double* __restrict__ window_sum, StepRecord* __restrict__ ring,
-                              int ring_size) {
+__global__ void record_kernel(kern::DeviceStepState* __restrict__ st, double* __restrict__ step_loss, double inv_accum,
+                              double* __restrict__ window_sum, StepRecord* __restrict__ ring, int ring_size) {
+    // A non-finite micro-batch total (the loss adds every total, so the sum is then non-finite too)
+    // skips the update, as TrainStep::optimizer_step does; grad_norm_cuda only sees the gradients.
+    if (!isfinite(*step_loss)) st->nonfinite = 1;
     StepRecord r;
     r.mean_loss = *step_loss * inv_accum;
     r.grad_norm = st->grad_norm;
@@ -52,10 +54,11 @@ __global__ void record_kernel(const kern::DeviceStepState* __restrict__ st, doub
 
 }  // namespace
 
-void record_step_cuda(const rt::Exec& ex, const kern::DeviceStepState* state, double* step_loss, int accum,
+void record_step_cuda(const rt::Exec& ex, kern::DeviceStepState* state, double* step_loss, int accum,
                       double* window_sum, StepRecord* ring, int ring_size) {
     SF_CHECK(ex.is_cuda(), "record_step_cuda needs a CUDA Exec");
-    SF_CHECK(state && step_loss && window_sum && ring && ring_size > 0 && accum >= 1, "record_step_cuda: bad arguments");
+    SF_CHECK(state && step_loss && window_sum && ring && ring_size > 0 && accum >= 1,
+             "record_step_cuda: bad arguments");
     record_kernel<<<1, 1, 0, ex.stream>>>(state, step_loss, 1.0 / accum, window_sum, ring, ring_size);
     SF_CUDA_CHECK_LAUNCH();
 }

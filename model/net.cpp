@@ -1,10 +1,13 @@
 #include "model/net.h"
 
+#include <cuda_runtime.h>
+
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
 #include "model/device_util.h"
 #include "model/gpu_ops.h"
 #include "model/layer_ops.h"
+#include "runtime/cuda_check.h"
 #include "runtime/error.h"
 
 namespace model {
@@ -24,6 +27,14 @@ void NetShape::validate() const {
              channels);
     SF_CHECK(height >= 32 && height % 32 == 0, "input height must be a positive multiple of 32, got %d", height);
     SF_CHECK(width >= 32 && width % 32 == 0, "input width must be a positive multiple of 32, got %d", width);
+}
+
+void NetShape::validate_for_training() const {
+    validate();
+    SF_CHECK(static_cast<int64_t>(batch) * (height / 32) * (width / 32) >= 2,
+             "batch %d at %dx%d leaves one value per channel at 1/32 resolution; training BatchNorm needs at least "
+             "2 (a larger batch or input)",
+             batch, height, width);
 }
 
 // ---- Stage ----
@@ -119,6 +130,9 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     declare(plan_);  // binding pass
     plan_.finish_binding();
     ops_->bind_workspace(plan_.workspace_base(), plan_.memory().workspace);
+    // The arenas are zero-filled by cudaMemset on the legacy default stream, which does not order
+    // against the (non-blocking) compute stream: finish the fills before the caller enqueues work.
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 template <class T>

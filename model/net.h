@@ -20,6 +20,8 @@ struct NetShape {
     int height = 256;
     int width = 512;
     void validate() const;  // throws naming the offending value
+    // validate() and: train-mode BatchNorm has >= 2 values per channel at the coarsest level.
+    void validate_for_training() const;
 };
 
 constexpr int kBranchChannels[4] = {32, 64, 128, 256};

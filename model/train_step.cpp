@@ -9,6 +9,7 @@ namespace model {
 
 TrainStep::TrainStep(SiderNet& net, const LossConfig& loss, const OptimConfig& optim)
     : net_(net), loss_(loss), optim_(optim) {
+    net.shape().validate_for_training();
     valid_.resize(static_cast<size_t>(net.shape().batch) * net.grid_h() * net.grid_w());
 }
 

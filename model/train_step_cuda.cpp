@@ -52,11 +52,16 @@ CudaTrainStep::CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossCo
     : net_(net), ex_(ex), loss_(loss), optim_(optim), sched_(sched), accum_(accum), d_(std::make_unique<Device>()) {
     SF_CHECK(ex.is_cuda(), "CudaTrainStep needs a CUDA Exec (got %s)", rt::backend_name(ex.backend));
     SF_CHECK(accum >= 1, "gradient accumulation steps must be >= 1, got %d", accum);
+    net.shape().validate_for_training();
     SF_CHECK(sched.steps_per_epoch >= 1 && sched.total_steps >= 1 && sched.t0 >= 1 && sched.t_mult >= 1,
              "invalid learning-rate schedule (steps per epoch %lld, total %lld, T_0 %d, T_mult %d)",
              static_cast<long long>(sched.steps_per_epoch), static_cast<long long>(sched.total_steps), sched.t0,
              sched.t_mult);
     const NetShape& s = net.shape();
+    // The loss grid, the valid masks and decode use loss.stride; the network's logits are at 1/4.
+    SF_CHECK(loss.stride == 4 && net.grid_h() * loss.stride == s.height && net.grid_w() * loss.stride == s.width,
+             "loss stride %d does not match the network's output stride 4 (input %dx%d, grid %dx%d)", loss.stride,
+             s.height, s.width, net.grid_h(), net.grid_w());
     const size_t cells = static_cast<size_t>(s.batch) * net.grid_h() * net.grid_w();
     const size_t n = net.table().flat_size;
     Device& d = *d_;
@@ -82,6 +87,10 @@ CudaTrainStep::CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossCo
     d.pinned.allocate();
     d.dev.seal();
     d.pinned.seal();
+    // Arena::allocate zero-fills device memory with cudaMemset, i.e. on the legacy default stream,
+    // which does not order against ex.stream (cudaStreamNonBlocking): wait for those fills (this
+    // arena's and the network's) before anything on ex.stream writes the same memory.
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
     d.state = d.dev.ptr<kern::DeviceStepState>(o_state);
     d.loss = d.dev.ptr<DeviceLossTerms>(o_loss);
     d.loss_sum = d.dev.ptr<double>(o_sum);
@@ -132,40 +141,41 @@ void CudaTrainStep::set_counters(int64_t applied, int64_t skipped) {
     enqueued_ = applied + skipped;
 }
 
-void CudaTrainStep::upload(const CheckpointView& v) {
-    const Planner& p = net_.plan();
+void upload_state(const rt::Exec& ex, const Planner& p, const CheckpointView& v) {
     const ParamTable& t = p.table();
     SF_CHECK(v.table && v.table->flat_size == t.flat_size && v.table->buffer_floats == t.buffer_floats &&
                  v.table->counters == t.counters && v.master && v.buffers && v.counters,
              "upload: the host view does not match the network's parameter table");
     const size_t fb = t.flat_size * sizeof(float);
-    SF_CUDA_CHECK(cudaMemcpyAsync(p.master(), v.master, fb, cudaMemcpyHostToDevice, ex_.stream));
-    if (v.adam_m) SF_CUDA_CHECK(cudaMemcpyAsync(p.adam_m(), v.adam_m, fb, cudaMemcpyHostToDevice, ex_.stream));
-    if (v.adam_v) SF_CUDA_CHECK(cudaMemcpyAsync(p.adam_v(), v.adam_v, fb, cudaMemcpyHostToDevice, ex_.stream));
+    SF_CUDA_CHECK(cudaMemcpyAsync(p.master(), v.master, fb, cudaMemcpyHostToDevice, ex.stream));
+    if (v.adam_m) SF_CUDA_CHECK(cudaMemcpyAsync(p.adam_m(), v.adam_m, fb, cudaMemcpyHostToDevice, ex.stream));
+    if (v.adam_v) SF_CUDA_CHECK(cudaMemcpyAsync(p.adam_v(), v.adam_v, fb, cudaMemcpyHostToDevice, ex.stream));
     SF_CUDA_CHECK(cudaMemcpyAsync(p.buffers(), v.buffers, t.buffer_floats * sizeof(float), cudaMemcpyHostToDevice,
-                                  ex_.stream));
+                                  ex.stream));
     SF_CUDA_CHECK(cudaMemcpyAsync(p.counters(), v.counters, t.counters * sizeof(int64_t), cudaMemcpyHostToDevice,
-                                  ex_.stream));
-    kern::convert_f32_to_bf16_cuda(ex_, t.flat_size, p.master(), p.working());
-    SF_CUDA_CHECK(cudaMemsetAsync(p.grad(), 0, fb, ex_.stream));
-    SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
+                                  ex.stream));
+    kern::convert_f32_to_bf16_cuda(ex, t.flat_size, p.master(), p.working());
+    SF_CUDA_CHECK(cudaMemsetAsync(p.grad(), 0, fb, ex.stream));
+    SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
 }
 
-void CudaTrainStep::download(const CheckpointView& v) {
-    const Planner& p = net_.plan();
+void download_state(const rt::Exec& ex, const Planner& p, const CheckpointView& v) {
     const ParamTable& t = p.table();
     SF_CHECK(v.table && v.table->flat_size == t.flat_size && v.master && v.buffers && v.counters,
              "download: the host view does not match the network's parameter table");
     const size_t fb = t.flat_size * sizeof(float);
-    SF_CUDA_CHECK(cudaMemcpyAsync(v.master, p.master(), fb, cudaMemcpyDeviceToHost, ex_.stream));
-    if (v.adam_m) SF_CUDA_CHECK(cudaMemcpyAsync(v.adam_m, p.adam_m(), fb, cudaMemcpyDeviceToHost, ex_.stream));
-    if (v.adam_v) SF_CUDA_CHECK(cudaMemcpyAsync(v.adam_v, p.adam_v(), fb, cudaMemcpyDeviceToHost, ex_.stream));
+    SF_CUDA_CHECK(cudaMemcpyAsync(v.master, p.master(), fb, cudaMemcpyDeviceToHost, ex.stream));
+    if (v.adam_m) SF_CUDA_CHECK(cudaMemcpyAsync(v.adam_m, p.adam_m(), fb, cudaMemcpyDeviceToHost, ex.stream));
+    if (v.adam_v) SF_CUDA_CHECK(cudaMemcpyAsync(v.adam_v, p.adam_v(), fb, cudaMemcpyDeviceToHost, ex.stream));
     SF_CUDA_CHECK(cudaMemcpyAsync(v.buffers, p.buffers(), t.buffer_floats * sizeof(float), cudaMemcpyDeviceToHost,
-                                  ex_.stream));
+                                  ex.stream));
     SF_CUDA_CHECK(cudaMemcpyAsync(v.counters, p.counters(), t.counters * sizeof(int64_t), cudaMemcpyDeviceToHost,
-                                  ex_.stream));
-    SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
+                                  ex.stream));
+    SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
 }
+
+void CudaTrainStep::upload(const CheckpointView& v) { upload_state(ex_, net_.plan(), v); }
+void CudaTrainStep::download(const CheckpointView& v) { download_state(ex_, net_.plan(), v); }
 
 void CudaTrainStep::enqueue_micro(int slot) {
     Device& d = *d_;
@@ -228,7 +238,9 @@ cudaGraphExec_t capture(cudaStream_t stream, F&& enqueue) {
 
 void CudaTrainStep::micro_step(int slot) {
     SF_CHECK(slot >= 0 && slot < kSlots, "slot %d out of range [0, %d)", slot, kSlots);
-    if (use_graphs_) {
+    // The first call of each sequence runs eagerly (a real step: eager and replayed steps are
+    // bitwise equal), so every kernel and cuDNN plan has run once on the stream before capture.
+    if (use_graphs_ && micro_runs_[slot]++ > 0) {
         if (!micro_graph_[slot]) micro_graph_[slot] = capture(ex_.stream, [&] { enqueue_micro(slot); });
         SF_CUDA_CHECK(cudaGraphLaunch(micro_graph_[slot], ex_.stream));
     } else {
@@ -238,7 +250,7 @@ void CudaTrainStep::micro_step(int slot) {
 }
 
 void CudaTrainStep::optimizer_step() {
-    if (use_graphs_) {
+    if (use_graphs_ && optim_runs_++ > 0) {
         if (!optim_graph_) optim_graph_ = capture(ex_.stream, [&] { enqueue_optimizer(); });
         SF_CUDA_CHECK(cudaGraphLaunch(optim_graph_, ex_.stream));
     } else {

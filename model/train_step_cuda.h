@@ -8,7 +8,8 @@
 //                                 bf16 working copy; grads zeroed; skipped when non-finite)
 // Every per-step value lives in device memory (kern::DeviceStepState, model::DeviceLossTerms), so
 // each sequence is captured into a CUDA graph once (one micro-step graph per input slot, one
-// optimizer graph) and replayed for the whole run; eager mode enqueues the same calls. Nothing
+// optimizer graph; at its second call — the first runs eagerly so every kernel and cuDNN plan has
+// run on the stream before capture) and replayed for the whole run; eager mode enqueues the same calls. Nothing
 // allocates or synchronises inside a step. The host reads statistics through a pinned buffer and
 // an event (request_stats / poll_stats), never by a per-step synchronisation.
 #pragma once
@@ -59,6 +60,12 @@ struct CudaStepStats {
     double loss_window_sum = 0;  // sum of micro-batch totals since the previous read
     int64_t loss_window_count = 0;
 };
+
+// Host <-> device copies of a CUDA network's state (checkpoint views, model/checkpoint.h); null
+// adam pointers are skipped. upload rewrites the bf16 working copy from the master weights and
+// zeroes the gradients. Both synchronise ex.stream (between steps only).
+void upload_state(const rt::Exec& ex, const Planner& p, const CheckpointView& v);
+void download_state(const rt::Exec& ex, const Planner& p, const CheckpointView& v);
 
 class CudaTrainStep {
 public:
@@ -124,6 +131,7 @@ private:
     std::unique_ptr<Device> d_;
     cudaGraphExec_t micro_graph_[kSlots] = {nullptr, nullptr};
     cudaGraphExec_t optim_graph_ = nullptr;
+    int64_t micro_runs_[kSlots] = {0, 0}, optim_runs_ = 0;  // calls so far (the first runs eagerly)
     int64_t enqueued_ = 0;  // optimizer steps enqueued (applied + skipped, set_counters included)
 };
 

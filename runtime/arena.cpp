@@ -73,6 +73,10 @@ void Arena::allocate() {
                 }
                 SF_CUDA_CHECK(e);
                 SF_CUDA_CHECK(cudaMemset(base_, 0, bytes));
+                // cudaMemset may run asynchronously on the legacy stream, which the project's
+                // non-blocking streams do not wait for: the zeros must land before anything else
+                // writes the arena (plan time, so a device-wide wait is fine).
+                SF_CUDA_CHECK(cudaDeviceSynchronize());
                 break;
             }
         }

@@ -372,8 +372,11 @@ std::vector<CudnnEngineConfig> cudnn_heuristic_configs(const CudnnDesc& graph, c
         cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
         raw.push_back(cfgs.back().get());
     }
+    // cuDNN may write fewer than it counted (without a usable device it counts but returns none).
     const int64_t got =
         std::min(count, heur.get(CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, raw.data()));
+    int64_t unreadable = 0;
+    std::string first_error;
     for (int64_t i = 0; i < got; ++i) {
         CudnnEngineConfig e;
         e.cfg = std::move(cfgs[i]);
@@ -385,10 +388,15 @@ std::vector<CudnnEngineConfig> cudnn_heuristic_configs(const CudnnDesc& graph, c
             // Without its notes a configuration cannot be filtered (e.g. for determinism): skip it.
             SF_LOG_DEBUG("cudnn_heuristic_configs: skipping result %lld of %s: %s", static_cast<long long>(i),
                          cudnn_heur_mode_name(mode), err.what());
+            if (unreadable++ == 0) first_error = err.what();
             continue;
         }
         out.push_back(std::move(e));
     }
+    if (out.empty() && why)
+        *why = format("%s: %lld configurations counted, %lld returned, %lld unreadable%s%s", cudnn_heur_mode_name(mode),
+                      static_cast<long long>(count), static_cast<long long>(got), static_cast<long long>(unreadable),
+                      unreadable ? " (first: " : "", unreadable ? (first_error + ")").c_str() : "");
     return out;
 }
 

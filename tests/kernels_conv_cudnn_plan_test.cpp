@@ -246,6 +246,29 @@ TEST(KernelsConvCudnnPlan, AddGeometry) {
         }
 }
 
+// cuDNN 9 finalizes tensor, convolution and operation descriptors without a device: every shape
+// class of the model, every op and accumulation variant (bf16 / fp32 dw, beta 0 / 1) must be accepted
+// there, so attribute types, counts, dims/strides and the group split are checked on the CPU.
+TEST(KernelsConvCudnnPlan, OperationsFinalizeWithoutDevice) {
+    const ConvShape shapes[] = {shape(2, 16, 32, 2, 32, 3, 2),       shape(2, 16, 32, 8, 32, 3, 2),
+                                shape(2, 8, 16, 32, 32, 3, 2),       shape(2, 8, 16, 32, 64, 1, 1),
+                                shape(2, 2, 4, 512, 256, 1, 1),      shape(2, 8, 16, 128, 64, 3, 1),
+                                shape(2, 16, 32, 32, 32, 3, 1, 32),  shape(2, 7, 9, 128, 128, 3, 2, 128),
+                                shape(2, 2, 4, 512, 512, 3, 1, 512), shape(128, 256, 512, 2, 32, 3, 2)};
+    int checked = 0;
+    for (const ConvShape& s : shapes)
+        for (ConvOp op : {ConvOp::Fprop, ConvOp::Dgrad, ConvOp::Wgrad})
+            for (ConvAccum a : kern::conv_accum_variants(op)) {
+                std::string why = "unset";
+                EXPECT_TRUE(kern::conv_cudnn_operation_ok(s, op, a, &why))
+                    << kern::conv_plan_key(op, s, {}).to_string() << " " << kern::conv_accum_name(a) << ": " << why;
+                ++checked;
+            }
+    EXPECT_EQ(checked, 10 * 6);
+    SF_EXPECT_ERROR(kern::conv_cudnn_operation_ok(shapes[0], ConvOp::Fprop, ConvAccum::InPlace, nullptr),
+                    "is not a variant of fprop");
+}
+
 TEST(KernelsConvCudnnPlan, NoteNames) {
     EXPECT_STREQ(rt::cudnn_numerical_note_name(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC), "NONDETERMINISTIC");
     EXPECT_STREQ(rt::cudnn_behavior_note_name(CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION), "RUNTIME_COMPILATION");

@@ -43,11 +43,12 @@ namespace {
 // A synthetic batch of the generator's samples in one device slot (both slots point at it).
 class DeviceBatch {
 public:
-    DeviceBatch(int batch, int height, int width) {
+    DeviceBatch(int batch, int height, int width, int channels) {
         data::GenConfig g;
         g.seed = 2026;
         g.height = height;
         g.width = width;
+        g.channels = channels - 1;  // pixel channels: the model input adds the valid mask
         std::vector<uint8_t> px;
         std::vector<data::Label> lb;
         for (int i = 0; i < batch; ++i) {
@@ -63,6 +64,9 @@ public:
         labels_ = arena_.ptr<data::Label>(lo);
         SF_CUDA_CHECK(cudaMemcpy(pixels_, px.data(), px.size(), cudaMemcpyHostToDevice));
         SF_CUDA_CHECK(cudaMemcpy(labels_, lb.data(), lb.size() * sizeof(data::Label), cudaMemcpyHostToDevice));
+        // cudaMemcpy from pageable memory runs on the legacy stream and may return before the DMA
+        // lands; the step's (non-blocking) stream does not order against it.
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
     }
     void bind(model::CudaTrainStep& step) const {
         for (int s = 0; s < model::CudaTrainStep::kSlots; ++s) step.bind_slot(s, pixels_, labels_);
@@ -80,8 +84,13 @@ public:
     ~EventObserver() override {
         for (cudaEvent_t e : pool_) cudaEventDestroy(e);
     }
-    void begin(const rt::Exec& ex, const char* name) override { open_.push_back({name, record(ex), nullptr}); }
+    // Off: scopes are ignored (the whole-step timing of the same rig, without per-scope events).
+    void set_enabled(bool on) { enabled_ = on; }
+    void begin(const rt::Exec& ex, const char* name) override {
+        if (enabled_) open_.push_back({name, record(ex), nullptr});
+    }
     void end(const rt::Exec& ex, const char* name) override {
+        if (!enabled_) return;
         for (size_t i = open_.size(); i-- > 0;)
             if (open_[i].name == name && !open_[i].stop) {
                 open_[i].stop = record(ex);
@@ -119,7 +128,27 @@ private:
     }
     std::vector<cudaEvent_t> pool_;
     size_t used_ = 0;
+    bool enabled_ = true;
     std::vector<Mark> open_;
+};
+
+// CUDA events destroyed on every exit path (an error inside the timed loop must not leak them).
+struct Events {
+    std::vector<cudaEvent_t> ev;
+    explicit Events(size_t n) {
+        ev.reserve(n);
+        for (size_t i = 0; i < n; ++i) {
+            cudaEvent_t e = nullptr;
+            SF_CUDA_CHECK(cudaEventCreate(&e));
+            ev.push_back(e);
+        }
+    }
+    ~Events() {
+        for (cudaEvent_t e : ev) cudaEventDestroy(e);
+    }
+    Events(const Events&) = delete;
+    Events& operator=(const Events&) = delete;
+    cudaEvent_t operator[](size_t i) const { return ev[i]; }
 };
 
 model::NetShape shape_of(int batch, const StepBenchOptions& o) { return {batch, o.channels, o.height, o.width}; }
@@ -140,7 +169,9 @@ model::LrSchedule bench_schedule() {
 }
 
 bool is_oom(const std::string& what) {
-    return what.find("out of memory") != std::string::npos || what.find("cudaErrorMemoryAllocation") != std::string::npos;
+    // rt::Arena says "out of device memory", CUDA "out of memory" / cudaErrorMemoryAllocation.
+    return what.find("out of memory") != std::string::npos || what.find("out of device memory") != std::string::npos ||
+           what.find("cudaErrorMemoryAllocation") != std::string::npos;
 }
 
 // The network, step and batch for one configuration.
@@ -151,7 +182,7 @@ struct Rig {
     Rig(const rt::Exec& ex, int b, const StepBenchOptions& o)
         : net(shape_of(b, o), ex, policy_of(o)),
           step(net, ex, model::LossConfig{}, model::OptimConfig{}, bench_schedule(), 1),
-          batch(b, o.height, o.width) {
+          batch(b, o.height, o.width, o.channels) {
         const model::ParamTable& t = net.table();
         std::vector<float> master(t.flat_size), buffers(t.buffer_floats);
         std::vector<int64_t> counters(t.counters);
@@ -189,8 +220,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, int b, const StepBenchO
         rig.step.set_use_graphs(!o.eager);
         for (int k = 0; k < o.warmup; ++k) rig.run_step();
         ctx.synchronize();
-        std::vector<cudaEvent_t> ev(static_cast<size_t>(o.steps) + 1);
-        for (cudaEvent_t& e : ev) SF_CUDA_CHECK(cudaEventCreate(&e));
+        const Events ev(static_cast<size_t>(o.steps) + 1);
         rt::NvmlSampler sampler(nvml.reader(), 50, nvml.reason());
         sampler.start();
         SF_CUDA_CHECK(cudaEventRecord(ev[0], ctx.exec().stream));
@@ -198,14 +228,13 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, int b, const StepBenchO
             rig.run_step();
             SF_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(k) + 1], ctx.exec().stream));
         }
-        SF_CUDA_CHECK(cudaEventSynchronize(ev.back()));
+        SF_CUDA_CHECK(cudaEventSynchronize(ev[static_cast<size_t>(o.steps)]));
         r.nvml = sampler.stop();
         for (int k = 0; k < o.steps; ++k) {
             float ms = 0;
             SF_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[static_cast<size_t>(k)], ev[static_cast<size_t>(k) + 1]));
             r.timings_ms.push_back(ms);
         }
-        for (cudaEvent_t e : ev) SF_CUDA_CHECK(cudaEventDestroy(e));
         r.peak_mem_bytes = device_used_bytes();
         r.extra = {{"plan_bytes", mp.total()},
                    {"activation_bytes", mp.activations + mp.activation_grads},
@@ -264,26 +293,22 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
     rep.rows.push_back(layer_row("data: preprocess", samples("data: preprocess"), {},
                                  eltwise_cost(static_cast<size_t>(s.batch) * s.height * s.width, 1, s.channels, 2, 1),
                                  {}));
-    // The whole eager step on its own, for the "outside any row" share.
+    // The whole eager step on its own, for the "outside any row" share: the same rig (same plans,
+    // no second network in memory) with the per-scope events switched off.
     std::vector<double> whole;
-    cudaEvent_t a, z;
-    SF_CUDA_CHECK(cudaEventCreate(&a));
-    SF_CUDA_CHECK(cudaEventCreate(&z));
-    rt::Exec plain = ctx.exec();
-    Rig rig2(plain, b, o);
-    rig2.step.set_use_graphs(false);
-    for (int k = 0; k < o.warmup; ++k) rig2.run_step();
+    const Events az(2);
+    const cudaStream_t stream = ctx.exec().stream;
+    obs.set_enabled(false);
+    for (int k = 0; k < o.warmup; ++k) rig.run_step();
     for (int k = 0; k < o.steps; ++k) {
-        SF_CUDA_CHECK(cudaEventRecord(a, plain.stream));
-        rig2.run_step();
-        SF_CUDA_CHECK(cudaEventRecord(z, plain.stream));
-        SF_CUDA_CHECK(cudaEventSynchronize(z));
+        SF_CUDA_CHECK(cudaEventRecord(az[0], stream));
+        rig.run_step();
+        SF_CUDA_CHECK(cudaEventRecord(az[1], stream));
+        SF_CUDA_CHECK(cudaEventSynchronize(az[1]));
         float t = 0;
-        SF_CUDA_CHECK(cudaEventElapsedTime(&t, a, z));
+        SF_CUDA_CHECK(cudaEventElapsedTime(&t, az[0], az[1]));
         whole.push_back(t);
     }
-    SF_CUDA_CHECK(cudaEventDestroy(a));
-    SF_CUDA_CHECK(cudaEventDestroy(z));
     rep.step_ms = median(whole);
     return rep;
 }

@@ -4,7 +4,17 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <cuda_runtime.h>
+
+#include "kernels/bf16.h"
+#include "kernels/conv_cudnn.h"
 #include "model/checkpoint.h"
+#include "model/decode_cuda.h"
+#include "model/loss_cuda.h"
+#include "model/train_step_cuda.h"
+#include "runtime/arena.h"
+#include "runtime/cuda_check.h"
+#include "runtime/exec.h"
 #include "model/eval_step.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -91,39 +101,125 @@ TrainConfig load_inference_config(const std::string& config_path, const Checkpoi
     return cfg;
 }
 
-// ---- the inference model: CPU reference backend ----
+// ---- the inference model: CPU reference backend, or CUDA ----
 
 struct InferenceModel::Impl {
-    model::SiderNet net;
-    model::EvalStep eval;
-    rt::Exec ex = rt::Exec::cpu();
-    Impl(const model::NetShape& s) : net(s, rt::MemKind::Host), eval(net) {}
+    virtual ~Impl() = default;
+    virtual const model::NetShape& shape() const = 0;
+    virtual float* input() = 0;
+    virtual void run(std::vector<model::Decoded>& out) = 0;
+    virtual const char* backend() const = 0;
 };
+
+namespace {
+
+class CpuInference : public InferenceModel::Impl {
+public:
+    CpuInference(const model::NetShape& s, const std::string& ckpt) : net_(s, rt::MemKind::Host), eval_(net_) {
+        const model::Planner& plan = net_.plan();
+        model::load_checkpoint(ckpt, {&net_.table(), plan.master(), nullptr, nullptr, plan.buffers(), plan.counters()},
+                               nullptr);
+    }
+    const model::NetShape& shape() const override { return net_.shape(); }
+    float* input() override { return net_.input(); }
+    void run(std::vector<model::Decoded>& out) override { eval_.run(rt::Exec::cpu(), out); }
+    const char* backend() const override { return "cpu"; }
+
+private:
+    model::SiderNet net_;
+    model::EvalStep eval_;
+};
+
+// The same forward on the CUDA network (bf16): the host input is rounded to bf16 and copied in,
+// the min-pooled valid mask and the decode run on the device (model/decode_cuda.h).
+class CudaInference : public InferenceModel::Impl {
+public:
+    CudaInference(const model::NetShape& s, const std::string& ckpt)
+        : ctx_(0), net_(s, ctx_.exec(), policy()), host_(s.batch * static_cast<size_t>(s.height) * s.width * s.channels) {
+        const model::ParamTable& t = net_.table();
+        std::vector<float> master(t.flat_size), buffers(t.buffer_floats);
+        std::vector<int64_t> counters(t.counters);
+        const model::CheckpointView v{&t, master.data(), nullptr, nullptr, buffers.data(), counters.data()};
+        model::load_checkpoint(ckpt, v, nullptr);
+        model::upload_state(ctx_.exec(), net_.plan(), v);
+        const size_t cells = static_cast<size_t>(s.batch) * net_.grid_h() * net_.grid_w();
+        const size_t o_min = dev_.reserve(cells * sizeof(float), 256, "valid mask (min)");
+        const size_t o_dec = dev_.reserve(s.batch * sizeof(model::Decoded), 256, "decoded");
+        dev_.allocate();
+        dev_.seal();
+        valid_min_ = dev_.ptr<float>(o_min);
+        decoded_ = dev_.ptr<model::Decoded>(o_dec);
+        staged_.resize(host_.size());
+    }
+    const model::NetShape& shape() const override { return net_.shape(); }
+    float* input() override { return host_.data(); }
+    void run(std::vector<model::Decoded>& out) override {
+        const rt::Exec& ex = ctx_.exec();
+        const model::NetShape& s = net_.shape();
+        for (size_t i = 0; i < host_.size(); ++i) staged_[i] = kern::float_to_bf16(host_[i]);
+        SF_CUDA_CHECK(cudaMemcpyAsync(net_.input(), staged_.data(), staged_.size() * sizeof(kern::bf16),
+                                      cudaMemcpyHostToDevice, ex.stream));
+        model::mask_grid_cuda(ex, s.batch, s.height, s.width, s.channels, s.channels - 1, 4, net_.input(), nullptr,
+                              valid_min_);
+        net_.forward(ex, false);
+        const model::HeadLogits<float> l = net_.logits();
+        model::decode_cuda(ex, s.batch, l.h, l.w, 4, l.gap, l.slider, l.offset, valid_min_, decoded_);
+        out.resize(static_cast<size_t>(s.batch));
+        SF_CUDA_CHECK(cudaMemcpyAsync(out.data(), decoded_, out.size() * sizeof(model::Decoded),
+                                      cudaMemcpyDeviceToHost, ex.stream));
+        ctx_.synchronize();
+    }
+    const char* backend() const override { return "cuda"; }
+
+private:
+    static kern::ConvPolicy policy() {
+        kern::ConvPolicy p;
+        p.autotune = false;  // a short inference job: the heuristics' first plan, no timing runs
+        return p;
+    }
+    rt::CudaContext ctx_;
+    model::SiderNetCuda net_;
+    std::vector<float> host_;
+    std::vector<kern::bf16> staged_;
+    rt::Arena dev_{"inference", rt::MemKind::Device};
+    float* valid_min_ = nullptr;
+    model::Decoded* decoded_ = nullptr;
+};
+
+// train.backend=cuda runs on the GPU when one is usable, else (said at info level) on the CPU.
+bool use_cuda(const TrainConfig& cfg) {
+    if (cfg.train.backend != Backend::Cuda) return false;
+    std::string why;
+    if (rt::cuda_device_available(&why)) return true;
+    SF_LOG_INFO("train.backend=cuda but no usable CUDA device (%s): inference runs on the CPU reference backend",
+                why.c_str());
+    return false;
+}
+
+}  // namespace
 
 InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt) {
     SF_CHECK(batch >= 1, "inference batch size must be >= 1, got %d", batch);
-    if (cfg.train.backend != Backend::Cpu)
-        SF_LOG_INFO(
-            "train.backend=%s: inference runs on the CPU reference backend (the CUDA inference path is not "
-            "part of this build yet)",
-            backend_name(cfg.train.backend));
     const model::NetShape shape{batch, cfg.model.input_channels, cfg.model.input_height, cfg.model.input_width};
     shape.validate();
-    impl_ = std::make_unique<Impl>(shape);
-    const model::Planner& plan = impl_->net.plan();
-    const model::CheckpointView view{&impl_->net.table(), plan.master(),  nullptr, nullptr,
-                                     plan.buffers(),      plan.counters()};
-    model::load_checkpoint(ckpt.path, view, nullptr);
+    if (use_cuda(cfg))
+        impl_ = std::make_unique<CudaInference>(shape, ckpt.path);
+    else
+        impl_ = std::make_unique<CpuInference>(shape, ckpt.path);
 }
 
 InferenceModel::~InferenceModel() = default;
 
-const model::NetShape& InferenceModel::shape() const { return impl_->net.shape(); }
-float* InferenceModel::input() { return impl_->net.input(); }
-void InferenceModel::run(std::vector<model::Decoded>& out) { impl_->eval.run(impl_->ex, out); }
-const char* InferenceModel::backend() const { return "cpu"; }
+const model::NetShape& InferenceModel::shape() const { return impl_->shape(); }
+float* InferenceModel::input() { return impl_->input(); }
+void InferenceModel::run(std::vector<model::Decoded>& out) { impl_->run(out); }
+const char* InferenceModel::backend() const { return impl_->backend(); }
 
-int default_eval_batch(const TrainConfig& cfg) { return std::min(cfg.train.batch_size, kMaxCpuEvalBatch); }
+int default_eval_batch(const TrainConfig& cfg) {
+    std::string why;
+    const bool gpu = cfg.train.backend == Backend::Cuda && rt::cuda_device_available(&why);
+    return gpu ? cfg.train.batch_size : std::min(cfg.train.batch_size, kMaxCpuEvalBatch);
+}
 
 const std::string& option_value(const std::vector<std::string>& args, size_t& i) {
     SF_CHECK(i + 1 < args.size(), "%s needs a value", args[i].c_str());

@@ -1,8 +1,9 @@
 // What `slidefuse eval` and `slidefuse predict` share: reading what a checkpoint is, finding the
 // config of its run, checking that the two fit, and the inference model (forward with BatchNorm
 // running statistics, the heads' activations, the masked decode of MODEL_SPEC §1.7).
-// The backend is chosen here and nowhere else: InferenceModel runs the CPU reference today; the
-// CUDA path plugs in behind the same interface.
+// The backend is chosen here and nowhere else: train.backend=cuda runs the bf16 CUDA network when a
+// device is usable (the CPU reference otherwise, said at info level); train.backend=cpu the CPU
+// reference.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -53,14 +54,16 @@ public:
     float* input();
     // Forward in eval mode and decode: out gets shape().batch entries, letterbox pixels.
     void run(std::vector<model::Decoded>& out);
-    const char* backend() const;  // "cpu"
+    const char* backend() const;  // "cpu" | "cuda"
+
+    struct Impl;  // the backend (tools/eval_model.cpp)
 
 private:
-    struct Impl;
     std::unique_ptr<Impl> impl_;
 };
 
-// The default inference batch: train.batch_size, at most kMaxCpuEvalBatch on the CPU backend,
+// The default inference batch: train.batch_size on a usable GPU, at most kMaxCpuEvalBatch on the
+// CPU backend,
 // whose network holds every activation and its gradient: about 0.75 GB per 256x512 sample.
 constexpr int kMaxCpuEvalBatch = 4;
 int default_eval_batch(const TrainConfig& cfg);

@@ -350,8 +350,9 @@ void Trainer::save(const std::string& path) {
     const data::Cursor c = train_data_->cursor();
     rs_.cursor_epoch = c.epoch;
     rs_.cursor_batch = c.batch;
+    const model::CheckpointView view = backend_->host_state();  // first: a device backend drains its steps
     rs_.adam_step = backend_->adam_steps();
-    model::save_checkpoint(path, backend_->host_state(), rs_);
+    model::save_checkpoint(path, view, rs_);
 }
 
 // ckpt-<step>.safetensors (once per step), then keep_last pruning. Returns the path.

@@ -2,6 +2,8 @@
 // SiderNetCuda, fed by the shard loader through data::DeviceFeed's two device slots (the copy of
 // batch k+1 overlaps the compute of batch k), statistics read from the device's per-step ring
 // only when the loop asks for them (docs/GPU_STEP.md).
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -13,6 +15,7 @@
 #include "model/gpu_ops.h"
 #include "model/init.h"
 #include "model/train_step_cuda.h"
+#include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/log.h"
@@ -94,12 +97,20 @@ public:
     const model::ParamTable& table() const override { return net_.table(); }
 
     void train_step(BatchSource& data, int accum, double /*lr: computed on the device*/) override {
+        // The loss gradient scale 1/accum is captured in the micro-step (CudaTrainStep's accum).
+        SF_CHECK(accum == cfg_.train.gradient_accumulation_steps,
+                 "CUDA backend built for %d accumulation steps, called with %d", cfg_.train.gradient_accumulation_steps,
+                 accum);
         for (int a = 0; a < accum; ++a) {
             const int slot = slot_;
             slot_ ^= 1;
             const data::HostBatch* b = data.next_raw();
             SF_CHECK(b != nullptr, "train.backend=cuda reads shard data (data.source shards or synthetic), not %s",
                      data.describe().c_str());
+            // The micro-step reads the whole slot: a short batch would train on the previous
+            // batch's tail (the training loader drops the last partial batch).
+            SF_CHECK(b->n == cfg_.train.batch_size, "training batch of %d samples, train.batch_size is %d", b->n,
+                     cfg_.train.batch_size);
             ensure_feed(*b);
             {
                 const rt::Scope scope(ctx_.exec(), "data: copy");
@@ -169,6 +180,9 @@ private:
                  "shards hold %d pixel channel(s); model.input_channels=%d needs %d", b.spec.channels,
                  cfg_.model.input_channels, cfg_.model.input_channels - 1);
         feed_ = std::make_unique<data::DeviceFeed>(b.spec, cfg_.train.batch_size);
+        // The feed's arena is zero-filled by cudaMemset on the legacy stream, unordered against the
+        // (non-blocking) copy and compute streams: let the fill finish before the first copy.
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
         for (int s = 0; s < model::CudaTrainStep::kSlots; ++s) step_.bind_slot(s, feed_->pixels(s), feed_->labels(s));
     }
 
