@@ -305,6 +305,45 @@ TEST(TrainResume, ConsecutiveNonFiniteStepsStopTheRunWithACheckpoint) {
                     "no such checkpoint file");
 }
 
+// ---- the loop with statistics read only where a device backend reads them ----
+
+// --deferred-stats makes the CPU backend report its steps in batches (log points, epoch ends,
+// signals), as the CUDA backend does: every output must be the same as per-step collection.
+TEST(TrainDeferredStats, OutputsEqualPerStepCollection) {
+    const TempDir a_dir, b_dir;
+    const std::vector<std::string> cfg = with(kResumeCfg, {"train.max_steps=7", "logging.log_interval=3"});
+    auto args = [&](const std::string& d, bool deferred) {
+        std::vector<std::string> a = smoke_args(d, cfg);  // log_interval=3 comes after smoke_args' 1: it wins
+        if (deferred) a.push_back("--deferred-stats");
+        return a;
+    };
+    ASSERT_EQ(tools::cmd_train(args(a_dir.path, false)), 0);
+    ASSERT_EQ(tools::cmd_train(args(b_dir.path, true)), 0);
+    const Metrics a = read_metrics(a_dir.path + "/run/metrics.jsonl");
+    const Metrics b = read_metrics(b_dir.path + "/run/metrics.jsonl");
+    ASSERT_EQ(a.steps.size(), 3u);  // steps 3, 6 and the last (7)
+    ASSERT_EQ(a.steps.size(), b.steps.size());
+    for (const auto& kv : a.steps) expect_same_step(kv.second, b.steps.at(kv.first));
+    ASSERT_EQ(a.validations.size(), b.validations.size());
+    for (const auto& kv : a.validations) expect_same_validation(kv.second, b.validations.at(kv.first));
+    expect_same_checkpoint(model::checkpoint_path(a_dir.path + "/ck", 7), model::checkpoint_path(b_dir.path + "/ck", 7),
+                           {"run.out_dir"});
+}
+
+TEST(TrainDeferredStats, NonFiniteStepsStillStopTheRun) {
+    const TempDir d_dir;
+    const std::string& d = d_dir.path;
+    // Statistics collected at log points (every 8 steps) and epoch ends (every 2 steps here): the
+    // streak of 3 skipped steps (2..4) is seen at the epoch end after step 4.
+    SF_EXPECT_ERROR(tools::cmd_train(smoke_args(d, {"optimizer.lr=1e30", "--max-bad-steps", "2", "--deferred-stats",
+                                                    "logging.log_interval=8"})),
+                    "consecutive steps had a non-finite loss or gradient", "--max-bad-steps 2");
+    const std::string last = model::latest_checkpoint(d + "/ck");
+    ASSERT_NE(last, "");
+    EXPECT_EQ(meta(last, "run.step"), "4");
+    EXPECT_EQ(meta(last, "run.skipped"), "3");
+}
+
 // ---- early stopping and best selection, rule by rule ----
 
 TEST(EarlyStoppingRule, FollowsTheOriginalWithMinImprovementAndTheSecondGuard) {

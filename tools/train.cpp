@@ -33,6 +33,7 @@ struct Args {
     bool allow_config_change = false;
     int max_bad_steps = kDefaultMaxBadSteps;
     bool no_graph = false;       // CUDA: eager steps instead of graph replay
+    bool deferred_stats = false;  // CPU: collect step statistics only where the CUDA backend does
     rt::StepRange profile;       // --profile-steps a:b (empty: none)
     std::vector<std::string> overrides;
 };
@@ -65,6 +66,8 @@ Args parse_args(const std::vector<std::string>& args) {
             a.allow_config_change = true;
         } else if (s == "--no-graph") {
             a.no_graph = true;
+        } else if (s == "--deferred-stats") {
+            a.deferred_stats = true;
         } else if (s == "--profile-steps") {
             a.profile = rt::parse_step_range(value());
         } else if (s.rfind("--", 0) == 0) {
@@ -113,12 +116,13 @@ double lr_at(const TrainConfig& c, int64_t epoch, int64_t step, int64_t total) {
 // ---- the CPU reference backend ----
 class CpuBackend : public TrainBackend {
 public:
-    explicit CpuBackend(const TrainConfig& c)
+    CpuBackend(const TrainConfig& c, bool deferred_stats)
         : net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height, c.model.input_width},
                rt::MemKind::Host),
           step_(net_, loss_config(c), optim_config(c)),
           eval_(net_),
-          ex_(rt::Exec::cpu()) {
+          ex_(rt::Exec::cpu()),
+          deferred_(deferred_stats) {
         const model::Planner& p = net_.plan();
         model::init_parameters(net_.table(), c.train.seed, p.master(), p.buffers(), p.counters());
     }
@@ -132,7 +136,7 @@ public:
         pending_.push_back(step_.optimizer_step(ex_, lr));
     }
     std::vector<model::StepStats> collect_stats() override { return std::exchange(pending_, {}); }
-    bool stats_are_free() const override { return true; }
+    bool stats_are_free() const override { return !deferred_; }
     model::Metrics validate(BatchSource& val) override {
         model::Metrics m;
         for (uint64_t k = 0; k < val.batches_per_epoch(); ++k) {
@@ -158,6 +162,7 @@ private:
     std::vector<data::Label> labels_;
     std::vector<model::Decoded> decoded_;
     std::vector<model::StepStats> pending_;
+    bool deferred_ = false;  // --deferred-stats: collected only where a device backend would be
 };
 
 // A resumed run continues metrics.jsonl where its checkpoint was: records of later steps (written
@@ -229,7 +234,8 @@ Trainer::Trainer(const Args& args, const TrainConfig& cfg)
     if (cfg.train.max_steps > 0) total_ = std::min(total_, cfg.train.max_steps);
     SF_CHECK(cfg.train.backend == Backend::Cuda || args.profile.empty(),
              "--profile-steps brackets CUDA steps for nsys/ncu; it needs train.backend=cuda");
-    backend_ = cfg.train.backend == Backend::Cuda ? make_cuda_backend(cfg, args.no_graph, steps_per_epoch_, total_) : make_cpu_backend(cfg);
+    backend_ = cfg.train.backend == Backend::Cuda ? make_cuda_backend(cfg, args.no_graph, steps_per_epoch_, total_)
+                                                  : make_cpu_backend(cfg, args.deferred_stats);
 
     rs_.seed = cfg.train.seed;
     rs_.config_hash = resume_config_hash(cfg);
@@ -447,7 +453,9 @@ int Trainer::run() {
 
 }  // namespace
 
-std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& cfg) { return std::make_unique<CpuBackend>(cfg); }
+std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& cfg, bool deferred_stats) {
+    return std::make_unique<CpuBackend>(cfg, deferred_stats);
+}
 
 std::string resume_config_hash(const TrainConfig& cfg) {
     TrainConfig c = cfg;
@@ -523,6 +531,8 @@ std::string train_usage() {
            "  --max-bad-steps N        consecutive non-finite (skipped) steps tolerated before the run stops with a\n"
            "                           checkpoint and an error (default 20)\n"
            "  --no-graph               CUDA: run each step's calls eagerly instead of replaying the captured graph\n"
+           "  --deferred-stats         CPU: read step statistics only at log points, epoch ends and signals, as the\n"
+           "                           CUDA backend does (the same outputs; a check of the loop)\n"
            "  --profile-steps A:B      CUDA: cudaProfilerStart before step A, Stop after step B (1-based), for\n"
            "                           nsys --capture-range=cudaProfilerApi / ncu --profile-from-start off\n"
            "  key.path=value           override any config key, e.g. train.batch_size=64 optimizer.betas=[0.9,0.99]\n"

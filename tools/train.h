@@ -58,7 +58,9 @@ public:
 };
 
 // The CPU reference backend (model::TrainStep): parameters initialised from train.seed.
-std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& cfg);
+// deferred_stats: its statistics are collected only where a device backend's are (log points,
+// epoch ends, signals), which must not change any output (tested).
+std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& cfg, bool deferred_stats = false);
 // The CUDA backend (model::CudaTrainStep, tools/train_cuda.cpp): same initial weights; needs a
 // shard-backed data source (data.source shards or synthetic). `no_graph`: eager steps.
 std::unique_ptr<TrainBackend> make_cuda_backend(const TrainConfig& cfg, bool no_graph, int64_t steps_per_epoch,
