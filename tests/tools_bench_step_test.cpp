@@ -44,6 +44,7 @@ TEST(BenchStep, BadOptionsAreNamed) {
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--channels", "3"}), "2 or 4");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--width", "500"}), "multiple of 32");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--steps"}), "needs a value");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--steps", "20"}), "at least 50 timed steps");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--frobnicate", "1"}), "unknown option '--frobnicate'");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"stray"}), "unexpected argument 'stray'");
 }
@@ -51,7 +52,7 @@ TEST(BenchStep, BadOptionsAreNamed) {
 TEST(BenchStep, RefusesClearlyWithoutADevice) {
     std::string why;
     if (sftest::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the refusal path does not apply";
-    SF_EXPECT_ERROR(tools::cmd_bench({"step", "--batch-sizes", "8", "--steps", "1"}), "bench step needs a CUDA device");
+    SF_EXPECT_ERROR(tools::cmd_bench({"step", "--batch-sizes", "8", "--steps", "50"}), "bench step needs a CUDA device");
 }
 
 }  // namespace

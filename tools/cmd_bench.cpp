@@ -23,6 +23,7 @@
 #include "data/shard_io.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
+#include "tools/bench_report.h"
 #include "tools/bench_step.h"
 #include "tools/commands.h"
 
@@ -328,6 +329,8 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             SF_CHECK(o.channels == 2 || o.channels == 4, "bench step: --channels must be 2 or 4, got %d", o.channels);
         } else if (s == "--steps") {
             o.steps = parse_int(s, v, 1);
+            SF_CHECK(o.steps >= kMinTimedSteps, "bench step: --steps %d: a record needs at least %d timed steps",
+                     o.steps, static_cast<int>(kMinTimedSteps));
         } else if (s == "--warmup") {
             o.warmup = parse_int(s, v, 0);
         } else if (s == "--memory-budget-gb") {
