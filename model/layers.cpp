@@ -37,7 +37,9 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
     num_batches_tracked = p.counter(name + ".bn.num_batches_tracked");
     save_mean = p.scratch(static_cast<size_t>(cout), "bn mean");
     save_invstd = p.scratch(static_cast<size_t>(cout), "bn invstd");
-    conv = p.act<T>(cs.out(), "conv");
+    // conv.g lives only inside backward() (BN backward writes it, the conv's backward reads it):
+    // every ConvBN shares one region for it (Planner::act local_grad).
+    conv = p.act<T>(cs.out(), "conv", true);
     if constexpr (kIsCpu<T>) {
         bn = p.act<T>(cs.out(), "bn");
         out = act == kern::Act::None ? bn : p.act<T>(cs.out(), "act");
@@ -88,12 +90,13 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     const size_t rows = conv.shape.pixels();
     if constexpr (kIsCpu<T>) {
         if (act != kern::Act::None) kern::act_backward(ex, act, bn.numel(), bn.v, out.g, bn.g);
+        kern::fill(ex, conv.numel(), 0.0f, conv.g);  // the shared region holds the previous layer's values
         kern::batchnorm_backward(ex, rows, cs.cout, conv.v, bn.g, gamma.w, save_mean, save_invstd, conv.g, gamma.g,
                                  beta.g);
         if (x.g) kern::conv_backward_data(ex, cs, conv.g, weight.w, x.g);
         kern::conv_backward_filter(ex, cs, x.v, conv.g, weight.g, bias.g);
     } else {
-        // conv.g has this layer as its only producer: the fused backward overwrites it.
+        // conv.g (the shared layer-local region) is overwritten by the fused backward.
         kern::bn_act_backward(ex, act, rows, cs.cout, conv.v, out.g, gamma.w, beta.w, save_mean, save_invstd, conv.g,
                               gamma.g, beta.g, ws, ws_floats);
         if (cs.bias) kern::column_sum_bf16_cuda(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);

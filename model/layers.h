@@ -42,7 +42,7 @@ struct ConvBN {
     float* ws = nullptr;  // shared reduction workspace (CUDA)
     size_t ws_floats = 0;
     GpuOps* ops = nullptr;  // CUDA conv dispatch
-    ActT<T> conv;           // conv output (BN input)
+    ActT<T> conv;           // conv output (BN input); its g is the planner's shared layer-local region
     ActT<T> bn;             // BN output (activation input); CPU only
     ActT<T> out;            // activation output; the same tensor as bn when act == None
 

@@ -30,7 +30,7 @@ size_t Planner::reserve(size_t& cursor, size_t bytes) {
 void* Planner::bind(uint8_t* base, size_t& cursor, size_t bytes) { return base + reserve(cursor, bytes); }
 
 template <class T>
-ActT<T> Planner::act(const kern::Shape4& s, const char* what) {
+ActT<T> Planner::act(const kern::Shape4& s, const char* what, bool local_grad) {
     SF_CHECK(s.n > 0 && s.h > 0 && s.w > 0 && s.c > 0, "activation '%s' has an empty shape (%d,%d,%d,%d)", what, s.n,
              s.h, s.w, s.c);
     ActT<T> a;
@@ -38,15 +38,18 @@ ActT<T> Planner::act(const kern::Shape4& s, const char* what) {
     const size_t bytes = s.numel() * sizeof(T);
     if (!binding_) {
         reserve(act_bytes_, bytes);
-        reserve(act_grad_bytes_, bytes);
+        if (local_grad)
+            local_grad_bytes_ = std::max(local_grad_bytes_, round_up(bytes, kActAlign));
+        else
+            reserve(act_grad_bytes_, bytes);
         return a;
     }
     a.v = static_cast<T*>(bind(acts_, bind_act_, bytes));
-    a.g = static_cast<T*>(bind(act_grads_, bind_grad_, bytes));
+    a.g = local_grad ? reinterpret_cast<T*>(act_grads_) : static_cast<T*>(bind(act_grads_, bind_grad_, bytes));
     return a;
 }
-template ActT<float> Planner::act<float>(const kern::Shape4&, const char*);
-template ActT<kern::bf16> Planner::act<kern::bf16>(const kern::Shape4&, const char*);
+template ActT<float> Planner::act<float>(const kern::Shape4&, const char*, bool);
+template ActT<kern::bf16> Planner::act<kern::bf16>(const kern::Shape4&, const char*, bool);
 
 template <class T>
 T* Planner::scratch_as(size_t numel, const char* what) {
@@ -153,7 +156,7 @@ MemoryPlan Planner::memory() const {
     m.params = round_up(4 * table_.flat_size * sizeof(float), 256) + table_.flat_size * sizeof(kern::bf16);
     m.buffers = round_up(table_.counters * sizeof(int64_t), 256) + table_.buffer_floats * sizeof(float);
     m.activations = act_bytes_;
-    m.activation_grads = act_grad_bytes_;
+    m.activation_grads = binding_ ? act_grad_bytes_ : act_grad_bytes_ + local_grad_bytes_;
     m.workspace = std::max(workspace_floats_ * sizeof(float), extra_workspace_bytes_);
     return m;
 }
@@ -173,6 +176,8 @@ void Planner::finish_sizing() {
     const size_t c_off = buffers_arena_->reserve(table_.counters * sizeof(int64_t), 256, "counters");
     const size_t b_off = buffers_arena_->reserve(table_.buffer_floats * sizeof(float), 256, "running stats");
     const size_t a_off = acts_arena_->reserve(act_bytes_, 256, "activations");
+    // The shared layer-local gradient region first, then every other activation gradient.
+    act_grad_bytes_ += local_grad_bytes_;
     const size_t g_off = grads_arena_->reserve(act_grad_bytes_, 256, "activation grads");
     const size_t s_off = ws_arena_->reserve(std::max<size_t>(workspace_floats_, 1) * sizeof(float), 256, "workspace");
     for (auto* a : {params_arena_.get(), buffers_arena_.get(), acts_arena_.get(), grads_arena_.get(), ws_arena_.get()})
@@ -183,6 +188,7 @@ void Planner::finish_sizing() {
     buffers_ = buffers_arena_->ptr<float>(b_off);
     acts_ = acts_arena_->ptr<uint8_t>(a_off);
     act_grads_ = grads_arena_->ptr<uint8_t>(g_off);
+    bind_grad_ = local_grad_bytes_;  // per-tensor gradients follow the shared layer-local region
     workspace_ = ws_arena_->ptr<float>(s_off);
     binding_ = true;
 }

@@ -75,8 +75,11 @@ public:
     bool dry_run() const { return dry_run_; }
     rt::MemKind kind() const { return kind_; }
 
+    // An activation and its gradient. local_grad: the gradient lives only inside one layer's
+    // backward (a ConvBN's conv output gradient: written by the BN backward, read by the conv's
+    // backward right after), so every such gradient shares one region sized for the largest.
     template <class T>
-    ActT<T> act(const kern::Shape4& s, const char* what);
+    ActT<T> act(const kern::Shape4& s, const char* what, bool local_grad = false);
     float* scratch(size_t numel, const char* what);  // fp32 values only (saved statistics, ...)
     template <class T>
     T* scratch_as(size_t numel, const char* what);  // values of type T (the network input, ...)
@@ -127,6 +130,7 @@ private:
     bool binding_ = false;
     ParamTable table_;
     size_t act_bytes_ = 0, act_grad_bytes_ = 0;
+    size_t local_grad_bytes_ = 0;  // the shared layer-local gradient region (start of the grad arena)
     size_t workspace_floats_ = 0, extra_workspace_bytes_ = 0;
     std::vector<ConvUse> convs_;
     std::vector<LayerUse> layers_;

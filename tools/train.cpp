@@ -95,16 +95,6 @@ std::string default_run_dir(const TrainConfig& c) {
     return c.logging.log_dir + "/" + buf;
 }
 
-model::OptimConfig optim_config(const TrainConfig& c) {
-    model::OptimConfig oc;
-    oc.adamw.lr = c.optimizer.lr;
-    oc.adamw.beta1 = c.optimizer.betas[0];
-    oc.adamw.beta2 = c.optimizer.betas[1];
-    oc.adamw.eps = c.optimizer.eps;
-    oc.adamw.weight_decay = c.optimizer.weight_decay;
-    oc.clip_grad_norm = c.optimizer.clip_grad_norm;
-    return oc;
-}
 
 double lr_at(const TrainConfig& c, int64_t epoch, int64_t step, int64_t total) {
     if (c.sched.type == SchedType::Sgdr)
@@ -455,6 +445,17 @@ int Trainer::run() {
 
 std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& cfg, bool deferred_stats) {
     return std::make_unique<CpuBackend>(cfg, deferred_stats);
+}
+
+model::OptimConfig optim_config(const TrainConfig& c) {
+    model::OptimConfig oc;
+    oc.adamw.lr = c.optimizer.lr;
+    oc.adamw.beta1 = c.optimizer.betas[0];
+    oc.adamw.beta2 = c.optimizer.betas[1];
+    oc.adamw.eps = c.optimizer.eps;
+    oc.adamw.weight_decay = c.optimizer.weight_decay;
+    oc.clip_grad_norm = c.optimizer.clip_grad_norm;
+    return oc;
 }
 
 std::string resume_config_hash(const TrainConfig& cfg) {

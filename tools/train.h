@@ -66,6 +66,9 @@ std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& cfg, bool defe
 std::unique_ptr<TrainBackend> make_cuda_backend(const TrainConfig& cfg, bool no_graph, int64_t steps_per_epoch,
                                                 int64_t total);
 
+// The optimizer settings of the config (AdamW hyper-parameters, global-norm clip), both backends.
+model::OptimConfig optim_config(const TrainConfig& cfg);
+
 // The config hash a checkpoint records and a resume compares (RunState::config_hash):
 // tools::config_hash of the config with its output locations (logging.log_dir,
 // checkpoints.save_dir) blanked, so that a run's folders can move between save and resume.

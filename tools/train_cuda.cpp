@@ -39,17 +39,6 @@ model::LrSchedule lr_schedule(const TrainConfig& c, int64_t steps_per_epoch, int
     return s;
 }
 
-model::OptimConfig optim_of(const TrainConfig& c) {
-    model::OptimConfig oc;
-    oc.adamw.lr = c.optimizer.lr;
-    oc.adamw.beta1 = c.optimizer.betas[0];
-    oc.adamw.beta2 = c.optimizer.betas[1];
-    oc.adamw.eps = c.optimizer.eps;
-    oc.adamw.weight_decay = c.optimizer.weight_decay;
-    oc.clip_grad_norm = c.optimizer.clip_grad_norm;
-    return oc;
-}
-
 // train.deterministic: deterministic cuDNN engines and no autotuning (the engine choice of
 // autotuning may differ between processes), so whole runs repeat bit for bit.
 kern::ConvPolicy conv_policy(const TrainConfig& c) {
@@ -67,7 +56,7 @@ public:
           net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height,
                                c.model.input_width},
                ctx_.exec(), conv_policy(c)),
-          step_(net_, ctx_.exec(), loss_config(c), optim_of(c), lr_schedule(c, steps_per_epoch, total),
+          step_(net_, ctx_.exec(), loss_config(c), optim_config(c), lr_schedule(c, steps_per_epoch, total),
                 c.train.gradient_accumulation_steps) {
         step_.set_use_graphs(!no_graph);
         const model::ParamTable& t = net_.table();
