@@ -40,6 +40,15 @@ struct ConvPolicy {
     size_t max_workspace = 256u << 20;  // exclude engines whose cuDNN workspace exceeds this; 0 = no limit
 };
 
+// The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice
+// of autotuning may differ between processes), so whole runs repeat bit for bit; else autotuned.
+inline ConvPolicy run_conv_policy(bool deterministic) {
+    ConvPolicy p;
+    p.deterministic = deterministic;
+    p.autotune = !deterministic;
+    return p;
+}
+
 // What selects a distinct plan: the op, the conv geometry (bias ignored: it is not handled here) and
 // the policy fields that change which engines qualify.
 struct ConvPlanKey {

@@ -153,13 +153,6 @@ struct Events {
 
 model::NetShape shape_of(int batch, const StepBenchOptions& o) { return {batch, o.channels, o.height, o.width}; }
 
-kern::ConvPolicy policy_of(const StepBenchOptions& o) {
-    kern::ConvPolicy p;
-    p.deterministic = o.deterministic;
-    p.autotune = !o.deterministic;
-    return p;
-}
-
 model::LrSchedule bench_schedule() {
     model::LrSchedule s;
     s.sgdr = false;
@@ -180,7 +173,7 @@ struct Rig {
     model::CudaTrainStep step;
     DeviceBatch batch;
     Rig(const rt::Exec& ex, int b, const StepBenchOptions& o)
-        : net(shape_of(b, o), ex, policy_of(o)),
+        : net(shape_of(b, o), ex, kern::run_conv_policy(o.deterministic)),
           step(net, ex, model::LossConfig{}, model::OptimConfig{}, bench_schedule(), 1),
           batch(b, o.height, o.width, o.channels) {
         const model::ParamTable& t = net.table();

@@ -39,15 +39,6 @@ model::LrSchedule lr_schedule(const TrainConfig& c, int64_t steps_per_epoch, int
     return s;
 }
 
-// train.deterministic: deterministic cuDNN engines and no autotuning (the engine choice of
-// autotuning may differ between processes), so whole runs repeat bit for bit.
-kern::ConvPolicy conv_policy(const TrainConfig& c) {
-    kern::ConvPolicy p;
-    p.deterministic = c.train.deterministic;
-    p.autotune = !c.train.deterministic;
-    return p;
-}
-
 class CudaBackend : public TrainBackend {
 public:
     CudaBackend(const TrainConfig& c, bool no_graph, int64_t steps_per_epoch, int64_t total)
@@ -55,7 +46,7 @@ public:
           ctx_(0),
           net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height,
                                c.model.input_width},
-               ctx_.exec(), conv_policy(c)),
+               ctx_.exec(), kern::run_conv_policy(c.train.deterministic)),
           step_(net_, ctx_.exec(), loss_config(c), optim_config(c), lr_schedule(c, steps_per_epoch, total),
                 c.train.gradient_accumulation_steps) {
         step_.set_use_graphs(!no_graph);

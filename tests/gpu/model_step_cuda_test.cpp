@@ -107,12 +107,7 @@ struct GpuRig {
     }
     // Deterministic engines and no autotuning (as train.deterministic): two rigs then pick the same
     // cuDNN engines and custom kernels, which the bitwise comparison of two rigs needs.
-    static kern::ConvPolicy policy(bool deterministic) {
-        kern::ConvPolicy c;
-        c.deterministic = deterministic;
-        c.autotune = !deterministic;
-        return c;
-    }
+    static kern::ConvPolicy policy(bool deterministic) { return kern::run_conv_policy(deterministic); }
     // On the compute stream (non-blocking: a legacy-stream cudaMemcpy would not be ordered against
     // the step), after the arena's zero fill and the previous step, finished before returning.
     void load(const std::vector<uint8_t>& px, const std::vector<data::Label>& lb) {
