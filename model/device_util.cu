@@ -37,7 +37,7 @@ __global__ void epoch_kernel(int64_t steps_per_epoch, const kern::DeviceStepStat
 }
 
 __global__ void record_kernel(kern::DeviceStepState* __restrict__ st, double* __restrict__ step_loss, double inv_accum,
-                              double* __restrict__ window_sum, StepRecord* __restrict__ ring, int ring_size) {
+                              StepRecord* __restrict__ ring, int ring_size) {
     // A non-finite micro-batch total (the loss adds every total, so the sum is then non-finite too)
     // skips the update, as TrainStep::optimizer_step does; grad_norm_cuda only sees the gradients.
     if (!isfinite(*step_loss)) st->nonfinite = 1;
@@ -48,18 +48,17 @@ __global__ void record_kernel(kern::DeviceStepState* __restrict__ st, double* __
     r.clip_scale = st->clip_scale;
     r.nonfinite = st->nonfinite;
     ring[(st->step + st->skipped) % ring_size] = r;
-    *window_sum += *step_loss;
     *step_loss = 0;
 }
 
 }  // namespace
 
 void record_step_cuda(const rt::Exec& ex, kern::DeviceStepState* state, double* step_loss, int accum,
-                      double* window_sum, StepRecord* ring, int ring_size) {
+                      StepRecord* ring, int ring_size) {
     SF_CHECK(ex.is_cuda(), "record_step_cuda needs a CUDA Exec");
-    SF_CHECK(state && step_loss && window_sum && ring && ring_size > 0 && accum >= 1,
+    SF_CHECK(state && step_loss && ring && ring_size > 0 && accum >= 1,
              "record_step_cuda: bad arguments");
-    record_kernel<<<1, 1, 0, ex.stream>>>(state, step_loss, 1.0 / accum, window_sum, ring, ring_size);
+    record_kernel<<<1, 1, 0, ex.stream>>>(state, step_loss, 1.0 / accum, ring, ring_size);
     SF_CUDA_CHECK_LAUNCH();
 }
 

@@ -24,8 +24,8 @@ void schedule_lr_cuda(const rt::Exec& ex, const LrSchedule& s, kern::DeviceStepS
 
 // After grad_norm_cuda, before adamw_cuda: state->nonfinite |= !isfinite(*step_loss) (a non-finite
 // micro-batch loss skips the update, as on the CPU); ring[(state->step + state->skipped) % ring_size]
-// = {*step_loss / accum, norm, lr, clip, nonfinite}; *window_sum += *step_loss; *step_loss = 0.
+// = {*step_loss / accum, norm, lr, clip, nonfinite}; *step_loss = 0.
 void record_step_cuda(const rt::Exec& ex, kern::DeviceStepState* state, double* step_loss, int accum,
-                      double* window_sum, StepRecord* ring, int ring_size);
+                      StepRecord* ring, int ring_size);
 
 }  // namespace model

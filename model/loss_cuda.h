@@ -122,7 +122,7 @@ void mask_grid_cuda(const rt::Exec& ex, int n, int H, int W, int C, int mask_c, 
 // 16-byte aligned, angle 8-byte aligned). valid_avg: (N,h,w) device soft valid mask. labels: n
 // device records. grads: device tensors of the logits' shapes (same alignment), overwritten with
 // grad_scale * d total / d logits; null = forward only (launches 1-3). out: one device record,
-// overwritten. loss_sum (nullable): one device double, *loss_sum += total (window sums for logging).
+// overwritten. loss_sum (nullable): one device double, *loss_sum += total (the step's sum over its micro-batches).
 // workspace: loss_workspace_bytes(cfg, n, h, w) bytes of device memory, 256-byte aligned.
 // Labels are not validated on the device: num_fakes is clamped into 0..kMaxFakeGaps and non-finite
 // coordinates give NaN terms (dropped by the NaN rule), where loss_forward_backward_ref throws.

@@ -130,9 +130,6 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     declare(plan_);  // binding pass
     plan_.finish_binding();
     ops_->bind_workspace(plan_.workspace_base(), plan_.memory().workspace);
-    // The arenas are zero-filled by cudaMemset on the legacy default stream, which does not order
-    // against the (non-blocking) compute stream: finish the fills before the caller enqueues work.
-    SF_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 template <class T>

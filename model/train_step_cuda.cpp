@@ -23,7 +23,6 @@ struct CudaTrainStep::Device {
     rt::Arena pinned{"train step readback", rt::MemKind::Pinned};
     kern::DeviceStepState* state = nullptr;
     DeviceLossTerms* loss = nullptr;
-    double* loss_sum = nullptr;
     double* step_loss = nullptr;  // sum of this step's micro-batch totals (moved into the ring)
     StepRecord* history = nullptr;
     StepRecord* h_history = nullptr;
@@ -38,11 +37,9 @@ struct CudaTrainStep::Device {
     // pinned readback
     kern::DeviceStepState* h_state = nullptr;
     DeviceLossTerms* h_loss = nullptr;
-    double* h_loss_sum = nullptr;
     DeviceMetricSums* h_metrics = nullptr;
     cudaEvent_t stats_ready = nullptr;
     bool stats_pending = false;
-    int64_t micro_since_request = 0, micro_in_request = 0;
     const uint8_t* pixels[kSlots] = {nullptr, nullptr};
     const data::Label* labels[kSlots] = {nullptr, nullptr};
 };
@@ -68,7 +65,6 @@ CudaTrainStep::CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossCo
     d.loss_ws_bytes = loss_workspace_bytes(loss_, s.batch, net.grid_h(), net.grid_w());
     const size_t o_state = d.dev.reserve(sizeof(kern::DeviceStepState), 256, "step state");
     const size_t o_loss = d.dev.reserve(sizeof(DeviceLossTerms), 256, "loss terms");
-    const size_t o_sum = d.dev.reserve(sizeof(double), 256, "loss window sum");
     const size_t o_sloss = d.dev.reserve(sizeof(double), 256, "step loss");
     const size_t o_hist = d.dev.reserve(kHistory * sizeof(StepRecord), 256, "step history");
     const size_t p_hist = d.pinned.reserve(kHistory * sizeof(StepRecord), 64, "step history");
@@ -81,19 +77,13 @@ CudaTrainStep::CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossCo
     const size_t o_met = d.dev.reserve(sizeof(DeviceMetricSums), 256, "metric sums");
     const size_t p_state = d.pinned.reserve(sizeof(kern::DeviceStepState), 64, "step state");
     const size_t p_loss = d.pinned.reserve(sizeof(DeviceLossTerms), 64, "loss terms");
-    const size_t p_sum = d.pinned.reserve(sizeof(double), 64, "loss window sum");
     const size_t p_met = d.pinned.reserve(sizeof(DeviceMetricSums), 64, "metric sums");
     d.dev.allocate();  // zero-filled: counters, partials (the grad-norm counter must start at 0), sums
     d.pinned.allocate();
     d.dev.seal();
     d.pinned.seal();
-    // Arena::allocate zero-fills device memory with cudaMemset, i.e. on the legacy default stream,
-    // which does not order against ex.stream (cudaStreamNonBlocking): wait for those fills (this
-    // arena's and the network's) before anything on ex.stream writes the same memory.
-    SF_CUDA_CHECK(cudaDeviceSynchronize());
     d.state = d.dev.ptr<kern::DeviceStepState>(o_state);
     d.loss = d.dev.ptr<DeviceLossTerms>(o_loss);
-    d.loss_sum = d.dev.ptr<double>(o_sum);
     d.step_loss = d.dev.ptr<double>(o_sloss);
     d.history = d.dev.ptr<StepRecord>(o_hist);
     d.h_history = d.pinned.ptr<StepRecord>(p_hist);
@@ -106,7 +96,6 @@ CudaTrainStep::CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossCo
     d.metrics = d.dev.ptr<DeviceMetricSums>(o_met);
     d.h_state = d.pinned.ptr<kern::DeviceStepState>(p_state);
     d.h_loss = d.pinned.ptr<DeviceLossTerms>(p_loss);
-    d.h_loss_sum = d.pinned.ptr<double>(p_sum);
     d.h_metrics = d.pinned.ptr<DeviceMetricSums>(p_met);
     SF_CUDA_CHECK(cudaEventCreateWithFlags(&d.stats_ready, cudaEventDisableTiming));
     set_counters(0, 0);
@@ -207,7 +196,7 @@ void CudaTrainStep::enqueue_optimizer() {
     const rt::Scope scope(ex_, "optimizer");
     schedule_lr_cuda(ex_, sched_, d.state, d.epoch);
     kern::grad_norm_cuda(ex_, n, p.grad(), d.norm_partials, c, d.state);
-    record_step_cuda(ex_, d.state, d.step_loss, accum_, d.loss_sum, d.history, kHistory);
+    record_step_cuda(ex_, d.state, d.step_loss, accum_, d.history, kHistory);
     kern::adamw_cuda(ex_, n, p.master(), p.working(), p.grad(), p.adam_m(), p.adam_v(), c, d.state);
 }
 
@@ -246,7 +235,6 @@ void CudaTrainStep::micro_step(int slot) {
     } else {
         enqueue_micro(slot);
     }
-    ++d_->micro_since_request;
 }
 
 void CudaTrainStep::optimizer_step() {
@@ -306,12 +294,8 @@ void CudaTrainStep::request_stats() {
     SF_CUDA_CHECK(cudaMemcpyAsync(d.h_state, d.state, sizeof(kern::DeviceStepState), cudaMemcpyDeviceToHost,
                                   ex_.stream));
     SF_CUDA_CHECK(cudaMemcpyAsync(d.h_loss, d.loss, sizeof(DeviceLossTerms), cudaMemcpyDeviceToHost, ex_.stream));
-    SF_CUDA_CHECK(cudaMemcpyAsync(d.h_loss_sum, d.loss_sum, sizeof(double), cudaMemcpyDeviceToHost, ex_.stream));
-    SF_CUDA_CHECK(cudaMemsetAsync(d.loss_sum, 0, sizeof(double), ex_.stream));  // the next window starts at 0
     SF_CUDA_CHECK(cudaEventRecord(d.stats_ready, ex_.stream));
     d.stats_pending = true;
-    d.micro_in_request = d.micro_since_request;
-    d.micro_since_request = 0;
 }
 
 bool CudaTrainStep::poll_stats(CudaStepStats* out) {
@@ -329,8 +313,6 @@ bool CudaTrainStep::poll_stats(CudaStepStats* out) {
     s.clip_scale = d.h_state->clip_scale;
     s.last_nonfinite = d.h_state->nonfinite != 0;
     s.loss = to_loss_terms(*d.h_loss);
-    s.loss_window_sum = *d.h_loss_sum;
-    s.loss_window_count = d.micro_in_request;
     *out = s;
     return true;
 }

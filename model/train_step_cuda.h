@@ -57,8 +57,6 @@ struct CudaStepStats {
     double lr = 0, grad_norm = 0, clip_scale = 1;
     bool last_nonfinite = false;
     LossTerms loss;             // of the last micro-batch
-    double loss_window_sum = 0;  // sum of micro-batch totals since the previous read
-    int64_t loss_window_count = 0;
 };
 
 // Host <-> device copies of a CUDA network's state (checkpoint views, model/checkpoint.h); null

@@ -160,9 +160,6 @@ private:
                  "shards hold %d pixel channel(s); model.input_channels=%d needs %d", b.spec.channels,
                  cfg_.model.input_channels, cfg_.model.input_channels - 1);
         feed_ = std::make_unique<data::DeviceFeed>(b.spec, cfg_.train.batch_size);
-        // The feed's arena is zero-filled by cudaMemset on the legacy stream, unordered against the
-        // (non-blocking) copy and compute streams: let the fill finish before the first copy.
-        SF_CUDA_CHECK(cudaDeviceSynchronize());
         for (int s = 0; s < model::CudaTrainStep::kSlots; ++s) step_.bind_slot(s, feed_->pixels(s), feed_->labels(s));
     }
 
