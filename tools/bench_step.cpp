@@ -25,6 +25,7 @@
 #include "runtime/arena.h"
 #include "runtime/cuda_check.h"
 #include "runtime/device_info.h"
+#include "runtime/device_report.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/log.h"
@@ -309,8 +310,7 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
 }  // namespace
 
 int bench_step(const StepBenchOptions& o, const std::string& command_line) {
-    std::string why;
-    SF_CHECK(rt::cuda_device_available(&why), "bench step needs a CUDA device: %s", why.c_str());
+    rt::check_cuda_device(0, "bench step");  // reports the GPU; refuses a missing or unsupported one
     rt::CudaContext ctx(0);
     const rt::DeviceInfo dev = rt::query_device_info(0);
     rt::Nvml nvml(dev.pci_bus_id, dev.ordinal);

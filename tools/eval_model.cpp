@@ -16,6 +16,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/exec.h"
 #include "model/eval_step.h"
+#include "runtime/device_report.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/safetensors.h"
@@ -190,7 +191,10 @@ private:
 bool use_cuda(const TrainConfig& cfg) {
     if (cfg.train.backend != Backend::Cuda) return false;
     std::string why;
-    if (rt::cuda_device_available(&why)) return true;
+    if (rt::cuda_device_available(&why)) {
+        rt::check_cuda_device(0, "train.backend=cuda");  // reports the GPU; refuses one this build cannot run on
+        return true;
+    }
     SF_LOG_INFO("train.backend=cuda but no usable CUDA device (%s): inference runs on the CPU reference backend",
                 why.c_str());
     return false;

@@ -15,6 +15,7 @@
 #include "model/eval_step.h"
 #include "model/init.h"
 #include "model/schedule.h"
+#include "runtime/device_report.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/log.h"
@@ -208,11 +209,7 @@ private:
 Trainer::Trainer(const Args& args, const TrainConfig& cfg)
     : args_(args), cfg_(cfg), accum_(cfg.train.gradient_accumulation_steps), early_(cfg.eval) {
     if (cfg.train.backend == Backend::Cuda) {  // before any data is read or generated
-        std::string why;
-        SF_CHECK(rt::cuda_device_available(&why),
-                 "train.backend=cuda needs a usable CUDA device (%s); the CPU reference backend runs with "
-                 "train.backend=cpu",
-                 why.c_str());
+        rt::check_cuda_device(0, "train.backend=cuda");  // logs the GPU, driver and runtime; refuses an unusable one
     }
     if (cfg.data.source == DataSource::Synthetic) ensure_synthetic_dataset(cfg);
     train_data_ = make_batch_source(cfg, SplitRole::Train);

@@ -1,0 +1,41 @@
+// `slidefuse devices`: the CUDA device report of every GPU and whether this build runs on it
+// (runtime/device_report.h). scripts/run.sh asks it whether to run the GPU preset. Exit codes:
+// 0 device 0 is usable, 2 no usable CUDA device, 3 device 0 is not supported by this build.
+#include <cstdio>
+
+#include "runtime/device_info.h"
+#include "runtime/device_report.h"
+#include "runtime/error.h"
+#include "tools/commands.h"
+
+namespace tools {
+
+int cmd_devices(const std::vector<std::string>& args) {
+    if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+        std::printf(
+            "usage: slidefuse devices\n"
+            "  prints each CUDA device, its compute capability, driver and runtime versions and whether this\n"
+            "  build runs on it; exit 0: device 0 is usable, 2: no usable device, 3: device 0 unsupported\n");
+        return 0;
+    }
+    SF_CHECK(args.empty(), "devices takes no arguments, got '%s'", args[0].c_str());
+    const std::vector<rt::ArchTarget> archs = rt::parse_cuda_architectures(rt::built_cuda_architectures());
+    rt::DeviceInfo d = rt::query_device_info(0);
+    if (!d.available) {
+        std::printf("no usable CUDA device: %s (driver CUDA %s, runtime CUDA %s)\n", d.reason.c_str(),
+                    d.cuda_driver_version ? rt::cuda_version_string(d.cuda_driver_version).c_str() : "none",
+                    rt::cuda_version_string(d.cuda_runtime_version).c_str());
+        return 2;
+    }
+    int rc = 0;
+    for (int i = 0; d.available; d = rt::query_device_info(++i)) {
+        const rt::DeviceSupport s = rt::decide_device_support(d.cc_major * 10 + d.cc_minor, d.cuda_driver_version,
+                                                              d.cuda_runtime_version, archs);
+        std::printf("%s\n", rt::device_report_line(d, s).c_str());
+        if (!s.ok) std::printf("  not supported: %s\n", s.message.c_str());
+        if (i == 0 && !s.ok) rc = 3;
+    }
+    return rc;
+}
+
+}  // namespace tools
