@@ -1,6 +1,7 @@
 // Logging: levelled lines to stderr, or to a replaceable sink (tests install one that turns
-// warnings into failures). Thread-safe; one line per call.
+// warnings into failures), and a run's log file. Thread-safe; one line per call.
 #pragma once
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -17,9 +18,22 @@ LogSink set_log_sink(LogSink sink);
 void log_message(LogLevel level, const std::string& msg);
 const char* log_level_name(LogLevel level);
 
+// A run's console log file (train.log in the run folder). While one is open, every log line
+// (whatever the sink) and every console line is appended to it, each with a UTC timestamp; the
+// lines of this process before it opened (the device report, dataset generation; at most
+// kLogBacklog of them) are written first. Throws rt::Error when the file cannot be opened.
+constexpr size_t kLogBacklog = 1000;
+void open_log_file(const std::string& path, bool append);
+void close_log_file();
+// A line of the console's story: printed to stdout and appended to the log file.
+void console_line(const std::string& line);
+// Appended to the log file only (a progress line that stdout shows rewritten in place).
+void log_file_line(const std::string& line);
+
 }  // namespace rt
 
 #define SF_LOG_DEBUG(...) ::rt::log_message(::rt::LogLevel::Debug, ::rt::format(__VA_ARGS__))
 #define SF_LOG_INFO(...) ::rt::log_message(::rt::LogLevel::Info, ::rt::format(__VA_ARGS__))
 #define SF_LOG_WARN(...) ::rt::log_message(::rt::LogLevel::Warn, ::rt::format(__VA_ARGS__))
 #define SF_LOG_ERROR(...) ::rt::log_message(::rt::LogLevel::Error, ::rt::format(__VA_ARGS__))
+#define SF_CONSOLE(...) ::rt::console_line(::rt::format(__VA_ARGS__))

@@ -97,7 +97,7 @@ TEST(ToolsConfig, EveryFieldRoundTripsAndCountsForEqualityAndHash) {
 }
 
 TEST(ToolsConfig, ShippedConfigsRoundTrip) {
-    for (const char* name : {"/configs/default.yaml", "/configs/cpu_smoke.yaml"}) {
+    for (const char* name : {"/configs/default.yaml", "/configs/cpu_smoke.yaml", "/configs/quickstart.yaml"}) {
         const TrainConfig c = tools::load_config(std::string(SF_SOURCE_DIR) + name, {});
         EXPECT_TRUE(parse(tools::to_yaml(c)) == c) << name;
     }
@@ -162,3 +162,21 @@ TEST(ToolsConfig, LossConfigTakesVariantAndWeights) {
 }
 
 }  // namespace
+
+// scripts/run.sh's GPU preset is the 1.1.1 recipe, shortened: everything but the length, the
+// data location and the output folders equals configs/default.yaml.
+TEST(ToolsConfig, QuickstartIsTheRecipeShortened) {
+    const TrainConfig q = tools::load_config(std::string(SF_SOURCE_DIR) + "/configs/quickstart.yaml", {});
+    TrainConfig d = tools::load_config(std::string(SF_SOURCE_DIR) + "/configs/default.yaml", {});
+    EXPECT_EQ(q.train.backend, tools::Backend::Cuda);
+    EXPECT_EQ(q.model.input_height, 256);
+    EXPECT_EQ(q.model.input_width, 512);
+    EXPECT_EQ(q.data.source, tools::DataSource::Synthetic);
+    EXPECT_LT(q.sched.epochs * q.data.num_samples, d.sched.epochs * d.data.num_samples / 10);
+    d.sched.epochs = q.sched.epochs;
+    d.data = q.data;
+    d.eval.early_stopping.enabled = q.eval.early_stopping.enabled;
+    d.logging = q.logging;
+    d.checkpoints = q.checkpoints;
+    EXPECT_TRUE(d == q) << tools::to_yaml(q);
+}

@@ -116,7 +116,7 @@ TEST(ToolsConfig, Original111FileLoadsAndIgnoresItsExtraKeysAtInfoLevel) {
     std::istringstream ignored(
         "checkpoints.save_strategy eval.vis_fail_k eval.visualization hardware.allow_tf32 hardware.cudnn_allow_tf32 "
         "hardware.cudnn_benchmark hardware.device hardware.matmul_allow_tf32 logging.auto_launch_tensorboard "
-        "logging.tb_items logging.tensorboard logging.tensorboard_dir logging.tensorboard_port logging.time_tracking "
+        "logging.tb_items logging.tensorboard_dir logging.tensorboard_port logging.time_tracking "
         "model.model_path monitoring timestamp train.channels_last train.compile_mode train.compile_model "
         "train.non_blocking train.persistent_workers train.pin_memory");
     for (std::string key; ignored >> key;) EXPECT_TRUE(contains(msg, key));
@@ -136,6 +136,16 @@ TEST(ToolsConfig, HardwareCudnnDeterministicMapsToTrainDeterministic) {
 }
 
 // ---- amp ----
+
+TEST(ToolsConfig, LoggingTensorboardAndPlotSwitches) {
+    const TrainConfig d;
+    EXPECT_TRUE(d.logging.tensorboard);
+    EXPECT_TRUE(d.logging.plot);
+    const TrainConfig c = parse("logging:\n  tensorboard: false\n  plot: false\n");
+    EXPECT_FALSE(c.logging.tensorboard);
+    EXPECT_FALSE(c.logging.plot);
+    EXPECT_TRUE(contains(parse_error("logging:\n  tensorboard: maybe\n"), "logging.tensorboard"));
+}
 
 TEST(ToolsConfig, AmpAcceptsBooleansAndNames) {
     EXPECT_EQ(parse("train:\n  amp: true\n").train.amp, tools::AmpMode::Bf16);

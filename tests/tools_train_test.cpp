@@ -64,6 +64,30 @@ TEST(TrainCli, SmokeConfigRunsAndWritesItsOutputs) {
     EXPECT_EQ(steps, 3);
     EXPECT_GE(validations, 1);
     EXPECT_EQ(model::list_checkpoints(ck), std::vector<std::string>{model::checkpoint_path(ck, 3)});
+    // The console's story is in train.log: the start, progress lines with the recent and average
+    // rate, validation, the end line and the validation table.
+    std::string log;
+    for (const auto& l : lines_of(out + "/train.log")) log += l + "\n";
+    for (const char* part : {"[slidefuse info] training ", "step 3/3 | epoch", "samples/s (avg ",
+                             "validation after epoch", "done: 3 steps", "samples/s on average",
+                             " epoch |    step |  mae_px | hit@2px | hit@5px"})
+        EXPECT_NE(log.find(part), std::string::npos) << part << " not in train.log:\n" << log;
+    EXPECT_NE(lines.front().find("\"samples_per_s_avg\""), std::string::npos) << lines.front();
+    int event_files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(out))
+        event_files += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+    EXPECT_EQ(event_files, 1);
+}
+
+TEST(TrainCli, TensorboardFilesCanBeTurnedOff) {
+    const std::string out = temp_dir("notb"), ck = out + "/ck";
+    ASSERT_EQ(tools::cmd_train({"--config", kSmoke, "--out", out, "checkpoints.save_dir=" + ck, "train.max_steps=1",
+                                "logging.tensorboard=false", "logging.plot=false"}),
+              0);
+    for (const auto& e : std::filesystem::directory_iterator(out))
+        EXPECT_NE(e.path().filename().string().rfind("events.out.tfevents.", 0), 0u) << e.path();
+    EXPECT_TRUE(std::filesystem::exists(out + "/train.log"));
+    std::filesystem::remove_all(out);
 }
 
 TEST(TrainCli, BadInputIsRefusedWithTheReason) {

@@ -73,7 +73,8 @@ bool eq(const EvalSection& a, const EvalSection& b) {
            x.second_guard.min_delta == y.second_guard.min_delta && x.second_guard.mode == y.second_guard.mode;
 }
 bool eq(const LoggingSection& a, const LoggingSection& b) {
-    return a.log_interval == b.log_interval && a.log_dir == b.log_dir;
+    return a.log_interval == b.log_interval && a.log_dir == b.log_dir && a.tensorboard == b.tensorboard &&
+           a.plot == b.plot;
 }
 bool eq(const CheckpointsSection& a, const CheckpointsSection& b) {
     return a.save_dir == b.save_dir && a.save_interval == b.save_interval && a.save_best == b.save_best &&
@@ -215,6 +216,8 @@ std::string to_yaml(const TrainConfig& c) {
     w.open("logging");
     w.kv("log_interval", c.logging.log_interval);
     w.kv("log_dir", yaml_string(c.logging.log_dir));
+    w.kv("tensorboard", yaml_bool(c.logging.tensorboard));
+    w.kv("plot", yaml_bool(c.logging.plot));
     w.close();
     w.open("checkpoints");
     w.kv("save_dir", yaml_string(c.checkpoints.save_dir));

@@ -105,6 +105,8 @@ struct EvalSection {
 struct LoggingSection {
     int log_interval = 10;  // steps
     std::string log_dir = "runs";
+    bool tensorboard = true;  // TensorBoard event files in the run folder (tools/tensorboard.h)
+    bool plot = true;         // metrics.png at the end (tools/plot_metrics.py, when matplotlib is present)
 };
 
 struct CheckpointsSection {

@@ -129,8 +129,9 @@ void read_eval(Section s, EvalSection& e) {
 void read_logging(Section s, LoggingSection& l) {
     s.integer("log_interval", l.log_interval, at_least(1));
     s.string("log_dir", l.log_dir, true);
-    for (const char* k :
-         {"auto_launch_tensorboard", "tb_items", "tensorboard", "tensorboard_dir", "tensorboard_port", "time_tracking"})
+    s.boolean("tensorboard", l.tensorboard);
+    s.boolean("plot", l.plot);
+    for (const char* k : {"auto_launch_tensorboard", "tb_items", "tensorboard_dir", "tensorboard_port", "time_tracking"})
         s.ignore(k);
     s.finish();
 }

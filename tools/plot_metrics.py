@@ -9,7 +9,8 @@ metrics.jsonl holds one JSON object per line (tools/train.cpp):
                        "hit_le_5px", "gap_mae", "slider_mae", "samples"}
 The figure has three panels against the optimizer step: loss (log scale when it spans more than
 a factor 100), learning rate (log scale), and validation hit@2px / hit@5px (%) with MAE px on a
-second axis. The default output is
+second axis (each its own line style and marker, so that equal values stay visible). `slidefuse
+train` runs this script at the end of a run when matplotlib is present (logging.plot). The default output is
 <RUN_DIR>/metrics.png. Needs matplotlib (pip install matplotlib); everything else is stdlib.
 A partly written last line (a run still in progress) is skipped with a note.
 """
@@ -67,6 +68,17 @@ def series(records, key):
     return xs, ys
 
 
+# Validation lines: equal values (both hit rates at 100%, say) must not hide each other, so each
+# has its own line style and marker: hit@5px dashed with large open squares, hit@2px solid with
+# small filled circles drawn on top, MAE dotted with triangles.
+ACC_STYLES = {
+    "hit_le_5px": dict(color="tab:red", linestyle="--", linewidth=2.0, marker="s", markersize=9,
+                       markerfacecolor="none", markeredgewidth=1.5, zorder=2),
+    "hit_le_2px": dict(color="tab:orange", linestyle="-", linewidth=1.2, marker="o", markersize=4, zorder=3),
+    "mae_px": dict(color="tab:blue", linestyle=":", linewidth=1.2, marker="^", markersize=5),
+}
+
+
 def plot(train, val, out, title):
     try:
         import matplotlib
@@ -102,16 +114,16 @@ def plot(train, val, out, title):
     ax_lr.set_ylabel("learning rate")
 
     handles = []
-    for key, color in (("hit_le_2px", "tab:orange"), ("hit_le_5px", "tab:red")):
+    for key in ("hit_le_5px", "hit_le_2px"):  # 5px below: its larger open markers frame 2px's dots
         xs, ys = series(val, key)
         if xs:
-            handles += ax_acc.plot(xs, ys, "o-", color=color, label=key.replace("hit_le_", "hit@") + " (%)")
+            handles += ax_acc.plot(xs, ys, label=key.replace("hit_le_", "hit@") + " (%)", **ACC_STYLES[key])
     ax_acc.set_ylabel("hit rate (%)")
     ax_acc.set_ylim(0, 100)
     xs, ys = series(val, "mae_px")
     if xs:
         ax_mae = ax_acc.twinx()
-        handles += ax_mae.plot(xs, ys, "s--", color="tab:blue", label="MAE px")
+        handles += ax_mae.plot(xs, ys, label="MAE px", **ACC_STYLES["mae_px"])
         ax_mae.set_ylabel("MAE (px)")
     if handles:
         ax_acc.legend(handles=handles, loc="best")

@@ -21,7 +21,9 @@
 #include "runtime/log.h"
 #include "runtime/profile.h"
 #include "tools/progress.h"
+#include "tools/run_log.h"
 #include "tools/signals.h"
+#include "tools/val_progress.h"
 
 namespace tools {
 
@@ -202,6 +204,7 @@ private:
     int64_t steps_per_epoch_ = 0, total_ = 0, start_step_ = 0, last_saved_ = -1;
     std::string out_, resumed_from_;
     std::ofstream metrics_;
+    RunLog run_log_;  // train.log, TensorBoard events, the closing table and plot
     Progress progress_{1};
     double first_loss_ = NAN, last_loss_ = NAN;
 };
@@ -270,6 +273,7 @@ void Trainer::open_outputs() {
     if (!resumed_from_.empty()) truncate_metrics(path, rs_.step);
     metrics_.open(path, resumed_from_.empty() ? std::ios::trunc : std::ios::app);
     SF_CHECK(metrics_.good(), "cannot write %s", path.c_str());
+    run_log_.open(out_, cfg_.logging, resumed_from_.empty() ? 0 : rs_.step);
     make_dirs(cfg_.checkpoints.save_dir);
 }
 
@@ -286,11 +290,12 @@ void Trainer::account(const model::StepStats& s) {
 // The progress line and the metrics.jsonl record of a log point (s: the step just done).
 void Trainer::log_step(const model::StepStats& s, int64_t epoch) {
     const double window = rs_.window_loss_sum / static_cast<double>(rs_.window_steps);
-    const double sps =
-        static_cast<double>(rs_.step - start_step_) * cfg_.train.batch_size * accum_ / progress_.elapsed_s();
+    // samples/s over the last log interval (validation and checkpoint time excluded), and on average
+    const Progress::Rates r = progress_.rates(rs_.step);
+    const double sps = r.recent * cfg_.train.batch_size * accum_, avg = r.average * cfg_.train.batch_size * accum_;
     char body[256];
-    std::snprintf(body, sizeof(body), "epoch %lld | loss %.4f | lr %.3e | grad norm %.3e | %.2f samples/s",
-                  static_cast<long long>(epoch + 1), window, s.lr, s.grad_norm, sps);
+    std::snprintf(body, sizeof(body), "epoch %lld | loss %.4f | lr %.3e | grad norm %.3e | %.1f samples/s (avg %.1f)",
+                  static_cast<long long>(epoch + 1), window, s.lr, s.grad_norm, sps, avg);
     progress_.update(rs_.step, body);
     const nlohmann::json j = {{"step", rs_.step},
                               {"epoch", epoch + 1},
@@ -306,22 +311,29 @@ void Trainer::log_step(const model::StepStats& s, int64_t epoch) {
                               {"lr", s.lr},
                               {"grad_norm", s.grad_norm},
                               {"skipped_steps", rs_.skipped},
-                              {"samples_per_s", sps}};
+                              {"samples_per_s", sps},
+                              {"samples_per_s_avg", avg}};
     metrics_ << j.dump() << "\n" << std::flush;
+    run_log_.record(j);
     rs_.window_loss_sum = 0;
     rs_.window_steps = 0;
 }
 
 // Validation (MODEL_SPEC §3.5), best.safetensors, early stopping (epoch ends only). Returns true to stop.
 bool Trainer::validate_and_select(bool epoch_end) {
-    const model::Metrics m = backend_->validate(*val_data_);
+    progress_.pause();  // the samples/s of training steps only
+    progress_.finish();
+    model::Metrics m;
+    {
+        ProgressSource val(*val_data_, "validation batch", stdout_is_tty());
+        m = backend_->validate(val);
+    }
     const std::map<std::string, double> v = metric_values(m);
     const int64_t epoch = (rs_.step - 1) / steps_per_epoch_ + 1;
     const std::string& select = cfg_.eval.select_by;
     const bool best = update_best(rs_, select, v.at(select));
     const bool stop = epoch_end && early_.update(rs_, epoch, v);
-    progress_.finish();
-    std::printf(
+    SF_CONSOLE(
         "validation after epoch %lld: mae_px %.3f rmse_px %.3f hit_le_2px %.1f%% hit_le_5px %.1f%% (%zu samples)%s\n",
         static_cast<long long>(epoch), m.mae_px(), m.rmse_px(), m.hit_le_2px(), m.hit_le_5px(), m.count(),
         best ? " best" : "");
@@ -331,9 +343,11 @@ bool Trainer::validate_and_select(bool epoch_end) {
     j["best"] = best;
     if (cfg_.eval.early_stopping.enabled) j["patience_counter"] = rs_.epochs_without_improvement;
     metrics_ << j.dump() << "\n" << std::flush;
+    run_log_.record(j);
     if (best && cfg_.checkpoints.save_best) save(model::best_checkpoint_path(cfg_.checkpoints.save_dir));
+    progress_.resume();
     if (stop)
-        std::printf("early stopping after epoch %lld: %s has not improved by %g for %lld validations (best %g)\n",
+        SF_CONSOLE("early stopping after epoch %lld: %s has not improved by %g for %lld validations (best %g)",
                     static_cast<long long>(epoch), select.c_str(), cfg_.eval.early_stopping.min_improvement,
                     static_cast<long long>(rs_.epochs_without_improvement), rs_.es_best);
     return stop;
@@ -352,7 +366,9 @@ void Trainer::save(const std::string& path) {
 std::string Trainer::save_step_checkpoint() {
     const std::string path = model::checkpoint_path(cfg_.checkpoints.save_dir, rs_.step);
     if (last_saved_ == rs_.step) return path;
+    progress_.pause();
     save(path);
+    progress_.resume();
     model::prune_checkpoints(cfg_.checkpoints.save_dir, cfg_.checkpoints.keep_last);
     last_saved_ = rs_.step;
     SF_LOG_INFO("checkpoint %s", path.c_str());
@@ -421,7 +437,7 @@ int Trainer::run() {
         if (signals.requested()) {
             last = save_step_checkpoint();
             progress_.finish();
-            std::printf("stopped by %s after step %lld: checkpoint %s; continue with --resume auto\n",
+            SF_CONSOLE("stopped by %s after step %lld: checkpoint %s; continue with --resume auto",
                         signal_name(signals.signal_number()), static_cast<long long>(rs_.step), last.c_str());
             return 0;
         }
@@ -429,12 +445,14 @@ int Trainer::run() {
     }
     last = save_step_checkpoint();
     progress_.finish();
-    std::printf(
-        "done: %lld steps (%lld in this session) in %s, loss %.4f -> %.4f, %lld skipped; outputs in %s; "
-        "checkpoint %s\n",
+    const double avg = progress_.rates(rs_.step).average * cfg_.train.batch_size * accum_;
+    SF_CONSOLE(
+        "done: %lld steps (%lld in this session) in %s, %.1f samples/s on average, loss %.4f -> %.4f, %lld skipped; "
+        "outputs in %s; checkpoint %s",
         static_cast<long long>(rs_.step), static_cast<long long>(rs_.step - start_step_),
-        format_duration(progress_.elapsed_s()).c_str(), first_loss_, last_loss_, static_cast<long long>(rs_.skipped),
-        out_.c_str(), last.c_str());
+        format_duration(progress_.elapsed_s()).c_str(), avg, first_loss_, last_loss_,
+        static_cast<long long>(rs_.skipped), out_.c_str(), last.c_str());
+    run_log_.finish();
     return 0;
 }
 
@@ -458,6 +476,7 @@ model::OptimConfig optim_config(const TrainConfig& c) {
 std::string resume_config_hash(const TrainConfig& cfg) {
     TrainConfig c = cfg;
     c.logging.log_dir.clear();
+    c.logging.tensorboard = c.logging.plot = true;  // output switches: a resume may change them
     c.checkpoints.save_dir.clear();
     return config_hash(c);
 }

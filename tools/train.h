@@ -71,7 +71,8 @@ model::OptimConfig optim_config(const TrainConfig& cfg);
 
 // The config hash a checkpoint records and a resume compares (RunState::config_hash):
 // tools::config_hash of the config with its output locations (logging.log_dir,
-// checkpoints.save_dir) blanked, so that a run's folders can move between save and resume.
+// checkpoints.save_dir) blanked and its output switches (logging.tensorboard, logging.plot) set,
+// so that a run's folders can move and its outputs change between save and resume.
 std::string resume_config_hash(const TrainConfig& cfg);
 
 // Validation metrics by name (metric_names(): mae_px, rmse_px, hit_le_2px, hit_le_5px).

@@ -53,6 +53,39 @@ def png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
+class Styles(unittest.TestCase):
+    def test_validation_lines_differ_in_style_and_marker(self):
+        keys = ("hit_le_2px", "hit_le_5px", "mae_px")
+        for a in keys:
+            for b in keys:
+                if a < b:
+                    sa, sb = pm.ACC_STYLES[a], pm.ACC_STYLES[b]
+                    self.assertNotEqual(sa["linestyle"], sb["linestyle"], (a, b))
+                    self.assertNotEqual(sa["marker"], sb["marker"], (a, b))
+                    self.assertNotEqual(sa["color"], sb["color"], (a, b))
+
+    @unittest.skipUnless(HAVE_MPL, "matplotlib is not installed")
+    def test_equal_hit_rates_stay_visible(self):
+        import matplotlib.pyplot as plt
+        with tempfile.TemporaryDirectory() as d:
+            recs = [val_record(10 * k, 1.0, 100.0, 100.0) for k in range(1, 4)]
+            train, val = pm.load_metrics(write_run(d, recs))
+            captured = []
+            real_close = plt.close
+            plt.close = lambda fig: captured.append(fig)
+            try:
+                pm.plot(train, val, os.path.join(d, "m.png"), "t")
+            finally:
+                plt.close = real_close
+            ax_acc = captured[0].axes[2]
+            lines = {l.get_label(): l for l in ax_acc.get_lines()}
+            two, five = lines["hit@2px (%)"], lines["hit@5px (%)"]
+            self.assertEqual(list(two.get_ydata()), list(five.get_ydata()))
+            self.assertNotEqual(two.get_marker(), five.get_marker())
+            self.assertNotEqual(two.get_linestyle(), five.get_linestyle())
+            self.assertGreater(two.get_zorder(), five.get_zorder())
+
+
 class LoadMetrics(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
