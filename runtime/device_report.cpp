@@ -70,7 +70,8 @@ const std::string& built_cuda_architectures() {
 DeviceSupport decide_device_support(int cc, int driver_version, int runtime_version,
                                     const std::vector<ArchTarget>& archs) {
     DeviceSupport s;
-    const std::string rebuild = format("rebuild for it: CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=%d ./scripts/setup.sh", cc);
+    const std::string rebuild =
+        format("rebuild for it: CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=%d ./scripts/setup.sh", cc);
     if (cc < kMinComputeCapability) {
         s.message = format("compute capability %s is below %s, the minimum of slidefuse's kernels (BF16 tensor cores)",
                            cc_string(cc).c_str(), cc_string(kMinComputeCapability).c_str());
@@ -117,11 +118,11 @@ DeviceSupport decide_device_support(int cc, int driver_version, int runtime_vers
 
 std::string device_report_line(const DeviceInfo& d, const DeviceSupport& s) {
     const std::string archs = built_cuda_architectures().empty() ? "?" : built_cuda_architectures();
-    return format("GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB; driver CUDA %s, runtime CUDA %s; built for %s (%s)",
-                  d.ordinal, d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count,
-                  static_cast<double>(d.memory_bytes) / (1ull << 30), cuda_version_string(d.cuda_driver_version).c_str(),
-                  cuda_version_string(d.cuda_runtime_version).c_str(), archs.c_str(),
-                  s.ok ? s.how.c_str() : "unsupported");
+    return format(
+        "GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB; driver CUDA %s, runtime CUDA %s; built for %s (%s)",
+        d.ordinal, d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count,
+        static_cast<double>(d.memory_bytes) / (1ull << 30), cuda_version_string(d.cuda_driver_version).c_str(),
+        cuda_version_string(d.cuda_runtime_version).c_str(), archs.c_str(), s.ok ? s.how.c_str() : "unsupported");
 }
 
 DeviceInfo check_cuda_device(int ordinal, const char* who) {
@@ -129,13 +130,13 @@ DeviceInfo check_cuda_device(int ordinal, const char* who) {
     const std::vector<ArchTarget> archs = parse_cuda_architectures(built_cuda_architectures());
     if (!d.available) {
         // A driver too old for the runtime shows up here as cudaErrorInsufficientDriver: say which.
-        const DeviceSupport s = decide_device_support(kMinComputeCapability, d.cuda_driver_version,
-                                                      d.cuda_runtime_version, archs);
+        const DeviceSupport s =
+            decide_device_support(kMinComputeCapability, d.cuda_driver_version, d.cuda_runtime_version, archs);
         SF_FAIL("%s needs a CUDA device: %s%s (the CPU reference backend runs with train.backend=cpu)", who,
                 d.reason.c_str(), s.ok ? "" : ("; " + s.message).c_str());
     }
-    const DeviceSupport s = decide_device_support(d.cc_major * 10 + d.cc_minor, d.cuda_driver_version,
-                                                  d.cuda_runtime_version, archs);
+    const DeviceSupport s =
+        decide_device_support(d.cc_major * 10 + d.cc_minor, d.cuda_driver_version, d.cuda_runtime_version, archs);
     static std::once_flag once;
     std::call_once(once, [&] { SF_LOG_INFO("%s", device_report_line(d, s).c_str()); });
     SF_CHECK(s.ok, "%s: GPU %d (%s, compute capability %d.%d) is not supported: %s", who, ordinal, d.name.c_str(),

@@ -15,7 +15,7 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::Info)};
 std::mutex g_mutex;
 LogSink g_sink;
-std::FILE* g_file = nullptr;       // the open log file, or null
+std::FILE* g_file = nullptr;        // the open log file, or null
 std::deque<std::string> g_backlog;  // stamped lines before a file opened (oldest dropped first)
 
 // "2026-11-23T21:05:07Z " + line: to the file when one is open, else into the backlog.

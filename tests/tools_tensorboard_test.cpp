@@ -51,6 +51,7 @@ TEST(TensorBoard, MaskedCrcRotatesAndAddsTheDelta) {
     const uint32_t c = tb::crc32c("123456789", 9);
     EXPECT_EQ(tb::masked_crc32c("123456789", 9), ((c >> 15) | (c << 17)) + 0xa282ead8u);
     EXPECT_EQ(tb::masked_crc32c("", 0), 0xa282ead8u);
+    EXPECT_EQ(tb::masked_crc32c("123456789", 9), 0xc78ab0e5u);  // tensorboard's masked_crc32c(b"123456789")
 }
 
 TEST(TensorBoard, Varints) {
@@ -80,17 +81,29 @@ TEST(TensorBoard, RecordFraming) {
 
 TEST(TensorBoard, EventEncoding) {
     // wall_time 1.5 (double 0x3ff8000000000000), file_version "brain.Event:2"; step 0 is omitted.
-    EXPECT_EQ(hex(tb::file_version_event(1.5)), "09000000000000f83f" "1a0d" + hex("brain.Event:2"));
+    EXPECT_EQ(hex(tb::file_version_event(1.5)),
+              "09000000000000f83f"
+              "1a0d" +
+                  hex("brain.Event:2"));
     // step 300, one value {tag "a", simple_value 1.0f (0x3f800000)}.
     const std::string e = tb::scalars_event(1.5, 300, {{"a", 1.0}});
-    EXPECT_EQ(hex(e), "09000000000000f83f" "10ac02" "2a09" "0a07" "0a0161" "150000803f");
-    // SessionLog{status START} at step 5.
-    EXPECT_EQ(hex(tb::session_start_event(1.5, 5)), "09000000000000f83f" "1005" "32020801");
+    // (The expected bytes are what tensorboard's event_pb2.Event(...).SerializeToString() gives.)
+    EXPECT_EQ(hex(e),
+              "09000000000000f83f"
+              "10ac02"
+              "2a0a"
+              "0a08"
+              "0a0161"
+              "150000803f");
+    // SessionLog{status START} (Event field 7) at step 5.
+    EXPECT_EQ(hex(tb::session_start_event(1.5, 5)),
+              "09000000000000f83f"
+              "1005"
+              "3a020801");
 }
 
 TEST(TensorBoard, ScalarsOfMetricsRecords) {
-    const nlohmann::json t = {{"step", 20}, {"epoch", 1}, {"loss", 0.5}, {"lr", 3e-4}, {"flag", true},
-                              {"name", "x"}};
+    const nlohmann::json t = {{"step", 20}, {"epoch", 1}, {"loss", 0.5}, {"lr", 3e-4}, {"flag", true}, {"name", "x"}};
     const tb::Scalars s = tools::tensorboard_scalars(t);
     ASSERT_EQ(s.size(), 3u);  // epoch, loss, lr (json objects iterate sorted by key)
     EXPECT_EQ(s[0].first, "train/epoch");
@@ -127,8 +140,12 @@ TEST(TensorBoard, WriterFileStartsWithTheVersionEvent) {
         ASSERT_LE(at + 16 + len, bytes.size());
         EXPECT_EQ(le32(bytes, at + 12 + len), tb::masked_crc32c(bytes.data() + at + 12, len));
         const std::string data = bytes.substr(at + 12, len);
-        if (records == 0) EXPECT_NE(data.find("brain.Event:2"), std::string::npos);
-        if (records == 2) EXPECT_NE(data.find("train/loss"), std::string::npos);
+        if (records == 0) {
+            EXPECT_NE(data.find("brain.Event:2"), std::string::npos);
+        }
+        if (records == 2) {
+            EXPECT_NE(data.find("train/loss"), std::string::npos);
+        }
         at += 16 + len;
         ++records;
     }
@@ -158,6 +175,7 @@ TEST(TensorBoard, ReadBackByTheTensorboardPackage) {
     std::ifstream in(out);
     const nlohmann::json j = nlohmann::json::parse(in);
     EXPECT_EQ(j["file_version"], "brain.Event:2");
+    EXPECT_EQ(j["records"], 5);  // file_version + 3 training + 1 validation event
     ASSERT_EQ(j["scalars"]["train/loss"].size(), 3u) << j.dump();
     EXPECT_EQ(j["scalars"]["train/loss"][1][0], 20);
     EXPECT_FLOAT_EQ(j["scalars"]["train/loss"][1][1].get<float>(), 0.05f);

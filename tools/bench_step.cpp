@@ -311,6 +311,7 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
 
 int bench_step(const StepBenchOptions& o, const std::string& command_line) {
     rt::check_cuda_device(0, "bench step");  // reports the GPU; refuses a missing or unsupported one
+    std::string why;
     rt::CudaContext ctx(0);
     const rt::DeviceInfo dev = rt::query_device_info(0);
     rt::Nvml nvml(dev.pci_bus_id, dev.ordinal);

@@ -131,7 +131,8 @@ void read_logging(Section s, LoggingSection& l) {
     s.string("log_dir", l.log_dir, true);
     s.boolean("tensorboard", l.tensorboard);
     s.boolean("plot", l.plot);
-    for (const char* k : {"auto_launch_tensorboard", "tb_items", "tensorboard_dir", "tensorboard_port", "time_tracking"})
+    for (const char* k :
+         {"auto_launch_tensorboard", "tb_items", "tensorboard_dir", "tensorboard_port", "time_tracking"})
         s.ignore(k);
     s.finish();
 }

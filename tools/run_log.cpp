@@ -31,7 +31,8 @@ double number_or_nan(const nlohmann::json& j, const char* key) {
 
 tb::Scalars tensorboard_scalars(const nlohmann::json& record) {
     tb::Scalars out;
-    const bool val = record.contains("validation") && record["validation"].is_boolean() && record["validation"].get<bool>();
+    const bool val =
+        record.contains("validation") && record["validation"].is_boolean() && record["validation"].get<bool>();
     const std::string prefix = val ? "val/" : "train/";
     for (auto it = record.begin(); it != record.end(); ++it) {
         if (it.key() == "step" || !it.value().is_number()) continue;  // is_number: false for booleans
@@ -49,8 +50,9 @@ std::string validation_table(const std::string& metrics_path) {
         if (!j.is_object() || !j.value("validation", false)) continue;
         char row[160];
         std::snprintf(row, sizeof(row), "%6lld | %7lld | %7.3f | %6.2f%% | %6.2f%%%s\n",
-                      static_cast<long long>(j.value("epoch", int64_t{0})), static_cast<long long>(j.value("step", int64_t{0})),
-                      number_or_nan(j, "mae_px"), number_or_nan(j, "hit_le_2px"), number_or_nan(j, "hit_le_5px"),
+                      static_cast<long long>(j.value("epoch", int64_t{0})),
+                      static_cast<long long>(j.value("step", int64_t{0})), number_or_nan(j, "mae_px"),
+                      number_or_nan(j, "hit_le_2px"), number_or_nan(j, "hit_le_5px"),
                       j.value("best", false) ? " *" : "");
         rows += row;
     }

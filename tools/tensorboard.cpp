@@ -27,7 +27,9 @@ std::array<uint32_t, 256> make_table() {
     return t;
 }
 
-void put_tag(std::string& out, int field, int wire_type) { put_varint(out, static_cast<uint64_t>(field << 3 | wire_type)); }
+void put_tag(std::string& out, int field, int wire_type) {
+    put_varint(out, static_cast<uint64_t>(field << 3 | wire_type));
+}
 
 void put_fixed(std::string& out, const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }  // LE host
 
@@ -110,7 +112,7 @@ std::string session_start_event(double wall_time, int64_t step) {
     put_tag(log, 1, 0);  // status = START
     put_varint(log, 1);
     std::string e = event_header(wall_time, step);
-    put_bytes(e, 6, log);
+    put_bytes(e, 7, log);
     return e;
 }
 

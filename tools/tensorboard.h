@@ -4,7 +4,7 @@
 // (little-endian; mask: ((crc >> 15) | (crc << 17)) + 0xa282ead8), whose data is a hand-encoded
 // tensorflow.Event protobuf:
 //   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5;
-//             SessionLog session_log = 6; }
+//             SessionLog session_log = 7; }
 //   Summary { repeated Value value = 1; }   Value { string tag = 1; float simple_value = 2; }
 //   SessionLog { Status status = 1; }       (START = 1: TensorBoard drops the events of later
 //                                            steps that an interrupted run wrote before a resume)

@@ -211,9 +211,8 @@ private:
 
 Trainer::Trainer(const Args& args, const TrainConfig& cfg)
     : args_(args), cfg_(cfg), accum_(cfg.train.gradient_accumulation_steps), early_(cfg.eval) {
-    if (cfg.train.backend == Backend::Cuda) {  // before any data is read or generated
-        rt::check_cuda_device(0, "train.backend=cuda");  // logs the GPU, driver and runtime; refuses an unusable one
-    }
+    // Before any data is read or generated: logs the GPU, driver and runtime; refuses an unusable one.
+    if (cfg.train.backend == Backend::Cuda) rt::check_cuda_device(0, "train.backend=cuda");
     if (cfg.data.source == DataSource::Synthetic) ensure_synthetic_dataset(cfg);
     train_data_ = make_batch_source(cfg, SplitRole::Train);
     val_data_ = make_batch_source(cfg, SplitRole::Val);
@@ -334,7 +333,7 @@ bool Trainer::validate_and_select(bool epoch_end) {
     const bool best = update_best(rs_, select, v.at(select));
     const bool stop = epoch_end && early_.update(rs_, epoch, v);
     SF_CONSOLE(
-        "validation after epoch %lld: mae_px %.3f rmse_px %.3f hit_le_2px %.1f%% hit_le_5px %.1f%% (%zu samples)%s\n",
+        "validation after epoch %lld: mae_px %.3f rmse_px %.3f hit_le_2px %.1f%% hit_le_5px %.1f%% (%zu samples)%s",
         static_cast<long long>(epoch), m.mae_px(), m.rmse_px(), m.hit_le_2px(), m.hit_le_5px(), m.count(),
         best ? " best" : "");
     nlohmann::json j = {{"validation", true}, {"epoch", epoch}, {"step", rs_.step}};
@@ -348,8 +347,8 @@ bool Trainer::validate_and_select(bool epoch_end) {
     progress_.resume();
     if (stop)
         SF_CONSOLE("early stopping after epoch %lld: %s has not improved by %g for %lld validations (best %g)",
-                    static_cast<long long>(epoch), select.c_str(), cfg_.eval.early_stopping.min_improvement,
-                    static_cast<long long>(rs_.epochs_without_improvement), rs_.es_best);
+                   static_cast<long long>(epoch), select.c_str(), cfg_.eval.early_stopping.min_improvement,
+                   static_cast<long long>(rs_.epochs_without_improvement), rs_.es_best);
     return stop;
 }
 
@@ -438,7 +437,7 @@ int Trainer::run() {
             last = save_step_checkpoint();
             progress_.finish();
             SF_CONSOLE("stopped by %s after step %lld: checkpoint %s; continue with --resume auto",
-                        signal_name(signals.signal_number()), static_cast<long long>(rs_.step), last.c_str());
+                       signal_name(signals.signal_number()), static_cast<long long>(rs_.step), last.c_str());
             return 0;
         }
         if (stop || rs_.step == total_) break;

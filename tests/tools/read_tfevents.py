@@ -10,7 +10,8 @@ import json
 import os
 import sys
 
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 
 
 def main(run_dir):
@@ -18,13 +19,17 @@ def main(run_dir):
     if not files:
         print(f"read_tfevents: no event files in {run_dir}", file=sys.stderr)
         return 1
-    out = {"file_version": None, "scalars": {}}
+    out = {"file_version": None, "records": 0, "scalars": {}}
     for path in files:
-        for event in EventFileLoader(path).Load():  # raises on a bad CRC or a truncated record
+        for event in LegacyEventFileLoader(path).Load():  # the raw Event protos, CRCs checked
+            out["records"] += 1
             if event.HasField("file_version"):
                 out["file_version"] = event.file_version
-            for v in event.summary.value:
-                out["scalars"].setdefault(v.tag, []).append([event.step, v.simple_value])
+    # What TensorBoard's scalar dashboard reads.
+    acc = EventAccumulator(run_dir)
+    acc.Reload()
+    for tag in acc.Tags()["scalars"]:
+        out["scalars"][tag] = [[e.step, e.value] for e in acc.Scalars(tag)]
     json.dump(out, sys.stdout)
     return 0
 
