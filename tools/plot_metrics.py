@@ -119,7 +119,7 @@ def plot(train, val, out, title):
         if xs:
             handles += ax_acc.plot(xs, ys, label=key.replace("hit_le_", "hit@") + " (%)", **ACC_STYLES[key])
     ax_acc.set_ylabel("hit rate (%)")
-    ax_acc.set_ylim(0, 100)
+    ax_acc.set_ylim(-4, 104)  # lines at 0% or 100% stay off the frame
     xs, ys = series(val, "mae_px")
     if xs:
         ax_mae = ax_acc.twinx()
