@@ -320,7 +320,8 @@ void Trainer::log_step(const model::StepStats& s, int64_t epoch) {
 
 // Validation (MODEL_SPEC §3.5), best.safetensors, early stopping (epoch ends only). Returns true to stop.
 bool Trainer::validate_and_select(bool epoch_end) {
-    progress_.pause();  // the samples/s of training steps only
+    backend_->synchronize();  // (validation waits anyway) the steps enqueued so far count as training time
+    progress_.pause();        // the samples/s of training steps only
     progress_.finish();
     model::Metrics m;
     {
@@ -365,6 +366,7 @@ void Trainer::save(const std::string& path) {
 std::string Trainer::save_step_checkpoint() {
     const std::string path = model::checkpoint_path(cfg_.checkpoints.save_dir, rs_.step);
     if (last_saved_ == rs_.step) return path;
+    backend_->synchronize();  // (the save waits anyway) enqueued steps count as training time
     progress_.pause();
     save(path);
     progress_.resume();
