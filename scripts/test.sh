@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # CI (a fresh clone on a machine without a GPU) compiles sm_90 only: the tests need every .cu to
-# compile, not code for every GPU, and one architecture builds in a third of the time. A build
+# compile, not code for every GPU, and one architecture halves the .cu compile time. A build
 # folder configured before, or a machine with a GPU, keeps the default set (CMakeLists.txt).
 if [ ! -f "${BUILD_DIR:-build}/CMakeCache.txt" ] && ! nvidia-smi -L >/dev/null 2>&1; then
   export CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${SF_TEST_CUDA_ARCHITECTURES:-90} ${CMAKE_ARGS:-}"
