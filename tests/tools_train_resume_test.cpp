@@ -231,6 +231,16 @@ TEST(TrainResume, ResumedRunsReproduceTheUninterruptedRunBitwise) {
     for (int64_t s : {2, 4, 6, 7}) expect_same_validation(ma.validations.at(s), mb.validations.at(s));
     for (int64_t s : {6, 7}) expect_same_validation(ma.validations.at(s), mc.validations.at(s));
     EXPECT_EQ(mb.validations.count(3), 1u);  // B's end-of-run validation
+    {  // B's train.log holds both sessions: the resumed one appended (the refused one never opened it)
+        std::ifstream f(b + "/run/train.log");
+        int starts = 0, resumed = 0;
+        for (std::string l; std::getline(f, l);) {
+            starts += l.find("[slidefuse info] training ") != std::string::npos;
+            resumed += l.find("resumed from ") != std::string::npos;
+        }
+        EXPECT_EQ(starts, 2);
+        EXPECT_EQ(resumed, 1);
+    }
 
     const std::string a7 = model::checkpoint_path(a + "/ck", 7);
     // B validated once more (step 3), which may have moved its best metric; nothing else differs.
