@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -141,6 +142,12 @@ DeviceInfo check_cuda_device(int ordinal, const char* who) {
     std::call_once(once, [&] { SF_LOG_INFO("%s", device_report_line(d, s).c_str()); });
     SF_CHECK(s.ok, "%s: GPU %d (%s, compute capability %d.%d) is not supported: %s", who, ordinal, d.name.c_str(),
              d.cc_major, d.cc_minor, s.message.c_str());
+    std::string why;
+    SF_CUDA_CHECK(cudaSetDevice(ordinal));
+    SF_CHECK(device_loads_kernels(&why),
+             "%s: GPU %d (%s, compute capability %d.%d) cannot load this build's kernels (%s); rebuild for it: "
+             "CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=%d%d ./scripts/setup.sh",
+             who, ordinal, d.name.c_str(), d.cc_major, d.cc_minor, why.c_str(), d.cc_major, d.cc_minor);
     return d;
 }
 

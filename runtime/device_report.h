@@ -53,9 +53,13 @@ DeviceSupport decide_device_support(int cc, int driver_version, int runtime_vers
 // 13.0; built for 89-real;90-real;120-real;120-virtual (sm_89 code)".
 std::string device_report_line(const DeviceInfo& d, const DeviceSupport& s);
 
+// Whether the current device loads this binary's kernels (a trivial kernel's attributes:
+// cudaErrorNoKernelImageForDevice when it has neither code nor usable PTX). runtime/device_probe.cu.
+bool device_loads_kernels(std::string* why);
+
 // Queries device `ordinal`, logs the report line (info, once per process) and returns the info;
 // throws rt::Error "<who> needs a CUDA device: <reason>" when none is usable, or says why the
-// build does not support it.
+// build does not support it (the decision above, then device_loads_kernels on that device).
 DeviceInfo check_cuda_device(int ordinal, const char* who);
 
 }  // namespace rt

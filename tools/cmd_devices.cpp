@@ -3,6 +3,7 @@
 // 0 device 0 is usable, 2 no usable CUDA device, 3 device 0 is not supported by this build.
 #include <cstdio>
 
+#include "runtime/cuda_check.h"
 #include "runtime/device_info.h"
 #include "runtime/device_report.h"
 #include "runtime/error.h"
@@ -29,8 +30,14 @@ int cmd_devices(const std::vector<std::string>& args) {
     }
     int rc = 0;
     for (int i = 0; d.available; d = rt::query_device_info(++i)) {
-        const rt::DeviceSupport s = rt::decide_device_support(d.cc_major * 10 + d.cc_minor, d.cuda_driver_version,
-                                                              d.cuda_runtime_version, archs);
+        rt::DeviceSupport s = rt::decide_device_support(d.cc_major * 10 + d.cc_minor, d.cuda_driver_version,
+                                                        d.cuda_runtime_version, archs);
+        std::string why;
+        SF_CUDA_CHECK(cudaSetDevice(i));
+        if (s.ok && !rt::device_loads_kernels(&why)) {  // the driver has the last word
+            s.ok = false;
+            s.message = "it cannot load this build's kernels (" + why + ")";
+        }
         std::printf("%s\n", rt::device_report_line(d, s).c_str());
         if (!s.ok) std::printf("  not supported: %s\n", s.message.c_str());
         if (i == 0 && !s.ok) rc = 3;
