@@ -11,9 +11,9 @@ void act_forward(const rt::Exec& ex, Act a, size_t n, const float* x, float* y) 
     act_forward_ref(a, n, x, y);
 }
 
-void act_backward(const rt::Exec& ex, Act a, size_t n, const float* x, const float* dy, float* dx) {
+void act_backward(const rt::Exec& ex, Act a, size_t n, const float* x, const float* dy, float* dx, bool accumulate) {
     if (ex.is_cuda()) SF_FAIL("act_backward: CUDA backend not implemented yet");
-    act_backward_ref(a, n, x, dy, dx);
+    act_backward_ref(a, n, x, dy, dx, accumulate);
 }
 
 void sigmoid_forward(const rt::Exec& ex, size_t n, const float* x, float* y) {

@@ -46,25 +46,27 @@ void act_forward_ref(Act a, size_t n, const T* x, T* y) {
 }
 
 template <class T>
-void act_backward_ref(Act a, size_t n, const T* x, const T* dy, T* dx) {
+void act_backward_ref(Act a, size_t n, const T* x, const T* dy, T* dx, bool accumulate) {
     const int64_t m = static_cast<int64_t>(n);
+    // Overwrite: dx = 0 + value, bitwise what accumulating into a zeroed dx gives.
+    auto base = [&](int64_t i) { return accumulate ? dx[i] : T(0); };
     switch (a) {
         case Act::None:
 #pragma omp parallel for schedule(static) if (m > kParallelMin)
-            for (int64_t i = 0; i < m; ++i) dx[i] += dy[i];
+            for (int64_t i = 0; i < m; ++i) dx[i] = base(i) + dy[i];
             break;
         case Act::Silu:
             // d/dx x*s(x) = s*(1 + x*(1 - s)), the form torch's silu_backward uses.
 #pragma omp parallel for schedule(static) if (m > kParallelMin)
             for (int64_t i = 0; i < m; ++i) {
                 const T s = sigmoid_stable(x[i]);
-                dx[i] += dy[i] * s * (T(1) + x[i] * (T(1) - s));
+                dx[i] = base(i) + dy[i] * s * (T(1) + x[i] * (T(1) - s));
             }
             break;
         case Act::Relu:
             // torch's threshold_backward: x <= 0 ? 0 : dy (0 at x == 0).
 #pragma omp parallel for schedule(static) if (m > kParallelMin)
-            for (int64_t i = 0; i < m; ++i) dx[i] += x[i] <= T(0) ? T(0) : dy[i];
+            for (int64_t i = 0; i < m; ++i) dx[i] = base(i) + (x[i] <= T(0) ? T(0) : dy[i]);
             break;
     }
 }
@@ -138,14 +140,14 @@ void l2norm_backward_ref(size_t rows, int c, const T* x, const T* dy, T* dx, dou
     }
 }
 
-#define SF_INSTANTIATE(T)                                                    \
-    template void act_forward_ref<T>(Act, size_t, const T*, T*);             \
-    template void act_backward_ref<T>(Act, size_t, const T*, const T*, T*);  \
-    template void sigmoid_forward_ref<T>(size_t, const T*, T*);              \
-    template void sigmoid_backward_ref<T>(size_t, const T*, const T*, T*);   \
-    template void tanh_half_forward_ref<T>(size_t, const T*, T*);            \
-    template void tanh_half_backward_ref<T>(size_t, const T*, const T*, T*); \
-    template void l2norm_forward_ref<T>(size_t, int, const T*, T*, double);  \
+#define SF_INSTANTIATE(T)                                                         \
+    template void act_forward_ref<T>(Act, size_t, const T*, T*);                  \
+    template void act_backward_ref<T>(Act, size_t, const T*, const T*, T*, bool); \
+    template void sigmoid_forward_ref<T>(size_t, const T*, T*);                   \
+    template void sigmoid_backward_ref<T>(size_t, const T*, const T*, T*);        \
+    template void tanh_half_forward_ref<T>(size_t, const T*, T*);                 \
+    template void tanh_half_backward_ref<T>(size_t, const T*, const T*, T*);      \
+    template void l2norm_forward_ref<T>(size_t, int, const T*, T*, double);       \
     template void l2norm_backward_ref<T>(size_t, int, const T*, const T*, T*, double);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)

@@ -22,9 +22,10 @@ void batchnorm_forward_eval(const rt::Exec& ex, size_t rows, int c, const float*
 }
 
 void batchnorm_backward(const rt::Exec& ex, size_t rows, int c, const float* x, const float* dy, const float* gamma,
-                        const float* save_mean, const float* save_invstd, float* dx, float* dgamma, float* dbeta) {
+                        const float* save_mean, const float* save_invstd, float* dx, float* dgamma, float* dbeta,
+                        bool accumulate_dx) {
     if (ex.is_cuda()) SF_FAIL("batchnorm_backward: CUDA backend not implemented yet");
-    batchnorm_backward_ref(rows, c, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+    batchnorm_backward_ref(rows, c, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, accumulate_dx);
 }
 
 }  // namespace kern

@@ -17,9 +17,10 @@ template <class T>
 void batchnorm_forward_eval_ref(size_t rows, int c, const T* x, const T* gamma, const T* beta, const T* running_mean,
                                 const T* running_var, double eps, T* y);
 // Train-mode backward (batch statistics): dx += ..., dgamma += ..., dbeta += ...
+// (accumulate_dx = false: dx = 0 + ..., overwritten; dgamma, dbeta always accumulate)
 template <class T>
 void batchnorm_backward_ref(size_t rows, int c, const T* x, const T* dy, const T* gamma, const T* save_mean,
-                            const T* save_invstd, T* dx, T* dgamma, T* dbeta);
+                            const T* save_invstd, T* dx, T* dgamma, T* dbeta, bool accumulate_dx = true);
 
 void batchnorm_forward_train(const rt::Exec& ex, size_t rows, int c, const float* x, const float* gamma,
                              const float* beta, float* y, float* save_mean, float* save_invstd, float* running_mean,
@@ -28,6 +29,7 @@ void batchnorm_forward_eval(const rt::Exec& ex, size_t rows, int c, const float*
                             const float* beta, const float* running_mean, const float* running_var, double eps,
                             float* y);
 void batchnorm_backward(const rt::Exec& ex, size_t rows, int c, const float* x, const float* dy, const float* gamma,
-                        const float* save_mean, const float* save_invstd, float* dx, float* dgamma, float* dbeta);
+                        const float* save_mean, const float* save_invstd, float* dx, float* dgamma, float* dbeta,
+                        bool accumulate_dx = true);
 
 }  // namespace kern

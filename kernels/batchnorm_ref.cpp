@@ -99,7 +99,7 @@ void batchnorm_forward_eval_ref(size_t rows, int c, const T* x, const T* gamma, 
 //   dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)).
 template <class T>
 void batchnorm_backward_ref(size_t rows, int c, const T* x, const T* dy, const T* gamma, const T* save_mean,
-                            const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
+                            const T* save_invstd, T* dx, T* dgamma, T* dbeta, bool accumulate_dx) {
     SF_CHECK(c > 0, "batchnorm: channel count must be positive, got c=%d", c);
     SF_CHECK(rows > 0, "batchnorm backward: rows must be positive");
     SF_CHECK(x && dy && gamma && save_mean && save_invstd && dx && dgamma && dbeta,
@@ -130,7 +130,8 @@ void batchnorm_backward_ref(size_t rows, int c, const T* x, const T* dy, const T
         T* dxr = dx + r * c;
         for (int j = 0; j < c; ++j) {
             const double xhat = (static_cast<double>(xr[j]) - save_mean[j]) * save_invstd[j];
-            dxr[j] += static_cast<T>(k[j] * (static_cast<double>(dyr[j]) - mdy[j] - xhat * mdyx[j]));
+            dxr[j] = (accumulate_dx ? dxr[j] : T(0)) +
+                     static_cast<T>(k[j] * (static_cast<double>(dyr[j]) - mdy[j] - xhat * mdyx[j]));
         }
     }
 }
@@ -140,7 +141,8 @@ void batchnorm_backward_ref(size_t rows, int c, const T* x, const T* dy, const T
                                                  double, double);                                                      \
     template void batchnorm_forward_eval_ref<T>(size_t, int, const T*, const T*, const T*, const T*, const T*, double, \
                                                 T*);                                                                   \
-    template void batchnorm_backward_ref<T>(size_t, int, const T*, const T*, const T*, const T*, const T*, T*, T*, T*);
+    template void batchnorm_backward_ref<T>(size_t, int, const T*, const T*, const T*, const T*, const T*, T*, T*, T*, \
+                                            bool);
 SF_BN_INSTANTIATE(float)
 SF_BN_INSTANTIATE(double)
 #undef SF_BN_INSTANTIATE

@@ -11,9 +11,10 @@ void conv_forward(const rt::Exec& ex, const ConvShape& s, const float* x, const 
     conv_forward_ref(s, x, w, b, y);
 }
 
-void conv_backward_data(const rt::Exec& ex, const ConvShape& s, const float* dy, const float* w, float* dx) {
+void conv_backward_data(const rt::Exec& ex, const ConvShape& s, const float* dy, const float* w, float* dx,
+                        bool accumulate) {
     if (ex.is_cuda()) SF_FAIL("conv_backward_data: CUDA backend not implemented yet");
-    conv_backward_data_ref(s, dy, w, dx);
+    conv_backward_data_ref(s, dy, w, dx, accumulate);
 }
 
 void conv_backward_filter(const rt::Exec& ex, const ConvShape& s, const float* x, const float* dy, float* dw,

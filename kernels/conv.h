@@ -24,16 +24,17 @@ struct ConvShape {
 // y = conv(x, w) + b                           (y overwritten)
 template <class T>
 void conv_forward_ref(const ConvShape& s, const T* x, const T* w, const T* b, T* y);
-// dx += conv_transpose(dy, w)                  (accumulates)
+// dx += conv_transpose(dy, w)                  (accumulates; accumulate = false: dx = 0 + ..., overwritten)
 template <class T>
-void conv_backward_data_ref(const ConvShape& s, const T* dy, const T* w, T* dx);
+void conv_backward_data_ref(const ConvShape& s, const T* dy, const T* w, T* dx, bool accumulate = true);
 // dw += sum over N,P,Q of x-patch * dy; db += sum of dy (db may be null)   (accumulate)
 template <class T>
 void conv_backward_filter_ref(const ConvShape& s, const T* x, const T* dy, T* dw, T* db);
 
 // Backend dispatch (float). Same contracts as the references.
 void conv_forward(const rt::Exec& ex, const ConvShape& s, const float* x, const float* w, const float* b, float* y);
-void conv_backward_data(const rt::Exec& ex, const ConvShape& s, const float* dy, const float* w, float* dx);
+void conv_backward_data(const rt::Exec& ex, const ConvShape& s, const float* dy, const float* w, float* dx,
+                        bool accumulate = true);
 void conv_backward_filter(const rt::Exec& ex, const ConvShape& s, const float* x, const float* dy, float* dw,
                           float* db);
 

@@ -193,10 +193,17 @@ std::vector<Engine> variant_engines(cudnnHandle_t h, const ConvShape& s, ConvOp 
 // Enqueues e for op: `in0`, `in1` are the op's inputs (fprop: x, w; dgrad: dy, w; wgrad: x, dy),
 // `dst` its destination (y, dx, dw). Scratch variants write into the workspace's scratch region and
 // add it into dst. With `why` set, a failing cudnnBackendExecute is reported instead of thrown.
+// accumulate = false (dgrad only: the first contribution to dx): a ScratchBf16 plan (beta = 0) writes
+// dx directly, without the add; an InPlace plan (beta = 1 is part of the finalized plan) gets dx
+// zeroed first.
 cudnnStatus_t launch(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, const void* in0,
-                     const void* in1, void* dst, void* workspace, std::string* why) {
+                     const void* in1, void* dst, void* workspace, std::string* why, bool accumulate = true) {
+    SF_CHECK(accumulate || op == ConvOp::Dgrad, "conv launch: only dgrad can overwrite its destination");
     const ConvWorkspaceLayout lay = conv_workspace_layout(e.cudnn_ws, conv_scratch_bytes(op, e.accum, s));
-    void* target = is_scratch(e.accum) ? static_cast<char*>(workspace) + lay.scratch_offset : dst;
+    const bool direct = !accumulate && e.accum == ConvAccum::ScratchBf16;
+    void* target = is_scratch(e.accum) && !direct ? static_cast<char*>(workspace) + lay.scratch_offset : dst;
+    if (!accumulate && e.accum == ConvAccum::InPlace)
+        SF_CUDA_CHECK(cudaMemsetAsync(dst, 0, s.in().numel() * sizeof(bf16), ex.stream));
     void* a = const_cast<void*>(in0);
     void* b = const_cast<void*>(in1);
     const int64_t uids[3] = {kConvUidX, kConvUidW, kConvUidY};
@@ -213,7 +220,7 @@ cudnnStatus_t launch(const rt::Exec& ex, const ConvShape& s, ConvOp op, const En
     } else {
         rt::cudnn_execute(ex.cudnn, e.plan, uids, ptrs, 3, ws);
     }
-    if (op == ConvOp::Dgrad && e.accum == ConvAccum::ScratchBf16)
+    if (op == ConvOp::Dgrad && e.accum == ConvAccum::ScratchBf16 && !direct)
         conv_add_bf16(ex, static_cast<bf16*>(dst), static_cast<const bf16*>(target), s.in().numel());
     else if (op == ConvOp::Wgrad && e.accum == ConvAccum::ScratchF32)
         conv_add_f32(ex, static_cast<float*>(dst), static_cast<const float*>(target), s.weight_numel());
@@ -434,13 +441,14 @@ void ConvPlanCache::forward(const rt::Exec& ex, const ConvShape& s, const bf16* 
     launch(ex, s, ConvOp::Fprop, p.e, x, w, y, impl_->workspace, nullptr);
 }
 
-void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx) {
+void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
+                                  bool accumulate) {
     const Plan& p = impl_->step_plan(ex, s, ConvOp::Dgrad, "backward_data");
     SF_CHECK(rt::aligned(dy, kConvTensorAlign) && rt::aligned(w, kConvTensorAlign) && rt::aligned(dx, kConvTensorAlign),
              "ConvPlanCache::backward_data(%s): dy %p, w %p, dx %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(dy), static_cast<const void*>(w),
              static_cast<void*>(dx));
-    launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->workspace, nullptr);
+    launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->workspace, nullptr, accumulate);
 }
 
 void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw) {

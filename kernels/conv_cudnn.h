@@ -183,7 +183,9 @@ public:
     // Step time: enqueue on ex.stream. Throws rt::Error (naming the key) if the plan was not
     // prepared or the workspace not set, and for misaligned pointers or a different Exec.
     void forward(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y);
-    void backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx);
+    // accumulate = false: dx = conv_transpose(dy, w), overwritten (the first contribution).
+    void backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
+                       bool accumulate = true);
     void backward_filter(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw);
 
     // Time per call of the plan chosen for (s, op), its add kernel included, as autotuning measured

@@ -240,7 +240,7 @@ void conv_forward_ref(const ConvShape& s, const T* x, const T* w, const T* b, T*
 }
 
 template <class T>
-void conv_backward_data_ref(const ConvShape& s, const T* dy, const T* w, T* dx) {
+void conv_backward_data_ref(const ConvShape& s, const T* dy, const T* w, T* dx, bool accumulate) {
     s.validate();
     SF_CHECK(dy && w && dx, "conv_backward_data_ref: null tensor");
     const TapMix<T> mix(s, w, /*forward=*/false);
@@ -274,7 +274,7 @@ void conv_backward_data_ref(const ConvShape& s, const T* dy, const T* w, T* dx) 
                     }
                 }
                 T* d = dx + (static_cast<size_t>(n) * s.h + h) * s.w * s.cin;
-                for (size_t i = 0; i < buf.size(); ++i) d[i] += buf[i];
+                for (size_t i = 0; i < buf.size(); ++i) d[i] = (accumulate ? d[i] : T(0)) + buf[i];
             }
     }
 }
@@ -374,8 +374,8 @@ void conv_backward_filter_ref(const ConvShape& s, const T* x, const T* dy, T* dw
 
 template void conv_forward_ref<float>(const ConvShape&, const float*, const float*, const float*, float*);
 template void conv_forward_ref<double>(const ConvShape&, const double*, const double*, const double*, double*);
-template void conv_backward_data_ref<float>(const ConvShape&, const float*, const float*, float*);
-template void conv_backward_data_ref<double>(const ConvShape&, const double*, const double*, double*);
+template void conv_backward_data_ref<float>(const ConvShape&, const float*, const float*, float*, bool);
+template void conv_backward_data_ref<double>(const ConvShape&, const double*, const double*, double*, bool);
 template void conv_backward_filter_ref<float>(const ConvShape&, const float*, const float*, float*, float*);
 template void conv_backward_filter_ref<double>(const ConvShape&, const double*, const double*, double*, double*);
 

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kDwThreads)
 template <int S>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_backward_data_kernel(DwConvPlan pl, const bfloat* __restrict__ dy, const bfloat* __restrict__ w,
-                                   bfloat* __restrict__ dx) {
+                                   bfloat* __restrict__ dx, bool accumulate) {
     constexpr int TH = kDwTileH, TW = kDwTileW;
     static_assert(S == 1 || (TH % 2 == 0 && TW % 2 == 0), "stride-2 dgrad tiles must start on even pixels");
     constexpr int kOff = S == 1 ? 1 : 0;
@@ -214,8 +214,8 @@ __global__ void __launch_bounds__(kDwThreads)
         for (int b = 0; b < TW; ++b) {
             if (w0 + b >= pl.w) break;
             bfloat* d = dxn + (static_cast<size_t>(h0 + a) * pl.w + (w0 + b)) * pl.c;
-            float old[8];
-            load8(d, old);  // dx is read and written by this thread only
+            float old[8] = {};
+            if (accumulate) load8(d, old);  // dx is read and written by this thread only
 #pragma unroll
             for (int k = 0; k < 8; ++k) old[k] += acc[a][b][k];
             store8(d, old);
@@ -374,7 +374,8 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
     SF_CUDA_CHECK_LAUNCH();
 }
 
-void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx) {
+void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
+                                  bool accumulate) {
     const char* op = "dwconv3x3_backward_data_cuda";
     rt::check_cuda_exec(op, ex);
     const DwConvPlan pl = dwconv3x3_plan(s);
@@ -385,9 +386,9 @@ void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const 
              "%s: dx must not alias dy or w", op);
     const unsigned grid = static_cast<unsigned>(pl.dgrad.grid);
     if (pl.stride == 1) {
-        dwconv3x3_backward_data_kernel<1><<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx));
+        dwconv3x3_backward_data_kernel<1><<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
     } else {
-        dwconv3x3_backward_data_kernel<2><<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx));
+        dwconv3x3_backward_data_kernel<2><<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
     }
     SF_CUDA_CHECK_LAUNCH();
 }

@@ -143,7 +143,9 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
 
 // dy (N,P,Q,C), w (C*9), dx (N,H,W,C), all bf16. dx += dwconv^T(dy, w): every dx element read once,
 // the fp32 sum added in fp32 and rounded to bf16 once. A gather for both strides: deterministic.
-void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx);
+// accumulate = false: dx = dwconv^T(dy, w), overwritten (never read).
+void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
+                                  bool accumulate = true);
 
 // x (N,H,W,C), dy (N,P,Q,C) bf16; dw (C*9) fp32 accumulated (+=). Per-chunk partials go to the
 // workspace (at least dwconv3x3_workspace_floats(s) floats), then a fixed-order combine: no atomics,

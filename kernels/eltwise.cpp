@@ -12,9 +12,9 @@ void add(const rt::Exec& ex, size_t n, const float* a, const float* b, float* y)
     add_ref(n, a, b, y);
 }
 
-void accumulate(const rt::Exec& ex, size_t n, const float* x, float* y) {
+void accumulate(const rt::Exec& ex, size_t n, const float* x, float* y, bool accumulate) {
     if (ex.is_cuda()) SF_FAIL("accumulate: CUDA backend not implemented yet");
-    accumulate_ref(n, x, y);
+    accumulate_ref(n, x, y, accumulate);
 }
 
 void fill(const rt::Exec& ex, size_t n, float value, float* y) {
@@ -32,9 +32,10 @@ void fusion_forward(const rt::Exec& ex, size_t n, const float* a, const float* b
 }
 
 void fusion_backward(const rt::Exec& ex, size_t n, const float* a, const float* b, const float* wa, const float* wb,
-                     const float* dy, float* da, float* db, float* dwa, float* dwb) {
+                     const float* dy, float* da, float* db, float* dwa, float* dwb, bool accumulate_da,
+                     bool accumulate_db) {
     if (ex.is_cuda()) SF_FAIL("fusion_backward: CUDA backend not implemented yet");
-    fusion_backward_ref(n, a, b, wa, wb, dy, da, db, dwa, dwb);
+    fusion_backward_ref(n, a, b, wa, wb, dy, da, db, dwa, dwb, accumulate_da, accumulate_db);
 }
 
 }  // namespace kern

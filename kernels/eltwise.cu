@@ -177,12 +177,14 @@ struct FusionForwardOp {
     __device__ void one(size_t i) { st(y, i, eval(ld(a, i), ld(b, i))); }
 };
 
-// da += (dy/den)*sa, db += (dy/den)*sb (reference order); the thread's running sums of dy*a and
-// dy*b in fp32 (products of two bf16 values are exact in fp32).
+// da += (dy/den)*sa, db += (dy/den)*sb (reference order; an output whose acc_ flag is false starts
+// from 0 and is never read); the thread's running sums of dy*a and dy*b in fp32 (products of two
+// bf16 values are exact in fp32).
 struct FusionBackwardOp {
     const bfloat *a, *b, *dy;
     bfloat *da, *db;
     FusionScalars f;
+    bool acc_a = true, acc_b = true;
     float sum_a = 0.0f, sum_b = 0.0f;
     __device__ void elem(float va, float vb, float g, float& vda, float& vdb) {
         const float q = g / f.den;
@@ -196,15 +198,17 @@ struct FusionBackwardOp {
         load8_rw(a + i, va);
         load8_rw(b + i, vb);
         load8_rw(dy + i, g);
-        load8_rw(da + i, vda);
-        load8_rw(db + i, vdb);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) vda[j] = vdb[j] = 0.0f;
+        if (acc_a) load8_rw(da + i, vda);
+        if (acc_b) load8_rw(db + i, vdb);
 #pragma unroll
         for (int j = 0; j < 8; ++j) elem(va[j], vb[j], g[j], vda[j], vdb[j]);
         store8(da + i, vda);
         store8(db + i, vdb);
     }
     __device__ void one(size_t i) {
-        float vda = ld(da, i), vdb = ld(db, i);
+        float vda = acc_a ? ld(da, i) : 0.0f, vdb = acc_b ? ld(db, i) : 0.0f;
         elem(ld(a, i), ld(b, i), ld(dy, i), vda, vdb);
         st(da, i, vda);
         st(db, i, vdb);
@@ -254,9 +258,9 @@ __global__ void fusion_forward_kernel(EltSplit s, const bfloat* a, const bfloat*
 // writes its sums of dy*a and dy*b to part[k] and part[blocks + k].
 __global__ void fusion_backward_kernel(EltSplit s, const bfloat* a, const bfloat* b, const bfloat* dy,
                                        const float* __restrict__ wa, const float* __restrict__ wb, bfloat* da,
-                                       bfloat* db, float* __restrict__ part) {
+                                       bfloat* db, float* __restrict__ part, bool acc_a, bool acc_b) {
     __shared__ float smem[kWarps];
-    FusionBackwardOp op{a, b, dy, da, db, fusion_scalars(wa, wb)};
+    FusionBackwardOp op{a, b, dy, da, db, fusion_scalars(wa, wb), acc_a, acc_b};
     elt_loop(s, op);
     const float sa = block_sum(op.sum_a, smem);
     const float sb = block_sum(op.sum_b, smem);
@@ -405,11 +409,16 @@ void add_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, b
     launch_elt(ex, split_bf16(n, {a, b, y}), AddOp{dev(a), dev(b), dev(y)});
 }
 
-void accumulate_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* x, bf16* y) {
+void accumulate_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* x, bf16* y, bool accumulate) {
     const char* op = "accumulate_bf16_cuda";
     rt::check_cuda_exec(op, ex);
     if (n == 0) return;
     check_ptrs(op, {{"x", x, 2}, {"y", y, 2}});
+    if (!accumulate) {  // first contribution: a copy (exact)
+        SF_CHECK(x != y, "%s: overwrite with x == y", op);
+        SF_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(bf16), cudaMemcpyDeviceToDevice, ex.stream));
+        return;
+    }
     launch_elt(ex, split_bf16(n, {x, y}), AccumulateOp{dev(x), dev(y)});
 }
 
@@ -481,7 +490,7 @@ void fusion_forward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const
 
 void fusion_backward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, const float* wa,
                                const float* wb, const bf16* dy, bf16* da, bf16* db, float* dwa, float* dwb, float* ws,
-                               size_t ws_floats) {
+                               size_t ws_floats, bool accumulate_da, bool accumulate_db) {
     const char* op = "fusion_backward_bf16_cuda";
     rt::check_cuda_exec(op, ex);
     if (n == 0) return;
@@ -500,8 +509,8 @@ void fusion_backward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, cons
     const size_t blocks = fusion_backward_blocks(n);
     check_workspace(op, ws, ws_floats, 2 * blocks, "fusion_backward_workspace_floats");
     const EltSplit s = split_bf16(n, {a, b, dy, da, db});
-    fusion_backward_kernel<<<static_cast<unsigned>(blocks), kEltThreads, 0, ex.stream>>>(s, dev(a), dev(b), dev(dy), wa,
-                                                                                         wb, dev(da), dev(db), ws);
+    fusion_backward_kernel<<<static_cast<unsigned>(blocks), kEltThreads, 0, ex.stream>>>(
+        s, dev(a), dev(b), dev(dy), wa, wb, dev(da), dev(db), ws, accumulate_da, accumulate_db);
     SF_CUDA_CHECK_LAUNCH();
     fusion_backward_finalize_kernel<<<1, kEltThreads, 0, ex.stream>>>(static_cast<int>(blocks), ws, wa, wb, dwa, dwb);
     SF_CUDA_CHECK_LAUNCH();

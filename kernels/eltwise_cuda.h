@@ -113,8 +113,8 @@ ColumnSumPlan column_sum_plan(size_t rows, int c, bool vector);
 
 // y = a + b (bf16). y may alias a or b (exactly, not partially).
 void add_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, bf16* y);
-// y += x (bf16).
-void accumulate_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* x, bf16* y);
+// y += x (bf16); accumulate = false: y = x (a device copy; y is never read).
+void accumulate_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* x, bf16* y, bool accumulate = true);
 // y += float(x): bf16 x into fp32 y.
 void accumulate_bf16_to_f32_cuda(const rt::Exec& ex, size_t n, const bf16* x, float* y);
 // y = bf16(x), round to nearest even.
@@ -139,10 +139,11 @@ void fusion_forward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const
 // Backward (fusion_backward_ref): da += dy*sa/D, db += dy*sb/D (bf16, D = sa + sb + eps);
 // dwa, dwb (one fp32 each, device) += the weight gradients from sum(dy*a), sum(dy*b).
 // ws: at least fusion_backward_workspace_floats(n) = 2 * fusion_backward_blocks(n) fp32 scratch.
-// da and db must differ and must not alias a, b or dy.
+// da and db must differ and must not alias a, b or dy. accumulate_da / accumulate_db = false:
+// that output is overwritten (never read) instead of accumulated.
 size_t fusion_backward_workspace_floats(size_t n);
 void fusion_backward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, const float* wa,
                                const float* wb, const bf16* dy, bf16* da, bf16* db, float* dwa, float* dwb, float* ws,
-                               size_t ws_floats);
+                               size_t ws_floats, bool accumulate_da = true, bool accumulate_db = true);
 
 }  // namespace kern

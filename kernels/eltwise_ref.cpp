@@ -46,10 +46,10 @@ void add_ref(size_t n, const T* a, const T* b, T* y) {
 }
 
 template <class T>
-void accumulate_ref(size_t n, const T* x, T* y) {
+void accumulate_ref(size_t n, const T* x, T* y, bool accumulate) {
     const int64_t m = static_cast<int64_t>(n);
 #pragma omp parallel for schedule(static) if (m > kParallelMin)
-    for (int64_t i = 0; i < m; ++i) y[i] += x[i];
+    for (int64_t i = 0; i < m; ++i) y[i] = (accumulate ? y[i] : T(0)) + x[i];
 }
 
 template <class T>
@@ -76,7 +76,7 @@ void fusion_forward_ref(size_t n, const T* a, const T* b, const T* wa, const T* 
 //   dwa += dL/dsa * softplus'(wa); likewise for b.
 template <class T>
 void fusion_backward_ref(size_t n, const T* a, const T* b, const T* wa, const T* wb, const T* dy, T* da, T* db, T* dwa,
-                         T* dwb) {
+                         T* dwb, bool accumulate_da, bool accumulate_db) {
     const T sa = softplus(wa[0]), sb = softplus(wb[0]);
     const T den = sa + sb + static_cast<T>(kFusionEps);
     const int64_t m = static_cast<int64_t>(n);
@@ -88,8 +88,8 @@ void fusion_backward_ref(size_t n, const T* a, const T* b, const T* wa, const T*
         double s_a = 0, s_b = 0;
         for (int64_t i = k * kChunk; i < end; ++i) {
             const T g = dy[i] / den;  // torch: d(num/den)/dnum, then times sa or sb
-            da[i] += g * sa;
-            db[i] += g * sb;
+            da[i] = (accumulate_da ? da[i] : T(0)) + g * sa;
+            db[i] = (accumulate_db ? db[i] : T(0)) + g * sb;
             s_a += static_cast<double>(dy[i]) * a[i];
             s_b += static_cast<double>(dy[i]) * b[i];
         }
@@ -107,12 +107,13 @@ void fusion_backward_ref(size_t n, const T* a, const T* b, const T* wa, const T*
     dwb[0] += static_cast<T>((sum_b - sum_y) / d * softplus_grad(wb[0]));
 }
 
-#define SF_INSTANTIATE(T)                                                                    \
-    template void add_ref<T>(size_t, const T*, const T*, T*);                                \
-    template void accumulate_ref<T>(size_t, const T*, T*);                                   \
-    template void fill_ref<T>(size_t, T, T*);                                                \
-    template void fusion_forward_ref<T>(size_t, const T*, const T*, const T*, const T*, T*); \
-    template void fusion_backward_ref<T>(size_t, const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*);
+#define SF_INSTANTIATE(T)                                                                                          \
+    template void add_ref<T>(size_t, const T*, const T*, T*);                                                      \
+    template void accumulate_ref<T>(size_t, const T*, T*, bool);                                                   \
+    template void fill_ref<T>(size_t, T, T*);                                                                      \
+    template void fusion_forward_ref<T>(size_t, const T*, const T*, const T*, const T*, T*);                       \
+    template void fusion_backward_ref<T>(size_t, const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*, \
+                                         bool, bool);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
 #undef SF_INSTANTIATE

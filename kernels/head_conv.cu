@@ -87,11 +87,12 @@ __global__ void head_conv_forward_kernel(size_t rows, int cin, const bfloat* __r
 }
 
 // Backward, pass 1. Grid chunks x 256: block k owns rows [chunk_begin(k), chunk_begin(k+1)).
-// dx updated; part[k] = this chunk's (dw (K, Cin) row-major, then db (K)).
+// dx updated (accumulate false: overwritten, never read); part[k] = this chunk's (dw (K, Cin)
+// row-major, then db (K)).
 template <int K>
 __global__ void head_conv_backward_kernel(size_t rows, int cin, int chunks, const bfloat* __restrict__ x,
                                           const float* __restrict__ dy, const float* __restrict__ w, bfloat* dx,
-                                          float* __restrict__ part) {
+                                          float* __restrict__ part, bool accumulate) {
     constexpr int kVals = 9 * K;  // per lane: dw[k][0..8) then db[k]
     __shared__ float sm[kWarps][kHeadConvLanes][kVals];
     const int lane = threadIdx.x % kHeadConvLanes, ry = threadIdx.x / kHeadConvLanes;
@@ -109,9 +110,9 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, int chunks, cons
         }
         if (!has) continue;
         const size_t off = r * cin + 8 * lane;
-        float v[8], d[8];
+        float v[8], d[8] = {};
         load8(x + off, v);
-        load8_rw(dx + off, d);  // dx is read and written by this thread only
+        if (accumulate) load8_rw(dx + off, d);  // dx is read and written by this thread only
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             float s = 0.0f;
@@ -194,9 +195,9 @@ void launch_forward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, c
 
 template <int K>
 void launch_backward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* dy, const float* w,
-                     bf16* dx, float* dw, float* db, float* ws) {
-    head_conv_backward_kernel<K>
-        <<<pl.chunks, kHeadConvThreads, 0, ex.stream>>>(pl.rows, pl.cin, pl.chunks, dev(x), dy, w, dev(dx), ws);
+                     bf16* dx, float* dw, float* db, float* ws, bool accumulate) {
+    head_conv_backward_kernel<K><<<pl.chunks, kHeadConvThreads, 0, ex.stream>>>(pl.rows, pl.cin, pl.chunks, dev(x), dy,
+                                                                                w, dev(dx), ws, accumulate);
     SF_CUDA_CHECK_LAUNCH();
     const int wn = K * pl.cin;
     head_conv_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(wn, wn + K, pl.chunks,
@@ -256,7 +257,8 @@ void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, 
 }
 
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
-                             const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats) {
+                             const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
+                             bool accumulate) {
     const char* op = "head_conv_backward_cuda";
     rt::check_cuda_exec(op, ex);
     const HeadConvPlan pl = head_conv_plan(rows, cin, cout);
@@ -274,14 +276,14 @@ void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout,
              "= %zu)",
              op, ws_floats, rows, cin, cout, pl.workspace_floats);
     switch (cout) {
-        case 1: launch_backward<1>(ex, pl, x, dy, w, dx, dw, db, ws); break;
-        case 2: launch_backward<2>(ex, pl, x, dy, w, dx, dw, db, ws); break;
-        case 3: launch_backward<3>(ex, pl, x, dy, w, dx, dw, db, ws); break;
-        case 4: launch_backward<4>(ex, pl, x, dy, w, dx, dw, db, ws); break;
-        case 5: launch_backward<5>(ex, pl, x, dy, w, dx, dw, db, ws); break;
-        case 6: launch_backward<6>(ex, pl, x, dy, w, dx, dw, db, ws); break;
-        case 7: launch_backward<7>(ex, pl, x, dy, w, dx, dw, db, ws); break;
-        default: launch_backward<8>(ex, pl, x, dy, w, dx, dw, db, ws); break;
+        case 1: launch_backward<1>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
+        case 2: launch_backward<2>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
+        case 3: launch_backward<3>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
+        case 4: launch_backward<4>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
+        case 5: launch_backward<5>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
+        case 6: launch_backward<6>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
+        case 7: launch_backward<7>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
+        default: launch_backward<8>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
     }
 }
 

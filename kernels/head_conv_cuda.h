@@ -51,8 +51,9 @@ void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, 
 size_t head_conv_workspace_floats(size_t rows, int cin, int cout);
 
 // x (rows, Cin) bf16 (the forward input); dy (rows, Cout) fp32; w (Cout, Cin) fp32;
-// dx (rows, Cin) bf16 +=; dw (Cout, Cin) +=; db (Cout) +=.
+// dx (rows, Cin) bf16 += (accumulate = false: overwritten, never read); dw (Cout, Cin) +=; db (Cout) +=.
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
-                             const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats);
+                             const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
+                             bool accumulate = true);
 
 }  // namespace kern

@@ -11,9 +11,10 @@ void upsample_bilinear_forward(const rt::Exec& ex, const Shape4& in, int factor,
     upsample_bilinear_forward_ref(in, factor, x, y);
 }
 
-void upsample_bilinear_backward(const rt::Exec& ex, const Shape4& in, int factor, const float* dy, float* dx) {
+void upsample_bilinear_backward(const rt::Exec& ex, const Shape4& in, int factor, const float* dy, float* dx,
+                                bool accumulate) {
     if (ex.is_cuda()) SF_FAIL("upsample_bilinear_backward: CUDA backend not implemented yet");
-    upsample_bilinear_backward_ref(in, factor, dy, dx);
+    upsample_bilinear_backward_ref(in, factor, dy, dx, accumulate);
 }
 
 }  // namespace kern

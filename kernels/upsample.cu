@@ -90,10 +90,11 @@ __global__ void upsample_forward_kernel(int n, int h, int w, int c, const bfloat
     }
 }
 
-// dy (N, F*H, F*W, C) -> dx (N, H, W, C) +=. Thread item = (pixel of dx) * G + group.
+// dy (N, F*H, F*W, C) -> dx (N, H, W, C) += (accumulate false: =, dx never read). Thread item =
+// (pixel of dx) * G + group.
 template <int F, int W>
 __global__ void upsample_backward_kernel(int n, int h, int w, int c, const bfloat* __restrict__ dy,
-                                         bfloat* __restrict__ dx) {
+                                         bfloat* __restrict__ dx, bool accumulate) {
     const int oh_n = F * h, ow_n = F * w, groups = c / W;
     const size_t items = static_cast<size_t>(n) * h * w * groups;
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -128,8 +129,8 @@ __global__ void upsample_backward_kernel(int n, int h, int w, int c, const bfloa
             }
         }
         bfloat* d = dx + it * W;
-        float cur[W];
-        load_w_rw<W>(d, cur);
+        float cur[W] = {};
+        if (accumulate) load_w_rw<W>(d, cur);
 #pragma unroll
         for (int j = 0; j < W; ++j) cur[j] += acc[j];
         store_w<W>(d, cur);
@@ -139,19 +140,21 @@ __global__ void upsample_backward_kernel(int n, int h, int w, int c, const bfloa
 // ---- launch helpers ----
 
 template <int F, int W>
-void launch(const rt::Exec& ex, bool forward, const Shape4& in, size_t blocks, const bf16* src, bf16* dst) {
+void launch(const rt::Exec& ex, bool forward, const Shape4& in, size_t blocks, const bf16* src, bf16* dst,
+            bool accumulate) {
     if (forward)
         upsample_forward_kernel<F, W><<<static_cast<unsigned>(blocks), kUpsampleThreads, 0, ex.stream>>>(
             in.n, in.h, in.w, in.c, dev(src), dev(dst));
     else
         upsample_backward_kernel<F, W><<<static_cast<unsigned>(blocks), kUpsampleThreads, 0, ex.stream>>>(
-            in.n, in.h, in.w, in.c, dev(src), dev(dst));
+            in.n, in.h, in.w, in.c, dev(src), dev(dst), accumulate);
     SF_CUDA_CHECK_LAUNCH();
 }
 
 // Checks, picks the width and the grid (threads own the pixels of y forward, of dx backward),
 // dispatches on (factor, width).
-void run(const char* fn, const rt::Exec& ex, bool forward, const Shape4& in, int factor, const bf16* src, bf16* dst) {
+void run(const char* fn, const rt::Exec& ex, bool forward, const Shape4& in, int factor, const bf16* src, bf16* dst,
+         bool accumulate = true) {
     rt::check_cuda_exec(fn, ex);
     upsample_check_args(fn, in, factor);
     if (in.n == 0) return;
@@ -165,13 +168,16 @@ void run(const char* fn, const rt::Exec& ex, bool forward, const Shape4& in, int
     const bool v = width == 8;
     switch (factor) {
         case 2:
-            v ? launch<2, 8>(ex, forward, in, blocks, src, dst) : launch<2, 1>(ex, forward, in, blocks, src, dst);
+            v ? launch<2, 8>(ex, forward, in, blocks, src, dst, accumulate)
+              : launch<2, 1>(ex, forward, in, blocks, src, dst, accumulate);
             break;
         case 4:
-            v ? launch<4, 8>(ex, forward, in, blocks, src, dst) : launch<4, 1>(ex, forward, in, blocks, src, dst);
+            v ? launch<4, 8>(ex, forward, in, blocks, src, dst, accumulate)
+              : launch<4, 1>(ex, forward, in, blocks, src, dst, accumulate);
             break;
         default:
-            v ? launch<8, 8>(ex, forward, in, blocks, src, dst) : launch<8, 1>(ex, forward, in, blocks, src, dst);
+            v ? launch<8, 8>(ex, forward, in, blocks, src, dst, accumulate)
+              : launch<8, 1>(ex, forward, in, blocks, src, dst, accumulate);
             break;
     }
 }
@@ -195,8 +201,9 @@ void upsample_bilinear_forward_bf16_cuda(const rt::Exec& ex, const Shape4& in, i
     run("upsample_bilinear_forward_bf16_cuda", ex, true, in, factor, x, y);
 }
 
-void upsample_bilinear_backward_bf16_cuda(const rt::Exec& ex, const Shape4& in, int factor, const bf16* dy, bf16* dx) {
-    run("upsample_bilinear_backward_bf16_cuda", ex, false, in, factor, dy, dx);
+void upsample_bilinear_backward_bf16_cuda(const rt::Exec& ex, const Shape4& in, int factor, const bf16* dy, bf16* dx,
+                                          bool accumulate) {
+    run("upsample_bilinear_backward_bf16_cuda", ex, false, in, factor, dy, dx, accumulate);
 }
 
 }  // namespace kern

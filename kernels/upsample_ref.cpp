@@ -107,7 +107,7 @@ void upsample_bilinear_forward_ref(const Shape4& in, int factor, const T* x, T* 
 // dy: (N, f*H, f*W, C) -> dx: (N, H, W, C), accumulated. Each dx element gathers the at most
 // (2f)^2 output gradients that read it, summed in double.
 template <class T>
-void upsample_bilinear_backward_ref(const Shape4& in, int factor, const T* dy, T* dx) {
+void upsample_bilinear_backward_ref(const Shape4& in, int factor, const T* dy, T* dx, bool accumulate) {
     check_args("upsample_bilinear_backward_ref", in, factor);
     const int H = in.h, W = in.w, C = in.c, OH = H * factor, OW = W * factor;
     const Adjacency<T> ah = transpose_taps(make_taps<T>(H, factor), H);
@@ -131,7 +131,7 @@ void upsample_bilinear_backward_ref(const Shape4& in, int factor, const T* dy, T
                     }
                 }
                 T* d = dx + ((b * H + ih) * W + iw) * static_cast<int64_t>(C);
-                for (int c = 0; c < C; ++c) d[c] += static_cast<T>(acc[c]);
+                for (int c = 0; c < C; ++c) d[c] = (accumulate ? d[c] : T(0)) + static_cast<T>(acc[c]);
             }
         }
     }
@@ -139,7 +139,7 @@ void upsample_bilinear_backward_ref(const Shape4& in, int factor, const T* dy, T
 
 #define SF_INSTANTIATE(T)                                                             \
     template void upsample_bilinear_forward_ref<T>(const Shape4&, int, const T*, T*); \
-    template void upsample_bilinear_backward_ref<T>(const Shape4&, int, const T*, T*);
+    template void upsample_bilinear_backward_ref<T>(const Shape4&, int, const T*, T*, bool);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
 #undef SF_INSTANTIATE

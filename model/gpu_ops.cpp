@@ -122,8 +122,8 @@ void GpuOps::prepare(const std::vector<ConvUse>& convs) {
 }
 
 void GpuOps::run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
-                        const kern::bf16* w, kern::bf16* y, const kern::bf16* dy, kern::bf16* dx, float* dw,
-                        bool dgrad) const {
+                        const kern::bf16* w, kern::bf16* y, const kern::bf16* dy, kern::bf16* dx, float* dw, bool dgrad,
+                        bool accumulate) const {
     if (impl == ConvImpl::CustomStem) {
         SF_CHECK(!dgrad, "the custom stem conv has no input gradient (%s)", shape_string(s).c_str());
         if (y) kern::stemconv_forward_cuda(ex, s, x, w, y);
@@ -131,7 +131,7 @@ void GpuOps::run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape
         return;
     }
     if (y) kern::dwconv3x3_forward_cuda(ex, s, x, w, y);
-    if (dgrad) kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx);
+    if (dgrad) kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate);
     if (dw) kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_);
 }
 
@@ -209,14 +209,14 @@ void GpuOps::conv_forward(const rt::Exec& ex, const kern::ConvShape& s, const ke
         run_custom(e.impl, ex, s, x, w, y, nullptr, nullptr, nullptr, false);
 }
 
-void GpuOps::conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy,
-                                const kern::bf16* w, kern::bf16* dx) const {
+void GpuOps::conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy, const kern::bf16* w,
+                                kern::bf16* dx, bool accumulate) const {
     const Entry& e = find(s);
     SF_CHECK(e.dgrad, "convolution %s was planned without an input gradient", shape_string(s).c_str());
     if (e.impl == ConvImpl::Cudnn)
-        cudnn_->backward_data(ex, s, dy, w, dx);
+        cudnn_->backward_data(ex, s, dy, w, dx, accumulate);
     else
-        run_custom(e.impl, ex, s, nullptr, w, nullptr, dy, dx, nullptr, true);
+        run_custom(e.impl, ex, s, nullptr, w, nullptr, dy, dx, nullptr, true, accumulate);
 }
 
 void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,

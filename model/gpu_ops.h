@@ -50,8 +50,9 @@ public:
     // Step time.
     void conv_forward(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
                       kern::bf16* y) const;
+    // accumulate = false: dx is overwritten (the first contribution to it in the backward).
     void conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy, const kern::bf16* w,
-                            kern::bf16* dx) const;
+                            kern::bf16* dx, bool accumulate = true) const;
     void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                               const kern::bf16* dy, float* dw) const;
 
@@ -62,8 +63,8 @@ private:
     const Entry& find(const kern::ConvShape& s) const;
     double time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const;  // ms per fwd(+dgrad)+wgrad
     void run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
-                    const kern::bf16* w, kern::bf16* y, const kern::bf16* dy, kern::bf16* dx, float* dw,
-                    bool dgrad) const;
+                    const kern::bf16* w, kern::bf16* y, const kern::bf16* dy, kern::bf16* dx, float* dw, bool dgrad,
+                    bool accumulate = true) const;
 
     rt::Exec ex_;
     kern::ConvPolicy policy_;

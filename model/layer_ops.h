@@ -1,17 +1,26 @@
 // The element-wise ops of the layers, overloaded by activation element type so a layer template
 // reads the same on both backends: float pointers go to the CPU reference dispatch (kernels/*.h),
-// bf16 pointers to the CUDA kernels (kernels/*_cuda.h). Same contracts as kernels/eltwise.h and
-// kernels/upsample.h: y overwritten, backward outputs accumulated. `ws` is the shared fp32
-// reduction workspace (CUDA only; ignored by the CPU references).
+// bf16 pointers to the CUDA kernels (kernels/*_cuda.h). Every op of a backward that reads or writes
+// an activation gradient is here and reports it to the active GradTape (model/grad_tape.h) first:
+// the tape says whether each written gradient gets its first contribution (overwrite) or a later
+// one (accumulate), and while the planner traces the backward nothing is launched. `ws` is the
+// shared fp32 reduction workspace (CUDA only; ignored by the CPU references).
 #pragma once
 #include <cstddef>
 
+#include "kernels/activation.h"
+#include "kernels/batchnorm.h"
 #include "kernels/bf16.h"
+#include "kernels/bn_act_cuda.h"
+#include "kernels/conv.h"
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
+#include "kernels/head_conv_cuda.h"
 #include "kernels/tensor.h"
 #include "kernels/upsample.h"
 #include "kernels/upsample_cuda.h"
+#include "model/gpu_ops.h"
+#include "model/grad_tape.h"
 #include "runtime/exec.h"
 
 namespace model::ops {
@@ -23,9 +32,14 @@ inline void add(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, bf16
     kern::add_bf16_cuda(ex, n, a, b, y);
 }
 
-inline void accumulate(const rt::Exec& ex, size_t n, const float* x, float* y) { kern::accumulate(ex, n, x, y); }
+// y += x (y = x for y's first contribution).
+inline void accumulate(const rt::Exec& ex, size_t n, const float* x, float* y) {
+    bool acc;
+    if (grad_op({x}, {y}, &acc)) kern::accumulate(ex, n, x, y, acc);
+}
 inline void accumulate(const rt::Exec& ex, size_t n, const bf16* x, bf16* y) {
-    kern::accumulate_bf16_cuda(ex, n, x, y);
+    bool acc;
+    if (grad_op({x}, {y}, &acc)) kern::accumulate_bf16_cuda(ex, n, x, y, acc);
 }
 
 inline void upsample_forward(const rt::Exec& ex, const kern::Shape4& in, int f, const float* x, float* y) {
@@ -35,10 +49,12 @@ inline void upsample_forward(const rt::Exec& ex, const kern::Shape4& in, int f, 
     kern::upsample_bilinear_forward_bf16_cuda(ex, in, f, x, y);
 }
 inline void upsample_backward(const rt::Exec& ex, const kern::Shape4& in, int f, const float* dy, float* dx) {
-    kern::upsample_bilinear_backward(ex, in, f, dy, dx);
+    bool acc;
+    if (grad_op({dy}, {dx}, &acc)) kern::upsample_bilinear_backward(ex, in, f, dy, dx, acc);
 }
 inline void upsample_backward(const rt::Exec& ex, const kern::Shape4& in, int f, const bf16* dy, bf16* dx) {
-    kern::upsample_bilinear_backward_bf16_cuda(ex, in, f, dy, dx);
+    bool acc;
+    if (grad_op({dy}, {dx}, &acc)) kern::upsample_bilinear_backward_bf16_cuda(ex, in, f, dy, dx, acc);
 }
 
 inline void fusion_forward(const rt::Exec& ex, size_t n, const float* a, const float* b, const float* wa,
@@ -52,12 +68,72 @@ inline void fusion_forward(const rt::Exec& ex, size_t n, const bf16* a, const bf
 inline void fusion_backward(const rt::Exec& ex, size_t n, const float* a, const float* b, const float* wa,
                             const float* wb, const float* dy, float* da, float* db, float* dwa, float* dwb, float*,
                             size_t) {
-    kern::fusion_backward(ex, n, a, b, wa, wb, dy, da, db, dwa, dwb);
+    bool acc[2];
+    if (grad_op({dy}, {da, db}, acc)) kern::fusion_backward(ex, n, a, b, wa, wb, dy, da, db, dwa, dwb, acc[0], acc[1]);
 }
 inline void fusion_backward(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, const float* wa,
                             const float* wb, const bf16* dy, bf16* da, bf16* db, float* dwa, float* dwb, float* ws,
                             size_t ws_floats) {
-    kern::fusion_backward_bf16_cuda(ex, n, a, b, wa, wb, dy, da, db, dwa, dwb, ws, ws_floats);
+    bool acc[2];
+    if (grad_op({dy}, {da, db}, acc))
+        kern::fusion_backward_bf16_cuda(ex, n, a, b, wa, wb, dy, da, db, dwa, dwb, ws, ws_floats, acc[0], acc[1]);
+}
+
+// ---- the convolution layers' backward (model/layers.cpp) ----
+
+// CPU: dx (+)= act'(x) * dy.
+inline void act_backward(const rt::Exec& ex, kern::Act a, size_t n, const float* x, const float* dy, float* dx) {
+    bool acc;
+    if (grad_op({dy}, {dx}, &acc)) kern::act_backward(ex, a, n, x, dy, dx, acc);
+}
+// CPU: train-mode BatchNorm backward; dx (+)=, dgamma/dbeta +=.
+inline void batchnorm_backward(const rt::Exec& ex, size_t rows, int c, const float* x, const float* dy,
+                               const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
+                               float* dbeta) {
+    bool acc;
+    if (grad_op({dy}, {dx}, &acc))
+        kern::batchnorm_backward(ex, rows, c, x, dy, gamma, mean, invstd, dx, dgamma, dbeta, acc);
+}
+// CUDA: fused BN + activation backward. It always overwrites dx: a ConvBN's conv-output gradient,
+// whose only writer it is, so the traced flag is always "first contribution".
+inline void bn_act_backward(const rt::Exec& ex, kern::Act a, size_t rows, int c, const bf16* x, const bf16* dy,
+                            const float* gamma, const float* beta, const float* mean, const float* invstd, bf16* dx,
+                            float* dgamma, float* dbeta, float* ws, size_t ws_floats) {
+    bool acc;
+    if (!grad_op({dy}, {dx}, &acc)) return;
+    kern::bn_act_backward(ex, a, rows, c, x, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta, ws, ws_floats);
+}
+inline void column_sum(const rt::Exec& ex, size_t rows, int c, const bf16* dy, float* out, float* ws,
+                       size_t ws_floats) {
+    bool none;
+    if (grad_op({dy}, {}, &none)) kern::column_sum_bf16_cuda(ex, rows, c, dy, out, ws, ws_floats);
+}
+inline void conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, const float* dy, const float* w,
+                               float* dx) {
+    bool acc;
+    if (grad_op({dy}, {dx}, &acc, true)) kern::conv_backward_data(ex, s, dy, w, dx, acc);
+}
+inline void conv_backward_data(const GpuOps* gpu, const rt::Exec& ex, const kern::ConvShape& s, const bf16* dy,
+                               const bf16* w, bf16* dx) {
+    bool acc;
+    if (grad_op({dy}, {dx}, &acc, true)) gpu->conv_backward_data(ex, s, dy, w, dx, acc);
+}
+inline void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const float* x, const float* dy,
+                                 float* dw, float* db) {
+    bool none;
+    if (grad_op({dy}, {}, &none)) kern::conv_backward_filter(ex, s, x, dy, dw, db);
+}
+inline void conv_backward_filter(const GpuOps* gpu, const rt::Exec& ex, const kern::ConvShape& s, const bf16* x,
+                                 const bf16* dy, float* dw) {
+    bool none;
+    if (grad_op({dy}, {}, &none)) gpu->conv_backward_filter(ex, s, x, dy, dw);
+}
+// CUDA: the heads' last 1x1 conv (fp32 dy, the logits' gradient).
+inline void head_conv_backward(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
+                               const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats) {
+    bool acc;
+    if (grad_op({dy}, {dx}, &acc))
+        kern::head_conv_backward_cuda(ex, rows, cin, cout, x, dy, w, dx, dw, db, ws, ws_floats, acc);
 }
 
 }  // namespace model::ops

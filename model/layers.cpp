@@ -37,9 +37,9 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
     num_batches_tracked = p.counter(name + ".bn.num_batches_tracked");
     save_mean = p.scratch(static_cast<size_t>(cout), "bn mean");
     save_invstd = p.scratch(static_cast<size_t>(cout), "bn invstd");
-    // conv.g lives only inside backward() (BN backward writes it, the conv's backward reads it):
-    // every ConvBN shares one region for it (Planner::act local_grad).
-    conv = p.act<T>(cs.out(), "conv", true);
+    // conv.g lives only inside backward() (BN backward writes it, the conv's backward reads it);
+    // the planner's liveness plan gives it that lifetime like every other gradient.
+    conv = p.act<T>(cs.out(), "conv");
     if constexpr (kIsCpu<T>) {
         bn = p.act<T>(cs.out(), "bn");
         out = act == kern::Act::None ? bn : p.act<T>(cs.out(), "act");
@@ -88,20 +88,19 @@ template <class T>
 void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     const rt::Scope scope(ex, bwd_scope);
     const size_t rows = conv.shape.pixels();
+    // model/layer_ops.h: each op reports the gradients it reads and writes to the backward's tape.
     if constexpr (kIsCpu<T>) {
-        if (act != kern::Act::None) kern::act_backward(ex, act, bn.numel(), bn.v, out.g, bn.g);
-        kern::fill(ex, conv.numel(), 0.0f, conv.g);  // the shared region holds the previous layer's values
-        kern::batchnorm_backward(ex, rows, cs.cout, conv.v, bn.g, gamma.w, save_mean, save_invstd, conv.g, gamma.g,
-                                 beta.g);
-        if (x.g) kern::conv_backward_data(ex, cs, conv.g, weight.w, x.g);
-        kern::conv_backward_filter(ex, cs, x.v, conv.g, weight.g, bias.g);
+        if (act != kern::Act::None) ops::act_backward(ex, act, bn.numel(), bn.v, out.g, bn.g);
+        ops::batchnorm_backward(ex, rows, cs.cout, conv.v, bn.g, gamma.w, save_mean, save_invstd, conv.g, gamma.g,
+                                beta.g);
+        if (x.g) ops::conv_backward_data(ex, cs, conv.g, weight.w, x.g);
+        ops::conv_backward_filter(ex, cs, x.v, conv.g, weight.g, bias.g);
     } else {
-        // conv.g (the shared layer-local region) is overwritten by the fused backward.
-        kern::bn_act_backward(ex, act, rows, cs.cout, conv.v, out.g, gamma.w, beta.w, save_mean, save_invstd, conv.g,
-                              gamma.g, beta.g, ws, ws_floats);
-        if (cs.bias) kern::column_sum_bf16_cuda(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
-        if (x.g) ops->conv_backward_data(ex, cs, conv.g, weight.h, x.g);
-        ops->conv_backward_filter(ex, cs, x.v, conv.g, weight.g);
+        ops::bn_act_backward(ex, act, rows, cs.cout, conv.v, out.g, gamma.w, beta.w, save_mean, save_invstd, conv.g,
+                             gamma.g, beta.g, ws, ws_floats);
+        if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
+        if (x.g) ops::conv_backward_data(ops, ex, cs, conv.g, weight.h, x.g);
+        ops::conv_backward_filter(ops, ex, cs, x.v, conv.g, weight.g);
     }
 }
 
@@ -136,11 +135,11 @@ template <class T>
 void Conv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     const rt::Scope scope(ex, bwd_scope);
     if constexpr (kIsCpu<T>) {
-        kern::conv_backward_data(ex, cs, out.g, weight.w, x.g);
-        kern::conv_backward_filter(ex, cs, x.v, out.g, weight.g, bias.g);
+        ops::conv_backward_data(ex, cs, out.g, weight.w, x.g);
+        ops::conv_backward_filter(ex, cs, x.v, out.g, weight.g, bias.g);
     } else {
-        kern::head_conv_backward_cuda(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, out.g, weight.w, x.g, weight.g,
-                                      bias.g, ws, ws_floats);
+        ops::head_conv_backward(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, out.g, weight.w, x.g, weight.g, bias.g, ws,
+                                ws_floats);
     }
 }
 

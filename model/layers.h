@@ -1,7 +1,8 @@
 // Layers of the network: plain structs with their shapes, parameter views and activations.
 // declare() is called twice by the network (sizing pass, then binding pass; see planner.h).
-// forward() reads its input, writes its outputs; backward() reads out.g and ACCUMULATES into
-// the input's g and the parameter grads. No allocation. model/layer_ops.h picks the CPU reference
+// forward() reads its input, writes its outputs; backward() reads out.g, writes the input's g (its
+// first contribution overwrites, later ones accumulate: model/grad_tape.h) and accumulates into the
+// parameter grads. No allocation. model/layer_ops.h picks the CPU reference
 // or the CUDA kernel by element type.
 #pragma once
 #include <string>
@@ -42,7 +43,7 @@ struct ConvBN {
     float* ws = nullptr;  // shared reduction workspace (CUDA)
     size_t ws_floats = 0;
     GpuOps* ops = nullptr;  // CUDA conv dispatch
-    ActT<T> conv;           // conv output (BN input); its g is the planner's shared layer-local region
+    ActT<T> conv;           // conv output (BN input); its g lives only inside backward()
     ActT<T> bn;             // BN output (activation input); CPU only
     ActT<T> out;            // activation output; the same tensor as bn when act == None
 

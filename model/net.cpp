@@ -105,11 +105,13 @@ void WeightedFuse<T>::backward(const rt::Exec& ex, const ActT<T>& a, const ActT<
 // ---- SiderNet ----
 
 template <class T>
-SiderNetT<T>::SiderNetT(const NetShape& shape, rt::MemKind memory) : shape_(shape), plan_(memory) {
+SiderNetT<T>::SiderNetT(const NetShape& shape, rt::MemKind memory, GradLayout layout)
+    : shape_(shape), plan_(memory, false, layout) {
     SF_CHECK(kIsCpu<T>, "the bf16 network runs on CUDA: construct it with a CUDA Exec");
     SF_CHECK(memory != rt::MemKind::Device, "the CPU reference network lives in host memory");
     shape_.validate();
     declare(plan_);  // sizing pass
+    plan_grads();
     plan_.finish_sizing();
     declare(plan_);  // binding pass
     plan_.finish_binding();
@@ -124,6 +126,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     ops_ = std::make_unique<GpuOps>(ex, policy);
     plan_.set_gpu_ops(ops_.get());
     declare(plan_);  // sizing pass: records every conv and workspace request
+    plan_grads();
     ops_->prepare(plan_.convs());
     plan_.set_extra_workspace_bytes(ops_->workspace_bytes());
     plan_.finish_sizing();
@@ -137,6 +140,18 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun)
     : shape_(shape), plan_(kIsCpu<T> ? rt::MemKind::Host : rt::MemKind::Device, true) {
     shape_.validate();
     declare(plan_);
+    plan_grads();
+}
+
+// The backward runs once on the sizing pass's placeholders with the tape tracing: every op reports
+// the gradients it reads and writes and launches nothing (model/layer_ops.h). So the schedule the
+// planner sees is backward() itself.
+template <class T>
+void SiderNetT<T>::plan_grads() {
+    plan_.tape().begin_trace();
+    backward(rt::Exec::cpu());
+    plan_.tape().end_trace();
+    plan_.plan_grads();
 }
 
 template <class T>
@@ -232,6 +247,7 @@ void SiderNetT<T>::forward(const rt::Exec& ex, bool train) {
 
 template <class T>
 void SiderNetT<T>::backward(const rt::Exec& ex) {
+    GradTape::Active tape(plan_.tape());  // replays the traced overwrite/accumulate flags
     for (int i = 3; i >= 0; --i) {
         heads_[i].conv2.backward(ex, heads_[i].conv1.out);
         heads_[i].conv1.backward(ex, fpn_.out());
@@ -257,14 +273,17 @@ void SiderNetT<T>::backward(const rt::Exec& ex) {
     stem_.blocks[0].backward(ex, stem_.conv2.out);
     stem_.conv2.backward(ex, stem_.conv1.out);
     stem_.conv1.backward(ex, input_);
+    tape.finish();
 }
 
 template <class T>
 void SiderNetT<T>::zero_activation_grads(const rt::Exec& ex) {
+    const size_t bytes = plan_.act_grad_zero_bytes();
+    if (bytes == 0) return;
     if constexpr (kIsCpu<T>)
-        kern::fill(ex, plan_.act_grad_bytes() / sizeof(float), 0.0f, static_cast<float*>(plan_.act_grad_base()));
+        kern::fill(ex, bytes / sizeof(float), 0.0f, static_cast<float*>(plan_.act_grad_base()));
     else
-        zero_device_async(ex, plan_.act_grad_base(), plan_.act_grad_bytes());
+        zero_device_async(ex, plan_.act_grad_base(), bytes);
 }
 
 template <class T>

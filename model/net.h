@@ -82,8 +82,9 @@ struct DryRun {};  // constructor tag: plan only (model/planner.h)
 template <class T>
 class SiderNetT {
 public:
-    // CPU reference network (T = float) in `memory` (Host or Pinned).
-    SiderNetT(const NetShape& shape, rt::MemKind memory);
+    // CPU reference network (T = float) in `memory` (Host or Pinned). GradLayout::Separate: the
+    // reference layout of the activation gradients (model/planner.h), for tests.
+    SiderNetT(const NetShape& shape, rt::MemKind memory, GradLayout layout = GradLayout::Shared);
     // CUDA network (T = bf16): device memory; every convolution's plans are built (autotuned
     // unless the policy says otherwise) before the arena is sealed.
     SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::ConvPolicy& policy);
@@ -101,10 +102,13 @@ public:
 
     T* input() const { return input_.v; }  // (N,H,W,C)
     void forward(const rt::Exec& ex, bool train);
-    // Backward from the logits' gradients (head conv2 out.g) to every parameter gradient.
-    // Activation gradients must have been zeroed (zero_activation_grads) before the logits'
-    // gradients were written.
+    // Backward from the logits' gradients (head conv2 out.g, written by the loss) to every
+    // parameter gradient. Each activation gradient's first contribution overwrites it
+    // (model/grad_tape.h), so no activation gradient needs zeroing; the gradients share memory
+    // by lifetime and are valid only while the backward uses them.
     void backward(const rt::Exec& ex);
+    // Zeroes what the gradient plan still needs zeroed before a micro-step (plan().memory()
+    // .grad_zeroed bytes: nothing in the shared layout, the whole region in the reference layout).
     void zero_activation_grads(const rt::Exec& ex);
 
     HeadLogits<float> logits() const;
@@ -118,6 +122,7 @@ public:
 
 private:
     void declare(Planner& p);
+    void plan_grads();  // after the sizing pass: trace the backward, then Planner::plan_grads
 
     NetShape shape_;
     Planner plan_;

@@ -19,7 +19,7 @@ size_t shape_numel(const std::vector<int64_t>& s) {
 constexpr size_t kActAlign = 256;  // bytes: every tensor starts on a 256-byte boundary
 }  // namespace
 
-Planner::Planner(rt::MemKind kind, bool dry_run) : kind_(kind), dry_run_(dry_run) {}
+Planner::Planner(rt::MemKind kind, bool dry_run, GradLayout layout) : kind_(kind), dry_run_(dry_run), layout_(layout) {}
 
 size_t Planner::reserve(size_t& cursor, size_t bytes) {
     const size_t off = round_up(cursor, kActAlign);
@@ -35,17 +35,19 @@ ActT<T> Planner::act(const kern::Shape4& s, const char* what, bool local_grad) {
              s.h, s.w, s.c);
     ActT<T> a;
     a.shape = s;
+    (void)local_grad;
     const size_t bytes = s.numel() * sizeof(T);
     if (!binding_) {
+        SF_CHECK(!grads_planned_, "activation '%s' declared after the gradients were planned", what);
         reserve(act_bytes_, bytes);
-        if (local_grad)
-            local_grad_bytes_ = std::max(local_grad_bytes_, round_up(bytes, kActAlign));
-        else
-            reserve(act_grad_bytes_, bytes);
+        a.g = reinterpret_cast<T*>(kGradPlaceholderBase + grads_.size() * kActAlign);
+        grads_.push_back({what, bytes});
         return a;
     }
     a.v = static_cast<T*>(bind(acts_, bind_act_, bytes));
-    a.g = local_grad ? reinterpret_cast<T*>(act_grads_) : static_cast<T*>(bind(act_grads_, bind_grad_, bytes));
+    SF_CHECK(bind_grad_ < grads_.size(), "binding pass declared more activations than the sizing pass");
+    const GradSlot& g = grads_[bind_grad_++];
+    a.g = g.used() ? reinterpret_cast<T*>(act_grads_ + g.offset) : nullptr;
     return a;
 }
 template ActT<float> Planner::act<float>(const kern::Shape4&, const char*, bool);
@@ -156,7 +158,14 @@ MemoryPlan Planner::memory() const {
     m.params = round_up(4 * table_.flat_size * sizeof(float), 256) + table_.flat_size * sizeof(kern::bf16);
     m.buffers = round_up(table_.counters * sizeof(int64_t), 256) + table_.buffer_floats * sizeof(float);
     m.activations = act_bytes_;
-    m.activation_grads = binding_ ? act_grad_bytes_ : act_grad_bytes_ + local_grad_bytes_;
+    for (const GradSlot& g : grads_) {
+        if (grads_planned_ && !g.used()) continue;
+        ++m.grad_tensors;
+        m.grad_unshared += round_up(g.bytes, kActAlign);
+    }
+    m.activation_grads = grads_planned_ ? act_grad_bytes_ : m.grad_unshared;
+    m.grad_zeroed = grads_planned_ ? act_grad_zero_bytes() : m.activation_grads;
+    m.grad_dgrad_first = grad_dgrad_first_;
     m.workspace = std::max(workspace_floats_ * sizeof(float), extra_workspace_bytes_);
     return m;
 }
@@ -164,6 +173,7 @@ MemoryPlan Planner::memory() const {
 void Planner::finish_sizing() {
     SF_CHECK(!binding_, "finish_sizing() called twice");
     SF_CHECK(!dry_run_, "a dry-run plan is never allocated");
+    SF_CHECK(grads_planned_, "finish_sizing() before plan_grads()");
     // The workspace is one region whatever uses it: reductions take floats, conv plans bytes.
     workspace_floats_ = std::max(workspace_floats_, (extra_workspace_bytes_ + sizeof(float) - 1) / sizeof(float));
     params_arena_ = std::make_unique<rt::Arena>("params", kind_);
@@ -176,8 +186,6 @@ void Planner::finish_sizing() {
     const size_t c_off = buffers_arena_->reserve(table_.counters * sizeof(int64_t), 256, "counters");
     const size_t b_off = buffers_arena_->reserve(table_.buffer_floats * sizeof(float), 256, "running stats");
     const size_t a_off = acts_arena_->reserve(act_bytes_, 256, "activations");
-    // The shared layer-local gradient region first, then every other activation gradient.
-    act_grad_bytes_ += local_grad_bytes_;
     const size_t g_off = grads_arena_->reserve(act_grad_bytes_, 256, "activation grads");
     const size_t s_off = ws_arena_->reserve(std::max<size_t>(workspace_floats_, 1) * sizeof(float), 256, "workspace");
     for (auto* a : {params_arena_.get(), buffers_arena_.get(), acts_arena_.get(), grads_arena_.get(), ws_arena_.get()})
@@ -188,7 +196,9 @@ void Planner::finish_sizing() {
     buffers_ = buffers_arena_->ptr<float>(b_off);
     acts_ = acts_arena_->ptr<uint8_t>(a_off);
     act_grads_ = grads_arena_->ptr<uint8_t>(g_off);
-    bind_grad_ = local_grad_bytes_;  // per-tensor gradients follow the shared layer-local region
+    std::vector<const void*> targets;
+    for (int slot : write_slot_) targets.push_back(act_grads_ + grads_[static_cast<size_t>(slot)].offset);
+    tape_.set_replay(std::move(targets), write_acc_, layout_ == GradLayout::Separate);
     workspace_ = ws_arena_->ptr<float>(s_off);
     binding_ = true;
 }
@@ -196,7 +206,7 @@ void Planner::finish_sizing() {
 void Planner::finish_binding() {
     SF_CHECK(binding_, "finish_binding() before finish_sizing()");
     SF_CHECK(bind_param_ == table_.params.size() && bind_buffer_idx_ == table_.buffers.size() &&
-                 bind_act_ == act_bytes_ && bind_grad_ == act_grad_bytes_,
+                 bind_act_ == act_bytes_ && bind_grad_ == grads_.size(),
              "binding pass did not match the sizing pass (%zu/%zu params, %zu/%zu buffers, %zu/%zu activation bytes)",
              bind_param_, table_.params.size(), bind_buffer_idx_, table_.buffers.size(), bind_act_, act_bytes_);
     for (auto* a : {params_arena_.get(), buffers_arena_.get(), acts_arena_.get(), grads_arena_.get(), ws_arena_.get()})

@@ -6,9 +6,15 @@
 //      grads, workspace) and switches to the binding pass, in which the same calls, in the same
 //      order, hand out the final pointers; finish_binding() checks both passes agreed and seals.
 // After that no pointer changes and nothing allocates.
+// Activation gradients: between the two passes the network traces its backward (model/grad_tape.h)
+// and plan_grads() turns the trace into lifetimes (first write .. last read) and offsets: gradients
+// that never live at the same time share bytes; the first contribution to each overwrites, so
+// nothing is zeroed (GradLayout::Shared). GradLayout::Separate keeps the reference layout (every
+// gradient its own region, all accumulated into a region zeroed before each micro-step).
 // A dry-run planner stops after the sizing pass: it reports the plan (bytes per region, conv
 // shapes) without allocating anything, on any machine (batch-size search, CPU tests).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +22,7 @@
 #include "kernels/bf16.h"
 #include "kernels/conv.h"
 #include "kernels/tensor.h"
+#include "model/grad_tape.h"
 #include "model/params.h"
 #include "runtime/arena.h"
 
@@ -23,9 +30,15 @@ namespace model {
 
 class GpuOps;  // model/gpu_ops.h: convolution dispatch of the CUDA backend
 
+// Sizing-pass gradient placeholders: the gradient of the i-th act() is named by
+// kGradPlaceholderBase + i * 256, a low address range nothing is mapped at; only the backward trace
+// sees them (they are never dereferenced).
+constexpr uintptr_t kGradPlaceholderBase = 0x10000;
+
 // An activation tensor and its gradient (NHWC), element type T: float on the CPU reference
-// backend, bf16 on CUDA (the heads' logits are float on both). Backward ops accumulate into g;
-// the step zeroes every g with one pass over the activation-grad region before a backward.
+// backend, bf16 on CUDA (the heads' logits are float on both). g is valid only during its lifetime
+// in the backward (the planner shares its bytes with gradients that live at other times); null when
+// the backward never touches it.
 template <class T>
 struct ActT {
     T* v = nullptr;
@@ -61,23 +74,42 @@ struct LayerUse {
     bool input_grad = true;  // the backward computes the input's gradient
 };
 
-// Bytes per region of a plan.
+// Bytes per region of a plan. activation_grads is the region after sharing; the grad_* fields
+// describe it (valid once the gradients are planned).
 struct MemoryPlan {
     size_t params = 0, buffers = 0, activations = 0, activation_grads = 0, workspace = 0;
+    size_t grad_tensors = 0;      // activation gradients the backward touches
+    size_t grad_unshared = 0;     // their bytes with a region each (256-byte aligned)
+    size_t grad_zeroed = 0;       // bytes zero_activation_grads clears per micro-step
+    size_t grad_dgrad_first = 0;  // bytes first written by a conv backward-data (see GPU_STEP.md)
     size_t total() const { return params + buffers + activations + activation_grads + workspace; }
+};
+
+// How activation gradients are laid out (see the header comment).
+enum class GradLayout { Shared, Separate };
+
+// One activation gradient of the plan: bytes, lifetime in backward ops ([first, last], first = -1
+// for a gradient the backward reads before writing: the logits' gradients, written by the loss)
+// and offset in the region.
+struct GradSlot {
+    std::string what;
+    size_t bytes = 0;
+    int first = 0, last = -1;  // last < first: never touched
+    size_t offset = 0;
+    bool used() const { return last >= first; }
 };
 
 class Planner {
 public:
-    explicit Planner(rt::MemKind kind, bool dry_run = false);
+    explicit Planner(rt::MemKind kind, bool dry_run = false, GradLayout layout = GradLayout::Shared);
 
     bool binding() const { return binding_; }
     bool dry_run() const { return dry_run_; }
     rt::MemKind kind() const { return kind_; }
 
-    // An activation and its gradient. local_grad: the gradient lives only inside one layer's
-    // backward (a ConvBN's conv output gradient: written by the BN backward, read by the conv's
-    // backward right after), so every such gradient shares one region sized for the largest.
+    // An activation and its gradient. Sizing pass: g is a placeholder naming the gradient for the
+    // backward trace (never dereferenced); binding pass: its planned place (null when unused).
+    // local_grad is accepted for compatibility: the liveness plan finds every lifetime itself.
     template <class T>
     ActT<T> act(const kern::Shape4& s, const char* what, bool local_grad = false);
     float* scratch(size_t numel, const char* what);  // fp32 values only (saved statistics, ...)
@@ -101,6 +133,14 @@ public:
     void set_gpu_ops(GpuOps* ops) { ops_ = ops; }
     GpuOps* gpu_ops() const { return ops_; }
 
+    // Between the sizing pass and finish_sizing(): the network traces its backward on tape() (or
+    // the dry run does) and plan_grads() assigns lifetimes and offsets.
+    GradTape& tape() { return tape_; }
+    void plan_grads();
+    bool grads_planned() const { return grads_planned_; }
+    GradLayout grad_layout() const { return layout_; }
+    const std::vector<GradSlot>& grad_slots() const { return grads_; }
+
     void finish_sizing();
     void finish_binding();
 
@@ -118,6 +158,7 @@ public:
     void* act_grad_base() const { return act_grads_; }
     size_t act_grad_bytes() const { return act_grad_bytes_; }
     float* workspace_base() const { return workspace_; }
+    size_t act_grad_zero_bytes() const { return layout_ == GradLayout::Separate ? act_grad_bytes_ : 0; }
     size_t activation_bytes() const { return act_bytes_ + act_grad_bytes_; }
     MemoryPlan memory() const;
 
@@ -130,13 +171,19 @@ private:
     bool binding_ = false;
     ParamTable table_;
     size_t act_bytes_ = 0, act_grad_bytes_ = 0;
-    size_t local_grad_bytes_ = 0;  // the shared layer-local gradient region (start of the grad arena)
+    GradLayout layout_ = GradLayout::Shared;
+    GradTape tape_;
+    std::vector<GradSlot> grads_;  // in declaration order (act() calls)
+    bool grads_planned_ = false;
+    size_t grad_dgrad_first_ = 0;
+    std::vector<int> write_slot_;  // per traced write: its slot (for the replay's targets)
+    std::vector<bool> write_acc_;  // per traced write: accumulate (false: first contribution)
     size_t workspace_floats_ = 0, extra_workspace_bytes_ = 0;
     std::vector<ConvUse> convs_;
     std::vector<LayerUse> layers_;
     GpuOps* ops_ = nullptr;
     // binding-pass cursors (must end where the sizing pass ended)
-    size_t bind_param_ = 0, bind_act_ = 0, bind_grad_ = 0;
+    size_t bind_param_ = 0, bind_act_ = 0, bind_grad_ = 0;  // bind_grad_: next slot
     size_t bind_buffer_idx_ = 0;
     std::unique_ptr<rt::Arena> params_arena_, buffers_arena_, acts_arena_, grads_arena_, ws_arena_;
     float* flat_ = nullptr;

@@ -284,6 +284,9 @@ TEST(KernelsDwconvLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, s, y, w, nullptr), "dx must be");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, s, y, w, y), "alias");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, s, y, w, w), "alias");
+    // Overwrite mode (the first contribution to dx): the same checks.
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, s, y, w, y, false), "alias");
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, s, y, w, nullptr, false), "dx must be");
 
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(rt::Exec::cpu(), s, x, y, dw, ws, wsn), "backward_filter",
                     "cpu");

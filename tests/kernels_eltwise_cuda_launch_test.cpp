@@ -193,6 +193,10 @@ TEST(KernelsEltwiseLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::add_bf16_cuda(cuda, n, nullptr, b, y), "add_bf16_cuda", "a must be");
     SF_EXPECT_ERROR(kern::add_bf16_cuda(cuda, n, a, b, odd), "y must be", "2-byte aligned");
     SF_EXPECT_ERROR(kern::accumulate_bf16_cuda(cuda, n, odd, y), "accumulate_bf16_cuda", "x must be");
+    // Overwrite mode (the first contribution to y): the same pointer checks, and a copy onto itself
+    // is refused.
+    SF_EXPECT_ERROR(kern::accumulate_bf16_cuda(cuda, n, odd, y, false), "accumulate_bf16_cuda", "x must be");
+    SF_EXPECT_ERROR(kern::accumulate_bf16_cuda(cuda, n, y, y, false), "accumulate_bf16_cuda", "overwrite with x == y");
     SF_EXPECT_ERROR(kern::accumulate_bf16_to_f32_cuda(cuda, n, a, fake<float>(0x40002)), "y must be", "4-byte aligned");
     SF_EXPECT_ERROR(kern::convert_f32_to_bf16_cuda(cpu, n, f, y), "convert_f32_to_bf16_cuda", "cpu");
     SF_EXPECT_ERROR(kern::convert_f32_to_bf16_cuda(cuda, n, nullptr, y), "x must be");
@@ -212,6 +216,10 @@ TEST(KernelsEltwiseLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::fusion_backward_bf16_cuda(cuda, n, a, b, f, g, y, y, odd, f, g, ws, wsn), fb, "db must be");
     SF_EXPECT_ERROR(kern::fusion_backward_bf16_cuda(cuda, n, a, b, f, g, y, y, y, f, g, ws, wsn), fb,
                     "must be different");
+    for (bool acc_a : {false, true})  // every overwrite/accumulate combination keeps the checks
+        SF_EXPECT_ERROR(kern::fusion_backward_bf16_cuda(cuda, n, a, b, f, g, y, fake<bf16>(0x60000), a, f, g, ws, wsn,
+                                                        acc_a, !acc_a),
+                        fb, "must not alias");
     SF_EXPECT_ERROR(kern::fusion_backward_bf16_cuda(cuda, n, a, b, f, g, y, fake<bf16>(0x60000), a, f, g, ws, wsn), fb,
                     "must not alias");
     SF_EXPECT_ERROR(kern::fusion_backward_bf16_cuda(cuda, n, a, b, f, g, y, fake<bf16>(0x60000), fake<bf16>(0x70000), f,
@@ -241,6 +249,13 @@ TEST(KernelsEltwiseLaunch, EmptyIsNoOp) {
                                     nullptr, nullptr, 0);
     kern::upsample_bilinear_forward_bf16_cuda(cuda, {0, 4, 4, 8}, 2, nullptr, nullptr);
     kern::upsample_bilinear_backward_bf16_cuda(cuda, {0, 4, 4, 8}, 8, nullptr, nullptr);
+    // The overwrite modes too.
+    kern::accumulate_bf16_cuda(cuda, 0, nullptr, nullptr, false);
+    kern::fusion_backward_bf16_cuda(cuda, 0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                    nullptr, nullptr, 0, false, false);
+    kern::upsample_bilinear_backward_bf16_cuda(cuda, {0, 4, 4, 8}, 8, nullptr, nullptr, false);
+    kern::head_conv_backward_cuda(cuda, 0, 64, 4, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
+                                  false);
     kern::head_conv_forward_cuda(cuda, 0, 64, 4, nullptr, nullptr, nullptr, nullptr);
     kern::head_conv_backward_cuda(cuda, 0, 64, 4, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
     EXPECT_EQ(kern::head_conv_workspace_floats(0, 64, 4), 0u);
@@ -385,6 +400,8 @@ TEST(KernelsUpsampleLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::upsample_bilinear_forward_bf16_cuda(cuda, in, 2, x, fake<bf16>(0x20001)), "y must be");
     SF_EXPECT_ERROR(kern::upsample_bilinear_backward_bf16_cuda(cuda, in, 2, nullptr, x), "dy must be");
     SF_EXPECT_ERROR(kern::upsample_bilinear_backward_bf16_cuda(cuda, in, 2, y, y), bwd, "alias");
+    SF_EXPECT_ERROR(kern::upsample_bilinear_backward_bf16_cuda(cuda, in, 2, y, y, false), bwd, "alias");
+    SF_EXPECT_ERROR(kern::upsample_bilinear_backward_bf16_cuda(cuda, in, 3, y, x, false), bwd, "factor 3");
     SF_EXPECT_ERROR(kern::upsample_bilinear_forward_bf16_cuda(cuda, {1, 1 << 28, 1, 8}, 8, x, y), "too large");
 }
 
@@ -457,6 +474,8 @@ TEST(KernelsHeadConvLaunch, BadArgumentsRejected) {
     SF_EXPECT_ERROR(kern::head_conv_forward_cuda(cuda, rows, 64, 2, x, w, nullptr, y), "b must be");
     SF_EXPECT_ERROR(kern::head_conv_forward_cuda(cuda, rows, 64, 2, x, w, b, fake<float>(0x40002)), "y must be");
     SF_EXPECT_ERROR(kern::head_conv_backward_cuda(cuda, rows, 64, 2, x, dy, w, x, dw, db, ws, wsn), bwd, "alias x");
+    SF_EXPECT_ERROR(kern::head_conv_backward_cuda(cuda, rows, 64, 2, x, dy, w, x, dw, db, ws, wsn, false), bwd,
+                    "alias x");
     SF_EXPECT_ERROR(kern::head_conv_backward_cuda(cuda, rows, 64, 2, x, dy, w, fake<bf16>(0x20002), dw, db, ws, wsn),
                     "dx must be");
     SF_EXPECT_ERROR(kern::head_conv_backward_cuda(cuda, rows, 64, 2, x, nullptr, w, dx, dw, db, ws, wsn), "dy must be");

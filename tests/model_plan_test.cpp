@@ -70,7 +70,10 @@ TEST(Plan, Bf16ActivationsTakeLessThanHalfTheFloatPlan) {
     // bf16 halves every tensor and the fused BN+activation stores one tensor where the CPU
     // stores two; only the fp32 logits and statistics stay the same size.
     EXPECT_LT(mh.activations, mf.activations / 2);
-    EXPECT_LT(mh.activation_grads, mf.activation_grads / 2);
+    // Activation gradients share memory by lifetime (model/planner_grads.cpp): the region is the
+    // peak set of gradients live at once, the same tensors on both backends, so bf16 takes at most
+    // half (the CPU's extra BN-output gradients are never part of that peak).
+    EXPECT_LE(mh.activation_grads, mf.activation_grads / 2);
     EXPECT_EQ(mh.params, mf.params);
     EXPECT_EQ(mf.workspace, 0u);  // the CPU reference needs no shared scratch
     EXPECT_GT(mh.workspace, 0u);  // BN statistics, fusion and head reductions

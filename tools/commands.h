@@ -14,5 +14,6 @@ int cmd_export(const std::vector<std::string>& args);    // tools/cmd_export.cpp
 int cmd_eval(const std::vector<std::string>& args);      // tools/cmd_eval.cpp
 int cmd_predict(const std::vector<std::string>& args);   // tools/cmd_predict.cpp
 int cmd_devices(const std::vector<std::string>& args);   // tools/cmd_devices.cpp
+int cmd_plan(const std::vector<std::string>& args);      // tools/cmd_plan.cpp
 
 }  // namespace tools

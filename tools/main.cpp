@@ -23,6 +23,7 @@ const char* kUsage =
     "  export    write a checkpoint's weights for PyTorch (slidefuse export --help)\n"
     "  bench     benchmarks: bench step, bench loader (slidefuse bench --help)\n"
     "  devices   the CUDA devices and whether this build runs on them (slidefuse devices --help)\n"
+    "  plan      the memory plan for an input size and batch, no GPU needed (slidefuse plan --help)\n"
     "  version   print the version\n";
 
 }  // namespace
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
         if (cmd == "generate") return tools::cmd_generate(args);
         if (cmd == "convert") return tools::cmd_convert(args);
         if (cmd == "bench") return tools::cmd_bench(args);
+        if (cmd == "plan") return tools::cmd_plan(args);
         if (cmd == "export") return tools::cmd_export(args);
         if (cmd == "eval") return tools::cmd_eval(args);
         if (cmd == "predict") return tools::cmd_predict(args);

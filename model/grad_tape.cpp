@@ -1,0 +1,93 @@
+#include "model/grad_tape.h"
+
+#include "runtime/error.h"
+
+namespace model {
+
+namespace {
+thread_local GradTape* g_active = nullptr;
+}
+
+void GradTape::begin_trace() {
+    SF_CHECK(mode_ == Mode::Idle, "GradTape::begin_trace() while a backward is recorded or replayed");
+    mode_ = Mode::Trace;
+    events_.clear();
+    ops_ = 0;
+}
+
+void GradTape::end_trace() {
+    SF_CHECK(mode_ == Mode::Trace, "GradTape::end_trace() without begin_trace()");
+    mode_ = Mode::Idle;
+}
+
+void GradTape::set_replay(std::vector<const void*> targets, std::vector<bool> accumulate, bool accumulate_all) {
+    SF_CHECK(targets.size() == accumulate.size(), "GradTape::set_replay: %zu targets, %zu flags", targets.size(),
+             accumulate.size());
+    targets_ = std::move(targets);
+    accumulate_ = std::move(accumulate);
+    accumulate_all_ = accumulate_all;
+    replay_ready_ = true;
+}
+
+bool GradTape::op(std::initializer_list<const void*> reads, std::initializer_list<const void*> writes, bool* acc,
+                  bool conv_dgrad) {
+    bool* a = acc;
+    if (mode_ == Mode::Trace) {
+        for (const void* r : reads)
+            if (r) events_.push_back({ops_, r, false, false});
+        for (const void* w : writes) {
+            if (w) events_.push_back({ops_, w, true, conv_dgrad});
+            *a++ = true;
+        }
+        ++ops_;
+        return false;
+    }
+    for (const void* w : writes) {
+        bool accumulate = true;
+        if (w && mode_ == Mode::Replay) {
+            SF_CHECK(next_write_ < targets_.size(),
+                     "backward writes more activation gradients than its traced schedule (%zu): the backward order "
+                     "changed after the plan was made",
+                     targets_.size());
+            SF_CHECK(w == targets_[next_write_],
+                     "backward write %zu targets %p, the plan bound %p there: the backward order changed after the "
+                     "plan was made",
+                     next_write_, w, targets_[next_write_]);
+            accumulate = accumulate_all_ || accumulate_[next_write_];
+            ++next_write_;
+        }
+        *a++ = accumulate;
+    }
+    return true;
+}
+
+GradTape::Active::Active(GradTape& tape) : tape_(tape), prev_(g_active) {
+    if (tape_.mode_ != Mode::Trace) {
+        SF_CHECK(tape_.replay_ready_, "backward() before the gradient plan was bound");
+        tape_.mode_ = Mode::Replay;
+        tape_.next_write_ = 0;
+    }
+    g_active = &tape_;
+}
+
+GradTape::Active::~Active() {
+    g_active = prev_;
+    if (tape_.mode_ == Mode::Replay) tape_.mode_ = Mode::Idle;
+}
+
+void GradTape::Active::finish() {
+    if (tape_.mode_ != Mode::Replay) return;
+    SF_CHECK(tape_.next_write_ == tape_.targets_.size(),
+             "backward wrote %zu activation gradients, its traced schedule has %zu: the backward order changed after "
+             "the plan was made",
+             tape_.next_write_, tape_.targets_.size());
+}
+
+bool grad_op(std::initializer_list<const void*> reads, std::initializer_list<const void*> writes, bool* acc,
+             bool conv_dgrad) {
+    if (g_active) return g_active->op(reads, writes, acc, conv_dgrad);
+    for (size_t i = 0; i < writes.size(); ++i) acc[i] = true;
+    return true;
+}
+
+}  // namespace model

@@ -1,0 +1,79 @@
+// GradTape: the backward schedule of the activation gradients, taken from backward() itself.
+// Every op of a backward that reads or writes an activation gradient goes through model/layer_ops.h,
+// which reports it here (grad_op) before launching anything. The tape has three modes:
+//   Trace      once, after the planner's sizing pass: SiderNetT::backward runs with nothing
+//              launched (grad_op returns false); gradients are named by the distinct placeholder
+//              pointers the sizing pass handed out. The planner turns the events into lifetimes
+//              (first write .. last read) and shares memory between gradients that never live at
+//              the same time (Planner::plan_grads).
+//   Replay     every real backward: the k-th write gets the traced flag (its first contribution
+//              overwrites, later ones accumulate) and must target the pointer the plan bound for
+//              that tensor, so a backward whose order drifts from the plan fails loudly.
+//              With accumulate_all (the reference layout: every gradient its own region, zeroed
+//              before each micro-step) every write accumulates, the old contract.
+// No active tape (an op called outside SiderNetT::backward): accumulate, nothing recorded.
+#pragma once
+#include <cstddef>
+#include <initializer_list>
+#include <vector>
+
+namespace model {
+
+class GradTape {
+public:
+    enum class Mode { Idle, Trace, Replay };
+    // One traced access: op index (ops in backward order), the placeholder pointer, write or read,
+    // and for a write by a convolution's backward-data whether it was that op kind.
+    struct Event {
+        int op = 0;
+        const void* ptr = nullptr;
+        bool write = false;
+        bool conv_dgrad = false;
+    };
+
+    void begin_trace();
+    void end_trace();  // back to Idle; events() holds the schedule
+    const std::vector<Event>& events() const { return events_; }
+    int ops() const { return ops_; }
+
+    // After the plan is bound: per traced write (in order), the real pointer it targets and whether
+    // it accumulates. accumulate_all: every write accumulates (the reference layout).
+    void set_replay(std::vector<const void*> targets, std::vector<bool> accumulate, bool accumulate_all);
+
+    Mode mode() const { return mode_; }
+    // One op: reads `reads`, writes `writes` (null entries skipped). acc[i] receives whether
+    // writes[i] must accumulate. Returns false when the op must not run (tracing).
+    bool op(std::initializer_list<const void*> reads, std::initializer_list<const void*> writes, bool* acc,
+            bool conv_dgrad = false);
+
+    // Makes this tape the active one for the current thread for the lifetime of the guard; a tape
+    // that is not tracing starts a replay, and finish() checks every traced write happened.
+    class Active {
+    public:
+        explicit Active(GradTape& tape);
+        ~Active();
+        Active(const Active&) = delete;
+        Active& operator=(const Active&) = delete;
+        void finish();  // throws when the backward wrote fewer gradients than the schedule
+
+    private:
+        GradTape& tape_;
+        GradTape* prev_;
+    };
+
+private:
+    Mode mode_ = Mode::Idle;
+    bool replay_ready_ = false, accumulate_all_ = false;
+    int ops_ = 0;
+    size_t next_write_ = 0;
+    std::vector<Event> events_;
+    std::vector<const void*> targets_;
+    std::vector<bool> accumulate_;
+};
+
+// The op reporting entry point of model/layer_ops.h: the active tape's op(), or (no tape) every
+// write accumulates and the op runs.
+bool grad_op(std::initializer_list<const void*> reads, std::initializer_list<const void*> writes, bool* acc,
+             bool conv_dgrad = false);
+
+}  // namespace model

@@ -1,0 +1,87 @@
+// Planner::plan_grads: the activation gradients' liveness plan from the traced backward
+// (model/grad_tape.h). A gradient lives from its first access (its first write; -1 when the backward
+// reads it before writing it: the logits' gradients, written by the loss before the backward) to
+// its last (the last read, in its producer's backward). Shared layout: gradients whose lifetimes
+// do not intersect may share bytes; offsets are assigned greedily, largest first, each at the
+// lowest 256-aligned offset free of every already placed gradient whose lifetime intersects its own.
+#include <algorithm>
+#include <numeric>
+
+#include "model/planner.h"
+#include "runtime/error.h"
+
+namespace model {
+
+namespace {
+constexpr size_t kAlign = 256;
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+bool overlap(const GradSlot& a, const GradSlot& b) { return a.first <= b.last && b.first <= a.last; }
+
+// Lowest offset where `g` fits beside the placed slots whose lifetimes intersect its own.
+size_t first_fit(const GradSlot& g, const std::vector<const GradSlot*>& placed) {
+    std::vector<const GradSlot*> live;
+    for (const GradSlot* p : placed)
+        if (overlap(g, *p)) live.push_back(p);
+    std::sort(live.begin(), live.end(), [](const GradSlot* a, const GradSlot* b) { return a->offset < b->offset; });
+    size_t off = 0;
+    for (const GradSlot* p : live) {
+        if (off + g.bytes <= p->offset) break;
+        off = std::max(off, round_up(p->offset + p->bytes, kAlign));
+    }
+    return off;
+}
+}  // namespace
+
+void Planner::plan_grads() {
+    SF_CHECK(!binding_ && !grads_planned_, "plan_grads() must run once, between the sizing and binding passes");
+    SF_CHECK(tape_.mode() == GradTape::Mode::Idle, "plan_grads() while the backward is being traced");
+    const size_t n = grads_.size();
+    std::vector<bool> touched(n, false), written(n, false);
+    write_slot_.clear();
+    write_acc_.clear();
+    grad_dgrad_first_ = 0;
+    for (const GradTape::Event& e : tape_.events()) {
+        const uintptr_t p = reinterpret_cast<uintptr_t>(e.ptr);
+        SF_CHECK(p >= kGradPlaceholderBase && (p - kGradPlaceholderBase) % kAlign == 0 &&
+                     (p - kGradPlaceholderBase) / kAlign < n,
+                 "the backward trace touched %p, which is no activation gradient of this plan", e.ptr);
+        const size_t i = (p - kGradPlaceholderBase) / kAlign;
+        GradSlot& g = grads_[i];
+        if (!touched[i]) {
+            touched[i] = true;
+            g.first = e.write ? e.op : -1;
+            written[i] = !e.write;  // read first: its value comes from before the backward (the loss)
+        }
+        g.last = std::max(g.last, e.op);
+        if (!e.write) continue;
+        write_slot_.push_back(static_cast<int>(i));
+        write_acc_.push_back(written[i]);
+        if (!written[i] && e.conv_dgrad) grad_dgrad_first_ += g.bytes;
+        written[i] = true;
+    }
+    act_grad_bytes_ = 0;
+    if (layout_ == GradLayout::Separate) {
+        for (GradSlot& g : grads_)
+            if (g.used()) g.offset = reserve(act_grad_bytes_, g.bytes);
+    } else {
+        std::vector<size_t> order(n);
+        std::iota(order.begin(), order.end(), size_t{0});
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            return grads_[a].bytes != grads_[b].bytes ? grads_[a].bytes > grads_[b].bytes
+                                                      : grads_[a].first < grads_[b].first;
+        });
+        std::vector<const GradSlot*> placed;
+        for (size_t i : order) {
+            GradSlot& g = grads_[i];
+            if (!g.used()) continue;
+            g.offset = first_fit(g, placed);
+            act_grad_bytes_ = std::max(act_grad_bytes_, g.offset + g.bytes);
+            placed.push_back(&g);
+        }
+    }
+    act_grad_bytes_ = round_up(act_grad_bytes_, kAlign);
+    grads_planned_ = true;
+}
+
+}  // namespace model

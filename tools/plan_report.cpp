@@ -1,0 +1,108 @@
+#include "tools/plan_report.h"
+
+#include <cstdio>
+
+#include "model/net.h"
+#include "runtime/error.h"
+
+namespace tools {
+
+const char* const kPlanSchema = "slidefuse.plan/1";
+
+namespace {
+
+template <class T>
+model::MemoryPlan dry_plan(const PlanArgs& a, size_t* flat_params, size_t* params) {
+    model::NetShape s;
+    s.batch = a.batch;
+    s.height = a.height;
+    s.width = a.width;
+    s.channels = a.channels;
+    const model::SiderNetT<T> net(s, model::DryRun{});
+    *flat_params = net.table().flat_size;
+    *params = net.table().num_parameters();
+    return net.plan().memory();
+}
+
+nlohmann::json region(size_t bytes, int batch, bool per_sample) {
+    return {{"bytes", bytes},
+            {"per_sample", per_sample ? nlohmann::json(static_cast<double>(bytes) / batch) : nlohmann::json()}};
+}
+
+}  // namespace
+
+nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
+    size_t flat = 0, count = 0;
+    const model::MemoryPlan m = a.cuda ? dry_plan<kern::bf16>(a, &flat, &count) : dry_plan<float>(a, &flat, &count);
+    // The flat parameter region (model/planner.h): master, gradient, AdamW m and v (fp32 each) and
+    // the bf16 working copy; the master and the working copy are "parameters".
+    const size_t grads = flat * sizeof(float), optim = 2 * flat * sizeof(float);
+    const size_t params = m.params - grads - optim;
+    // Hook: the cuDNN workspace bound (plans not built in a dry run) is added here when known.
+    const size_t workspace = m.workspace + conv_workspace_bytes;
+    const size_t total = m.params + m.buffers + m.activations + m.activation_grads + workspace;
+    nlohmann::json doc = {
+        {"schema", kPlanSchema},
+        {"backend", a.cuda ? "cuda" : "cpu"},
+        {"activation_element_bytes", a.cuda ? 2 : 4},
+        {"shape", {{"batch", a.batch}, {"channels", a.channels}, {"height", a.height}, {"width", a.width}}},
+        {"parameters_count", count},
+        {"regions",
+         {{"parameters", region(params, a.batch, false)},
+          {"parameter_grads", region(grads, a.batch, false)},
+          {"optimizer_state", region(optim, a.batch, false)},
+          {"buffers", region(m.buffers, a.batch, false)},
+          {"activations", region(m.activations, a.batch, true)},
+          {"activation_grads", region(m.activation_grads, a.batch, true)},
+          {"workspace", region(workspace, a.batch, true)}}},
+        {"total", {{"bytes", total}, {"per_sample", static_cast<double>(total) / a.batch}}},
+        {"activation_grads",
+         {{"tensors", m.grad_tensors},
+          {"unshared_bytes", m.grad_unshared},
+          {"shared_bytes", m.activation_grads},
+          {"zeroed_per_micro_step_bytes", m.grad_zeroed},
+          {"zeroed_per_sample_bytes", static_cast<double>(m.grad_zeroed) / a.batch},
+          {"dgrad_first_write_bytes", m.grad_dgrad_first}}},
+        {"workspace", {{"bytes", workspace}, {"includes_conv_workspace", conv_workspace_bytes > 0}}}};
+    return doc;
+}
+
+std::string plan_text(const nlohmann::json& d) {
+    std::string out;
+    char line[256];
+    const nlohmann::json& s = d["shape"];
+    std::snprintf(line, sizeof(line), "memory plan: %s backend (%d-byte activations), batch %d, input %dx%dx%d\n",
+                  d["backend"].get<std::string>().c_str(), d["activation_element_bytes"].get<int>(),
+                  s["batch"].get<int>(), s["channels"].get<int>(), s["height"].get<int>(), s["width"].get<int>());
+    out += line;
+    std::snprintf(line, sizeof(line), "  %-20s %14s %14s\n", "region", "total MB", "per sample MB");
+    out += line;
+    auto row = [&](const char* name, const nlohmann::json& r) {
+        const double mb = r["bytes"].get<double>() / 1e6;
+        if (r["per_sample"].is_null())
+            std::snprintf(line, sizeof(line), "  %-20s %14.2f %14s\n", name, mb, "-");
+        else
+            std::snprintf(line, sizeof(line), "  %-20s %14.2f %14.3f\n", name, mb, r["per_sample"].get<double>() / 1e6);
+        out += line;
+    };
+    for (const char* k : {"parameters", "parameter_grads", "optimizer_state", "buffers", "activations",
+                          "activation_grads", "workspace"})
+        row(k, d["regions"][k]);
+    row("total", d["total"]);
+    const nlohmann::json& g = d["activation_grads"];
+    std::snprintf(line, sizeof(line),
+                  "activation gradients: %zu tensors, %.2f MB with a region each, %.2f MB shared by lifetime\n"
+                  "zeroed per micro-step: %.2f MB (%.3f MB per sample)\n"
+                  "first written by a conv backward-data: %.2f MB (zeroed in the op by a beta=1 cuDNN plan)\n",
+                  g["tensors"].get<size_t>(), g["unshared_bytes"].get<double>() / 1e6,
+                  g["shared_bytes"].get<double>() / 1e6, g["zeroed_per_micro_step_bytes"].get<double>() / 1e6,
+                  g["zeroed_per_sample_bytes"].get<double>() / 1e6, g["dgrad_first_write_bytes"].get<double>() / 1e6);
+    out += line;
+    if (!d["workspace"]["includes_conv_workspace"].get<bool>())
+        out +=
+            "workspace: the planner's reductions only; the cuDNN convolution workspace is chosen when plans are "
+            "built (not in a dry run)\n";
+    return out;
+}
+
+}  // namespace tools

@@ -1,0 +1,38 @@
+// `slidefuse plan`: the memory plan of the network for an input size and batch, from a dry-run
+// planner (model/planner.h): nothing is allocated and no GPU is needed.
+// JSON (schema "slidefuse.plan/1"):
+//   {"schema", "backend": "cuda"|"cpu", "activation_element_bytes": 2|4,
+//    "shape": {batch, channels, height, width}, "parameters_count",
+//    "regions": {parameters, parameter_grads, optimizer_state, buffers, activations,
+//                activation_grads, workspace: {"bytes", "per_sample" (null: independent of the batch)}},
+//    "total": {"bytes", "per_sample"},
+//    "activation_grads": {tensors, unshared_bytes, shared_bytes, zeroed_per_micro_step_bytes,
+//                         zeroed_per_sample_bytes, dgrad_first_write_bytes},
+//    "workspace": {"bytes", "includes_conv_workspace"}}
+#pragma once
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace tools {
+
+extern const char* const kPlanSchema;  // "slidefuse.plan/1"
+
+struct PlanArgs {
+    int batch = 8, height = 256, width = 512, channels = 2;
+    bool cuda = true;  // --backend cuda (bf16 activations) | cpu (fp32)
+    std::string json;  // --json FILE ("" = none)
+};
+
+// Throws rt::Error naming the bad option (and the usage).
+PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help);
+const char* plan_usage();
+
+// The plan as a JSON document (schema above). conv_workspace_bytes: the cuDNN workspace bound to
+// add to the planner's reduction workspace (0 = not known; the document says whether it is in).
+nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes = 0);
+// Human-readable table of a plan_json() document.
+std::string plan_text(const nlohmann::json& doc);
+
+}  // namespace tools
