@@ -1,6 +1,8 @@
 // cuDNN convolution plans (kernels/conv_cudnn.h, docs/CONV_CUDNN.md): graph construction per
-// (op, accumulation variant), candidate selection, autotuning, and the step-time launches.
-// The pure helpers (plan key, variants, scratch sizes, cuDNN dims) are in kernels/conv_cudnn_plan.cpp.
+// (op, accumulation variant), candidate selection, the plan cache and its step-time entry points.
+// The pure helpers (plan key, variants, scratch sizes, cuDNN dims) are in kernels/conv_cudnn_plan.cpp,
+// the device-free decisions in kernels/conv_cudnn_select.cpp, launches and autotuning in
+// kernels/conv_cudnn_tune.cpp.
 #include "kernels/conv_cudnn.h"
 
 #include <cuda_runtime.h>
@@ -9,6 +11,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "kernels/conv_cudnn_engine.h"
 #include "runtime/cuda_check.h"
 #include "runtime/cudnn_graph.h"
 #include "runtime/error.h"
@@ -19,26 +22,12 @@ namespace kern {
 
 namespace {
 
+using conv_detail::ConvGraph;
+using conv_detail::Engine;
 using rt::CudnnDesc;
 using rt::CudnnEngineConfig;
 
 // ---- graphs and candidates ----
-
-// Every descriptor of one (op, variant) graph; plans built from it keep it alive.
-struct ConvGraph {
-    CudnnDesc x, w, y, conv, op, graph;
-};
-
-// One finalized execution plan of one variant.
-struct Engine {
-    ConvAccum accum = ConvAccum::Overwrite;
-    std::shared_ptr<ConvGraph> graph;
-    CudnnEngineConfig cfg;
-    CudnnDesc plan;
-    size_t cudnn_ws = 0;
-    bool demoted = false;  // REDUCED_PRECISION_REDUCTION / DOWN_CONVERT_INPUTS: used only without alternatives
-    double ms = -1;
-};
 
 struct Plan {
     ConvPlanKey key;
@@ -51,8 +40,6 @@ struct Plan {
 
 std::vector<int64_t> vec4(const int64_t (&a)[4]) { return {a[0], a[1], a[2], a[3]}; }
 std::vector<int64_t> vec2(const int64_t (&a)[2]) { return {a[0], a[1]}; }
-
-bool is_scratch(ConvAccum a) { return a == ConvAccum::ScratchBf16 || a == ConvAccum::ScratchF32; }
 
 // Data type of the W tensor: fp32 for wgrad's fp32 outputs, bf16 everywhere else.
 cudnnDataType_t w_dtype(ConvOp op, ConvAccum a) {
@@ -197,98 +184,6 @@ std::vector<Engine> variant_engines(cudnnHandle_t h, const ConvShape& s, ConvOp 
     return out;
 }
 
-// ---- launches (step time and autotuning) ----
-
-// Enqueues e for op: `in0`, `in1` are the op's inputs (fprop: x, w; dgrad: dy, w; wgrad: x, dy),
-// `dst` its destination (y, dx, dw). Scratch variants write into the workspace's scratch region and
-// add it into dst. With `why` set, a failing cudnnBackendExecute is reported instead of thrown.
-cudnnStatus_t launch(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, const void* in0,
-                     const void* in1, void* dst, void* workspace, std::string* why) {
-    const ConvWorkspaceLayout lay = conv_workspace_layout(e.cudnn_ws, conv_scratch_bytes(op, e.accum, s));
-    void* target = is_scratch(e.accum) ? static_cast<char*>(workspace) + lay.scratch_offset : dst;
-    void* a = const_cast<void*>(in0);
-    void* b = const_cast<void*>(in1);
-    const int64_t uids[3] = {kConvUidX, kConvUidW, kConvUidY};
-    void* ptrs[3] = {nullptr, nullptr, nullptr};
-    switch (op) {
-        case ConvOp::Fprop: ptrs[0] = a, ptrs[1] = b, ptrs[2] = target; break;
-        case ConvOp::Dgrad: ptrs[0] = target, ptrs[1] = b, ptrs[2] = a; break;
-        case ConvOp::Wgrad: ptrs[0] = a, ptrs[1] = target, ptrs[2] = b; break;
-    }
-    void* ws = e.cudnn_ws ? workspace : nullptr;
-    if (why) {
-        const cudnnStatus_t st = rt::cudnn_try_execute(ex.cudnn, e.plan, uids, ptrs, 3, ws, why);
-        if (st != CUDNN_STATUS_SUCCESS) return st;
-    } else {
-        rt::cudnn_execute(ex.cudnn, e.plan, uids, ptrs, 3, ws);
-    }
-    if (op == ConvOp::Dgrad && e.accum == ConvAccum::ScratchBf16)
-        conv_add_bf16(ex, static_cast<bf16*>(dst), static_cast<const bf16*>(target), s.in().numel());
-    else if (op == ConvOp::Wgrad && e.accum == ConvAccum::ScratchF32)
-        conv_add_f32(ex, static_cast<float*>(dst), static_cast<const float*>(target), s.weight_numel());
-    else if (op == ConvOp::Wgrad && e.accum == ConvAccum::ScratchBf16)
-        conv_add_f32_bf16(ex, static_cast<float*>(dst), static_cast<const bf16*>(target), s.weight_numel());
-    return CUDNN_STATUS_SUCCESS;
-}
-
-// Device temporaries for autotuning one shape (freed on scope exit; plan time only).
-struct TuneBuffers {
-    void* p[5] = {};  // x / dx (bf16), w (bf16), y / dy (bf16), dw (fp32), workspace
-    cudaEvent_t start = nullptr, stop = nullptr;
-    ~TuneBuffers() {
-        for (void* q : p)
-            if (q && cudaFree(q) != cudaSuccess) SF_LOG_ERROR("conv autotune: cudaFree failed");
-        if (start) cudaEventDestroy(start);
-        if (stop) cudaEventDestroy(stop);
-    }
-};
-
-// Mean ms per launch over `iters` runs after one warm-up; -1 when the engine fails to launch.
-double time_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, TuneBuffers& b, int iters) {
-    const void* in0 = op == ConvOp::Dgrad ? b.p[2] : b.p[0];
-    const void* in1 = op == ConvOp::Wgrad ? b.p[2] : b.p[1];
-    void* dst = op == ConvOp::Fprop ? b.p[2] : (op == ConvOp::Dgrad ? b.p[0] : b.p[3]);
-    std::string why;
-    for (int i = 0; i <= iters; ++i) {
-        if (i == 1) SF_CUDA_CHECK(cudaEventRecord(b.start, ex.stream));
-        if (launch(ex, s, op, e, in0, in1, dst, b.p[4], &why) != CUDNN_STATUS_SUCCESS) {
-            SF_LOG_DEBUG("conv autotune: %s failed to launch: %s", e.cfg.identity().c_str(), why.c_str());
-            SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
-            return -1;
-        }
-    }
-    SF_CUDA_CHECK(cudaEventRecord(b.stop, ex.stream));
-    SF_CUDA_CHECK(cudaEventSynchronize(b.stop));
-    float ms = 0;
-    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, b.start, b.stop));
-    return static_cast<double>(ms) / iters;
-}
-
-// Times every candidate on temporary buffers (filled with a small finite constant) and returns the
-// index of the fastest; -1 when none ran.
-int autotune(const rt::Exec& ex, const ConvShape& s, ConvOp op, std::vector<Engine>& cands, int iters) {
-    TuneBuffers b;
-    size_t ws = 0;
-    for (const Engine& e : cands)
-        ws = std::max(ws, conv_workspace_layout(e.cudnn_ws, conv_scratch_bytes(op, e.accum, s)).total);
-    const size_t bytes[5] = {s.in().numel() * sizeof(bf16), s.weight_numel() * sizeof(bf16),
-                             s.out().numel() * sizeof(bf16), s.weight_numel() * sizeof(float), std::max<size_t>(ws, 1)};
-    for (int i = 0; i < 5; ++i) {
-        SF_CUDA_CHECK(cudaMalloc(&b.p[i], bytes[i]));
-        SF_CUDA_CHECK(cudaMemsetAsync(b.p[i], 0x3C, bytes[i], ex.stream));  // bf16 / fp32 ~ 0.0115
-    }
-    SF_CUDA_CHECK(cudaEventCreate(&b.start));
-    SF_CUDA_CHECK(cudaEventCreate(&b.stop));
-    int best = -1;
-    for (size_t i = 0; i < cands.size(); ++i) {
-        cands[i].ms = time_engine(ex, s, op, cands[i], b, iters);
-        if (cands[i].ms >= 0 && (best < 0 || cands[i].ms < cands[static_cast<size_t>(best)].ms))
-            best = static_cast<int>(i);
-    }
-    SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
-    return best;
-}
-
 std::string no_engine_message(const ConvPlanKey& key, const std::vector<std::string>& reports) {
     const ConvShape& s = key.shape;
     std::string msg = rt::format("ConvPlanCache::prepare(%s): no cuDNN engine qualifies.", key.to_string().c_str());
@@ -331,7 +226,7 @@ Engine choose_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Co
     size_t pick = 0;
     *timed = 0;
     if (pol.autotune) {
-        const int best = autotune(ex, s, op, cands, pol.autotune_iters);
+        const int best = conv_detail::autotune(ex, s, op, cands, pol.autotune_iters);
         if (best < 0)
             throw ConvUnsupported(rt::format("%s:%d: ConvPlanCache::prepare(%s): none of the %zu candidate engines ran",
                                              __FILE__, __LINE__, key.to_string().c_str(), cands.size()));
@@ -492,7 +387,7 @@ void ConvPlanCache::forward(const rt::Exec& ex, const ConvShape& s, const bf16* 
              "ConvPlanCache::forward(%s): x %p, w %p, y %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(w),
              static_cast<void*>(y));
-    launch(ex, s, ConvOp::Fprop, p.e, x, w, y, impl_->workspace, nullptr);
+    conv_detail::launch(ex, s, ConvOp::Fprop, p.e, x, w, y, impl_->workspace, nullptr);
 }
 
 void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx) {
@@ -501,7 +396,7 @@ void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const 
              "ConvPlanCache::backward_data(%s): dy %p, w %p, dx %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(dy), static_cast<const void*>(w),
              static_cast<void*>(dx));
-    launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->workspace, nullptr);
+    conv_detail::launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->workspace, nullptr);
 }
 
 void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw) {
@@ -510,7 +405,7 @@ void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, cons
              "ConvPlanCache::backward_filter(%s): x %p, dy %p, dw %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(dy),
              static_cast<void*>(dw));
-    launch(ex, s, ConvOp::Wgrad, p.e, x, dy, dw, impl_->workspace, nullptr);
+    conv_detail::launch(ex, s, ConvOp::Wgrad, p.e, x, dy, dw, impl_->workspace, nullptr);
 }
 
 double ConvPlanCache::measured_ms(const ConvShape& s, ConvOp op) const {
