@@ -1,13 +1,17 @@
 // cuDNN convolution plans (kernels/conv_cudnn.h, docs/CONV_CUDNN.md): graph construction per
-// (op, accumulation variant), candidate selection, autotuning, and the step-time launches.
-// The pure helpers (plan key, variants, scratch sizes, cuDNN dims) are in kernels/conv_cudnn_plan.cpp.
+// (op, accumulation variant), candidate selection, the plan cache and its step-time entry points.
+// The pure helpers (plan key, variants, scratch sizes, cuDNN dims) are in kernels/conv_cudnn_plan.cpp,
+// the device-free decisions in kernels/conv_cudnn_select.cpp, launches and autotuning in
+// kernels/conv_cudnn_tune.cpp.
 #include "kernels/conv_cudnn.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_map>
 
+#include "kernels/conv_cudnn_engine.h"
 #include "runtime/cuda_check.h"
 #include "runtime/cudnn_graph.h"
 #include "runtime/error.h"
@@ -18,39 +22,24 @@ namespace kern {
 
 namespace {
 
+using conv_detail::ConvGraph;
+using conv_detail::Engine;
 using rt::CudnnDesc;
 using rt::CudnnEngineConfig;
 
 // ---- graphs and candidates ----
 
-// Every descriptor of one (op, variant) graph; plans built from it keep it alive.
-struct ConvGraph {
-    CudnnDesc x, w, y, conv, op, graph;
-};
-
-// One finalized execution plan of one variant.
-struct Engine {
-    ConvAccum accum = ConvAccum::Overwrite;
-    std::shared_ptr<ConvGraph> graph;
-    CudnnEngineConfig cfg;
-    CudnnDesc plan;
-    size_t cudnn_ws = 0;
-    bool demoted = false;  // REDUCED_PRECISION_REDUCTION / DOWN_CONVERT_INPUTS: used only without alternatives
-    double ms = -1;
-};
-
 struct Plan {
     ConvPlanKey key;
     Engine e;
     ConvWorkspaceLayout layout;
-    size_t scratch = 0;  // scratch bytes at layout.scratch_offset
-    int timed = 0;       // candidates timed
+    size_t scratch = 0;   // scratch bytes at layout.scratch_offset
+    int timed = 0;        // candidates timed (here, or by the network whose choice was reused)
+    bool reused = false;  // rebuilt from the process store (no autotuning here)
 };
 
 std::vector<int64_t> vec4(const int64_t (&a)[4]) { return {a[0], a[1], a[2], a[3]}; }
 std::vector<int64_t> vec2(const int64_t (&a)[2]) { return {a[0], a[1]}; }
-
-bool is_scratch(ConvAccum a) { return a == ConvAccum::ScratchBf16 || a == ConvAccum::ScratchF32; }
 
 // Data type of the W tensor: fp32 for wgrad's fp32 outputs, bf16 everywhere else.
 cudnnDataType_t w_dtype(ConvOp op, ConvAccum a) {
@@ -129,11 +118,20 @@ bool build_graph(cudnnHandle_t h, const ConvShape& s, ConvOp op, ConvAccum a, Co
     return true;
 }
 
-// Finalized plans of one variant: the heuristics' configurations in order, minus the excluded ones
-// (nondeterministic under the deterministic policy, workspace over the limit), at most `limit`;
-// demoted configurations only when no other one finalizes. *report gets a one-line account.
+ConvCandidateInfo candidate_info(const CudnnEngineConfig& c) {
+    ConvCandidateInfo i;
+    i.nondeterministic = c.has_note(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+    i.demoted = c.has_note(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) ||
+                c.has_note(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+    i.runtime_compiled = c.has_behavior(CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION);
+    return i;
+}
+
+// Finalized plans of one variant, chosen by conv_select_candidates from the heuristics' list (at
+// most `limit`). With `only` set, just the configuration of that identity (a stored choice being
+// rebuilt for this handle). *report gets a one-line account.
 std::vector<Engine> variant_engines(cudnnHandle_t h, const ConvShape& s, ConvOp op, ConvAccum a,
-                                    const ConvPolicy& policy, int limit, std::string* report) {
+                                    const ConvPolicy& policy, int limit, const std::string* only, std::string* report) {
     std::vector<Engine> out;
     auto graph = std::make_shared<ConvGraph>();
     std::string why;
@@ -146,145 +144,44 @@ std::vector<Engine> variant_engines(cudnnHandle_t h, const ConvShape& s, ConvOp 
         *report = rt::format("%s: no engine configurations (%s)", conv_accum_name(a), why.c_str());
         return out;
     }
-    const size_t total = cfgs.size();
-    int nondet = 0, over_ws = 0, refused = 0;
-    std::string first_refusal;
-    std::vector<CudnnEngineConfig> preferred, demoted;
-    for (CudnnEngineConfig& c : cfgs) {
-        if (policy.deterministic && c.has_note(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)) {
-            ++nondet;
-            continue;
-        }
-        const bool demote = c.has_note(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) ||
-                            c.has_note(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
-        (demote ? demoted : preferred).push_back(std::move(c));
+    if (only) {  // keep the stored winner alone (gone from the list: nothing qualifies)
+        cfgs.erase(
+            std::remove_if(cfgs.begin(), cfgs.end(), [&](const CudnnEngineConfig& c) { return c.identity() != *only; }),
+            cfgs.end());
+        limit = 1;
     }
-    for (int pass = 0; pass < 2 && out.empty(); ++pass) {
-        for (CudnnEngineConfig& c : pass == 0 ? preferred : demoted) {
-            if (static_cast<int>(out.size()) >= limit) break;
-            Engine e;
-            int64_t ws = 0;
-            if (!rt::cudnn_try_plan(h, c, &e.plan, &ws, &why)) {
-                if (refused++ == 0) first_refusal = c.identity() + ": " + why;
-                continue;
+    std::vector<ConvCandidateInfo> info;
+    for (const CudnnEngineConfig& c : cfgs) info.push_back(candidate_info(c));
+    std::vector<CudnnDesc> plans(cfgs.size());
+    std::vector<size_t> ws(cfgs.size(), 0);
+    std::string first_refusal;
+    const ConvCandidateChoice ch =
+        conv_select_candidates(info, policy.deterministic, policy.max_workspace, limit, [&](size_t i, size_t* bytes) {
+            int64_t w = 0;
+            if (!rt::cudnn_try_plan(h, cfgs[i], &plans[i], &w, &why)) {
+                if (first_refusal.empty()) first_refusal = cfgs[i].identity() + ": " + why;
+                return false;
             }
-            if (policy.max_workspace && static_cast<size_t>(ws) > policy.max_workspace) {
-                ++over_ws;
-                continue;
-            }
-            e.accum = a;
-            e.graph = graph;
-            e.cfg = std::move(c);
-            e.cudnn_ws = static_cast<size_t>(ws);
-            e.demoted = pass == 1;
-            out.push_back(std::move(e));
-        }
+            *bytes = ws[i] = static_cast<size_t>(w);
+            return true;
+        });
+    for (size_t i : ch.kept) {
+        Engine e;
+        e.accum = a;
+        e.graph = graph;
+        e.plan = std::move(plans[i]);
+        e.cfg = std::move(cfgs[i]);
+        e.cudnn_ws = ws[i];
+        e.demoted = ch.tier >= 2;
+        out.push_back(std::move(e));
     }
     *report = rt::format(
-        "%s: %zu configurations, %d nondeterministic excluded, %d over the workspace limit, "
-        "%d refused%s%s, %zu kept",
-        conv_accum_name(a), total, nondet, over_ws, refused, refused ? " (first: " : "",
-        refused ? (first_refusal + ")").c_str() : "", out.size());
+        "%s: %zu configurations, %d nondeterministic excluded, %d over the workspace limit, %d refused%s%s, "
+        "%d in later tiers not tried, %zu kept (tier %d)",
+        conv_accum_name(a), info.size(), ch.nondeterministic, ch.over_workspace, ch.refused,
+        ch.refused ? " (first: " : "", ch.refused ? (first_refusal + ")").c_str() : "", ch.not_tried, out.size(),
+        ch.tier);
     return out;
-}
-
-// ---- launches (step time and autotuning) ----
-
-// Enqueues e for op: `in0`, `in1` are the op's inputs (fprop: x, w; dgrad: dy, w; wgrad: x, dy),
-// `dst` its destination (y, dx, dw). Scratch variants write into the workspace's scratch region and
-// add it into dst. With `why` set, a failing cudnnBackendExecute is reported instead of thrown.
-// accumulate = false (dgrad only: the first contribution to dx): a ScratchBf16 plan (beta = 0) writes
-// dx directly, without the add; an InPlace plan (beta = 1 is part of the finalized plan) gets dx
-// zeroed first.
-cudnnStatus_t launch(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, const void* in0,
-                     const void* in1, void* dst, void* workspace, std::string* why, bool accumulate = true) {
-    SF_CHECK(accumulate || op == ConvOp::Dgrad, "conv launch: only dgrad can overwrite its destination");
-    const ConvWorkspaceLayout lay = conv_workspace_layout(e.cudnn_ws, conv_scratch_bytes(op, e.accum, s));
-    const bool direct = !accumulate && e.accum == ConvAccum::ScratchBf16;
-    void* target = is_scratch(e.accum) && !direct ? static_cast<char*>(workspace) + lay.scratch_offset : dst;
-    if (!accumulate && e.accum == ConvAccum::InPlace)
-        SF_CUDA_CHECK(cudaMemsetAsync(dst, 0, s.in().numel() * sizeof(bf16), ex.stream));
-    void* a = const_cast<void*>(in0);
-    void* b = const_cast<void*>(in1);
-    const int64_t uids[3] = {kConvUidX, kConvUidW, kConvUidY};
-    void* ptrs[3] = {nullptr, nullptr, nullptr};
-    switch (op) {
-        case ConvOp::Fprop: ptrs[0] = a, ptrs[1] = b, ptrs[2] = target; break;
-        case ConvOp::Dgrad: ptrs[0] = target, ptrs[1] = b, ptrs[2] = a; break;
-        case ConvOp::Wgrad: ptrs[0] = a, ptrs[1] = target, ptrs[2] = b; break;
-    }
-    void* ws = e.cudnn_ws ? workspace : nullptr;
-    if (why) {
-        const cudnnStatus_t st = rt::cudnn_try_execute(ex.cudnn, e.plan, uids, ptrs, 3, ws, why);
-        if (st != CUDNN_STATUS_SUCCESS) return st;
-    } else {
-        rt::cudnn_execute(ex.cudnn, e.plan, uids, ptrs, 3, ws);
-    }
-    if (op == ConvOp::Dgrad && e.accum == ConvAccum::ScratchBf16 && !direct)
-        conv_add_bf16(ex, static_cast<bf16*>(dst), static_cast<const bf16*>(target), s.in().numel());
-    else if (op == ConvOp::Wgrad && e.accum == ConvAccum::ScratchF32)
-        conv_add_f32(ex, static_cast<float*>(dst), static_cast<const float*>(target), s.weight_numel());
-    else if (op == ConvOp::Wgrad && e.accum == ConvAccum::ScratchBf16)
-        conv_add_f32_bf16(ex, static_cast<float*>(dst), static_cast<const bf16*>(target), s.weight_numel());
-    return CUDNN_STATUS_SUCCESS;
-}
-
-// Device temporaries for autotuning one shape (freed on scope exit; plan time only).
-struct TuneBuffers {
-    void* p[5] = {};  // x / dx (bf16), w (bf16), y / dy (bf16), dw (fp32), workspace
-    cudaEvent_t start = nullptr, stop = nullptr;
-    ~TuneBuffers() {
-        for (void* q : p)
-            if (q && cudaFree(q) != cudaSuccess) SF_LOG_ERROR("conv autotune: cudaFree failed");
-        if (start) cudaEventDestroy(start);
-        if (stop) cudaEventDestroy(stop);
-    }
-};
-
-// Mean ms per launch over `iters` runs after one warm-up; -1 when the engine fails to launch.
-double time_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, TuneBuffers& b, int iters) {
-    const void* in0 = op == ConvOp::Dgrad ? b.p[2] : b.p[0];
-    const void* in1 = op == ConvOp::Wgrad ? b.p[2] : b.p[1];
-    void* dst = op == ConvOp::Fprop ? b.p[2] : (op == ConvOp::Dgrad ? b.p[0] : b.p[3]);
-    std::string why;
-    for (int i = 0; i <= iters; ++i) {
-        if (i == 1) SF_CUDA_CHECK(cudaEventRecord(b.start, ex.stream));
-        if (launch(ex, s, op, e, in0, in1, dst, b.p[4], &why) != CUDNN_STATUS_SUCCESS) {
-            SF_LOG_DEBUG("conv autotune: %s failed to launch: %s", e.cfg.identity().c_str(), why.c_str());
-            SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
-            return -1;
-        }
-    }
-    SF_CUDA_CHECK(cudaEventRecord(b.stop, ex.stream));
-    SF_CUDA_CHECK(cudaEventSynchronize(b.stop));
-    float ms = 0;
-    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, b.start, b.stop));
-    return static_cast<double>(ms) / iters;
-}
-
-// Times every candidate on temporary buffers (filled with a small finite constant) and returns the
-// index of the fastest; -1 when none ran.
-int autotune(const rt::Exec& ex, const ConvShape& s, ConvOp op, std::vector<Engine>& cands, int iters) {
-    TuneBuffers b;
-    size_t ws = 0;
-    for (const Engine& e : cands)
-        ws = std::max(ws, conv_workspace_layout(e.cudnn_ws, conv_scratch_bytes(op, e.accum, s)).total);
-    const size_t bytes[5] = {s.in().numel() * sizeof(bf16), s.weight_numel() * sizeof(bf16),
-                             s.out().numel() * sizeof(bf16), s.weight_numel() * sizeof(float), std::max<size_t>(ws, 1)};
-    for (int i = 0; i < 5; ++i) {
-        SF_CUDA_CHECK(cudaMalloc(&b.p[i], bytes[i]));
-        SF_CUDA_CHECK(cudaMemsetAsync(b.p[i], 0x3C, bytes[i], ex.stream));  // bf16 / fp32 ~ 0.0115
-    }
-    SF_CUDA_CHECK(cudaEventCreate(&b.start));
-    SF_CUDA_CHECK(cudaEventCreate(&b.stop));
-    int best = -1;
-    for (size_t i = 0; i < cands.size(); ++i) {
-        cands[i].ms = time_engine(ex, s, op, cands[i], b, iters);
-        if (cands[i].ms >= 0 && (best < 0 || cands[i].ms < cands[static_cast<size_t>(best)].ms))
-            best = static_cast<int>(i);
-    }
-    SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
-    return best;
 }
 
 std::string no_engine_message(const ConvPlanKey& key, const std::vector<std::string>& reports) {
@@ -303,6 +200,51 @@ std::string no_engine_message(const ConvPlanKey& key, const std::vector<std::str
             "channels (docs/CONV_CUDNN.md).",
             s.cout, static_cast<int>(conv_align_up(s.cout, 8)));
     return msg;
+}
+
+// Builds the candidates of every variant in preference order and picks one: the tier-0 variants
+// (then the fallback tier if they have nothing); without autotuning the first variant with a plan
+// wins, with it every tier-0 plan is timed and the fastest kept. *timed = candidates timed.
+Engine choose_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const ConvPolicy& pol, const ConvPlanKey& key,
+                     int* timed) {
+    const std::vector<ConvAccum> variants = conv_accum_variants(op);
+    const size_t tier0 = conv_accum_tier0(op);
+    const int limit = pol.autotune ? pol.max_candidates : 1;
+    std::vector<Engine> cands;
+    std::vector<std::string> reports;
+    for (size_t v = 0; v < variants.size(); ++v) {
+        if (v == tier0 && !cands.empty()) break;
+        if (!pol.autotune && !cands.empty()) break;
+        std::string report;
+        std::vector<Engine> got = variant_engines(ex.cudnn, s, op, variants[v], pol, limit, nullptr, &report);
+        reports.push_back(report);
+        SF_LOG_DEBUG("conv plan %s: %s", key.to_string().c_str(), report.c_str());
+        for (Engine& e : got) cands.push_back(std::move(e));
+    }
+    if (cands.empty())
+        throw ConvUnsupported(rt::format("%s:%d: %s", __FILE__, __LINE__, no_engine_message(key, reports).c_str()));
+    size_t pick = 0;
+    *timed = 0;
+    if (pol.autotune) {
+        const int best = conv_detail::autotune(ex, s, op, cands, pol.autotune_iters);
+        if (best < 0)
+            throw ConvUnsupported(rt::format("%s:%d: ConvPlanCache::prepare(%s): none of the %zu candidate engines ran",
+                                             __FILE__, __LINE__, key.to_string().c_str(), cands.size()));
+        pick = static_cast<size_t>(best);
+        *timed = static_cast<int>(cands.size());
+    }
+    return std::move(cands[pick]);
+}
+
+// The stored winner `c`, finalized again for this handle. False when the heuristics no longer
+// list it or it does not finalize (then the key is chosen afresh).
+bool rebuild_engine(cudnnHandle_t h, const ConvShape& s, ConvOp op, const ConvPolicy& pol, const ConvPlanChoice& c,
+                    Engine* out, std::string* report) {
+    std::vector<Engine> got = variant_engines(h, s, op, c.accum, pol, 1, &c.engine, report);
+    if (got.empty()) return false;
+    *out = std::move(got.front());
+    out->ms = c.ms;
+    return true;
 }
 
 }  // namespace
@@ -327,6 +269,9 @@ struct ConvPlanCache::Impl {
     void* workspace = nullptr;
     size_t workspace_size = 0;
     bool workspace_set = false;
+    int device = 0;            // cudaGetDevice at construction (part of the process-store key)
+    size_t cudnn_version = 0;  // cudnnGetVersion: the library loaded (part of the process-store key)
+    PlanTime time;
 
     const Plan& step_plan(const rt::Exec& e, const ConvShape& s, ConvOp op, const char* fn) const {
         const ConvPlanKey key = conv_plan_key(op, s, policy);
@@ -359,6 +304,9 @@ ConvPlanCache::ConvPlanCache(const rt::Exec& ex, const ConvPolicy& policy) : imp
     SF_CUDNN_CHECK(cudnnGetStream(ex.cudnn, &bound));
     SF_CHECK(bound == ex.stream, "ConvPlanCache: the cuDNN handle is bound to stream %p, the Exec's stream is %p",
              static_cast<void*>(bound), static_cast<void*>(ex.stream));
+    SF_CHECK(policy.max_candidates >= 1, "ConvPlanCache: max_candidates must be >= 1, got %d", policy.max_candidates);
+    SF_CUDA_CHECK(cudaGetDevice(&impl_->device));
+    impl_->cudnn_version = cudnnGetVersion();
     impl_->ex = ex;
     impl_->policy = policy;
 }
@@ -374,44 +322,45 @@ size_t ConvPlanCache::prepare(const ConvShape& s, ConvOp op) {
              "ConvPlanCache::prepare(%s): the workspace is already set; prepare every shape "
              "before set_workspace()",
              key.to_string().c_str());
+    const auto t0 = std::chrono::steady_clock::now();
     const ConvPolicy& pol = impl_->policy;
-    const cudnnHandle_t h = impl_->ex.cudnn;
-    const std::vector<ConvAccum> variants = conv_accum_variants(op);
-    const size_t tier0 = conv_accum_tier0(op);
-    const int limit = pol.autotune ? kConvMaxCandidates : 1;
-
-    // Tier 0 variants (then the fallback tier if they have nothing); without autotuning the first
-    // variant with a plan wins, with it every tier-0 plan is timed.
-    std::vector<Engine> cands;
-    std::vector<std::string> reports;
-    for (size_t v = 0; v < variants.size(); ++v) {
-        if (v == tier0 && !cands.empty()) break;
-        if (!pol.autotune && !cands.empty()) break;
-        std::string report;
-        std::vector<Engine> got = variant_engines(h, s, op, variants[v], pol, limit, &report);
-        reports.push_back(report);
-        SF_LOG_DEBUG("conv plan %s: %s", key.to_string().c_str(), report.c_str());
-        for (Engine& e : got) cands.push_back(std::move(e));
-    }
-    SF_CHECK(!cands.empty(), "%s", no_engine_message(key, reports).c_str());
-
+    const ConvPlanStoreKey skey{key, impl_->device, impl_->cudnn_version};
     auto plan = std::make_unique<Plan>();
     plan->key = key;
-    size_t pick = 0;
-    if (pol.autotune) {
-        const int best = autotune(impl_->ex, s, op, cands, pol.autotune_iters);
-        SF_CHECK(best >= 0, "ConvPlanCache::prepare(%s): none of the %zu candidate engines ran",
-                 key.to_string().c_str(), cands.size());
-        pick = static_cast<size_t>(best);
-        plan->timed = static_cast<int>(cands.size());
+    Engine fresh;
+    bool built = false;
+    const ConvPlanChoice choice = ConvPlanStore::process().get_or_build(
+        skey,
+        [&] {
+            fresh = choose_engine(impl_->ex, s, op, pol, key, &plan->timed);
+            return ConvPlanChoice{fresh.cfg.identity(), fresh.accum, fresh.ms, plan->timed};
+        },
+        &built);
+    std::string report;
+    if (built) {
+        plan->e = std::move(fresh);
+    } else if (rebuild_engine(impl_->ex.cudnn, s, op, pol, choice, &plan->e, &report)) {
+        plan->timed = choice.timed;
+        plan->reused = true;
+    } else {  // the library no longer offers the stored engine for this handle: choose afresh
+        SF_LOG_WARN("conv plan %s: the stored engine (%s) did not rebuild (%s); choosing again",
+                    key.to_string().c_str(), choice.engine.c_str(), report.c_str());
+        plan->e = choose_engine(impl_->ex, s, op, pol, key, &plan->timed);
+        ConvPlanStore::process().put(skey, {plan->e.cfg.identity(), plan->e.accum, plan->e.ms, plan->timed});
     }
-    plan->e = std::move(cands[pick]);
     plan->scratch = conv_scratch_bytes(op, plan->e.accum, s);
     plan->layout = conv_workspace_layout(plan->e.cudnn_ws, plan->scratch);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    (plan->reused ? impl_->time.reused : impl_->time.tuned) += 1;
+    impl_->time.seconds += sec;
+    SF_LOG_DEBUG("conv plan %s: %s in %.3f s (%s)", key.to_string().c_str(), plan->e.cfg.identity().c_str(), sec,
+                 plan->reused ? "rebuilt from the process store" : "chosen here");
     const size_t total = plan->layout.total;
     impl_->plans.emplace(key, std::move(plan));
     return total;
 }
+
+ConvPlanCache::PlanTime ConvPlanCache::plan_time() const { return impl_->time; }
 
 size_t ConvPlanCache::workspace_bytes() const {
     size_t m = 0;
@@ -438,7 +387,7 @@ void ConvPlanCache::forward(const rt::Exec& ex, const ConvShape& s, const bf16* 
              "ConvPlanCache::forward(%s): x %p, w %p, y %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(w),
              static_cast<void*>(y));
-    launch(ex, s, ConvOp::Fprop, p.e, x, w, y, impl_->workspace, nullptr);
+    conv_detail::launch(ex, s, ConvOp::Fprop, p.e, x, w, y, impl_->workspace, nullptr);
 }
 
 void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
@@ -448,7 +397,7 @@ void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const 
              "ConvPlanCache::backward_data(%s): dy %p, w %p, dx %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(dy), static_cast<const void*>(w),
              static_cast<void*>(dx));
-    launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->workspace, nullptr, accumulate);
+    conv_detail::launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->workspace, nullptr, accumulate);
 }
 
 void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw) {
@@ -457,7 +406,7 @@ void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, cons
              "ConvPlanCache::backward_filter(%s): x %p, dy %p, dw %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(dy),
              static_cast<void*>(dw));
-    launch(ex, s, ConvOp::Wgrad, p.e, x, dy, dw, impl_->workspace, nullptr);
+    conv_detail::launch(ex, s, ConvOp::Wgrad, p.e, x, dy, dw, impl_->workspace, nullptr);
 }
 
 double ConvPlanCache::measured_ms(const ConvShape& s, ConvOp op) const {
@@ -471,8 +420,9 @@ std::vector<std::string> ConvPlanCache::describe() const {
     std::vector<std::string> out;
     for (const auto& kv : impl_->plans) {
         const Plan& p = *kv.second;
-        std::string timing = p.timed ? rt::format("%.4f ms (fastest of %d timed)", p.e.ms, p.timed)
-                                     : std::string("not timed (heuristics' first)");
+        std::string timing =
+            p.timed ? rt::format("%.4f ms (fastest of %d timed%s)", p.e.ms, p.timed, p.reused ? ", choice reused" : "")
+                    : std::string("not timed (heuristics' first)");
         out.push_back(rt::format("%s | %s%s | %s | ws %zu B (cudnn %zu + scratch %zu) | %s", p.key.to_string().c_str(),
                                  p.e.cfg.describe().c_str(), p.e.demoted ? " (demoted note, no alternative)" : "",
                                  conv_accum_name(p.e.accum), p.layout.total, p.e.cudnn_ws, p.scratch, timing.c_str()));

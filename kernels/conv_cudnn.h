@@ -4,10 +4,13 @@
 // buffers are passed to cuDNN as CUDNN_DATA_BFLOAT16. Design and numerics: docs/CONV_CUDNN.md.
 //
 //   plan time:  ConvPlanCache::prepare(shape, op) per conv of the model: builds the operation graph,
-//               asks the heuristics for engine configurations, filters them (deterministic switch,
-//               workspace limit), finalizes up to kConvMaxCandidates plans per accumulation variant,
-//               times them (autotune) and caches the fastest. Then workspace_bytes() is reserved in
-//               the caller's arena and handed over once with set_workspace().
+//               asks the heuristics for engine configurations, filters them (conv_select_candidates:
+//               deterministic switch, runtime-compiled engines last, workspace limit), finalizes up
+//               to policy.max_candidates plans per accumulation variant, times them (autotune) and
+//               keeps the fastest. The choice is remembered process-wide (ConvPlanStore), so a second
+//               network of the same process rebuilds the chosen plan without autotuning. Then
+//               workspace_bytes() is reserved in the caller's arena and handed over once with
+//               set_workspace().
 //   step time:  forward / backward_data / backward_filter enqueue the cached plan (and, for the
 //               scratch variants, one small add kernel) on ex.stream: no plan building, no
 //               allocation, no synchronisation (CUDA-graph capturable).
@@ -20,24 +23,32 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/bf16.h"
 #include "kernels/conv.h"
+#include "runtime/error.h"
 #include "runtime/exec.h"
 
 namespace kern {
 
 enum class ConvOp { Fprop, Dgrad, Wgrad };
+// Plans finalized and timed per accumulation variant by default. The heuristics list engines best
+// predicted first; every candidate costs a finalize (seconds for a runtime-compiled one) and
+// autotune_iters + 1 timed runs for each of the model's ~134 (op, shape) keys, so few are timed.
+// `bench step --conv-candidates N` raises it to check whether a deeper search finds faster plans.
+constexpr int kConvDefaultCandidates = 4;
 const char* conv_op_name(ConvOp op);  // "fprop" | "dgrad" | "wgrad"
 
 struct ConvPolicy {
-    bool deterministic = false;         // exclude engines noted CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
-    bool autotune = true;               // time the candidates; false: the heuristics' first that finalizes
-    int autotune_iters = 3;             // timed runs per candidate (after one warm-up run)
-    size_t max_workspace = 256u << 20;  // exclude engines whose cuDNN workspace exceeds this; 0 = no limit
+    bool deterministic = false;                   // exclude engines noted CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+    bool autotune = true;                         // time the candidates; false: the heuristics' first that finalizes
+    int autotune_iters = 3;                       // timed runs per candidate (after one warm-up run)
+    size_t max_workspace = 256u << 20;            // exclude engines whose cuDNN workspace exceeds this; 0 = no limit
+    int max_candidates = kConvDefaultCandidates;  // plans finalized (and timed) per accumulation variant
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice
@@ -57,10 +68,11 @@ struct ConvPlanKey {
     bool deterministic = false;
     bool autotune = true;
     size_t max_workspace = 0;
+    int max_candidates = kConvDefaultCandidates;
 
     bool operator==(const ConvPlanKey& o) const;
     bool operator!=(const ConvPlanKey& o) const { return !(*this == o); }
-    // "wgrad n2 16x32 c32->64 k3 s2 p1 g1 det tuned ws<=256MiB"
+    // "wgrad n2 16x32 c32->64 k3 s2 p1 g1 det tuned ws<=256MiB top4"
     std::string to_string() const;
 };
 
@@ -69,6 +81,38 @@ ConvPlanKey conv_plan_key(ConvOp op, const ConvShape& s, const ConvPolicy& polic
 struct ConvPlanKeyHash {
     size_t operator()(const ConvPlanKey& k) const;
 };
+
+// ---- candidate selection (pure: tested on synthetic engine lists) ----
+
+// What the filter needs to know of one engine configuration the heuristics proposed.
+struct ConvCandidateInfo {
+    bool nondeterministic = false;  // CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+    bool demoted = false;           // REDUCED_PRECISION_REDUCTION or DOWN_CONVERT_INPUTS
+    bool runtime_compiled = false;  // CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION (compiled at finalize)
+};
+
+// Finalizes candidate `index`: false when the engine refuses the graph; else *workspace_bytes.
+using ConvFinalizeFn = std::function<bool(size_t index, size_t* workspace_bytes)>;
+
+struct ConvCandidateChoice {
+    std::vector<size_t> kept;  // indices into the list, in the order tried (at most `limit`)
+    int tier = -1;             // tier the kept ones come from (-1: none kept)
+    int nondeterministic = 0;  // excluded by the deterministic policy
+    int over_workspace = 0;    // finalized, but their workspace exceeds max_workspace
+    int refused = 0;           // did not finalize
+    int not_tried = 0;         // in a later tier than the one that produced plans (never finalized)
+};
+
+// The tiers, tried in order until one yields a plan; within a tier the heuristics' order:
+//   0 full precision, precompiled;  1 full precision, runtime-compiled;
+//   2 demoted, precompiled;         3 demoted, runtime-compiled.
+// Precision outranks plan time (a runtime-compiled engine only costs compile time at plan time),
+// and plan time outranks the heuristics' preference within one precision class. Nondeterministic
+// engines are dropped first when `deterministic`. Engines are finalized lazily, so a runtime-compiled
+// one is never compiled while a precompiled one of its precision qualifies.
+int conv_candidate_tier(const ConvCandidateInfo& c);
+ConvCandidateChoice conv_select_candidates(const std::vector<ConvCandidateInfo>& list, bool deterministic,
+                                           size_t max_workspace, int limit, const ConvFinalizeFn& finalize);
 
 // How a plan gets its result into the destination, chosen per plan at prepare() time:
 //   Overwrite    fprop: y = conv (beta = 0).
@@ -92,6 +136,66 @@ size_t conv_accum_tier0(ConvOp op);
 // Scratch bytes a variant needs beside cuDNN's own workspace: the destination's size in the scratch
 // dtype (dgrad: N*H*W*Cin bf16; wgrad: weight_numel bf16 or fp32), 0 for Overwrite and InPlace.
 size_t conv_scratch_bytes(ConvOp op, ConvAccum a, const ConvShape& s);
+
+// ---- process-wide plan store ----
+
+// What identifies a plan across networks of one process: the plan key (op, geometry, policy), the
+// device and the cuDNN library loaded. The execution plan itself is bound to a cuDNN handle, so the
+// store keeps the autotuning result (which engine, knobs and accumulation won) and each network
+// rebuilds that one plan for its own handle: graph + heuristics + one finalize, no timing.
+struct ConvPlanStoreKey {
+    ConvPlanKey plan;
+    int device = 0;
+    size_t cudnn_version = 0;
+    bool operator==(const ConvPlanStoreKey& o) const {
+        return plan == o.plan && device == o.device && cudnn_version == o.cudnn_version;
+    }
+};
+
+struct ConvPlanChoice {
+    std::string engine;  // rt::CudnnEngineConfig::identity() of the winner
+    ConvAccum accum = ConvAccum::Overwrite;
+    double ms = -1;  // its measured time (-1: not timed)
+    int timed = 0;   // candidates timed
+};
+
+// Thread-safe map ConvPlanStoreKey -> ConvPlanChoice; each key is built once (by the builder given
+// with its first lookup; a builder that throws stores nothing). process() is the store every
+// ConvPlanCache uses; tests make their own.
+class ConvPlanStore {
+public:
+    using Builder = std::function<ConvPlanChoice()>;
+    // The stored choice, or builder()'s (stored) on the first lookup of `key`; *built says which.
+    ConvPlanChoice get_or_build(const ConvPlanStoreKey& key, const Builder& builder, bool* built);
+    // Replaces a stored choice (a reused choice the current library no longer offers).
+    void put(const ConvPlanStoreKey& key, const ConvPlanChoice& choice);
+    size_t size() const;
+    size_t builds() const;  // builder calls that returned
+    size_t hits() const;    // lookups answered from the store
+    void clear();
+    static ConvPlanStore& process();
+
+    ConvPlanStore();
+    ~ConvPlanStore();
+    ConvPlanStore(const ConvPlanStore&) = delete;
+    ConvPlanStore& operator=(const ConvPlanStore&) = delete;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// ---- the cuDNN runtime ----
+
+// The oldest cuDNN runtime the backend accepts, in cudnnGetVersion's encoding (major*10000 +
+// minor*100 + patch): major 9 (the graph API attributes and the libcudnn.so.9 ABI built against;
+// cudnnGetLastErrorString, which every refusal reports, is new in 9.0). Older minors than the
+// headers are accepted with a warning (cuDNN promises compatibility towards newer runtimes only).
+constexpr size_t kCudnnMinRuntime = 90000;
+// True when `runtime` (cudnnGetVersion) can run plans built from headers `compiled` (CUDNN_VERSION):
+// same major (9) and runtime >= kCudnnMinRuntime; else false and *why says what to install.
+// *warning (may be null) gets a line when the runtime is older than the headers.
+bool cudnn_runtime_ok(size_t runtime, size_t compiled, std::string* why, std::string* warning);
 
 // Layout of one plan's slice of the shared workspace: cuDNN's workspace at offset 0, the scratch
 // region at scratch_offset = cudnn_bytes rounded up to kConvWorkspaceAlign; total = scratch_offset +
@@ -131,7 +235,6 @@ bool conv_cudnn_operation_ok(const ConvShape& s, ConvOp op, ConvAccum a, std::st
 
 // Tensor unique ids in every conv graph (by role, whichever op reads or writes them).
 constexpr int64_t kConvUidX = 1, kConvUidW = 2, kConvUidY = 3;
-constexpr int kConvMaxCandidates = 8;  // plans finalized (and timed) per accumulation variant
 constexpr size_t kConvTensorAlign = 16;
 
 // ---- the add kernels of the scratch variants (kernels/conv_cudnn_aux.cu) ----
@@ -161,6 +264,15 @@ void conv_add_f32_bf16(const rt::Exec& ex, float* dst, const bf16* src, size_t n
 
 // ---- the plan cache ----
 
+// What ConvPlanCache::prepare throws when cuDNN has no plan for a key: no engine qualifies (every
+// configuration refused, excluded or over the workspace limit) or none of the candidates ran. A
+// caller with another implementation may fall back on this, and only on this: a CUDA error or a
+// failed cuDNN call is a plain rt::Error and must propagate.
+class ConvUnsupported : public rt::Error {
+public:
+    explicit ConvUnsupported(const std::string& what) : rt::Error(what) {}
+};
+
 class ConvPlanCache {
 public:
     // CUDA Exec required (throws otherwise); its cuDNN handle must be bound to its stream.
@@ -171,9 +283,10 @@ public:
 
     // Plan time (before the arena is sealed; allocates temporaries and synchronises while
     // autotuning): builds and caches the plan for (s, op) and returns its workspace bytes (cuDNN's
-    // plus scratch, conv_workspace_layout). Idempotent. Throws rt::Error naming the key when no
-    // engine qualifies (with a hint when Cin is not a multiple of 8), or when called for a new key
-    // after set_workspace().
+    // plus scratch, conv_workspace_layout). Idempotent; a key another ConvPlanCache of this process
+    // already autotuned (ConvPlanStore) is rebuilt without timing. Throws ConvUnsupported naming the
+    // key when no engine qualifies (with a hint when Cin is not a multiple of 8), rt::Error when
+    // called for a new key after set_workspace() and for CUDA/cuDNN failures.
     size_t prepare(const ConvShape& s, ConvOp op);
     size_t workspace_bytes() const;  // max over every prepared plan
     // Once, after every prepare(): device_ptr (256-byte aligned, or null when workspace_bytes() is
@@ -196,6 +309,12 @@ public:
     // One line per plan, sorted by key: key | engine, knobs, notes | accumulation | workspace | ms.
     std::vector<std::string> describe() const;
     size_t size() const;
+    // Plan time so far: keys autotuned here, keys rebuilt from the process store, wall seconds.
+    struct PlanTime {
+        int tuned = 0, reused = 0;
+        double seconds = 0;
+    };
+    PlanTime plan_time() const;
 
 private:
     struct Impl;

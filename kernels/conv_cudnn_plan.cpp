@@ -36,7 +36,7 @@ bool ConvPlanKey::operator==(const ConvPlanKey& o) const {
     const ConvShape &a = shape, &b = o.shape;
     return op == o.op && a.n == b.n && a.h == b.h && a.w == b.w && a.cin == b.cin && a.cout == b.cout && a.k == b.k &&
            a.stride == b.stride && a.pad == b.pad && a.groups == b.groups && deterministic == o.deterministic &&
-           autotune == o.autotune && max_workspace == o.max_workspace;
+           autotune == o.autotune && max_workspace == o.max_workspace && max_candidates == o.max_candidates;
 }
 
 std::string ConvPlanKey::to_string() const {
@@ -48,9 +48,9 @@ std::string ConvPlanKey::to_string() const {
         ws = rt::format("ws<=%zuMiB", max_workspace >> 20);
     else
         ws = rt::format("ws<=%zuB", max_workspace);
-    return rt::format("%s n%d %dx%d c%d->%d k%d s%d p%d g%d %s %s %s", conv_op_name(op), s.n, s.h, s.w, s.cin, s.cout,
-                      s.k, s.stride, s.pad, s.groups, deterministic ? "det" : "nondet", autotune ? "tuned" : "heur",
-                      ws.c_str());
+    return rt::format("%s n%d %dx%d c%d->%d k%d s%d p%d g%d %s %s %s top%d", conv_op_name(op), s.n, s.h, s.w, s.cin,
+                      s.cout, s.k, s.stride, s.pad, s.groups, deterministic ? "det" : "nondet",
+                      autotune ? "tuned" : "heur", ws.c_str(), max_candidates);
 }
 
 ConvPlanKey conv_plan_key(ConvOp op, const ConvShape& s, const ConvPolicy& policy) {
@@ -61,6 +61,7 @@ ConvPlanKey conv_plan_key(ConvOp op, const ConvShape& s, const ConvPolicy& polic
     k.deterministic = policy.deterministic;
     k.autotune = policy.autotune;
     k.max_workspace = policy.max_workspace;
+    k.max_candidates = policy.max_candidates;
     return k;
 }
 
@@ -68,7 +69,7 @@ size_t ConvPlanKeyHash::operator()(const ConvPlanKey& k) const {
     const ConvShape& s = k.shape;
     const int64_t geometry[] = {s.n, s.h, s.w, s.cin, s.cout, s.k, s.stride, s.pad, s.groups};
     const int64_t selection[] = {static_cast<int64_t>(k.op), k.deterministic, k.autotune,
-                                 static_cast<int64_t>(k.max_workspace)};
+                                 static_cast<int64_t>(k.max_workspace), k.max_candidates};
     uint64_t h = 0;
     for (int64_t f : geometry) h = rt::mix64(h + rt::kGoldenGamma + static_cast<uint64_t>(f));
     for (int64_t f : selection) h = rt::mix64(h + rt::kGoldenGamma + static_cast<uint64_t>(f));

@@ -3,11 +3,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <mutex>
 
 #include "kernels/dwconv_cuda.h"
 #include "kernels/stemconv_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/device_info.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -71,8 +74,51 @@ struct TimingBuffers {
 
 }  // namespace
 
+size_t conv_workspace_bound(const std::vector<ConvUse>& convs, const kern::ConvPolicy& policy) {
+    SF_CHECK(policy.max_workspace > 0,
+             "conv_workspace_bound: the policy sets no cuDNN workspace limit, so there is no bound to estimate");
+    const size_t cudnn_max = kern::conv_align_up(policy.max_workspace, kern::kConvWorkspaceAlign);
+    size_t bound = 0;
+    for (const ConvUse& u : convs) {
+        size_t scratch = 0;  // the largest scratch a variant of an op this conv runs may take
+        for (kern::ConvOp op : {kern::ConvOp::Wgrad, kern::ConvOp::Dgrad}) {
+            if (op == kern::ConvOp::Dgrad && !u.dgrad) continue;
+            for (kern::ConvAccum a : kern::conv_accum_variants(op))
+                scratch = std::max(scratch, kern::conv_scratch_bytes(op, a, u.shape));
+        }
+        bound = std::max(bound, cudnn_max + scratch);
+        if (kern::dwconv3x3_supported(u.shape))
+            bound = std::max(bound, kern::dwconv3x3_workspace_floats(u.shape) * sizeof(float));
+        if (kern::stemconv_supported(u.shape))
+            bound = std::max(bound, kern::stemconv_workspace_floats(u.shape) * sizeof(float));
+    }
+    return bound;
+}
+
+std::string cuda_backend_banner(int device) {
+    const rt::DeviceInfo d = rt::query_device_info(device);
+    SF_CHECK(d.available, "CUDA device %d: %s", device, d.reason.c_str());
+    std::string why, warning;
+    SF_CHECK(kern::cudnn_runtime_ok(d.cudnn_version, d.cudnn_compiled, &why, &warning), "%s", why.c_str());
+    if (!warning.empty()) SF_LOG_WARN("%s", warning.c_str());
+    return rt::format(
+        "CUDA backend: GPU %d %s (sm_%d%d, %d SMs, %.1f GiB), driver supports CUDA %s, CUDA runtime %s, "
+        "cuDNN %s loaded (built against %s)",
+        device, d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count, static_cast<double>(d.memory_bytes) / (1ull << 30),
+        rt::cuda_version_string(d.cuda_driver_version).c_str(), rt::cuda_version_string(d.cuda_runtime_version).c_str(),
+        rt::cudnn_version_string(d.cudnn_version).c_str(), rt::cudnn_version_string(d.cudnn_compiled).c_str());
+}
+
 GpuOps::GpuOps(const rt::Exec& ex, const kern::ConvPolicy& policy) : ex_(ex), policy_(policy) {
     SF_CHECK(ex.is_cuda(), "GpuOps needs a CUDA Exec (got %s)", rt::backend_name(ex.backend));
+    // Once per process: what runs the step, and a cuDNN library that cannot run the plans refused
+    // before any plan is built.
+    static std::once_flag banner;
+    std::call_once(banner, [] {
+        int device = 0;
+        SF_CUDA_CHECK(cudaGetDevice(&device));
+        SF_LOG_INFO("%s", cuda_backend_banner(device).c_str());
+    });
     cudnn_ = std::make_unique<kern::ConvPlanCache>(ex, policy);
 }
 
@@ -80,6 +126,17 @@ GpuOps::~GpuOps() = default;
 
 void GpuOps::prepare(const std::vector<ConvUse>& convs) {
     SF_CHECK(entries_.empty(), "GpuOps::prepare() called twice");
+    const auto t0 = std::chrono::steady_clock::now();
+    prepare_entries(convs);
+    plan_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const kern::ConvPlanCache::PlanTime t = cudnn_->plan_time();
+    SF_LOG_INFO(
+        "conv plans: %zu convolutions, %d cuDNN keys autotuned and %d rebuilt from earlier networks in %.1f s "
+        "(%.1f s plan time in all, custom-kernel timing included)",
+        convs.size(), t.tuned, t.reused, t.seconds, plan_seconds_);
+}
+
+void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
     for (const ConvUse& u : convs) {
         Entry e;
         e.shape = u.shape;
@@ -110,7 +167,11 @@ void GpuOps::prepare(const std::vector<ConvUse>& convs) {
             e.ms[0] = cudnn_->measured_ms(u.shape, kern::ConvOp::Fprop) +
                       cudnn_->measured_ms(u.shape, kern::ConvOp::Wgrad) +
                       (u.dgrad ? cudnn_->measured_ms(u.shape, kern::ConvOp::Dgrad) : 0.0);
-        } catch (const rt::Error& err) {
+        } catch (const kern::ConvUnsupported& err) {
+            // Only "cuDNN has no plan" falls back. A CUDA error raised while it was being looked
+            // for must not pass for one: surface anything pending on the device first.
+            SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
+            SF_CUDA_CHECK(cudaPeekAtLastError());
             SF_LOG_INFO("cuDNN has no plan for %s (%s); the custom kernel runs it", shape_string(u.shape).c_str(),
                         err.what());
             e.ms[0] = -1;

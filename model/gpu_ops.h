@@ -4,7 +4,10 @@
 // autotuned, cached). Depthwise 3x3 convolutions have a second implementation, the custom kernels
 // of kernels/dwconv_cuda.h; prepare() times both on the real shape (forward + dgrad + wgrad) and
 // keeps the faster, or takes the custom kernels without timing when autotuning is off. The
-// choice per shape is visible in describe() (and in `slidefuse bench`).
+// choice per shape is visible in describe() (and in `slidefuse bench`). Only kern::ConvUnsupported
+// (cuDNN has no plan) falls back to a custom kernel; CUDA errors propagate. Plan time is logged per
+// key (debug) and per network (info); keys autotuned by an earlier network of the process are
+// rebuilt without timing (kern::ConvPlanStore).
 // At step time the three entry points enqueue on ex.stream; they never build plans, allocate or
 // synchronise. Contracts: forward overwrites y; backward_data accumulates into dx (bf16);
 // backward_filter accumulates into dw (fp32 master gradient, KRSC).
@@ -33,6 +36,20 @@ std::vector<ConvImpl> conv_candidates(const kern::ConvShape& s);
 // the fastest; ties go to the first. Throws when none ran.
 ConvImpl pick_conv_impl(const std::vector<ConvImpl>& candidates, const std::vector<double>& ms);
 
+// A device-free upper bound of the bytes GpuOps::workspace_bytes() will report for these convs under
+// `policy` (the dry-run memory estimate, before any plan is built): per conv and op, cuDNN's
+// workspace is at most policy.max_workspace (engines above it are excluded) plus the largest
+// scratch region a variant of that op may use (kern::conv_scratch_bytes), and the custom kernels'
+// wgrad scratch where they are candidates; the max over all of them (plans share one region).
+// Conservative: real plans mostly need far less. Throws when policy.max_workspace is 0 (no limit,
+// no bound).
+size_t conv_workspace_bound(const std::vector<ConvUse>& convs, const kern::ConvPolicy& policy);
+
+// The line the CUDA backend logs once per process: GPU, compute capability, driver, CUDA runtime
+// and the cuDNN library actually loaded. Throws (with what to install) when that cuDNN cannot run
+// the plans (kern::cudnn_runtime_ok); warns when it is older than the headers.
+std::string cuda_backend_banner(int device);
+
 class GpuOps {
 public:
     GpuOps(const rt::Exec& ex, const kern::ConvPolicy& policy);
@@ -57,9 +74,11 @@ public:
                               const kern::bf16* dy, float* dw) const;
 
     std::vector<std::string> describe() const;
+    double plan_seconds() const { return plan_seconds_; }  // wall time of prepare()
 
 private:
     struct Entry;
+    void prepare_entries(const std::vector<ConvUse>& convs);
     const Entry& find(const kern::ConvShape& s) const;
     double time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const;  // ms per fwd(+dgrad)+wgrad
     void run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
@@ -72,6 +91,7 @@ private:
     std::vector<Entry> entries_;
     float* custom_ws_ = nullptr;  // custom kernels' wgrad scratch (inside the bound workspace)
     size_t custom_ws_floats_ = 0;
+    double plan_seconds_ = 0;
 };
 
 }  // namespace model

@@ -1,5 +1,6 @@
 #include "model/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/eltwise.h"
@@ -20,6 +21,11 @@ void TrainStep::compute_valid_mask() {
 }
 
 LossTerms TrainStep::micro_step(const rt::Exec& ex, const data::Label* labels, double grad_scale) {
+    if (micro_ == 0) {  // the step's first forward is about to move the running statistics
+        const Planner& p = net_.plan();
+        saved_buffers_.assign(p.buffers(), p.buffers() + p.table().buffer_floats);
+        saved_counters_.assign(p.counters(), p.counters() + p.table().counters);
+    }
     compute_valid_mask();
     net_.zero_activation_grads(ex);
     net_.forward(ex, true);
@@ -53,6 +59,8 @@ StepStats TrainStep::optimizer_step(const rt::Exec& ex, double lr) {
     if (nonfinite_ || !std::isfinite(s.grad_norm)) {
         s.skipped = true;
         ++skipped_;
+        std::copy(saved_buffers_.begin(), saved_buffers_.end(), p.buffers());
+        std::copy(saved_counters_.begin(), saved_counters_.end(), p.counters());
     } else {
         s.clip_scale = kern::clip_factor(s.grad_norm, optim_.clip_grad_norm);
         kern::AdamWHyper h = optim_.adamw;

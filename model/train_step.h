@@ -2,7 +2,9 @@
 //   zero activation grads -> forward (train) -> loss + d loss/d logits -> backward
 //   [x gradient_accumulation_steps] -> global grad norm -> clip -> AdamW -> zero param grads.
 // Parameter gradients are left zeroed after each optimizer step (ready for the next one).
-// A non-finite loss or gradient norm skips the update (weights untouched) and is counted.
+// A non-finite loss or gradient norm skips the update and is counted. A skipped step changes
+// nothing: weights, optimizer state, BN running statistics and num_batches_tracked (the forwards
+// of the step's micro-batches updated them; they are restored from a copy taken before the first).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -58,6 +60,8 @@ private:
     double loss_sum_ = 0;
     LossTerms last_;
     bool nonfinite_ = false;
+    std::vector<float> saved_buffers_;     // BN running stats before this step's first micro-batch
+    std::vector<int64_t> saved_counters_;  // num_batches_tracked, likewise
 };
 
 }  // namespace model

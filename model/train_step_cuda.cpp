@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -10,6 +11,7 @@
 #include "kernels/preprocess.h"
 #include "model/decode_cuda.h"
 #include "model/device_util.h"
+#include "model/train_step_cuda_guard.h"
 #include "runtime/arena.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
@@ -42,6 +44,10 @@ struct CudaTrainStep::Device {
     bool stats_pending = false;
     const uint8_t* pixels[kSlots] = {nullptr, nullptr};
     const data::Label* labels[kSlots] = {nullptr, nullptr};
+    // BN running statistics and num_batches_tracked as of the last applied step (the roll-back
+    // target of a skipped one, model/train_step_cuda_guard.h).
+    float* shadow_buffers = nullptr;
+    int64_t* shadow_counters = nullptr;
 };
 
 CudaTrainStep::CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossConfig& loss, const OptimConfig& optim,
@@ -75,6 +81,9 @@ CudaTrainStep::CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossCo
     const size_t o_lws = d.dev.reserve(std::max<size_t>(d.loss_ws_bytes, 1), 256, "loss workspace");
     const size_t o_dec = d.dev.reserve(static_cast<size_t>(s.batch) * sizeof(Decoded), 256, "decoded");
     const size_t o_met = d.dev.reserve(sizeof(DeviceMetricSums), 256, "metric sums");
+    const ParamTable& t = net.table();
+    const size_t o_sbuf = d.dev.reserve(std::max<size_t>(t.buffer_floats, 1) * sizeof(float), 256, "BN stats shadow");
+    const size_t o_scnt = d.dev.reserve(std::max<size_t>(t.counters, 1) * sizeof(int64_t), 256, "BN counters shadow");
     const size_t p_state = d.pinned.reserve(sizeof(kern::DeviceStepState), 64, "step state");
     const size_t p_loss = d.pinned.reserve(sizeof(DeviceLossTerms), 64, "loss terms");
     const size_t p_met = d.pinned.reserve(sizeof(DeviceMetricSums), 64, "metric sums");
@@ -94,11 +103,24 @@ CudaTrainStep::CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossCo
     d.loss_ws = d.dev.at(o_lws);
     d.decoded = d.dev.ptr<Decoded>(o_dec);
     d.metrics = d.dev.ptr<DeviceMetricSums>(o_met);
+    d.shadow_buffers = d.dev.ptr<float>(o_sbuf);
+    d.shadow_counters = d.dev.ptr<int64_t>(o_scnt);
     d.h_state = d.pinned.ptr<kern::DeviceStepState>(p_state);
     d.h_loss = d.pinned.ptr<DeviceLossTerms>(p_loss);
     d.h_metrics = d.pinned.ptr<DeviceMetricSums>(p_met);
     SF_CUDA_CHECK(cudaEventCreateWithFlags(&d.stats_ready, cudaEventDisableTiming));
+    sync_bn_shadow();
     set_counters(0, 0);
+}
+
+void CudaTrainStep::sync_bn_shadow() {
+    const Planner& p = net_.plan();
+    const ParamTable& t = p.table();
+    SF_CUDA_CHECK(cudaMemcpyAsync(d_->shadow_buffers, p.buffers(), t.buffer_floats * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, ex_.stream));
+    SF_CUDA_CHECK(cudaMemcpyAsync(d_->shadow_counters, p.counters(), t.counters * sizeof(int64_t),
+                                  cudaMemcpyDeviceToDevice, ex_.stream));
+    SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
 }
 
 CudaTrainStep::~CudaTrainStep() {
@@ -163,7 +185,10 @@ void download_state(const rt::Exec& ex, const Planner& p, const CheckpointView& 
     SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
 }
 
-void CudaTrainStep::upload(const CheckpointView& v) { upload_state(ex_, net_.plan(), v); }
+void CudaTrainStep::upload(const CheckpointView& v) {
+    upload_state(ex_, net_.plan(), v);
+    sync_bn_shadow();  // the uploaded statistics are the new roll-back target
+}
 void CudaTrainStep::download(const CheckpointView& v) { download_state(ex_, net_.plan(), v); }
 
 void CudaTrainStep::enqueue_micro(int slot) {
@@ -197,6 +222,9 @@ void CudaTrainStep::enqueue_optimizer() {
     schedule_lr_cuda(ex_, sched_, d.state, d.epoch);
     kern::grad_norm_cuda(ex_, n, p.grad(), d.norm_partials, c, d.state);
     record_step_cuda(ex_, d.state, d.step_loss, accum_, d.history, kHistory);
+    // state->nonfinite is settled: keep this step's running statistics, or undo them.
+    bn_state_commit_cuda(ex_, d.state, p.buffers(), d.shadow_buffers, p.table().buffer_floats, p.counters(),
+                         d.shadow_counters, p.table().counters);
     kern::adamw_cuda(ex_, n, p.master(), p.working(), p.grad(), p.adam_m(), p.adam_v(), c, d.state);
 }
 

@@ -5,7 +5,9 @@
 //                                 (parameter grads accumulate)
 //   optimizer step:               lr from the schedule (device, from steps taken) -> global grad
 //                                 norm + clip factor + non-finite flag -> fused AdamW (master, m, v,
-//                                 bf16 working copy; grads zeroed; skipped when non-finite)
+//                                 bf16 working copy; grads zeroed; skipped when non-finite) -> BN
+//                                 running statistics committed, or rolled back when skipped (a
+//                                 skipped step changes nothing; model/train_step_cuda_guard.h)
 // Every per-step value lives in device memory (kern::DeviceStepState, model::DeviceLossTerms), so
 // each sequence is captured into a CUDA graph once (one micro-step graph per input slot, one
 // optimizer graph; at its second call — the first runs eagerly so every kernel and cuDNN plan has
@@ -118,6 +120,7 @@ private:
     struct Device;  // device-side buffers and the pinned readback (train_step_cuda.cpp)
     void enqueue_micro(int slot);
     void enqueue_optimizer();
+    void sync_bn_shadow();  // shadow = live BN statistics (construction, upload); synchronises
 
     SiderNetCuda& net_;
     rt::Exec ex_;

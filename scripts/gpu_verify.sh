@@ -1,25 +1,138 @@
 #!/usr/bin/env bash
 # GPU verification in stages, each well inside one 10-minute device command, writing what
-# docs/GPU_VERIFICATION.md records into OUT (default $OUT or ./gpu-verify):
+# docs/GPU_VERIFICATION.md records into OUT (default $OUT or ./gpu-verify). Runs from a build folder
+# carried from the build machine (nothing is built here; cuDNN/cuBLAS are found as gpu_test.sh does).
+#   first    the one command to run first on a new device (about 8 minutes at most, each part under
+#            its own `timeout`): environment report (GPU, driver, CUDA, the cuDNN library loaded,
+#            ldd), every gpu test (gtest JSON), `slidefuse check` (CUDA vs CPU per layer), a
+#            compute-sanitizer memcheck of one step, a deterministic single-batch bench; then a
+#            short table. At most 8 files, flat, in OUT: env.txt gpu_tests.json gpu_tests.log
+#            check.json memcheck.log bench.json run.log summary.txt.
 #   tests    scripts/gpu_test.sh: every gpu test (JSON report) + compute-sanitizer memcheck of one step
 #   bench    slidefuse bench step: batch sizes 64..512 at 256x512, 160x320, batch search, per-layer table
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px)
-# usage: scripts/gpu_verify.sh STAGE [build-dir]     (the build folder is carried from the build machine)
-set -euo pipefail
+# usage: scripts/gpu_verify.sh STAGE [build-dir]
+# Exit status: 0 every part passed; 1 a part failed (the table says which); 2 no GPU; 64 usage.
+# Per-part limits of `first` (seconds; 200 + 60 + 120 + 75 by default, about 8 minutes with the
+# kill grace) can be changed: SF_T_TESTS, SF_T_CHECK, SF_T_MEMCHECK, SF_T_BENCH; SF_SANITIZER=none
+# skips the memcheck (or names the compute-sanitizer to use).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-STAGE=${1:?usage: scripts/gpu_verify.sh tests|bench|compare|train [build-dir]}
+usage="usage: scripts/gpu_verify.sh first|tests|bench|compare|train [build-dir]"
+STAGE=${1:-}
+case "$STAGE" in
+  first|tests|bench|compare|train) ;;
+  -h|--help) echo "$usage"; exit 0 ;;
+  *) echo "gpu_verify: unknown stage '$STAGE'; $usage" >&2; exit 64 ;;
+esac
+[ $# -le 2 ] || { echo "gpu_verify: too many arguments; $usage" >&2; exit 64; }
 BUILD_DIR=${2:-build}
 OUT_DIR=${OUT:-$PWD/gpu-verify}
-mkdir -p "$OUT_DIR"
+mkdir -p "$OUT_DIR" || exit 1
 SF="$BUILD_DIR/slidefuse"
-[ -x "$SF" ] || { echo "gpu_verify: no $SF (build first)" >&2; exit 1; }
+[ -x "$SF" ] || { echo "gpu_verify: no $SF (build first, or pass the carried build folder)" >&2; exit 1; }
 # cuDNN / cuBLAS from a Python environment's nvidia/*/lib when the toolkit lacks them (as gpu_test.sh).
 for py in python3 /usr/bin/python3; do
   site=$($py -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || continue
   for s in $site; do for lib in "$s"/nvidia/*/lib; do [ -d "$lib" ] && LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"; done; done
 done
 export LD_LIBRARY_PATH
+
+have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
+
+# ---- first ----
+rows=()        # "part|status|seconds|note"
+failed=0
+row() { rows+=("$1|$2|$3|$4"); [ "$2" = FAIL ] && failed=1; return 0; }
+# run_part NAME LIMIT LOG CMD...: runs CMD under `timeout`, output appended to LOG; sets rc, secs.
+run_part() {
+  local name=$1 limit=$2 log=$3; shift 3
+  echo "== $name (limit ${limit}s): $*" | tee -a "$log"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  secs=$((SECONDS - t0))
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "== $name: timed out after ${limit}s" | tee -a "$log"
+  return 0
+}
+summary() {
+  { printf '%-10s %-6s %6s  %s\n' part status sec note
+    for r in "${rows[@]}"; do IFS='|' read -r a b c d <<<"$r"; printf '%-10s %-6s %6s  %s\n' "$a" "$b" "$c" "$d"; done
+  } | tee "$OUT_DIR/summary.txt"
+}
+
+env_report() {
+  local f="$OUT_DIR/env.txt"
+  { echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "date: $(date -u +%FT%TZ)"; echo "host: $(hostname)"
+    echo "LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-}"
+    echo "== nvidia-smi"; nvidia-smi 2>&1 || echo "nvidia-smi: not available"
+    echo "== gpu"; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true
+    echo "== slidefuse version"; "$SF" version 2>&1
+    for bin in "$SF" "$BUILD_DIR/tests/sf_gpu_tests"; do
+      echo "== ldd $bin"; ldd "$bin" 2>&1 | grep -Ei 'cudnn|cublas|cudart|cuda|nccl|nvidia-ml|not found' || true
+    done
+    local cudnn; cudnn=$(ldd "$SF" 2>/dev/null | awk '/libcudnn\.so/ {print $3; exit}')
+    echo "== cuDNN resolved: ${cudnn:-none} -> $( [ -n "$cudnn" ] && readlink -f "$cudnn" )"
+    echo "== compute-sanitizer: $(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo none)"
+  } >"$f" 2>&1
+}
+
+stage_first() {
+  local log="$OUT_DIR/run.log"; : >"$log"
+  env_report
+  if ! have_gpu; then
+    echo "gpu_verify: no GPU (nvidia-smi lists none): nothing to verify here" | tee -a "$log"
+    for p in tests check memcheck bench; do row "$p" SKIP 0 "no GPU"; done
+    summary; return 2
+  fi
+  row env ok 0 "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+
+  run_part tests "${SF_T_TESTS:-200}" "$OUT_DIR/gpu_tests.log" \
+    env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" --gtest_output="json:$OUT_DIR/gpu_tests.json"
+  local counts; counts=$(grep -Eo '\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+' "$OUT_DIR/gpu_tests.log" | tr -s ' ' | paste -sd, -)
+  row tests "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$secs" "rc $rc; ${counts:-no gtest summary}"
+
+  if "$SF" --help 2>&1 | grep -Eq '^ +check +'; then
+    run_part check "${SF_T_CHECK:-60}" "$log" "$SF" check --batch 4 --height 128 --width 256 --seed 1 \
+      --json "$OUT_DIR/check.json"
+    case $rc in
+      0) row check ok "$secs" "every layer within tolerance" ;;
+      3) row check FAIL "$secs" "a layer beyond tolerance: $(grep -m1 -iE 'first|beyond' "$log" | cut -c1-80)" ;;
+      *) row check FAIL "$secs" "rc $rc (see run.log)" ;;
+    esac
+  else
+    echo "== check: this slidefuse has no 'check' command; skipped" | tee -a "$log"
+    row check SKIP 0 "no 'slidefuse check' in this build"
+  fi
+
+  local san=${SF_SANITIZER-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)}
+  if [ -n "$san" ] && [ "$san" != none ]; then
+    run_part memcheck "${SF_T_MEMCHECK:-120}" "$OUT_DIR/memcheck.log" "$san" --tool memcheck --error-exitcode 86 \
+      --leak-check full "$BUILD_DIR/tests/sf_gpu_tests" --gtest_filter=CudaStep.OneStepForSanitizer
+    row memcheck "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$secs" \
+      "rc $rc; $(grep -m1 -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$OUT_DIR/memcheck.log" || echo 'no summary')"
+  else
+    row memcheck SKIP 0 "no compute-sanitizer (or SF_SANITIZER=none)"
+  fi
+
+  run_part bench "${SF_T_BENCH:-75}" "$log" "$SF" bench step --batch-sizes 16 --size 256x512 --deterministic \
+    --steps 50 --warmup 5 --json "$OUT_DIR/bench.json"
+  row bench "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$secs" \
+    "$(grep -m1 -E 'batch +16:' "$log" | sed 's/^ *//' | cut -c1-90)"
+  grep -m1 'CUDA backend:' "$log" "$OUT_DIR/gpu_tests.log" 2>/dev/null | sed 's/^[^:]*:/cudnn runtime: /' >>"$OUT_DIR/env.txt"
+  summary
+  return $failed
+}
+
+if [ "$STAGE" = first ]; then
+  stage_first
+  exit $?
+fi
+
+set -e
+have_gpu || { echo "gpu_verify: no GPU (nvidia-smi lists none)" >&2; exit 2; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT_DIR/gpu.txt"
 git rev-parse HEAD 2>/dev/null | tee "$OUT_DIR/commit.txt" || true
 case "$STAGE" in
@@ -35,5 +148,4 @@ case "$STAGE" in
   train)
     "$SF" train --config configs/gpu_quick.yaml --out "$OUT_DIR/run" 2>&1 | tee "$OUT_DIR/train.log"
     cp "$OUT_DIR/run/metrics.jsonl" "$OUT_DIR/train_metrics.jsonl" ;;
-  *) echo "gpu_verify: unknown stage '$STAGE' (tests, bench, compare, train)" >&2; exit 2 ;;
 esac

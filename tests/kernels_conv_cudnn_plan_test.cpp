@@ -97,15 +97,15 @@ TEST(KernelsConvCudnnPlan, KeyToString) {
     ConvPolicy p;
     p.deterministic = true;
     EXPECT_EQ(kern::conv_plan_key(ConvOp::Wgrad, shape(2, 16, 32, 32, 64, 3, 2), p).to_string(),
-              "wgrad n2 16x32 c32->64 k3 s2 p1 g1 det tuned ws<=256MiB");
+              "wgrad n2 16x32 c32->64 k3 s2 p1 g1 det tuned ws<=256MiB top4");
     p = ConvPolicy{};
     p.autotune = false;
     p.max_workspace = 0;
     EXPECT_EQ(kern::conv_plan_key(ConvOp::Fprop, shape(1, 8, 8, 64, 64, 3, 1, 64), p).to_string(),
-              "fprop n1 8x8 c64->64 k3 s1 p1 g64 nondet heur ws<=inf");
+              "fprop n1 8x8 c64->64 k3 s1 p1 g64 nondet heur ws<=inf top4");
     p.max_workspace = 1000;
     EXPECT_EQ(kern::conv_plan_key(ConvOp::Dgrad, shape(3, 4, 6, 128, 256, 1, 1), p).to_string(),
-              "dgrad n3 4x6 c128->256 k1 s1 p0 g1 nondet heur ws<=1000B");
+              "dgrad n3 4x6 c128->256 k1 s1 p0 g1 nondet heur ws<=1000B top4");
     EXPECT_STREQ(kern::conv_op_name(ConvOp::Dgrad), "dgrad");
 }
 

@@ -3,6 +3,7 @@
 // (docs/GPU_VERIFICATION.md).
 #include <gtest/gtest.h>
 
+#include "kernels/conv_cudnn.h"
 #include "tests/support/compare.h"
 #include "tools/bench_step.h"
 #include "tools/commands.h"
@@ -34,6 +35,8 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_EQ(d.height, 256);
     EXPECT_EQ(d.width, 512);
     EXPECT_EQ(d.steps, 50);
+    EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
+    EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }
 
 TEST(BenchStep, BadOptionsAreNamed) {
@@ -47,6 +50,7 @@ TEST(BenchStep, BadOptionsAreNamed) {
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--steps", "20"}), "at least 50 timed steps");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--frobnicate", "1"}), "unknown option '--frobnicate'");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"stray"}), "unexpected argument 'stray'");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--conv-candidates", "0"}), "--conv-candidates");
 }
 
 TEST(BenchStep, RefusesClearlyWithoutADevice) {

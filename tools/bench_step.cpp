@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -20,6 +21,7 @@
 
 #include "data/generator.h"
 #include "kernels/conv_cudnn.h"
+#include "model/gpu_ops.h"
 #include "model/init.h"
 #include "model/train_step_cuda.h"
 #include "runtime/arena.h"
@@ -162,6 +164,12 @@ model::LrSchedule bench_schedule() {
     return s;
 }
 
+kern::ConvPolicy policy_of(const StepBenchOptions& o) {
+    kern::ConvPolicy p = kern::run_conv_policy(o.deterministic);
+    p.max_candidates = o.conv_candidates;
+    return p;
+}
+
 bool is_oom(const std::string& what) {
     // rt::Arena says "out of device memory", CUDA "out of memory" / cudaErrorMemoryAllocation.
     return what.find("out of memory") != std::string::npos || what.find("out of device memory") != std::string::npos ||
@@ -174,7 +182,7 @@ struct Rig {
     model::CudaTrainStep step;
     DeviceBatch batch;
     Rig(const rt::Exec& ex, int b, const StepBenchOptions& o)
-        : net(shape_of(b, o), ex, kern::run_conv_policy(o.deterministic)),
+        : net(shape_of(b, o), ex, policy_of(o)),
           step(net, ex, model::LossConfig{}, model::OptimConfig{}, bench_schedule(), 1),
           batch(b, o.height, o.width, o.channels) {
         const model::ParamTable& t = net.table();
@@ -190,6 +198,16 @@ struct Rig {
     }
 };
 
+// The memory plan of one batch without building it (no device work): the dry-run plan with the
+// convolution workspace replaced by its upper bound (model::conv_workspace_bound), so a batch that
+// cannot fit is refused before any cuDNN plan is built or timed for it.
+model::MemoryPlan dry_run_memory(int b, const StepBenchOptions& o) {
+    const model::SiderNetCuda dry(shape_of(b, o), model::DryRun{});
+    model::MemoryPlan mp = dry.plan().memory();
+    mp.workspace = std::max(mp.workspace, model::conv_workspace_bound(dry.plan().convs(), policy_of(o)));
+    return mp;
+}
+
 size_t device_used_bytes() {
     size_t free_b = 0, total_b = 0;
     std::string why;
@@ -200,7 +218,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, int b, const StepBenchO
     BenchRun r;
     r.config = {b, o.height, o.width, o.channels, o.eager ? "eager" : "graph", o.warmup};
     // The plan first: a batch that cannot fit is refused before anything is allocated.
-    const model::MemoryPlan mp = model::SiderNetCuda(shape_of(b, o), model::DryRun{}).plan().memory();
+    const model::MemoryPlan mp = dry_run_memory(b, o);
     size_t free_b = 0, total_b = 0;
     std::string why;
     if (rt::query_device_memory(&free_b, &total_b, &why) && mp.total() > free_b) {
@@ -210,7 +228,9 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, int b, const StepBenchO
         return r;
     }
     try {
+        const auto t0 = std::chrono::steady_clock::now();
         Rig rig(ctx.exec(), b, o);
+        const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         rig.step.set_use_graphs(!o.eager);
         for (int k = 0; k < o.warmup; ++k) rig.run_step();
         ctx.synchronize();
@@ -232,7 +252,9 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, int b, const StepBenchO
         r.peak_mem_bytes = device_used_bytes();
         r.extra = {{"plan_bytes", mp.total()},
                    {"activation_bytes", mp.activations + mp.activation_grads},
-                   {"workspace_bytes", mp.workspace}};
+                   {"workspace_bytes", mp.workspace},
+                   {"workspace_bytes_planned", rig.net.plan().memory().workspace},
+                   {"plan_seconds", plan_s}};
     } catch (const rt::Error& e) {
         r.status = is_oom(e.what()) ? "oom" : "error";
         r.error = e.what();
@@ -345,7 +367,7 @@ int bench_step(const StepBenchOptions& o, const std::string& command_line) {
         const BatchSearchResult sr = search_batch_size(
             [&](int b) {
                 BatchProbe p;
-                p.bytes_needed = model::SiderNetCuda(shape_of(b, o), model::DryRun{}).plan().memory().total();
+                p.bytes_needed = dry_run_memory(b, o).total();
                 if (p.bytes_needed > so.budget_bytes) {
                     p.fits = false;
                     p.note = "plan exceeds the budget";

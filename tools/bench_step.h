@@ -13,6 +13,7 @@ struct StepBenchOptions {
     int steps = 50, warmup = 10;  // timed steps (median of these) and untimed warm-up steps
     bool eager = false;           // time the uncaptured calls instead of the graph replay
     bool deterministic = false;   // deterministic cuDNN engines, no autotuning
+    int conv_candidates = 4;      // cuDNN plans timed per accumulation variant (kern::ConvPolicy)
     bool search = false;          // batch-size search (largest within the budget, fastest)
     size_t memory_budget_bytes = 0;  // search budget; 0 = free device memory
     bool layers = false;             // per-layer table (eager run)

@@ -40,6 +40,7 @@ const char* kBenchUsage =
     "           slidefuse bench step [--batch-sizes 64,128,256] [--size 256x512 | --height H --width W]\n"
     "                                [--channels 2]\n"
     "                                [--steps 50] [--warmup 10] [--eager] [--deterministic]\n"
+    "                                [--conv-candidates 4]\n"
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -337,6 +338,8 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             o.memory_budget_bytes = static_cast<size_t>(parse_seconds(s, v) * 1e9);
         } else if (s == "--layers-batch") {
             o.layers_batch = parse_int(s, v, 1);
+        } else if (s == "--conv-candidates") {
+            o.conv_candidates = parse_int(s, v, 1);
         } else if (s == "--peak-tflops") {
             o.peak_tflops = parse_seconds(s, v);
         } else if (s == "--peak-gbps") {

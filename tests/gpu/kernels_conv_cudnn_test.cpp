@@ -272,6 +272,37 @@ TEST(KernelsConvCudnnGpu, DeterministicPolicyIsBitwiseRepeatable) {
     }
 }
 
+// The process store (kern::ConvPlanStore): a second cache with the same policy, on another context
+// (another cuDNN handle), autotunes nothing and rebuilds the same engines, which then compute the
+// right result. max_candidates = 3 keeps these keys apart from the other tests' in this process.
+TEST(KernelsConvCudnnGpu, ProcessStoreReusesChoicesAcrossCaches) {
+    SF_REQUIRE_GPU();
+    kern::ConvPolicy pol;
+    pol.max_candidates = 3;
+    const ConvShape s = shape(2, 16, 32, 64, 128, 3, 2);
+    rt::CudaContext ctx_a, ctx_b;
+    kern::ConvPlanCache a(ctx_a.exec(), pol), b(ctx_b.exec(), pol);
+    prepare_all(a, s);
+    EXPECT_EQ(a.plan_time().tuned, 3);
+    EXPECT_EQ(a.plan_time().reused, 0);
+    prepare_all(b, s);
+    EXPECT_EQ(b.plan_time().tuned, 0);
+    EXPECT_EQ(b.plan_time().reused, 3);
+    std::printf("[store] plan time: first cache %.3f s, second %.3f s\n", a.plan_time().seconds, b.plan_time().seconds);
+    const std::vector<std::string> da = a.describe(), db = b.describe();
+    ASSERT_EQ(da.size(), db.size());
+    for (size_t i = 0; i < da.size(); ++i) {
+        std::string line = db[i];
+        const size_t at = line.find(", choice reused");
+        ASSERT_NE(at, std::string::npos) << line;
+        line.erase(at, std::string(", choice reused").size());
+        EXPECT_EQ(da[i], line);
+    }
+    Workspace wb(b);
+    const Data d = random_data(s, 4242);
+    expect_matches(run_gpu(b, ctx_b, s, d), run_ref(s, d), "reused plans");
+}
+
 TEST(KernelsConvCudnnGpu, HeuristicsOnlyAndWorkspaceLimit) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;

@@ -1,0 +1,137 @@
+"""Tests of scripts/gpu_verify.sh on a machine without a GPU: argument handling, the no-GPU exit,
+and the whole `first` stage against fake binaries (a fake nvidia-smi that lists one GPU, a fake
+slidefuse and a fake gpu test binary): which files land in OUT (at most 8, flat), the exit status
+when a part fails, and the table printed last.
+
+Run: python3 -m unittest discover -s tests/tools -p 'test_*.py'
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "gpu_verify.sh")
+
+FAKE_SF = """#!/bin/sh
+case "$1" in
+  --help) printf 'usage: slidefuse <command>\\n  train     train\\n%s  version   print the version\\n' "$SF_FAKE_CHECK_LINE" ;;
+  version) echo "slidefuse 0.1.0" ;;
+  check) shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
+         echo "first layer beyond tolerance: stem.conv1 fwd"; exit "${SF_FAKE_CHECK_RC:-0}" ;;
+  bench) shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
+         echo "[slidefuse info] CUDA backend: GPU 0 Fake (sm_90), cuDNN 9.19.0 loaded"
+         echo "  batch   16:   1234.5 samples/s   12.960 ms/step"; exit "${SF_FAKE_BENCH_RC:-0}" ;;
+  *) exit 1 ;;
+esac
+"""
+
+FAKE_TESTS = """#!/bin/sh
+for a in "$@"; do case "$a" in --gtest_output=json:*) echo '{}' > "${a#--gtest_output=json:}" ;; esac; done
+echo "[==========] 3 tests ran."
+echo "[  PASSED  ] 3 tests."
+exit "${SF_FAKE_TESTS_RC:-0}"
+"""
+
+
+def write_exe(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+
+
+class GpuVerifyTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.build = os.path.join(self.tmp, "build")
+        os.makedirs(os.path.join(self.build, "tests"))
+        write_exe(os.path.join(self.build, "slidefuse"), FAKE_SF)
+        write_exe(os.path.join(self.build, "tests", "sf_gpu_tests"), FAKE_TESTS)
+        self.bin = os.path.join(self.tmp, "bin")
+        os.makedirs(self.bin)
+        self.out = os.path.join(self.tmp, "out")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def fake_gpu(self, present):
+        body = 'echo "GPU 0: Fake GPU (UUID: GPU-0)"' if present else "echo 'No devices were found'; exit 6"
+        write_exe(os.path.join(self.bin, "nvidia-smi"), "#!/bin/sh\n" + body + "\n")
+
+    def run_script(self, *args, **env):
+        e = dict(os.environ)
+        e["PATH"] = self.bin + ":" + e["PATH"]
+        e["OUT"] = self.out
+        e["SF_SANITIZER"] = "none"
+        e.update(env)
+        return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=e, timeout=120)
+
+    def test_usage(self):
+        r = self.run_script()
+        self.assertEqual(r.returncode, 64)
+        self.assertIn("usage", r.stderr)
+        r = self.run_script("frist", self.build)
+        self.assertEqual(r.returncode, 64)
+        self.assertIn("unknown stage 'frist'", r.stderr)
+        r = self.run_script("first", self.build, "extra")
+        self.assertEqual(r.returncode, 64)
+        self.assertEqual(self.run_script("--help").returncode, 0)
+
+    def test_missing_build(self):
+        r = self.run_script("first", os.path.join(self.tmp, "nope"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no ", r.stderr)
+
+    def test_no_gpu(self):
+        self.fake_gpu(False)
+        r = self.run_script("first", self.build)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("no GPU", r.stdout)
+        self.assertTrue(os.path.exists(os.path.join(self.out, "env.txt")))
+        with open(os.path.join(self.out, "summary.txt")) as f:
+            table = f.read()
+        for part in ("tests", "check", "memcheck", "bench"):
+            self.assertRegex(table, part + r" +SKIP")
+        self.assertEqual(self.run_script("bench", self.build).returncode, 2)
+
+    def test_first_with_fake_gpu(self):
+        self.fake_gpu(True)
+        r = self.run_script("first", self.build, SF_FAKE_CHECK_LINE="  check     per-layer check\n")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        files = sorted(os.listdir(self.out))
+        self.assertLessEqual(len(files), 8, files)
+        for f in files:
+            self.assertTrue(os.path.isfile(os.path.join(self.out, f)), f)
+        for f in ("env.txt", "gpu_tests.json", "gpu_tests.log", "check.json", "bench.json", "summary.txt"):
+            self.assertIn(f, files)
+        last = r.stdout.strip().splitlines()
+        self.assertTrue(last[-1].startswith("bench"), last[-5:])  # the table comes last
+        self.assertRegex(r.stdout, r"tests +ok .*PASSED \] 3")
+        self.assertRegex(r.stdout, r"check +ok")
+        self.assertRegex(r.stdout, r"memcheck +SKIP .*no compute-sanitizer")
+        self.assertRegex(r.stdout, r"bench +ok .*1234\.5 samples/s")
+        with open(os.path.join(self.out, "env.txt")) as f:
+            self.assertIn("CUDA backend: GPU 0 Fake", f.read())
+
+    def test_first_reports_failures_and_missing_check(self):
+        self.fake_gpu(True)
+        r = self.run_script("first", self.build, SF_FAKE_TESTS_RC="1")
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stdout, r"tests +FAIL +\d+ +rc 1")
+        self.assertRegex(r.stdout, r"check +SKIP .*no 'slidefuse check'")
+        r = self.run_script("first", self.build, SF_FAKE_CHECK_LINE="  check     per-layer check\n",
+                            SF_FAKE_CHECK_RC="3")
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stdout, r"check +FAIL .*beyond tolerance")
+
+    def test_timeout(self):
+        self.fake_gpu(True)
+        write_exe(os.path.join(self.build, "tests", "sf_gpu_tests"), "#!/bin/sh\nsleep 30\n")
+        r = self.run_script("first", self.build, SF_T_TESTS="1")
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stdout, r"tests +FAIL +\d+ +rc 124")
+
+
+if __name__ == "__main__":
+    unittest.main()
