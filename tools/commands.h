@@ -13,5 +13,6 @@ int cmd_bench(const std::vector<std::string>& args);     // tools/cmd_bench.cpp 
 int cmd_export(const std::vector<std::string>& args);    // tools/cmd_export.cpp
 int cmd_eval(const std::vector<std::string>& args);      // tools/cmd_eval.cpp
 int cmd_predict(const std::vector<std::string>& args);   // tools/cmd_predict.cpp
+int cmd_check(const std::vector<std::string>& args);     // tools/cmd_check.cpp
 
 }  // namespace tools

@@ -22,6 +22,7 @@ const char* kUsage =
     "  predict   locate gap and slider in images with a checkpoint (slidefuse predict --help)\n"
     "  export    write a checkpoint's weights for PyTorch (slidefuse export --help)\n"
     "  bench     benchmarks: bench step, bench loader (slidefuse bench --help)\n"
+    "  check     one CUDA training micro-step against the CPU reference, layer by layer (slidefuse check --help)\n"
     "  version   print the version\n";
 
 }  // namespace
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
         if (cmd == "export") return tools::cmd_export(args);
         if (cmd == "eval") return tools::cmd_eval(args);
         if (cmd == "predict") return tools::cmd_predict(args);
+        if (cmd == "check") return tools::cmd_check(args);
         std::fprintf(stderr, "slidefuse: unknown command '%s'\n%s", cmd.c_str(), kUsage);
         return 1;
     } catch (const std::exception& e) {
