@@ -65,6 +65,7 @@ int cmd_check(const std::vector<std::string>& args) {
             return kCheckExitNoGpu;
         }
     }
+    const auto t_start = Clock::now();
     const CheckSetup s = make_setup(o);
     std::printf("check: %s, batch %d at %dx%d, seed %llu\n",
                 o.reference_only ? "CPU reference against itself" : "CUDA against the CPU reference", s.shape.batch,
@@ -82,17 +83,21 @@ int cmd_check(const std::vector<std::string>& args) {
     }
     const auto t0 = Clock::now();
     const StepCapture want = reference_step(s, ref);
-    std::printf("check: CPU reference step %.1f s\n", since(t0));
+    const double ref_s = since(t0);
+    std::printf("check: CPU reference step %.1f s\n", ref_s);
     std::fflush(stdout);
 
     const auto t1 = Clock::now();
     const StepCapture got = other ? reference_step(s, *other) : cuda_step(s, ref.table(), init);
-    std::printf("check: %s step %.1f s (network build included)\n\n", other ? "second CPU" : "CUDA", since(t1));
+    const double got_s = since(t1);
+    std::printf("check: %s step %.1f s\n\n", other ? "second CPU" : "CUDA (network build and plans included)", got_s);
 
     const CheckReport r = build_report(want, got, ref.table(), o.tol);
     std::fputs(format_report(r).c_str(), stdout);
     if (!o.json.empty()) {
-        write_json(o.json, report_json(r, meta_json(o, s, args)));
+        nlohmann::json meta = meta_json(o, s, args);
+        meta["seconds"] = {{"reference_step", ref_s}, {"checked_step", got_s}, {"total", since(t_start)}};
+        write_json(o.json, report_json(r, meta));
         std::printf("check: report written to %s\n", o.json.c_str());
     }
     return r.passed() ? 0 : kCheckExitBeyond;
