@@ -210,6 +210,7 @@ TEST(CheckReport, TableAndJson) {
     StepCapture got = ref;
     got.layers[1].out[0] = std::numeric_limits<float>::quiet_NaN();
     got.layers[2].out[1] += 0.5f;
+    got.param_grads[16] = -3e-8f;  // conv bias noise: a huge relative L2 that passes ("~0")
     const CheckReport r = tools::build_report(ref, got, small_table(), CheckTolerance{});
     const std::string text = tools::format_report(r);
     // One line per layer, the first failure marked on its own line.
@@ -219,6 +220,7 @@ TEST(CheckReport, TableAndJson) {
         ASSERT_NE(at, std::string::npos) << text;
         const std::string line = text.substr(at, text.find('\n', at) - at);
         EXPECT_EQ(line.find("<- first") != std::string::npos, l == std::string("lite_fpn.fuse_1_16.smooth ")) << line;
+        EXPECT_EQ(line.find("conv.bias"), std::string::npos) << "a passing ~0 tensor shown as the worst: " << line;
         ++lines;
     }
     EXPECT_EQ(lines, 3u);

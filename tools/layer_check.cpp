@@ -294,6 +294,14 @@ std::string describe(const CheckReport& r, const CheckEntry& e) {
     return why;
 }
 
+// The parameter gradient a layer's line shows: a failure before a pass, a tensor judged by its
+// metrics before a "~0" one (whose relative error is noise), then the larger relative L2.
+bool worse(const CheckEntry& a, const CheckEntry& b) {
+    const int ra = (a.pass ? 0 : 2) + (a.rule.empty() ? 1 : 0), rb = (b.pass ? 0 : 2) + (b.rule.empty() ? 1 : 0);
+    if (ra != rb) return ra > rb;
+    return !(a.m.rel_l2 <= b.m.rel_l2);  // NaN counts as worse
+}
+
 }  // namespace
 
 std::string verdict(const CheckReport& r) {
@@ -320,9 +328,7 @@ std::string format_report(const CheckReport& r) {
                 out = static_cast<long>(i);
             else if (e.tensor == "grad out")
                 grad = static_cast<long>(i);
-            else if (worst < 0 || (!e.pass && r.entries[static_cast<size_t>(worst)].pass) ||
-                     (e.pass == r.entries[static_cast<size_t>(worst)].pass &&
-                      !(e.m.rel_l2 <= r.entries[static_cast<size_t>(worst)].m.rel_l2)))
+            else if (worst < 0 || worse(e, r.entries[static_cast<size_t>(worst)]))
                 worst = static_cast<long>(i);
         }
         const std::string pname = worst < 0 ? "-" : r.entries[static_cast<size_t>(worst)].tensor.substr(5);
