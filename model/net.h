@@ -74,6 +74,16 @@ struct Head {
     Conv<T> conv2;    // 1x1 64 -> c, bias; fp32 logits
 };
 
+// A layer's output for per-layer diagnostics. name is the layer's parameter prefix (its profiling
+// scopes are "<name> fwd" / "<name> bwd"); exactly one of out (a ConvBN: after BatchNorm and the
+// activation) and logits (a Conv, the heads' last 1x1: fp32 on both backends) is set.
+template <class T>
+struct LayerOutput {
+    std::string name;
+    const ActT<T>* out = nullptr;
+    const ActT<float>* logits = nullptr;
+};
+
 struct DryRun {};  // constructor tag: plan only (model/planner.h)
 
 // The network over activation element type T: float = the CPU reference backend (host memory),
@@ -119,6 +129,9 @@ public:
     // Intermediate activations for diagnosis/tests: "stem", "stage2.<i>", "stage3.<i>",
     // "stage4.<i>", "fpn" (Hf). Throws on unknown names.
     const ActT<T>& activation(const std::string& name) const;
+
+    // Every ConvBN and Conv in forward order with its output (diagnostics: `slidefuse check`).
+    std::vector<LayerOutput<T>> layer_outputs() const;
 
 private:
     void declare(Planner& p);

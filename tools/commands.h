@@ -15,5 +15,6 @@ int cmd_eval(const std::vector<std::string>& args);      // tools/cmd_eval.cpp
 int cmd_predict(const std::vector<std::string>& args);   // tools/cmd_predict.cpp
 int cmd_devices(const std::vector<std::string>& args);   // tools/cmd_devices.cpp
 int cmd_plan(const std::vector<std::string>& args);      // tools/cmd_plan.cpp
+int cmd_check(const std::vector<std::string>& args);     // tools/cmd_check.cpp
 
 }  // namespace tools

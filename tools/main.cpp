@@ -24,6 +24,7 @@ const char* kUsage =
     "  bench     benchmarks: bench step, bench loader (slidefuse bench --help)\n"
     "  devices   the CUDA devices and whether this build runs on them (slidefuse devices --help)\n"
     "  plan      the memory plan for an input size and batch, no GPU needed (slidefuse plan --help)\n"
+    "  check     one CUDA training micro-step against the CPU reference, layer by layer (slidefuse check --help)\n"
     "  version   print the version\n";
 
 }  // namespace
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
         if (cmd == "eval") return tools::cmd_eval(args);
         if (cmd == "predict") return tools::cmd_predict(args);
         if (cmd == "devices") return tools::cmd_devices(args);
+        if (cmd == "check") return tools::cmd_check(args);
         std::fprintf(stderr, "slidefuse: unknown command '%s'\n%s", cmd.c_str(), kUsage);
         return 1;
     } catch (const std::exception& e) {

@@ -1,0 +1,38 @@
+// `slidefuse check` on a GPU (tools/check.h): one eager CUDA micro-step against the CPU reference
+// at 64x128, batch 4, every layer captured on both sides and within the default tolerances
+// (DESIGN §2). The per-layer twin of CudaStep.OneMicroStepMatchesTheCpuReference: when that one
+// fails, this one's table (printed) names the first layer beyond tolerance.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "model/net.h"
+#include "tests/support/compare.h"
+#include "tools/check.h"
+#include "tools/layer_check.h"
+
+namespace {
+
+TEST(CudaCheck, EveryLayerWithinToleranceAtSmallSize) {
+    SF_REQUIRE_GPU();
+    // Deterministic engines, no autotuning: the plans build in seconds.
+    const tools::CheckOptions o =
+        tools::parse_check_args({"--batch", "4", "--height", "64", "--width", "128", "--deterministic"});
+    const tools::CheckSetup s = tools::make_setup(o);
+    model::SiderNet ref(s.shape, rt::MemKind::Host);
+    const tools::NetState init = tools::init_state(ref.table(), s.seed);
+    tools::load_state(ref, init);
+    const tools::StepCapture want = tools::reference_step(s, ref);
+    const tools::StepCapture got = tools::cuda_step(s, ref.table(), init);
+
+    const size_t n = ref.plan().layers().size();
+    EXPECT_EQ(got.forward_order.size(), n);  // every layer's scopes seen once on CUDA too
+    EXPECT_EQ(got.backward_order.size(), n);
+    EXPECT_EQ(got.forward_order, want.forward_order);
+    EXPECT_EQ(got.backward_order, want.backward_order);
+    const tools::CheckReport r = tools::build_report(want, got, ref.table(), o.tol);
+    std::printf("%s", tools::format_report(r).c_str());
+    EXPECT_TRUE(r.passed()) << tools::verdict(r);
+}
+
+}  // namespace

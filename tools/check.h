@@ -1,0 +1,77 @@
+// `slidefuse check` (docs/CHECK.md): one training micro-step of the CUDA backend and of the CPU
+// reference from the same initial weights on the same batch, compared layer by layer
+// (tools/layer_check.h). --reference-only runs the CPU reference against itself instead, with
+// --perturb LAYER changing that layer's weights in the second network: the CPU test of the whole
+// command (the perturbed layer must be named first).
+// Exit codes: 0 every tensor within tolerance, 3 one beyond, 2 no usable GPU, 1 other errors.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/label.h"
+#include "model/loss.h"
+#include "model/net.h"
+#include "model/train_step.h"
+#include "tools/layer_check.h"
+
+namespace tools {
+
+constexpr int kCheckExitBeyond = 3;
+constexpr int kCheckExitNoGpu = 2;
+
+struct CheckOptions {
+    std::string config;  // optional training config: model, loss, train.seed, train.deterministic
+    int batch = 4;
+    int height = 0, width = 0;  // 0: the config's model.input_height / input_width (256x512 by default)
+    long long seed = -1;        // -1: the config's train.seed; weights and the batch
+    CheckTolerance tol;         // --tol-rel-l2 / --tol-cos; reference-only has its own defaults
+    bool tol_rel_set = false, tol_cos_set = false;
+    bool deterministic = false;  // deterministic cuDNN engines, no autotuning
+    std::string json;            // report file (optional)
+    bool reference_only = false;
+    std::string perturb;        // reference-only: layer whose weights the second network changes
+    double perturb_rel = 1e-2;  // relative size of that change
+};
+
+std::string check_usage();
+// Throws rt::Error naming the option on bad input.
+CheckOptions parse_check_args(const std::vector<std::string>& args);
+
+// CPU against CPU of the same code is bitwise equal; these catch anything beyond rounding order.
+constexpr double kReferenceOnlyRelL2 = 1e-6;
+constexpr double kReferenceOnlyCosine = 1.0 - 1e-9;
+
+// Initial weights, BN buffers and counters (model/init.h from the seed), shared by both runs.
+struct NetState {
+    std::vector<float> master, buffers;
+    std::vector<int64_t> counters;
+};
+
+// What both runs share.
+struct CheckSetup {
+    model::NetShape shape;
+    model::LossConfig loss;
+    model::OptimConfig optim;
+    uint64_t seed = 42;
+    bool deterministic = false;
+    std::vector<uint8_t> pixels;  // (N,H,W,C-1) generator samples (seed, index 0..N-1)
+    std::vector<data::Label> labels;
+};
+// Resolves the config and options into the shape, loss and batch. Throws on bad input.
+CheckSetup make_setup(const CheckOptions& o);
+
+NetState init_state(const model::ParamTable& t, uint64_t seed);
+void load_state(model::SiderNet& net, const NetState& s);
+
+// Multiplies every weight of `layer`'s convolution by (1 + rel * r_i), r_i = +-1 from the seed.
+// Throws naming the layer when the network has no such layer.
+void perturb_layer(model::SiderNet& net, const std::string& layer, double rel, uint64_t seed);
+
+// One captured micro-step of the CPU reference on the setup's batch (bf16-rounded input, the CUDA
+// input exactly); parameter gradients are zeroed first, so a network can be stepped repeatedly.
+StepCapture reference_step(const CheckSetup& s, model::SiderNet& net);
+// The same on the CUDA backend from `init` (tools/check_cuda.cpp): eager, graphs off.
+StepCapture cuda_step(const CheckSetup& s, const model::ParamTable& table, const NetState& init);
+
+}  // namespace tools
