@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "data/shard_manifest.h"
 #include "data/sider_import.h"
 #include "runtime/error.h"
 #include "tools/commands.h"
@@ -66,6 +67,8 @@ int cmd_convert(const std::vector<std::string>& args) {
         progress->update(static_cast<int64_t>(done), "NPY batch files converted (" + split + ")");
     };
     std::vector<data::SiderSplitResult> results;
+    // The dataset is incomplete while shards are written: its manifest goes first and comes back last.
+    std::remove((opt.out_dir + "/" + data::kManifestFile).c_str());
     try {
         results = data::convert_sider(opt);
     } catch (...) {
@@ -73,6 +76,7 @@ int cmd_convert(const std::vector<std::string>& args) {
         throw;
     }
     if (progress) progress->finish();
+    data::write_manifest(opt.out_dir, data::scan_dataset(opt.out_dir, "sider", 0, 0));
     for (const auto& r : results)
         std::printf("%s: %zu files, %zu samples -> %zu shard(s) in %s/%s (%dx%d, %s%s)\n", r.split.c_str(), r.files,
                     r.samples, r.shards.size(), opt.out_dir.c_str(), r.split.c_str(), r.spec.width, r.spec.height,

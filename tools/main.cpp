@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/log.h"
 #include "tools/commands.h"
 #include "tools/train.h"
 
@@ -53,6 +54,11 @@ int main(int argc, char** argv) {
         if (cmd == "eval") return tools::cmd_eval(args);
         if (cmd == "predict") return tools::cmd_predict(args);
         std::fprintf(stderr, "slidefuse: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+        return 1;
+    } catch (const rt::Error& e) {
+        // What went wrong first (the message names the file or key); where in the source: debug log.
+        if (!e.location().empty()) SF_LOG_DEBUG("error raised at %s", e.location().c_str());
+        std::fprintf(stderr, "slidefuse: error: %s\n", e.message().c_str());
         return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "slidefuse: error: %s\n", e.what());
