@@ -67,8 +67,6 @@ int cmd_convert(const std::vector<std::string>& args) {
         progress->update(static_cast<int64_t>(done), "NPY batch files converted (" + split + ")");
     };
     std::vector<data::SiderSplitResult> results;
-    // The dataset is incomplete while shards are written: its manifest goes first and comes back last.
-    std::remove((opt.out_dir + "/" + data::kManifestFile).c_str());
     try {
         results = data::convert_sider(opt);
     } catch (...) {
@@ -76,6 +74,7 @@ int cmd_convert(const std::vector<std::string>& args) {
         throw;
     }
     if (progress) progress->finish();
+    // Last: the dataset is complete (shards a killed conversion left are in no manifest: refused).
     data::write_manifest(opt.out_dir, data::scan_dataset(opt.out_dir, "sider", 0, 0));
     for (const auto& r : results)
         std::printf("%s: %zu files, %zu samples -> %zu shard(s) in %s/%s (%dx%d, %s%s)\n", r.split.c_str(), r.files,

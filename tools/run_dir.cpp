@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "model/checkpoint.h"
 #include "runtime/error.h"
@@ -120,6 +121,23 @@ void remove_stale_temp_files(const std::string& dir) {
         else if (rm)
             SF_LOG_WARN("cannot remove %s (left by an interrupted write): %s", p.c_str(), rm.message().c_str());
     }
+}
+
+void truncate_metrics(const std::string& path, int64_t step) {
+    std::ifstream in(path);
+    if (!in.good()) return;
+    std::string kept, line;
+    while (std::getline(in, line)) {
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
+            kept += line + "\n";
+    }
+    in.close();
+    const std::string tmp = path + ".tmp";
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.close();
+    SF_CHECK(out.good() && std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rewrite %s", path.c_str());
 }
 
 void claim_checkpoint_dir(const std::string& ckpt_dir, const std::string& out_dir, const std::string& resumed_from) {

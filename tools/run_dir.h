@@ -5,6 +5,7 @@
 // pruning) with the first's. Everything here runs before step 1, so that an unwritable folder is
 // found before any work is done.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "tools/config.h"
@@ -29,6 +30,10 @@ void ensure_writable_dir(const std::string& dir, const char* what);
 
 // Removes the "*.tmp" files an interrupted write (kill, full disk) left in dir; logs each.
 void remove_stale_temp_files(const std::string& dir);
+
+// A resumed run continues metrics.jsonl where its checkpoint was: records of steps after `step`
+// (written by the interrupted run after that checkpoint) and a torn last line are dropped.
+void truncate_metrics(const std::string& path, int64_t step);
 
 // Claims ckpt_dir for the run writing to out_dir: writes <ckpt_dir>/RUN (the run's output folder,
 // absolute) unless it already names this run. A run resumed from a checkpoint inside ckpt_dir

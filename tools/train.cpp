@@ -141,25 +141,6 @@ private:
     bool deferred_ = false;  // --deferred-stats: collected only where a device backend would be
 };
 
-// A resumed run continues metrics.jsonl where its checkpoint was: records of later steps (written
-// by the interrupted run after that checkpoint) and a torn last line are dropped.
-void truncate_metrics(const std::string& path, int64_t step) {
-    std::ifstream in(path);
-    if (!in.good()) return;
-    std::string kept, line;
-    while (std::getline(in, line)) {
-        const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
-            kept += line + "\n";
-    }
-    in.close();
-    const std::string tmp = path + ".tmp";
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    out.close();
-    SF_CHECK(out.good() && std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rewrite %s", path.c_str());
-}
-
 // The training loop over a TrainBackend; its whole state is rs_ (what a checkpoint stores) plus
 // the backend's tensors and the data cursor.
 class Trainer {
