@@ -259,18 +259,28 @@ TEST(RunFailures, ACorruptRecordMidRunSavesTheLastGoodStepMarked) {
     }
     uint64_t victim = 0;
     while (std::find(early.begin(), early.end(), victim) != early.end()) ++victim;
+    const std::streamoff at = static_cast<std::streamoff>(data::kShardPixelsOffset + victim * 64 * 128 + 100);
+    char original[2];
     {
         std::fstream f(shard, std::ios::binary | std::ios::in | std::ios::out);
-        f.seekp(static_cast<std::streamoff>(data::kShardPixelsOffset + victim * 64 * 128 + 100));
-        f.put('\x01');
-        f.put('\x7f');
+        f.seekg(at);
+        f.read(original, 2);
+        f.seekp(at);
+        f.put(static_cast<char>(original[0] ^ 0x5a));
+        f.put(static_cast<char>(original[1] ^ 0x3c));
     }
     const std::string ck = t.path + "/ck";
     LogLines log;
-    SF_EXPECT_ERROR(tools::cmd_train({"--config", kSmoke, "--out", t.path + "/run", "data.source=shards",
-                                      "data.processed_dir=" + root, "checkpoints.save_dir=" + ck, "train.num_workers=1",
-                                      "train.max_steps=4"}),
-                    "train_000000.sfshard");
+    const V args = {"--config",
+                    kSmoke,
+                    "--out",
+                    t.path + "/run",
+                    "data.source=shards",
+                    "data.processed_dir=" + root,
+                    "checkpoints.save_dir=" + ck,
+                    "train.num_workers=1",
+                    "train.max_steps=4"};
+    SF_EXPECT_ERROR(tools::cmd_train(args), "train_000000.sfshard");
     const std::string last = model::latest_checkpoint(ck);
     ASSERT_NE(last, "") << "no checkpoint of the last good step";
     const int64_t step = std::stoll(meta(last, "run.step"));
@@ -279,6 +289,23 @@ TEST(RunFailures, ACorruptRecordMidRunSavesTheLastGoodStepMarked) {
     EXPECT_EQ(step_records(t.path + "/run/metrics.jsonl"), step);
     EXPECT_NE(meta(last, "run.stopped_by_error").find("train_000000.sfshard"), std::string::npos);
     EXPECT_TRUE(log.has(rt::LogLevel::Info, "checkpoint of the last good step"));
+    // The cause fixed, --resume auto takes the marked checkpoint and repeats the failed step.
+    {
+        std::fstream f(shard, std::ios::binary | std::ios::in | std::ios::out);
+        f.seekp(at);
+        f.write(original, 2);
+    }
+    ASSERT_EQ(tools::cmd_train(with(args, {"--resume", "auto"})), 0);
+    EXPECT_TRUE(log.has(rt::LogLevel::Warn, "was saved after an error ended its run"));
+    EXPECT_EQ(step_records(t.path + "/run/metrics.jsonl"), 4);
+    EXPECT_EQ(meta(model::checkpoint_path(ck, 4), "run.stopped_by_error"), "");
+    // ... and ends where a run that never failed ends, bit for bit.
+    ASSERT_EQ(tools::cmd_train(with(args, {"--out", t.path + "/straight", "checkpoints.save_dir=" + t.path + "/ck2"})),
+              0);
+    const rt::SafeTensors a = rt::SafeTensors::load(model::checkpoint_path(ck, 4));
+    const rt::SafeTensors b = rt::SafeTensors::load(model::checkpoint_path(t.path + "/ck2", 4));
+    ASSERT_EQ(a.names(), b.names());
+    for (const std::string& n : a.names()) ASSERT_EQ(a.get(n).bytes, b.get(n).bytes) << n;
 }
 
 // ---- 6: the smaller ones ----
