@@ -383,6 +383,15 @@ TEST(RunDetails, ErrorMessagesLeadWithWhatWentWrong) {
     ::pclose(p);
     EXPECT_EQ(out.rfind("slidefuse: error: --count: expected an integer", 0), 0u) << out;
     EXPECT_EQ(out.find(".cpp:"), std::string::npos) << out;
+    // The source location goes to the debug log.
+    const std::string cmd3 = "SF_LOG_LEVEL=debug " + cmd2;
+    p = ::popen(cmd3.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    out.clear();
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    ::pclose(p);
+    EXPECT_NE(out.find("[slidefuse debug] error raised at "), std::string::npos) << out;
+    EXPECT_NE(out.find("cmd_generate.cpp:"), std::string::npos) << out;
 }
 
 }  // namespace

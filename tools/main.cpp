@@ -1,6 +1,7 @@
 // slidefuse: command-line entry point. Each subcommand throws rt::Error on bad input; main
 // prints one clear line and exits 1.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,6 +30,12 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
+    // SF_LOG_LEVEL=debug|info|warn|error (default info); debug adds where an error was raised.
+    if (const char* l = std::getenv("SF_LOG_LEVEL")) {
+        const std::string level = l;
+        for (rt::LogLevel v : {rt::LogLevel::Debug, rt::LogLevel::Info, rt::LogLevel::Warn, rt::LogLevel::Error})
+            if (level == rt::log_level_name(v)) rt::set_log_level(v);
+    }
     try {
         if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
             std::fputs(kUsage, stdout);
