@@ -104,9 +104,12 @@ struct DatasetSummary {
 // Writes samples 0..count-1 to out_dir/{train,val,test}/{split}_NNNNNN.sfshard, at most
 // shard_size samples per shard, each shard in index order. Work unit = one shard; `threads`
 // workers take shards in order of their first index, so the files are identical whatever the
-// thread count. Refuses a split folder that already holds shards.
+// thread count. Refuses a split folder that already holds shards. Writes out_dir/manifest.json
+// last (data/shard_manifest.h): a dataset without it is incomplete.
 DatasetSummary generate_dataset(const GenConfig& cfg, uint64_t count, const std::string& out_dir, int threads,
                                 size_t shard_size, const GenProgress& progress = {});
+// The samples and shards per split generate_dataset(count, shard_size) would write (seconds 0).
+DatasetSummary plan_dataset(uint64_t count, size_t shard_size);
 
 // The preview sample indices: one per background, strategies spread (i*100 + 13*i % 100).
 uint64_t preview_index(int i);

@@ -14,6 +14,7 @@
 
 #include "data/generator.h"
 #include "data/shard.h"
+#include "data/shard_manifest.h"
 #include "runtime/error.h"
 
 namespace data {
@@ -94,10 +95,12 @@ void prepare_dirs(const std::string& out_dir, const DatasetSummary& sum) {
         std::error_code ec;
         fs::create_directories(dir, ec);
         SF_CHECK(!ec && fs::is_directory(dir), "generate: cannot create %s: %s", dir.c_str(), ec.message().c_str());
-        for (const auto& e : fs::directory_iterator(dir))
+        for (const auto& e : fs::directory_iterator(dir)) {
+            if (e.path().extension() == ".tmp") fs::remove(e.path(), ec);  // left by an interrupted write
             SF_CHECK(e.path().extension() != kShardExtension,
                      "generate: %s already holds shards (%s); choose an empty --out folder", dir.c_str(),
                      e.path().filename().c_str());
+        }
     }
 }
 
@@ -109,6 +112,8 @@ struct Run {
     const std::string& out_dir;
     const std::vector<ShardJob>& jobs;
     std::atomic<size_t> next_job{0};
+    std::atomic<uint64_t> shards_done{0};
+    const uint64_t stop_after = generate_stop_after_shards();  // test hook (0: none)
     std::atomic<uint64_t> done{0};
     std::atomic<bool> stop{false};
     std::mutex mu;
@@ -136,7 +141,11 @@ struct Run {
                         w.add(s.pixels.data(), s.label);
                         ++done;
                     }
-                if (!stop) w.finish();
+                if (stop) break;
+                w.finish();
+                SF_CHECK(stop_after == 0 || ++shards_done < stop_after,
+                         "generate: stopped after %llu shards (SF_TEST_GENERATE_STOP_AFTER_SHARDS)",
+                         static_cast<unsigned long long>(stop_after));
             }
         } catch (...) {
             fail(std::current_exception());
@@ -174,7 +183,19 @@ struct Run {
     }
 };
 
+DatasetSummary summarize(const std::vector<ShardJob>& jobs) {
+    DatasetSummary sum;
+    for (const ShardJob& j : jobs) {
+        const int s = static_cast<int>(j.split);
+        ++sum.shards[s];
+        for (const auto& r : j.ranges) sum.samples[s] += r.second - r.first;
+    }
+    return sum;
+}
+
 }  // namespace
+
+DatasetSummary plan_dataset(uint64_t count, size_t shard_size) { return summarize(plan_shards(count, shard_size)); }
 
 DatasetSummary generate_dataset(const GenConfig& cfg, uint64_t count, const std::string& out_dir, int threads,
                                 size_t shard_size, const GenProgress& progress) {
@@ -188,15 +209,13 @@ DatasetSummary generate_dataset(const GenConfig& cfg, uint64_t count, const std:
     generate_sample(cfg, 0);  // rejects a bad config before any file is made
 
     const std::vector<ShardJob> jobs = plan_shards(count, shard_size);
-    DatasetSummary sum;
-    for (const ShardJob& j : jobs) {
-        const int s = static_cast<int>(j.split);
-        ++sum.shards[s];
-        for (const auto& r : j.ranges) sum.samples[s] += r.second - r.first;
-    }
+    DatasetSummary sum = summarize(jobs);
     prepare_dirs(out_dir, sum);
+    std::remove((out_dir + "/" + kManifestFile).c_str());  // incomplete until the end
     Run run(cfg, spec, out_dir, jobs);
     sum.seconds = run.run(threads, count, progress);
+    // Last: the manifest makes the dataset complete (docs/FORMAT.md).
+    write_manifest(out_dir, scan_dataset(out_dir, "synthetic", cfg.seed, count));
     return sum;
 }
 

@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 
+#include "data/crc32.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/safetensors.h"
@@ -27,9 +28,34 @@ const std::string kOptM = "optimizer.exp_avg.";
 const std::string kOptV = "optimizer.exp_avg_sq.";
 const std::string kVersionKey = "slidefuse.version";
 const std::string kKindKey = "slidefuse.kind";
+const std::string kChecksumKey = "slidefuse.checksum";
+const std::string kStoppedKey = "run.stopped_by_error";
 constexpr size_t kMaxNamesInMessage = 5;
 
 using Meta = std::map<std::string, std::string>;
+
+// "crc32:<8 hex digits>" (docs/CHECKPOINTS.md "Checksum"): CRC-32 (zlib's) of every tensor's data
+// bytes in ascending order of tensor name (the order of the file's data section), then of every
+// metadata entry but this one as key, NUL, value, NUL in ascending key order.
+std::string content_checksum(const rt::SafeTensors& st) {
+    uint32_t crc = 0;
+    for (const std::string& n : st.names()) {  // sorted
+        const rt::TensorData& t = st.get(n);
+        crc = data::crc32(t.bytes.data(), t.bytes.size(), crc);
+    }
+    const char nul = 0;
+    for (const auto& kv : st.metadata()) {
+        if (kv.first == kChecksumKey) continue;
+        crc = data::crc32(kv.first.data(), kv.first.size(), crc);
+        crc = data::crc32(&nul, 1, crc);
+        crc = data::crc32(kv.second.data(), kv.second.size(), crc);
+        crc = data::crc32(&nul, 1, crc);
+    }
+    return rt::format("crc32:%08x", crc);
+}
+
+// Seals a file's contents: the last metadata entry written.
+void put_checksum(rt::SafeTensors& st) { st.metadata()[kChecksumKey] = content_checksum(st); }
 
 void check_view(const CheckpointView& v) {
     SF_CHECK(v.table && v.master && v.buffers && v.counters, "checkpoint view lacks the table, weights or buffers");
@@ -102,6 +128,8 @@ void put_run_state(Meta& m, const RunState& rs) {
     m["run.window_loss_sum"] = str(rs.window_loss_sum);
     m["run.window_steps"] = str(rs.window_steps);
     m["run.out_dir"] = rs.out_dir;
+    if (!rs.stopped_by_error.empty()) m[kStoppedKey] = rs.stopped_by_error;
+    if (!rs.config_yaml.empty()) m["run.config"] = rs.config_yaml;
 }
 
 // ---- reading ----
@@ -154,6 +182,9 @@ RunState read_run_state(const Meta& m, const std::string& path) {
     rs.window_loss_sum = meta_num<double>(m, "run.window_loss_sum", path);
     rs.window_steps = meta_num<int64_t>(m, "run.window_steps", path);
     rs.out_dir = meta_str(m, "run.out_dir", path);
+    // Optional keys (absent from checkpoints of normal steps, or written before they existed).
+    if (m.count(kStoppedKey)) rs.stopped_by_error = m.at(kStoppedKey);
+    if (m.count("run.config")) rs.config_yaml = m.at("run.config");
     SF_CHECK(rs.step >= 0 && rs.adam_step >= 0 && rs.skipped >= 0 && rs.adam_step + rs.skipped == rs.step &&
                  rs.epoch >= 0 && rs.bad_streak >= 0 && rs.bad_streak <= rs.skipped && rs.window_steps >= 0 &&
                  rs.epochs_without_improvement >= 0,
@@ -187,6 +218,22 @@ std::string file_kind(const rt::SafeTensors& st, const std::string& path) {
     SF_CHECK(kind == "checkpoint" || kind == "weights", "%s: unknown file kind '%s' (expected checkpoint or weights)",
              path.c_str(), kind.c_str());
     return kind;
+}
+
+// A slidefuse file's checksum must match its contents; a file written before checksums existed
+// loads with a warning.
+void verify_checksum(const rt::SafeTensors& st, const std::string& path) {
+    auto it = st.metadata().find(kChecksumKey);
+    if (it == st.metadata().end()) {
+        SF_LOG_WARN("%s: no checksum ('%s'; written by an older slidefuse): its contents cannot be verified",
+                    path.c_str(), kChecksumKey.c_str());
+        return;
+    }
+    const std::string actual = content_checksum(st);
+    SF_CHECK(it->second == actual,
+             "%s: checksum mismatch (stored %s, contents give %s): the file is corrupt (damaged on disk or in a "
+             "copy); use another checkpoint",
+             path.c_str(), it->second.c_str(), actual.c_str());
 }
 
 bool ends_with(const std::string& s, const std::string& tail) {
@@ -291,6 +338,7 @@ void save_checkpoint(const std::string& path, const CheckpointView& v, const Run
     check_view(v);
     rt::SafeTensors st = tensors_of(v, v.adam_m != nullptr, "checkpoint");
     put_run_state(st.metadata(), rs);
+    put_checksum(st);
     st.save(path);
     sync_parent_dir(path);
 }
@@ -298,6 +346,7 @@ void save_checkpoint(const std::string& path, const CheckpointView& v, const Run
 void export_weights(const std::string& path, const CheckpointView& v) {
     check_view(v);
     rt::SafeTensors st = tensors_of(v, false, "weights");
+    put_checksum(st);
     st.save(path);
     sync_parent_dir(path);
 }
@@ -317,6 +366,7 @@ void load_checkpoint(const std::string& path, const CheckpointView& v, RunState*
     const bool has_adam = validate_tensors(st, *v.table, path);
     SF_CHECK(!want_adam || has_adam,
              "%s: holds no optimizer state (AdamW exp_avg/exp_avg_sq); resume needs a checkpoint", path.c_str());
+    if (!kind.empty()) verify_checksum(st, path);  // last: the checks above name a specific problem
 
     // Everything checked: copy.
     std::vector<float> tmp;
@@ -391,9 +441,10 @@ std::string latest_checkpoint(const std::string& dir) {
             const rt::SafeTensors st = open_file(*it);
             SF_CHECK(file_kind(st, *it) == "checkpoint", "%s: not a slidefuse checkpoint", it->c_str());
             read_run_state(st.metadata(), *it);
+            verify_checksum(st, *it);
             return *it;
         } catch (const rt::Error& e) {
-            SF_LOG_WARN("skipping checkpoint %s: %s", it->c_str(), e.what());
+            SF_LOG_WARN("skipping checkpoint %s: %s", it->c_str(), e.message().c_str());
         }
     }
     return "";

@@ -4,7 +4,9 @@
 //   - AdamW state beside them: "optimizer.exp_avg.<key>" and "optimizer.exp_avg_sq.<key>", F32,
 //     PyTorch layout (absent in exported weight files);
 //   - the run state in __metadata__ ("run.*": step, epoch, skipped steps, seed, loader cursor,
-//     config hash, best metric, early-stopping state) and "slidefuse.version" / "slidefuse.kind".
+//     config hash, best metric, early-stopping state) and "slidefuse.version" / "slidefuse.kind";
+//   - "slidefuse.checksum": CRC-32 of the tensor data and the other metadata, verified by every
+//     load (a file without one, written before checksums, loads with a warning).
 // Writes are atomic (temp file, fsync, rename, fsync of the folder: a crash never leaves a partial
 // checkpoint under the final name).
 // Every pointer below is HOST memory laid out as the model's flat ranges (ParamTable offsets,
@@ -41,6 +43,9 @@ struct RunState {
     double window_loss_sum = 0;              // log window (logging.log_interval) open at save time: loss sum
     int64_t window_steps = 0;                //   and its steps
     std::string out_dir;                     // the run's output folder (metrics.jsonl), reused by a resume
+    // Optional (absent when empty):
+    std::string stopped_by_error;  // saved as the last good step of a run that an error ended: the error
+    std::string config_yaml;       // the resolved config (a refused resume names the keys that differ)
 };
 
 // Host views of everything a checkpoint holds. adam_m / adam_v may be null (weights only).
@@ -63,7 +68,7 @@ void export_weights(const std::string& path, const CheckpointView& v);
 // with the right shape and dtype; unknown keys are refused; adam_m/adam_v are filled when non-null
 // (error if the file has no optimizer state); rs (may be null) receives the run state (error if
 // the file has none and rs is non-null). Throws rt::Error naming the file and the problem
-// (truncated, bad header, missing/extra key, wrong shape, non-finite weights, version).
+// (truncated, bad header, missing/extra key, wrong shape, non-finite weights, version, checksum).
 // Everything is checked before anything is written into v: a refused file leaves v untouched.
 // A safetensors file without slidefuse metadata (e.g. written by PyTorch from the reference model's
 // state_dict) loads as weights when adam_m/adam_v and rs are null.
@@ -82,7 +87,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 // Deletes all but the newest keep_last step checkpoints (best.safetensors is never touched).
 void prune_checkpoints(const std::string& dir, int keep_last);
 // --resume auto: the newest loadable step checkpoint in dir, or "" when there is none. A newer
-// file that does not load (structure, version, run state) is skipped with a warning naming why.
+// file that does not load (structure, version, run state, checksum) is skipped with a warning
+// naming why.
 std::string latest_checkpoint(const std::string& dir);
 
 }  // namespace model

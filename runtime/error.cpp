@@ -25,7 +25,7 @@ std::string format(const char* fmt, ...) {
 }
 
 void throw_error(const char* file, int line, const char* expr, const std::string& msg) {
-    throw Error(format("%s:%d: %s: %s", file, line, expr, msg.c_str()));
+    throw Error(msg, format("%s:%d: %s", file, line, expr));
 }
 
 }  // namespace rt

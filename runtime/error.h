@@ -10,7 +10,15 @@ namespace rt {
 
 class Error : public std::runtime_error {
 public:
-    explicit Error(const std::string& what) : std::runtime_error(what) {}
+    explicit Error(const std::string& what) : std::runtime_error(what), message_(what) {}
+    // what() = "location: message"; the CLI prints message() and logs location() at debug level.
+    Error(const std::string& message, const std::string& location)
+        : std::runtime_error(location + ": " + message), message_(message), location_(location) {}
+    const std::string& message() const { return message_; }
+    const std::string& location() const { return location_; }  // "file:line: expression", or ""
+
+private:
+    std::string message_, location_;
 };
 
 // printf-style formatting into a std::string.

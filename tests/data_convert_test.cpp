@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "data/shard.h"
+#include "data/shard_manifest.h"
 #include "data/sider_import.h"
 #include "runtime/error.h"
 #include "tests/support/compare.h"
@@ -256,6 +257,11 @@ TEST_F(ConvertTest, CommandLine) {
     EXPECT_EQ(
         tools::cmd_convert({"--in", in_.string(), "--out", out_.string(), "--split", "test", "--shard-size", "2"}), 0);
     EXPECT_EQ(data::list_shards((out_ / "test").string()).size(), 2u);
+    // The manifest, written last, makes the dataset complete (docs/FORMAT.md "Dataset manifest").
+    const data::DatasetManifest m = data::read_manifest(out_.string());
+    EXPECT_EQ(m.source, "sider");
+    EXPECT_EQ(m.samples("test"), 3u);
+    data::verify_split(out_.string(), m, "test");
     EXPECT_EQ(tools::cmd_convert({"--help"}), 0);
     SF_EXPECT_ERROR(tools::cmd_convert({"--in", in_.string()}), "needs --in and --out");
     SF_EXPECT_ERROR(tools::cmd_convert({"--bogus"}), "unknown option '--bogus'");
@@ -264,6 +270,7 @@ TEST_F(ConvertTest, CommandLine) {
                     "split 'dev'");
     SF_EXPECT_ERROR(tools::cmd_convert({"--in", in_.string(), "--out", out_.string(), "--split", "test"}),
                     "already holds shards");
+    EXPECT_TRUE(data::has_manifest(out_.string()));  // a refused conversion leaves the dataset as it was
 }
 
 // ---- bad inputs: one clear error naming the file, nothing written ----

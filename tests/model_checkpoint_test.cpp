@@ -391,3 +391,75 @@ TEST(CheckpointFolder, NamesListingPruningAndLatest) {
 }
 
 }  // namespace
+
+namespace {
+
+// Offset in the file of float `index` of tensor `name` (8-byte header length, JSON header, data).
+size_t float_offset(const std::string& path, const std::string& name, size_t index) {
+    std::ifstream f(path, std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    f.read(&header[0], static_cast<std::streamsize>(n));
+    const size_t key = header.find("\"" + name + "\"");
+    const size_t offs = header.find("data_offsets", key);
+    const size_t begin = std::strtoull(header.c_str() + header.find('[', offs) + 1, nullptr, 10);
+    return 8 + n + begin + 4 * index;
+}
+
+void write_float_at(const std::string& path, size_t offset, float x) {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.write(reinterpret_cast<const char*>(&x), 4);
+}
+
+TEST(CheckpointChecksum, AFlippedWeightIsRefusedByEveryReaderAndSkippedByResumeAuto) {
+    const model::ParamTable t = tiny_table();
+    State a(t);
+    a.randomize(8);
+    const TempDir tmp;
+    const std::string& dir = tmp.path;
+    model::RunState rs = odd_run_state();
+    rs.step = rs.adam_step = 5;
+    rs.skipped = rs.bad_streak = 0;
+    const std::string older = model::checkpoint_path(dir, 5), newer = model::checkpoint_path(dir, 10);
+    model::save_checkpoint(older, a.view(), rs);
+    rs.step = rs.adam_step = 10;
+    model::save_checkpoint(newer, a.view(), rs);
+    EXPECT_EQ(rt::SafeTensors::load(newer).metadata().at("slidefuse.checksum").rfind("crc32:", 0), 0u);
+
+    // A finite, plausible-looking value (9.9e9 for a weight): only the checksum can tell.
+    write_float_at(newer, float_offset(newer, "head.conv.weight", 3), 9.9e9f);
+    State dst(t);
+    model::RunState got;
+    SF_EXPECT_ERROR(model::load_checkpoint(newer, dst.view(), &got), "checksum mismatch");
+    SF_EXPECT_ERROR(model::load_checkpoint(newer, dst.view(false), nullptr), "checksum mismatch");
+    {
+        LogLines log;
+        EXPECT_EQ(model::latest_checkpoint(dir), older);
+        ASSERT_EQ(log.lines.size(), 1u);
+        EXPECT_NE(log.lines[0].second.find("checksum mismatch"), std::string::npos) << log.lines[0].second;
+    }
+    // The run state is covered too.
+    const std::string meta_flip =
+        rewrite(older, dir + "/meta.safetensors", [](auto&, auto& m) { m["run.best_metric_name"] = "rmse_px"; });
+    SF_EXPECT_ERROR(model::load_checkpoint(meta_flip, dst.view(), &got), "checksum mismatch");
+    // Exported weights are sealed the same way.
+    const std::string w = dir + "/w.safetensors";
+    model::export_weights(w, a.view());
+    model::load_checkpoint(w, dst.view(false), nullptr);
+    write_float_at(w, float_offset(w, "head.bn.running_var", 0), 2.5f);
+    SF_EXPECT_ERROR(model::load_checkpoint(w, dst.view(false), nullptr), "checksum mismatch");
+
+    // A file from before checksums loads with a warning.
+    const std::string old =
+        rewrite(older, dir + "/old.safetensors", [](auto&, auto& m) { m.erase("slidefuse.checksum"); });
+    LogLines log;
+    model::load_checkpoint(old, dst.view(), &got);
+    EXPECT_EQ(dst.master, a.master);
+    ASSERT_EQ(log.lines.size(), 1u);
+    EXPECT_EQ(log.lines[0].first, rt::LogLevel::Warn);
+    EXPECT_NE(log.lines[0].second.find("no checksum"), std::string::npos) << log.lines[0].second;
+}
+
+}  // namespace

@@ -56,8 +56,7 @@ TEST(TrainData, SyntheticSourceGeneratesItsDatasetOnce) {
                                            "data.source=synthetic",
                                            "data.processed_dir=" + root + "/synth",
                                            "data.num_samples=800",
-                                           "train.max_steps=1",
-                                           "checkpoints.save_dir=" + root + "/ck"};
+                                           "train.max_steps=1"};
     std::vector<std::string> a1 = args, a2 = args;
     a1.insert(a1.end(), {"--out", root + "/run1"});
     a2.insert(a2.end(), {"--out", root + "/run2"});

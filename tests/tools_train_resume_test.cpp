@@ -245,9 +245,9 @@ TEST(TrainResume, ResumedRunsReproduceTheUninterruptedRunBitwise) {
     const std::string a7 = model::checkpoint_path(a + "/ck", 7);
     // B validated once more (step 3), which may have moved its best metric; nothing else differs.
     expect_same_checkpoint(a7, model::checkpoint_path(b + "/ck", 7),
-                           {"run.config_hash", "run.out_dir", "run.best_metric"});
-    // C's folders differ from A's: the config hash leaves output locations out.
-    expect_same_checkpoint(a7, model::checkpoint_path(c + "/ck", 7), {"run.out_dir"});
+                           {"run.config_hash", "run.out_dir", "run.best_metric", "slidefuse.checksum"});
+    // C's folders differ from A's: the config hash leaves output locations out (the checksum covers run.out_dir).
+    expect_same_checkpoint(a7, model::checkpoint_path(c + "/ck", 7), {"run.out_dir", "slidefuse.checksum"});
     EXPECT_EQ(meta(a7, "run.step"), "7");
     EXPECT_EQ(meta(a7, "run.epoch"), "3");
     EXPECT_EQ(meta(a7, "run.cursor_epoch"), "3");
@@ -337,7 +337,7 @@ TEST(TrainDeferredStats, OutputsEqualPerStepCollection) {
     ASSERT_EQ(a.validations.size(), b.validations.size());
     for (const auto& kv : a.validations) expect_same_validation(kv.second, b.validations.at(kv.first));
     expect_same_checkpoint(model::checkpoint_path(a_dir.path + "/ck", 7), model::checkpoint_path(b_dir.path + "/ck", 7),
-                           {"run.out_dir"});
+                           {"run.out_dir", "slidefuse.checksum"});
 }
 
 TEST(TrainDeferredStats, NonFiniteStepsStillStopTheRun) {
@@ -535,7 +535,7 @@ TEST(TrainSignals, SigtermFinishesTheStepWritesACheckpointAndTheResumeIsBitwise)
     ASSERT_EQ(mr.steps.size(), 8u);
     for (int64_t s = 1; s <= 8; ++s) expect_same_step(ms.steps.at(s), mr.steps.at(s));
     expect_same_checkpoint(model::checkpoint_path(straight + "/ck", 8), model::checkpoint_path(stopped + "/ck", 8),
-                           {"run.out_dir"});
+                           {"run.out_dir", "slidefuse.checksum"});
 }
 
 TEST(TrainSignals, SecondSignalExitsAtOnceWith130) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "data/shard_manifest.h"
 #include "data/sider_import.h"
 #include "runtime/error.h"
 #include "tools/commands.h"
@@ -73,6 +74,8 @@ int cmd_convert(const std::vector<std::string>& args) {
         throw;
     }
     if (progress) progress->finish();
+    // Last: the dataset is complete (shards a killed conversion left are in no manifest: refused).
+    data::write_manifest(opt.out_dir, data::scan_dataset(opt.out_dir, "sider", 0, 0));
     for (const auto& r : results)
         std::printf("%s: %zu files, %zu samples -> %zu shard(s) in %s/%s (%dx%d, %s%s)\n", r.split.c_str(), r.files,
                     r.samples, r.shards.size(), opt.out_dir.c_str(), r.split.c_str(), r.spec.width, r.spec.height,

@@ -32,6 +32,8 @@ const char* kGenerateUsage =
     "  --seed S             generator seed (default 0)\n"
     "  --threads T          worker threads (default: all cores)\n"
     "  --shard-size K       samples per shard (default 1024)\n"
+    "  --height H           canvas height in pixels (default 256; train makes it model.input_height)\n"
+    "  --width W            canvas width in pixels (default 512; train makes it model.input_width)\n"
     "  --channels 1|3       gray or RGB pixels (default 1)\n"
     "  --quant4             store 4-bit pixels (the original's bits_to_keep: 4)\n"
     "  --preview PNG        write a grid of samples with their labels drawn: gap red, slider blue,\n"
@@ -43,6 +45,7 @@ struct GenerateArgs {
     uint64_t count = 0, seed = 0;
     bool has_count = false;
     int threads = 0, channels = 1, preview_count = 16;
+    int height = 256, width = 512;
     size_t shard_size = 1024;
     bool quant4 = false, help = false;
 };
@@ -85,6 +88,10 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& args) {
             a.threads = static_cast<int>(parse_u64(f, v, 1, 1024));
         } else if (f == "--shard-size") {
             a.shard_size = parse_u64(f, v, 1, 1u << 24);
+        } else if (f == "--height") {
+            a.height = static_cast<int>(parse_u64(f, v, 32, 4096));
+        } else if (f == "--width") {
+            a.width = static_cast<int>(parse_u64(f, v, 64, 4096));
         } else if (f == "--channels") {
             SF_CHECK(v == "1" || v == "3", "--channels: expected 1 (gray) or 3 (RGB), got '%s'", v.c_str());
             a.channels = v == "1" ? 1 : 3;
@@ -122,6 +129,8 @@ int cmd_generate(const std::vector<std::string>& args) {
     data::GenConfig cfg;
     cfg.seed = a.seed;
     cfg.channels = a.channels;
+    cfg.height = a.height;
+    cfg.width = a.width;
     cfg.quant4 = a.quant4;
     if (!a.preview.empty()) write_preview(cfg, a);
     if (a.out.empty()) return 0;

@@ -110,6 +110,48 @@ nlohmann::json to_json(const Prediction& p) {
               {"slider", {p.canvas.slider_x, p.canvas.slider_y}}}}};
 }
 
+// Runs every readable image through the model, `batch` at a time; an image that cannot be read
+// is reported (stderr, and in `failed`) and the others go on.
+std::vector<Prediction> predict_images(const Args& a, InferenceModel& model, int batch,
+                                       std::vector<std::pair<std::string, std::string>>& failed) {
+    const model::NetShape& s = model.shape();
+    const size_t per = static_cast<size_t>(s.height) * s.width * s.channels;
+    std::vector<Prediction> preds;
+    std::vector<uint8_t> canvas;
+    std::vector<model::Decoded> decoded;
+    size_t next = 0;
+    while (next < a.images.size()) {
+        std::vector<Prediction> slots;
+        for (; next < a.images.size() && static_cast<int>(slots.size()) < batch; ++next) {
+            Prediction p;
+            p.image = a.images[next];
+            try {
+                p.lb = prepare(p.image, s, a.quant4, canvas, model.input() + slots.size() * per);
+                slots.push_back(p);
+            } catch (const rt::Error& e) {
+                std::fprintf(stderr, "slidefuse predict: skipping %s: %s\n", p.image.c_str(), e.message().c_str());
+                failed.emplace_back(p.image, e.message());
+            }
+        }
+        const size_t n = slots.size();
+        if (n == 0) continue;
+        for (size_t b = n; b < static_cast<size_t>(batch); ++b)  // unused slots repeat the last image
+            std::copy(model.input() + (n - 1) * per, model.input() + n * per, model.input() + b * per);
+        model.run(decoded);
+        for (size_t b = 0; b < n; ++b) {
+            Prediction& p = slots[b];
+            p.canvas = decoded[b];
+            to_original(p.lb, p.canvas.gap_x, p.canvas.gap_y, &p.gap_x, &p.gap_y);
+            to_original(p.lb, p.canvas.slider_x, p.canvas.slider_y, &p.slider_x, &p.slider_y);
+            std::printf("%s (%dx%d): gap (%.1f, %.1f) slider (%.1f, %.1f) distance %.1f px [scores %.3f %.3f]\n",
+                        p.image.c_str(), p.lb.src_w, p.lb.src_h, p.gap_x, p.gap_y, p.slider_x, p.slider_y,
+                        p.gap_x - p.slider_x, p.canvas.gap_score, p.canvas.slider_score);
+            preds.push_back(p);
+        }
+    }
+    return preds;
+}
+
 }  // namespace
 
 int cmd_predict(const std::vector<std::string>& argv) {
@@ -117,11 +159,6 @@ int cmd_predict(const std::vector<std::string>& argv) {
     if (a.help) {
         std::printf("%s\n", predict_usage().c_str());
         return 0;
-    }
-    for (const std::string& im : a.images) {  // before the model is built: a typo fails at once
-        std::error_code ec;
-        SF_CHECK(std::filesystem::exists(im, ec), "%s: no such file", im.c_str());
-        SF_CHECK(std::filesystem::is_regular_file(im, ec), "%s: not a regular file", im.c_str());
     }
     if (!a.json.empty()) check_output_path("--json", a.json);
     const CheckpointInfo ckpt = inspect_checkpoint(a.checkpoint);
@@ -131,49 +168,28 @@ int cmd_predict(const std::vector<std::string>& argv) {
     const int batch = a.batch > 0 ? a.batch : std::min(n_images, default_eval_batch(cfg));
     InferenceModel model(cfg, batch, ckpt);
     const model::NetShape& s = model.shape();
-    const size_t per = static_cast<size_t>(s.height) * s.width * s.channels;
     SF_LOG_INFO("predict: %d image(s) with %s (config %s), canvas %dx%d, %s backend", n_images, ckpt.path.c_str(),
                 config_used.c_str(), s.width, s.height, model.backend());
 
-    std::vector<Prediction> preds;
-    std::vector<uint8_t> canvas;
-    std::vector<model::Decoded> decoded;
-    for (int first = 0; first < n_images; first += batch) {
-        const int n = std::min(batch, n_images - first);
-        std::vector<Letterbox> lbs;
-        for (int b = 0; b < n; ++b)
-            lbs.push_back(prepare(a.images[static_cast<size_t>(first + b)], s, a.quant4, canvas,
-                                  model.input() + static_cast<size_t>(b) * per));
-        for (int b = n; b < batch; ++b)  // unused slots repeat the last image
-            std::copy(model.input() + static_cast<size_t>(n - 1) * per, model.input() + static_cast<size_t>(n) * per,
-                      model.input() + static_cast<size_t>(b) * per);
-        model.run(decoded);
-        for (int b = 0; b < n; ++b) {
-            Prediction p;
-            p.image = a.images[static_cast<size_t>(first + b)];
-            p.lb = lbs[static_cast<size_t>(b)];
-            p.canvas = decoded[static_cast<size_t>(b)];
-            to_original(p.lb, p.canvas.gap_x, p.canvas.gap_y, &p.gap_x, &p.gap_y);
-            to_original(p.lb, p.canvas.slider_x, p.canvas.slider_y, &p.slider_x, &p.slider_y);
-            std::printf("%s (%dx%d): gap (%.1f, %.1f) slider (%.1f, %.1f) distance %.1f px [scores %.3f %.3f]\n",
-                        p.image.c_str(), p.lb.src_w, p.lb.src_h, p.gap_x, p.gap_y, p.slider_x, p.slider_y,
-                        p.gap_x - p.slider_x, p.canvas.gap_score, p.canvas.slider_score);
-            preds.push_back(p);
-        }
-    }
+    std::vector<std::pair<std::string, std::string>> failed;  // (image, why)
+    const std::vector<Prediction> preds = predict_images(a, model, batch, failed);
     if (!a.json.empty()) {
         nlohmann::json j = {{"checkpoint", ckpt.path},
                             {"config", config_used},
                             {"canvas", {s.width, s.height}},
                             {"quant4", a.quant4},
-                            {"predictions", nlohmann::json::array()}};
+                            {"predictions", nlohmann::json::array()},
+                            {"errors", nlohmann::json::array()}};
         for (const Prediction& p : preds) j["predictions"].push_back(to_json(p));
+        for (const auto& f : failed) j["errors"].push_back({{"image", f.first}, {"error", f.second}});
         std::ofstream f(a.json);
         SF_CHECK(f.good(), "cannot write %s", a.json.c_str());
         f << j.dump(2) << "\n";
         f.close();
         SF_CHECK(!f.fail(), "error writing %s", a.json.c_str());
     }
+    SF_CHECK(failed.empty(), "%zu of %d image(s) could not be read (the first: %s: %s); the others were predicted",
+             failed.size(), n_images, failed[0].first.c_str(), failed[0].second.c_str());
     return 0;
 }
 

@@ -5,10 +5,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "runtime/error.h"
 
@@ -258,6 +262,57 @@ std::string config_hash(const TrainConfig& c) {
     char buf[20];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
     return buf;
+}
+
+namespace {
+
+// to_yaml text as "section.key" -> value (two-space indentation per level; comments skipped).
+std::map<std::string, std::string> flatten_yaml(const std::string& text) {
+    std::map<std::string, std::string> out;
+    std::vector<std::string> path;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        const std::string line = text.substr(pos, end - pos);
+        pos = end + 1;
+        const size_t indent = line.find_first_not_of(' ');
+        if (indent == std::string::npos || line[indent] == '#') continue;
+        path.resize(std::min(path.size(), indent / 2));
+        const size_t colon = line.find(": ", indent);
+        if (colon == std::string::npos) {  // "section:"
+            path.push_back(line.substr(indent, line.size() - indent - 1));
+            continue;
+        }
+        std::string key;
+        for (const std::string& p : path) key += p + ".";
+        out[key + line.substr(indent, colon - indent)] = line.substr(colon + 2);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string config_differences(const std::string& old_yaml, const std::string& new_yaml) {
+    if (old_yaml.empty())
+        return "the saved run recorded no config to compare (an older checkpoint); its config hash differs";
+    const std::map<std::string, std::string> a = flatten_yaml(old_yaml), b = flatten_yaml(new_yaml);
+    std::string out;
+    size_t n = 0;
+    auto add = [&](const std::string& key, const std::string& was, const std::string& now) {
+        if (n++ < 8) out += (out.empty() ? "" : ", ") + key + ": " + was + " -> " + now;
+    };
+    for (const auto& kv : a) {
+        auto it = b.find(kv.first);
+        if (it == b.end())
+            add(kv.first, kv.second, "(absent)");
+        else if (it->second != kv.second)
+            add(kv.first, kv.second, it->second);
+    }
+    for (const auto& kv : b)
+        if (!a.count(kv.first)) add(kv.first, "(absent)", kv.second);
+    if (n > 8) out += rt::format(" and %zu more", n - 8);
+    return n == 0 ? "no key differs; the config hash does" : "changed: " + out;
 }
 
 model::LossConfig loss_config(const TrainConfig& c) {

@@ -110,7 +110,7 @@ struct LoggingSection {
 };
 
 struct CheckpointsSection {
-    std::string save_dir = "checkpoints";
+    std::string save_dir;   // "" (default): <the run's output folder>/checkpoints
     int save_interval = 1;  // epochs
     bool save_best = true;
     int keep_last = 3;
@@ -149,6 +149,9 @@ std::string to_yaml(const TrainConfig& c);
 void write_resolved_config(const TrainConfig& c, const std::string& path);
 // 16 hex digits: FNV-1a 64 of to_yaml(c).
 std::string config_hash(const TrainConfig& c);
+// The keys whose values differ between two to_yaml texts, as "changed: section.key: old -> new, ..."
+// (at most 8 named); for a resume refused under another config.
+std::string config_differences(const std::string& old_yaml, const std::string& new_yaml);
 
 // The loss settings the config controls (variant and term weights); the rest keep LossConfig's defaults.
 model::LossConfig loss_config(const TrainConfig& c);

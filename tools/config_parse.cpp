@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -138,7 +139,7 @@ void read_logging(Section s, LoggingSection& l) {
 }
 
 void read_checkpoints(Section s, CheckpointsSection& c) {
-    s.string("save_dir", c.save_dir, true);
+    s.string("save_dir", c.save_dir, false);
     s.integer("save_interval", c.save_interval, at_least(1));
     s.boolean("save_best", c.save_best);
     s.integer("keep_last", c.keep_last, at_least(1));
@@ -272,6 +273,10 @@ TrainConfig parse_config(const std::string& yaml_text, const std::vector<std::st
 }
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw rt::Error("config file '" + path +
+                        "' is a folder: --config takes a YAML file (e.g. configs/default.yaml)");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw rt::Error("config file '" + path + "': cannot open: " + std::strerror(errno));
     std::ostringstream text;

@@ -1,11 +1,13 @@
 // slidefuse: command-line entry point. Each subcommand throws rt::Error on bad input; main
 // prints one clear line and exits 1.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/log.h"
 #include "tools/commands.h"
 #include "tools/train.h"
 
@@ -31,6 +33,12 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
+    // SF_LOG_LEVEL=debug|info|warn|error (default info); debug adds where an error was raised.
+    if (const char* l = std::getenv("SF_LOG_LEVEL")) {
+        const std::string level = l;
+        for (rt::LogLevel v : {rt::LogLevel::Debug, rt::LogLevel::Info, rt::LogLevel::Warn, rt::LogLevel::Error})
+            if (level == rt::log_level_name(v)) rt::set_log_level(v);
+    }
     try {
         if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
             std::fputs(kUsage, stdout);
@@ -59,6 +67,11 @@ int main(int argc, char** argv) {
         if (cmd == "devices") return tools::cmd_devices(args);
         if (cmd == "check") return tools::cmd_check(args);
         std::fprintf(stderr, "slidefuse: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+        return 1;
+    } catch (const rt::Error& e) {
+        // What went wrong first (the message names the file or key); where in the source: debug log.
+        if (!e.location().empty()) SF_LOG_DEBUG("error raised at %s", e.location().c_str());
+        std::fprintf(stderr, "slidefuse: error: %s\n", e.message().c_str());
         return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "slidefuse: error: %s\n", e.what());

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -21,6 +20,7 @@
 #include "runtime/log.h"
 #include "runtime/profile.h"
 #include "tools/progress.h"
+#include "tools/run_dir.h"
 #include "tools/run_log.h"
 #include "tools/signals.h"
 #include "tools/val_progress.h"
@@ -35,9 +35,9 @@ struct Args {
     std::string resume;  // "", "auto" or a checkpoint path
     bool allow_config_change = false;
     int max_bad_steps = kDefaultMaxBadSteps;
-    bool no_graph = false;       // CUDA: eager steps instead of graph replay
+    bool no_graph = false;        // CUDA: eager steps instead of graph replay
     bool deferred_stats = false;  // CPU: collect step statistics only where the CUDA backend does
-    rt::StepRange profile;       // --profile-steps a:b (empty: none)
+    rt::StepRange profile;        // --profile-steps a:b (empty: none)
     std::vector<std::string> overrides;
 };
 
@@ -84,20 +84,6 @@ Args parse_args(const std::vector<std::string>& args) {
     SF_CHECK(!a.config.empty(), "missing --config PATH\n%s", train_usage().c_str());
     return a;
 }
-
-void make_dirs(const std::string& path) {
-    std::error_code ec;
-    std::filesystem::create_directories(path, ec);
-    SF_CHECK(!ec, "cannot create directory '%s': %s", path.c_str(), ec.message().c_str());
-}
-
-std::string default_run_dir(const TrainConfig& c) {
-    char buf[64];
-    const std::time_t t = std::time(nullptr);
-    std::strftime(buf, sizeof(buf), "run-%Y%m%d-%H%M%S", std::localtime(&t));
-    return c.logging.log_dir + "/" + buf;
-}
-
 
 double lr_at(const TrainConfig& c, int64_t epoch, int64_t step, int64_t total) {
     if (c.sched.type == SchedType::Sgdr)
@@ -158,31 +144,14 @@ private:
     bool deferred_ = false;  // --deferred-stats: collected only where a device backend would be
 };
 
-// A resumed run continues metrics.jsonl where its checkpoint was: records of later steps (written
-// by the interrupted run after that checkpoint) and a torn last line are dropped.
-void truncate_metrics(const std::string& path, int64_t step) {
-    std::ifstream in(path);
-    if (!in.good()) return;
-    std::string kept, line;
-    while (std::getline(in, line)) {
-        const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
-            kept += line + "\n";
-    }
-    in.close();
-    const std::string tmp = path + ".tmp";
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    out.close();
-    SF_CHECK(out.good() && std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rewrite %s", path.c_str());
-}
-
 // The training loop over a TrainBackend; its whole state is rs_ (what a checkpoint stores) plus
 // the backend's tensors and the data cursor.
 class Trainer {
 public:
     Trainer(const Args& args, const TrainConfig& cfg);
     int run();
+    // After an error that ends the run: the last completed step as a checkpoint marked with the error.
+    void save_after_error(const std::string& what) noexcept;
 
 private:
     void resume(const std::string& path);
@@ -202,7 +171,9 @@ private:
     EarlyStopping early_;
     model::RunState rs_;
     int64_t steps_per_epoch_ = 0, total_ = 0, start_step_ = 0, last_saved_ = -1;
-    std::string out_, resumed_from_;
+    std::string out_, ckpt_dir_, resumed_from_;
+    data::Cursor step_cursor_;  // the data cursor at the start of the step under way
+    bool in_step_ = false;      // a step is under way (its data and state may be partly consumed)
     std::ofstream metrics_;
     RunLog run_log_;  // train.log, TensorBoard events, the closing table and plot
     Progress progress_{1};
@@ -229,14 +200,18 @@ Trainer::Trainer(const Args& args, const TrainConfig& cfg)
     rs_.seed = cfg.train.seed;
     rs_.config_hash = resume_config_hash(cfg);
     early_.start(rs_);
+    rs_.config_yaml = to_yaml(resume_config(cfg));
     std::string from = args.resume;
     if (from == "auto") {
-        from = model::latest_checkpoint(cfg.checkpoints.save_dir);
+        const std::string dir = resume_search_dir(cfg, args.out);
+        from = dir.empty() ? "" : model::latest_checkpoint(dir);
         if (from.empty())
-            SF_LOG_INFO("--resume auto: no checkpoint in %s; starting a new run", cfg.checkpoints.save_dir.c_str());
+            SF_LOG_INFO("--resume auto: no checkpoint in %s; starting a new run",
+                        dir.empty() ? (cfg.logging.log_dir + "/*/checkpoints").c_str() : dir.c_str());
     }
     if (!from.empty()) resume(from);
-    out_ = !args.out.empty() ? args.out : !rs_.out_dir.empty() ? rs_.out_dir : default_run_dir(cfg);
+    out_ = !args.out.empty() ? args.out : !rs_.out_dir.empty() ? rs_.out_dir : new_run_dir(cfg.logging.log_dir);
+    ckpt_dir_ = checkpoint_dir(cfg, out_);
     rs_.out_dir = out_;
     open_outputs();
 }
@@ -246,34 +221,48 @@ void Trainer::resume(const std::string& path) {
     model::RunState saved;
     model::load_checkpoint(path, backend_->host_state(), &saved);
     if (saved.config_hash != rs_.config_hash) {
+        const std::string diff = config_differences(saved.config_yaml, rs_.config_yaml);
         SF_CHECK(args_.allow_config_change,
-                 "%s was written by a run with another configuration (config hash %s, this run %s): resume with the "
-                 "same config file and overrides, or pass --allow-config-change",
-                 path.c_str(), saved.config_hash.c_str(), rs_.config_hash.c_str());
+                 "%s was written by a run with another configuration (%s): resume with the same config file and "
+                 "overrides, or pass --allow-config-change",
+                 path.c_str(), diff.c_str());
         SF_LOG_WARN(
-            "--allow-config-change: resuming %s (config hash %s) under another configuration (%s); the run "
-            "continues from step %" PRId64 " with the new settings",
-            path.c_str(), saved.config_hash.c_str(), rs_.config_hash.c_str(), saved.step);
+            "--allow-config-change: resuming %s under another configuration (%s); the run continues from step "
+            "%" PRId64 " with the new settings",
+            path.c_str(), diff.c_str(), saved.step);
     }
+    if (!saved.stopped_by_error.empty())
+        SF_LOG_WARN("%s was saved after an error ended its run (%s); continuing from its step %" PRId64, path.c_str(),
+                    saved.stopped_by_error.c_str(), saved.step);
     backend_->commit_host_state();
     backend_->set_step_counters(saved.adam_step, saved.skipped);
     saved.config_hash = rs_.config_hash;
     saved.seed = rs_.seed;
+    saved.config_yaml = rs_.config_yaml;
+    saved.stopped_by_error.clear();
     rs_ = saved;
     train_data_->seek(data::Cursor{rs_.cursor_epoch, rs_.cursor_batch});
     start_step_ = last_saved_ = rs_.step;
     resumed_from_ = path;
 }
 
+// Every output folder is checked (writable, owned by this run, no stale temp files) before step 1.
 void Trainer::open_outputs() {
-    make_dirs(out_);
+    ensure_writable_dir(out_, "output folder");
+    ensure_writable_dir(ckpt_dir_, "checkpoint folder");
+    SF_CHECK(!resumed_from_.empty() || !args_.resume.empty() || !std::filesystem::exists(out_ + "/metrics.jsonl"),
+             "the output folder '%s' holds another run's metrics.jsonl: give each run its own --out, or continue "
+             "that run with --resume auto",
+             out_.c_str());
+    claim_checkpoint_dir(ckpt_dir_, out_, resumed_from_);
+    remove_stale_temp_files(out_);
+    remove_stale_temp_files(ckpt_dir_);
     write_resolved_config(cfg_, out_ + "/config.resolved.yaml");
     const std::string path = out_ + "/metrics.jsonl";
     if (!resumed_from_.empty()) truncate_metrics(path, rs_.step);
     metrics_.open(path, resumed_from_.empty() ? std::ios::trunc : std::ios::app);
     SF_CHECK(metrics_.good(), "cannot write %s", path.c_str());
     run_log_.open(out_, cfg_.logging, resumed_from_.empty() ? 0 : rs_.step);
-    make_dirs(cfg_.checkpoints.save_dir);
 }
 
 // Per-step bookkeeping of one step's statistics (in step order).
@@ -344,7 +333,7 @@ bool Trainer::validate_and_select(bool epoch_end) {
     if (cfg_.eval.early_stopping.enabled) j["patience_counter"] = rs_.epochs_without_improvement;
     metrics_ << j.dump() << "\n" << std::flush;
     run_log_.record(j);
-    if (best && cfg_.checkpoints.save_best) save(model::best_checkpoint_path(cfg_.checkpoints.save_dir));
+    if (best && cfg_.checkpoints.save_best) save(model::best_checkpoint_path(ckpt_dir_));
     progress_.resume();
     if (stop)
         SF_CONSOLE("early stopping after epoch %lld: %s has not improved by %g for %lld validations (best %g)",
@@ -364,13 +353,13 @@ void Trainer::save(const std::string& path) {
 
 // ckpt-<step>.safetensors (once per step), then keep_last pruning. Returns the path.
 std::string Trainer::save_step_checkpoint() {
-    const std::string path = model::checkpoint_path(cfg_.checkpoints.save_dir, rs_.step);
+    const std::string path = model::checkpoint_path(ckpt_dir_, rs_.step);
     if (last_saved_ == rs_.step) return path;
     backend_->synchronize();  // (the save waits anyway) enqueued steps count as training time
     progress_.pause();
     save(path);
     progress_.resume();
-    model::prune_checkpoints(cfg_.checkpoints.save_dir, cfg_.checkpoints.keep_last);
+    model::prune_checkpoints(ckpt_dir_, cfg_.checkpoints.keep_last);
     last_saved_ = rs_.step;
     SF_LOG_INFO("checkpoint %s", path.c_str());
     return path;
@@ -387,6 +376,33 @@ void Trainer::stop_on_bad_steps(const model::StepStats& s) {
         args_.max_bad_steps, path.c_str());
 }
 
+void Trainer::save_after_error(const std::string& what) noexcept {
+    progress_.finish();
+    if (rs_.step == start_step_) return;  // no step done: the state is the one the run started from
+    try {
+        const std::string path = model::checkpoint_path(ckpt_dir_, rs_.step);
+        if (last_saved_ == rs_.step) return;  // saved already (and named by the error)
+        {
+            // The step under way may have consumed part of its data: its start is where a resume continues.
+            const data::Cursor c = in_step_ ? step_cursor_ : train_data_->cursor();
+            const model::CheckpointView view = backend_->host_state();
+            rs_.cursor_epoch = c.epoch;
+            rs_.cursor_batch = c.batch;
+            rs_.adam_step = backend_->adam_steps();
+            rs_.stopped_by_error = what;
+            model::save_checkpoint(path, view, rs_);
+            last_saved_ = rs_.step;
+        }
+        SF_LOG_INFO(
+            "the run stopped with an error after step %lld; checkpoint of the last good step (marked "
+            "run.stopped_by_error): %s; continue with --resume auto once the cause is fixed",
+            static_cast<long long>(rs_.step), path.c_str());
+    } catch (const std::exception& e) {
+        SF_LOG_WARN("the run stopped with an error after step %lld and its state could not be saved: %s",
+                    static_cast<long long>(rs_.step), e.what());
+    }
+}
+
 int Trainer::run() {
     SF_LOG_INFO(
         "training %s on %s: %zu parameters, batch %d x %d, input %dx%dx%d, %lld steps (%lld per epoch), "
@@ -395,7 +411,7 @@ int Trainer::run() {
         cfg_.train.batch_size, accum_, cfg_.model.input_channels, cfg_.model.input_height, cfg_.model.input_width,
         static_cast<long long>(total_), static_cast<long long>(steps_per_epoch_),
         model::loss_variant_name(cfg_.loss.variant), train_data_->describe().c_str(), val_data_->describe().c_str(),
-        out_.c_str(), cfg_.checkpoints.save_dir.c_str());
+        out_.c_str(), ckpt_dir_.c_str());
     if (!resumed_from_.empty())
         SF_LOG_INFO("resumed from %s at step %" PRId64 " (epoch %" PRId64 ", %" PRId64 " skipped)",
                     resumed_from_.c_str(), rs_.step, rs_.epoch, rs_.skipped);
@@ -412,7 +428,10 @@ int Trainer::run() {
         // --profile-steps a:b: the profiler captures steps a..b (1-based) and nothing else.
         const bool profiled = args_.profile.contains(rs_.step + 1);
         if (profiled && !args_.profile.contains(rs_.step)) rt::profiler_start();
+        step_cursor_ = train_data_->cursor();
+        in_step_ = true;
         backend_->train_step(*train_data_, accum_, lr_at(cfg_, epoch, rs_.step, total_));
+        in_step_ = false;
         ++rs_.step;
         if (profiled && !args_.profile.contains(rs_.step + 1)) {
             backend_->synchronize();  // the profiled range holds the whole step
@@ -424,7 +443,8 @@ int Trainer::run() {
         model::StepStats s;
         if (backend_->stats_are_free() || log_point || epoch_end || signals.requested()) {
             const std::vector<model::StepStats> done = backend_->collect_stats();
-            SF_CHECK(!done.empty(), "the backend returned no statistics for step %lld", static_cast<long long>(rs_.step));
+            SF_CHECK(!done.empty(), "the backend returned no statistics for step %lld",
+                     static_cast<long long>(rs_.step));
             for (const model::StepStats& d : done) account(d);
             s = done.back();
             if (log_point) log_step(s, epoch);
@@ -474,22 +494,25 @@ model::OptimConfig optim_config(const TrainConfig& c) {
     return oc;
 }
 
-std::string resume_config_hash(const TrainConfig& cfg) {
+TrainConfig resume_config(const TrainConfig& cfg) {
     TrainConfig c = cfg;
     c.logging.log_dir.clear();
     c.logging.tensorboard = c.logging.plot = true;  // output switches: a resume may change them
     c.checkpoints.save_dir.clear();
-    return config_hash(c);
+    return c;
 }
+
+std::string resume_config_hash(const TrainConfig& cfg) { return config_hash(resume_config(cfg)); }
 
 std::string train_usage() {
     return "usage: slidefuse train --config PATH [--out DIR] [--resume auto|PATH] [key.path=value ...]\n"
            "  --config PATH            YAML training config (docs/CONFIG.md)\n"
-           "  --out DIR                output folder (default: the resumed run's, else "
-           "<logging.log_dir>/run-<timestamp>)\n"
+           "  --out DIR                output folder, checkpoints in DIR/checkpoints (default: the resumed run's,\n"
+           "                           else a new <logging.log_dir>/run-<timestamp>)\n"
            "  --resume auto|PATH       continue from a checkpoint (docs/CHECKPOINTS.md); auto: the newest loadable "
            "one\n"
-           "                           in checkpoints.save_dir, or a new run if there is none\n"
+           "                           of the run in --out (without --out: the newest run in logging.log_dir), or a\n"
+           "                           new run if there is none\n"
            "  --allow-config-change    resume a checkpoint written under another config (warns)\n"
            "  --max-bad-steps N        consecutive non-finite (skipped) steps tolerated before the run stops with a\n"
            "                           checkpoint and an error (default 20)\n"
@@ -506,7 +529,15 @@ int cmd_train(const std::vector<std::string>& argv) {
     const Args args = parse_args(argv);
     const TrainConfig cfg = load_config(args.config, args.overrides);
     Trainer trainer(args, cfg);
-    return trainer.run();
+    try {
+        return trainer.run();
+    } catch (const rt::Error& e) {
+        trainer.save_after_error(e.message());
+        throw;
+    } catch (const std::exception& e) {
+        trainer.save_after_error(e.what());
+        throw;
+    }
 }
 
 }  // namespace tools

@@ -74,6 +74,9 @@ model::OptimConfig optim_config(const TrainConfig& cfg);
 // checkpoints.save_dir) blanked and its output switches (logging.tensorboard, logging.plot) set,
 // so that a run's folders can move and its outputs change between save and resume.
 std::string resume_config_hash(const TrainConfig& cfg);
+// That config (output locations blanked): its YAML goes into every checkpoint (RunState::config_yaml)
+// so that a refused resume can name the keys that differ.
+TrainConfig resume_config(const TrainConfig& cfg);
 
 // Validation metrics by name (metric_names(): mae_px, rmse_px, hit_le_2px, hit_le_5px).
 std::map<std::string, double> metric_values(const model::Metrics& m);

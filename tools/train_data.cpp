@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include "data/fixed_batch.h"
 #include "data/generator.h"
 #include "data/loader.h"
+#include "data/shard_manifest.h"
 #include "kernels/preprocess.h"
 #include "model/init.h"
 #include "runtime/error.h"
@@ -86,10 +88,26 @@ private:
     std::vector<int> order_;
 };
 
+// A split is read only from a complete dataset (its manifest written last) and only as the
+// manifest lists it: an interrupted generate/convert or a changed shard is refused here.
+void verify_dataset_split(const std::string& root, const std::string& split) {
+    SF_CHECK(data::has_manifest(root),
+             "data.processed_dir '%s' has no %s: the dataset is incomplete (its generate or convert was interrupted) "
+             "or was written before manifests existed; write it again with slidefuse generate / convert",
+             root.c_str(), data::kManifestFile);
+    const data::DatasetManifest m = data::read_manifest(root);
+    SF_CHECK(m.samples(split) > 0, "data.processed_dir '%s' has no %s samples (%s)", root.c_str(), split.c_str(),
+             m.describe().c_str());
+    data::verify_split(root, m, split);
+}
+
 // ---- shards: the loader, then the uint8 -> float preprocessing of the CPU backend ----
 class ShardSource : public BatchSource {
 public:
-    ShardSource(const TrainConfig& c, SplitRole role, const std::string& dir) : batch_(c.train.batch_size), dir_(dir) {
+    ShardSource(const TrainConfig& c, SplitRole role, const std::string& root, const std::string& split)
+        : batch_(c.train.batch_size), dir_(root + "/" + split) {
+        const std::string& dir = dir_;
+        verify_dataset_split(root, split);
         lc_.shards = data::list_shards(dir);
         lc_.batch_size = batch_;
         lc_.workers = std::max(1, c.train.num_workers);
@@ -145,32 +163,100 @@ private:
     std::unique_ptr<data::Loader> loader_;
 };
 
-bool has_shards(const std::string& dir) {
-    try {
-        return !data::list_shards(dir).empty();
-    } catch (const rt::Error&) {
-        return false;
+constexpr size_t kGenShardSize = 4096;
+
+// The generator's sample count for data.num_samples: the train split takes 80% of the backgrounds.
+uint64_t synthetic_count(int64_t num_samples) {
+    return static_cast<uint64_t>(std::ceil(static_cast<double>(num_samples) / 0.8));
+}
+
+// A synthetic dataset of num_samples has a val split and at least one optimizer step of train samples.
+bool synthetic_size_ok(const TrainConfig& c, int64_t num_samples) {
+    const data::DatasetSummary p = data::plan_dataset(synthetic_count(num_samples), kGenShardSize);
+    const uint64_t step = static_cast<uint64_t>(c.train.batch_size) * c.train.gradient_accumulation_steps;
+    return p.samples[1] >= 1 && p.samples[0] >= step;
+}
+
+// Before anything is generated: the splits are by background (100 samples each, 1 in 10 to val).
+void check_synthetic_size(const TrainConfig& c) {
+    if (synthetic_size_ok(c, c.data.num_samples)) return;
+    int64_t lo = c.data.num_samples, hi = std::max<int64_t>(lo, 1);
+    while (!synthetic_size_ok(c, hi)) hi *= 2;
+    while (lo + 1 < hi) {  // the property is monotonic in the count
+        const int64_t mid = lo + (hi - lo) / 2;
+        (synthetic_size_ok(c, mid) ? hi : lo) = mid;
     }
+    SF_FAIL(
+        "data.num_samples=%lld is too small for a synthetic dataset with train and val splits (the split is by "
+        "background: %d samples each, 1 background in 10 goes to val): the smallest is data.num_samples=%lld",
+        static_cast<long long>(c.data.num_samples), data::kSamplesPerBackground, static_cast<long long>(hi));
+}
+
+bool any_shards(const std::string& root) {
+    for (const char* split : {"train", "val", "test"}) {
+        try {
+            if (!data::list_shards(root + "/" + split).empty()) return true;
+        } catch (const rt::Error&) {
+        }
+    }
+    return false;
+}
+
+// Removes what an interrupted generation left in root's split folders (shards and temp files only).
+void remove_partial_dataset(const std::string& root) {
+    namespace fs = std::filesystem;
+    for (const char* split : {"train", "val", "test"}) {
+        std::error_code ec;
+        for (fs::directory_iterator it(root + "/" + split, ec), end; !ec && it != end; it.increment(ec)) {
+            const fs::path p = it->path();
+            if (p.extension() == data::kShardExtension || p.extension() == ".tmp") fs::remove(p, ec);
+        }
+    }
+}
+
+// An existing complete dataset must be the one the config asks for.
+void check_manifest_matches(const TrainConfig& c, const data::DatasetManifest& m, uint64_t count) {
+    const std::string& root = c.data.processed_dir;
+    const bool same = m.source == "synthetic" && m.seed == c.train.seed && m.count == count &&
+                      m.spec.height == c.model.input_height && m.spec.width == c.model.input_width &&
+                      m.spec.channels == model_pixel_channels(c) && !m.spec.quant4;
+    SF_CHECK(same,
+             "data.processed_dir '%s' holds another dataset (%s) than the config asks for (synthetic, %llu samples "
+             "(seed %llu), %dx%d x%d: data.num_samples=%lld, train.seed, model.input_height/width/channels): it is "
+             "not overwritten; point data.processed_dir at another folder or delete this one",
+             root.c_str(), m.describe().c_str(), static_cast<unsigned long long>(count),
+             static_cast<unsigned long long>(c.train.seed), c.model.input_height, c.model.input_width,
+             model_pixel_channels(c), static_cast<long long>(c.data.num_samples));
 }
 
 }  // namespace
 
 bool ensure_synthetic_dataset(const TrainConfig& c) {
     const std::string root = c.data.processed_dir;
-    if (has_shards(root + "/train")) return false;
-    // The train split takes 80% of the backgrounds: generate enough for data.num_samples of them.
-    const uint64_t count = static_cast<uint64_t>(std::ceil(static_cast<double>(c.data.num_samples) / 0.8));
+    const uint64_t count = synthetic_count(c.data.num_samples);
+    if (data::has_manifest(root)) {
+        check_manifest_matches(c, data::read_manifest(root), count);
+        return false;  // the shards are verified against it when the sources open
+    }
+    check_synthetic_size(c);
+    if (any_shards(root)) {
+        SF_LOG_WARN(
+            "data.processed_dir '%s' holds shards but no %s: an interrupted generation; generating the "
+            "dataset again",
+            root.c_str(), data::kManifestFile);
+        remove_partial_dataset(root);
+    }
     data::GenConfig g;
     g.seed = c.train.seed;
     g.height = c.model.input_height;
     g.width = c.model.input_width;
     g.channels = model_pixel_channels(c);
     const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    SF_LOG_INFO("data.source=synthetic: no shards in %s/train; generating %llu samples there (%d threads)",
-                root.c_str(), static_cast<unsigned long long>(count), threads);
+    SF_LOG_INFO("data.source=synthetic: no dataset in %s; generating %llu samples there (%d threads)", root.c_str(),
+                static_cast<unsigned long long>(count), threads);
     Progress progress(static_cast<int64_t>(count));
     const data::DatasetSummary s =
-        data::generate_dataset(g, count, root, threads, 4096, [&](uint64_t done, uint64_t, double) {
+        data::generate_dataset(g, count, root, threads, kGenShardSize, [&](uint64_t done, uint64_t, double) {
             progress.update(static_cast<int64_t>(done), "generating synthetic dataset");
         });
     progress.finish();
@@ -185,8 +271,8 @@ std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& c, SplitRole r
         case DataSource::Fixed: return std::make_unique<FixedSource>(c, role);
         case DataSource::Synthetic:
         case DataSource::Shards:
-            return std::make_unique<ShardSource>(c, role,
-                                                 c.data.processed_dir + (role == SplitRole::Train ? "/train" : "/val"));
+            return std::make_unique<ShardSource>(c, role, c.data.processed_dir,
+                                                 role == SplitRole::Train ? "train" : "val");
     }
     SF_FAIL("unknown data source");
 }

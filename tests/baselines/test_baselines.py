@@ -542,6 +542,7 @@ class ParityTest(unittest.TestCase):
                 os.makedirs(os.path.join(d, "data", split))
                 pix, lab = shards.synthetic_batch(n, 32, 64, 1, seed=21 + n)
                 shards.write_shard(os.path.join(d, "data", split, "s.sfshard"), pix, lab, quant4=q)
+            shards.write_manifest(os.path.join(d, "data"))  # slidefuse train reads complete datasets only
             run = os.path.join(d, "run")
             r = subprocess.run([SLIDEFUSE, "train", "--config", os.path.join(REPO, "configs", "cpu_smoke.yaml"),
                                 "--out", run, "data.source=shards", "data.processed_dir=" + os.path.join(d, "data"),

@@ -12,6 +12,7 @@ The model input is built from these on the device by torch_baseline.preprocess (
 [pixels/255 ..., valid mask], the mask from the label rectangle), as kernels/preprocess.cu does.
 """
 import glob
+import json
 import os
 import struct
 import zlib
@@ -322,3 +323,32 @@ def write_shard(path, pixels, labels, quant4=False):
         f.write(crcs.tobytes())
     os.replace(tmp, path)
     assert os.path.getsize(path) == f_bytes
+
+
+def write_manifest(root, source="synthetic", seed=0, count=0):
+    """Writes root/manifest.json for the shards now in root/{train,val,test} (docs/FORMAT.md "Dataset
+    manifest"), last and atomically, as slidefuse generate/convert do: `slidefuse train` reads a
+    shard folder only with it. For tests and small fixtures."""
+    splits, spec = {}, None
+    for split in ("train", "val", "test"):
+        files = sorted(glob.glob(os.path.join(root, split, "*.sfshard")))
+        listed = []
+        for path in files:
+            with open(path, "rb") as f:
+                raw = f.read()
+            h = _HEADER.unpack(raw[:HEADER_BYTES])
+            n, height, width, channels, flags, crcs_offset = h[3], h[4], h[5], h[6], h[7], h[12]
+            spec = spec or {"height": height, "width": width, "channels": channels,
+                            "quant4": bool(flags & FLAG_QUANT4)}
+            listed.append({"file": os.path.basename(path), "samples": n, "bytes": len(raw),
+                           "records_crc32": "%08x" % (zlib.crc32(raw[crcs_offset:crcs_offset + 4 * n]) & 0xFFFFFFFF)})
+        if listed:
+            splits[split] = {"samples": sum(s["samples"] for s in listed), "shards": listed}
+    if spec is None:
+        raise ShardError("%s: no shards in train/, val/ or test/" % root)
+    doc = dict({"format": "slidefuse-dataset", "version": 1, "source": source, "seed": seed, "count": count},
+               **spec, splits=splits)
+    tmp = os.path.join(root, "manifest.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, os.path.join(root, "manifest.json"))
