@@ -21,23 +21,12 @@
 #include "runtime/log.h"
 #include "runtime/safetensors.h"
 #include "tests/support/compare.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
-// A fresh folder under /tmp, deleted with everything in it when the test ends (checkpoints are
-// ~40 MB each); SF_KEEP_TEST_FILES=1 keeps it for inspection.
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char tmpl[] = "/tmp/sf_ckpt_XXXXXX";
-        const char* d = mkdtemp(tmpl);
-        EXPECT_NE(d, nullptr);
-        path = d ? d : "/nonexistent";
-    }
-    ~TempDir() {
-        std::error_code ec;
-        if (!std::getenv("SF_KEEP_TEST_FILES")) std::filesystem::remove_all(path, ec);
-    }
+struct TempDir : sftest::TempDir {
+    TempDir() : sftest::TempDir("sf_ckpt") {}
 };
 
 // Host storage for one CheckpointView of a table, filled with reproducible random values

@@ -28,6 +28,7 @@
 #include "runtime/log.h"
 #include "runtime/safetensors.h"
 #include "tests/support/compare.h"
+#include "tests/support/temp_dir.h"
 #include "tools/commands.h"
 #include "tools/config.h"
 #include "tools/train.h"
@@ -39,19 +40,8 @@ using V = std::vector<std::string>;
 
 const std::string kSmoke = std::string(SF_SOURCE_DIR) + "/configs/cpu_smoke.yaml";
 
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char tmpl[] = "/tmp/sf_safety_XXXXXX";
-        const char* d = mkdtemp(tmpl);
-        EXPECT_NE(d, nullptr);
-        path = d ? d : "/nonexistent";
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-        if (!std::getenv("SF_KEEP_TEST_FILES")) fs::remove_all(path, ec);
-    }
+struct TempDir : sftest::TempDir {
+    TempDir() : sftest::TempDir("sf_safety") {}
 };
 
 // Captures log lines while alive (replacing the sink that turns warnings into failures).

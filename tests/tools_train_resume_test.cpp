@@ -29,6 +29,7 @@
 #include "runtime/log.h"
 #include "runtime/safetensors.h"
 #include "tests/support/compare.h"
+#include "tests/support/temp_dir.h"
 #include "tools/signals.h"
 #include "tools/train.h"
 
@@ -42,20 +43,8 @@ using nlohmann::json;
 
 const std::string kSmoke = std::string(SF_SOURCE_DIR) + "/configs/cpu_smoke.yaml";
 
-// A fresh folder under /tmp, deleted with everything in it when the test ends (checkpoints are
-// ~40 MB each); SF_KEEP_TEST_FILES=1 keeps it for inspection.
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char tmpl[] = "/tmp/sf_resume_XXXXXX";
-        const char* d = mkdtemp(tmpl);
-        EXPECT_NE(d, nullptr);
-        path = d ? d : "/nonexistent";
-    }
-    ~TempDir() {
-        std::error_code ec;
-        if (!std::getenv("SF_KEEP_TEST_FILES")) std::filesystem::remove_all(path, ec);
-    }
+struct TempDir : sftest::TempDir {
+    TempDir() : sftest::TempDir("sf_resume") {}
 };
 
 // The smoke config writing into dir: run folder dir/run, checkpoints dir/ck, a metrics line per step.

@@ -16,21 +16,13 @@
 #include "model/checkpoint.h"
 #include "runtime/safetensors.h"
 #include "tests/support/compare.h"
+#include "tests/support/temp_dir.h"
 #include "tools/commands.h"
 
 namespace {
 
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char tmpl[] = "/tmp/sf_cuda_train_XXXXXX";
-        const char* d = mkdtemp(tmpl);
-        path = d ? d : "/nonexistent";
-    }
-    ~TempDir() {
-        std::error_code ec;
-        if (!std::getenv("SF_KEEP_TEST_FILES")) std::filesystem::remove_all(path, ec);
-    }
+struct TempDir : sftest::TempDir {
+    TempDir() : sftest::TempDir("sf_cuda_train") {}
 };
 
 std::vector<std::string> base_args(const std::string& root, const std::string& run) {
