@@ -9,6 +9,7 @@
 # usage: scripts/gpu_test.sh [build-dir] [gtest args, e.g. --gtest_output=json:out.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export SF_SOURCE_DIR=${SF_SOURCE_DIR:-$PWD}  # the tests find configs/ here, not at the build machine's path
 BUILD_DIR=${1:-${BUILD_DIR:-build}}
 shift || true
 [ -d "$BUILD_DIR" ] || { echo "gpu_test: no build folder '$BUILD_DIR' (run scripts/setup.sh first)" >&2; exit 1; }

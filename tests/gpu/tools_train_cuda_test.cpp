@@ -27,7 +27,7 @@ struct TempDir : sftest::TempDir {
 
 std::vector<std::string> base_args(const std::string& root, const std::string& run) {
     return {"--config",
-            std::string(SF_SOURCE_DIR) + "/configs/cpu_smoke.yaml",
+            sftest::source_dir() + "/configs/cpu_smoke.yaml",
             "--out",
             root + "/" + run,
             "train.backend=cuda",

@@ -1,5 +1,7 @@
 #include "tests/support/compare.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -148,5 +150,10 @@ struct Register {
 // Registered from a static initializer in this library; referenced by every test binary through
 // sftest::gpu_available / rel_l2, so the object file is always linked.
 static Register g_register;
+
+std::string source_dir() {
+    const char* env = std::getenv("SF_SOURCE_DIR");
+    return env && *env ? std::string(env) : std::string(SF_SOURCE_DIR);
+}
 
 }  // namespace sftest

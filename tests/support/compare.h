@@ -54,6 +54,11 @@ bool gpu_available(std::string* why);
 // CRC-32 (IEEE) one bit at a time: an independent reference for the table-driven one.
 uint32_t crc32_bitwise(const uint8_t* p, size_t n);
 
+// The repository root: $SF_SOURCE_DIR when set (a build folder carried to another machine, whose
+// copy of the repository lives elsewhere: scripts/gpu_test.sh and gpu_verify.sh set it), else the
+// source folder the tests were configured from.
+std::string source_dir();
+
 }  // namespace sftest
 
 // Runs `stmt`, expects rt::Error whose message contains every one of the given strings.

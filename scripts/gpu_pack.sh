@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds for one GPU architecture (default sm_90: H100/H200) into ${BUILD_DIR:-build-gpu} and
+# copies just the binaries a GPU host needs into ${PACK_DIR:-.gpu} (slidefuse, tests/sf_gpu_tests:
+# ~13 MB; cudart and yaml-cpp are static, cuDNN/cuBLAS come from the host), in the layout
+# scripts/gpu_verify.sh and scripts/gpu_test.sh expect of a build folder. The pack folder is added
+# to .git/info/exclude, so it never lands in a commit but can travel beside a copy of the repository:
+#   scripts/gpu_pack.sh && <on the GPU host, in the repository copy> scripts/gpu_verify.sh first .gpu
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ARCH=${ARCH:-90}
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+PACK_DIR=${PACK_DIR:-.gpu}
+BUILD_DIR="$BUILD_DIR" CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=$ARCH ${CMAKE_ARGS:-}" ./scripts/setup.sh
+rm -rf "$PACK_DIR"
+mkdir -p "$PACK_DIR/tests"
+cp "$BUILD_DIR/slidefuse" "$PACK_DIR/"
+cp "$BUILD_DIR/tests/sf_gpu_tests" "$PACK_DIR/tests/"
+if [ -d .git ]; then
+  mkdir -p .git/info
+  grep -qxF "/$PACK_DIR/" .git/info/exclude 2>/dev/null || echo "/$PACK_DIR/" >> .git/info/exclude
+fi
+git rev-parse HEAD > "$PACK_DIR/commit.txt" 2>/dev/null || true
+echo "[gpu_pack] sm_$ARCH binaries in $PACK_DIR ($(du -sh "$PACK_DIR" | cut -f1)), commit $(cat "$PACK_DIR/commit.txt" 2>/dev/null)"
