@@ -180,6 +180,11 @@ T __ldcg(const T* p) {
     return *p;
 }
 
+// nvcc declares these in the global namespace for device code.
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+
 // ---- intrinsics: IEEE round-to-nearest on the CPU (-ffp-contract=off keeps the _rn ones unfused);
 // the approximate ones (__expf) use the correctly rounded libm function instead of the GPU's
 // approximation, so their last bits differ from a GPU's. ----
