@@ -324,8 +324,8 @@ static uint64_t warp_op(unsigned mask, bool shuffle, uint64_t bits, Shfl kind, i
     t.arg = arg;
     t.width = width;
     t.in = bits;
-    ++g_block.in_warp_op[warp];
-    try_complete_warp(warp, mask);
+    // Only the arrival that can complete the group looks at every lane (O(32) once, not per lane).
+    if (++g_block.in_warp_op[warp] >= __builtin_popcount(mask)) try_complete_warp(warp, mask);
     yield_current();
     return t.out;
 }
