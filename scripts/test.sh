@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up, build, and run the whole test suite. GPU-labelled tests skip themselves (and ctest
-# reports them as skipped) on a machine without a usable GPU.
+# reports them as skipped) on a machine without a usable GPU; emu-labelled tests run the custom
+# kernels' gpu tests on the CPU under an emulated device (docs/EMULATION.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # CI (a fresh clone on a machine without a GPU) compiles sm_90 only: the tests need every .cu to

@@ -74,6 +74,7 @@ void run_case(const rt::CudaContext& ctx, const Case& c) {
     SF_CUDA_CHECK(
         cudaMemcpy(arena.at(lab_off), labels.data(), labels.size() * sizeof(data::Label), cudaMemcpyHostToDevice));
     SF_CUDA_CHECK(cudaMemset(out_dev, 0xFF, (out_elems + guard) * 2));  // bf16 NaN everywhere
+    SF_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy-stream memset must land before the kernel
 
     kern::preprocess_cuda(ctx.exec(), c.n, c.h, c.w, c.cp, arena.ptr<uint8_t>(in_off), arena.ptr<data::Label>(lab_off),
                           out_dev);

@@ -364,6 +364,7 @@ TEST(ModelLossCudaGpu, MaskGridMatchesReferencesBitwise) {
         EXPECT_TRUE(bitwise_equal(download(arena.ptr<float>(o_m), cells), ref_min)) << what << " min";
         // One output only.
         SF_CUDA_CHECK(cudaMemset(arena.at(o_a), 0, cells * 4));
+        SF_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy-stream memset must land before the kernels
         model::mask_grid_cuda(ctx.exec(), s.n, s.H, s.W, s.C, s.mask_c, s.stride, arena.ptr<kern::bf16>(o_in), nullptr,
                               arena.ptr<float>(o_m));
         model::mask_grid_cuda(ctx.exec(), s.n, s.H, s.W, s.C, s.mask_c, s.stride, arena.ptr<kern::bf16>(o_in),

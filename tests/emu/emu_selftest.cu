@@ -1,0 +1,206 @@
+// Tests of the CPU emulation itself (docs/EMULATION.md): the semantics the kernels rely on, and
+// that each defect class the emulation exists for is caught (death tests): a race between warps,
+// a read past an allocation, a shuffle waiting for an exited lane, a deadlock. Built only into
+// the emulation (tests/emu/CMakeLists.txt); the kernels are rewritten like the project's.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "runtime/cuda_check.h"
+#include "tests/emu/emu_internal.h"
+
+namespace {
+
+// The two-stage block sum of kernels/adamw.cu (warp shuffles, then warp 0 over the warp sums),
+// one result per block.
+__global__ void block_sums_kernel(const float* x, float* out) {
+    __shared__ float warp_sums[8];
+    float s = x[blockIdx.x * blockDim.x + threadIdx.x];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        s = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+        if (threadIdx.x == 0) out[blockIdx.x] = s;
+    }
+}
+
+// out[lane] per variant: idx from lane 3, up by 1, down by 2, xor 1, all with width 16.
+__global__ void shuffle_variants_kernel(int* out) {
+    const int l = threadIdx.x;
+    out[l] = __shfl_sync(0xffffffffu, l, 3, 16);
+    out[32 + l] = __shfl_up_sync(0xffffffffu, l, 1, 16);
+    out[64 + l] = __shfl_down_sync(0xffffffffu, l, 2, 16);
+    out[96 + l] = __shfl_xor_sync(0xffffffffu, l, 1, 16);
+}
+
+// Missing __syncthreads between the write and the read of a neighbour's slot: a race.
+__global__ void racy_kernel(float* out) {
+    __shared__ float slot[64];
+    slot[threadIdx.x] = static_cast<float>(threadIdx.x);
+    out[threadIdx.x] = slot[(threadIdx.x + 32) % 64];
+}
+
+__global__ void copy_kernel(const float* x, float* y, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) y[i] = x[i];  // off by one: i == n reads and writes past the end
+}
+
+__global__ void early_exit_shuffle_kernel(float* out) {
+    if (threadIdx.x == 5) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+__global__ void deadlock_kernel(float* out) {
+    if (threadIdx.x < 16) {
+        out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1.0f, 1);  // lanes 16..31 never come
+    } else {
+        __syncthreads();
+    }
+}
+
+__global__ void read_kernel(const float* x, float* y) { y[threadIdx.x] = x[threadIdx.x]; }
+
+template <class T>
+T* device_alloc(size_t n) {
+    void* p = nullptr;
+    SF_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+    return static_cast<T*>(p);
+}
+
+template <class T>
+std::vector<T> fetch(const T* p, size_t n) {
+    std::vector<T> h(n);
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
+    SF_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+TEST(Emulation, TwoStageBlockSumsAreExactInEveryBlock) {
+    const int blocks = 5, threads = 256;
+    std::vector<float> x(blocks * threads);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7);
+    float* dx = device_alloc<float>(x.size());
+    float* dy = device_alloc<float>(blocks);
+    SF_CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    block_sums_kernel<<<blocks, threads>>>(dx, dy);
+    SF_CUDA_CHECK(cudaGetLastError());
+    const std::vector<float> got = fetch(dy, blocks);
+    for (int b = 0; b < blocks; ++b) {
+        float want = 0;
+        for (int t = 0; t < threads; ++t) want += x[b * threads + t];
+        EXPECT_EQ(got[b], want) << "block " << b;
+    }
+    cudaFree(dx);
+    cudaFree(dy);
+}
+
+TEST(Emulation, ShuffleVariantsFollowCuda) {
+    int* d = device_alloc<int>(128);
+    shuffle_variants_kernel<<<1, 32>>>(d);
+    const std::vector<int> got = fetch(d, 128);
+    for (int l = 0; l < 32; ++l) {
+        const int seg = l / 16 * 16;
+        EXPECT_EQ(got[l], seg + 3) << l;
+        EXPECT_EQ(got[32 + l], l % 16 >= 1 ? l - 1 : l) << l;
+        EXPECT_EQ(got[64 + l], l % 16 + 2 < 16 ? l + 2 : l) << l;
+        EXPECT_EQ(got[96 + l], l ^ 1) << l;
+    }
+    cudaFree(d);
+}
+
+TEST(Emulation, DeviceMemoryStartsPoisoned) {
+    float* x = device_alloc<float>(32);
+    float* y = device_alloc<float>(32);
+    read_kernel<<<1, 32>>>(x, y);
+    const std::vector<float> got = fetch(y, 32);
+    uint32_t bits;
+    std::memcpy(&bits, &got[0], 4);
+    EXPECT_EQ(bits, 0xffffffffu);
+    cudaFree(x);
+    cudaFree(y);
+}
+
+TEST(Emulation, BadLaunchConfigurationIsAnError) {
+    float* y = device_alloc<float>(1);
+    read_kernel<<<1, 2048>>>(y, y);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    cudaFree(y);
+}
+
+TEST(Emulation, StreamWorkRunsOnlyWhenWaitedFor) {
+    cudaStream_t s;
+    SF_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    float* d = device_alloc<float>(1);
+    const float one = 1.0f;
+    SF_CUDA_CHECK(cudaMemcpyAsync(d, &one, sizeof(float), cudaMemcpyHostToDevice, s));
+    float got = 0;
+    SF_CUDA_CHECK(cudaMemcpy(&got, d, sizeof(float), cudaMemcpyDeviceToHost));  // legacy: no wait for s
+    EXPECT_NE(got, 1.0f);
+    SF_CUDA_CHECK(cudaStreamSynchronize(s));
+    SF_CUDA_CHECK(cudaMemcpy(&got, d, sizeof(float), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, 1.0f);
+    // Synchronising inside a capture breaks it.
+    SF_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+    cudaGraph_t g = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    cudaGetLastError();
+    cudaFree(d);
+    SF_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+using EmulationDeathTest = ::testing::Test;
+
+TEST_F(EmulationDeathTest, RaceBetweenWarpsIsReported) {
+    if (sfemu::orders().size() < 2) GTEST_SKIP() << "needs two thread orders (SF_EMU_ORDER=forward,reverse)";
+    float* y = device_alloc<float>(64);
+    EXPECT_DEATH(
+        {
+            racy_kernel<<<1, 64>>>(y);
+            cudaDeviceSynchronize();
+        },
+        "depends on the thread order");
+    cudaFree(y);
+}
+
+TEST_F(EmulationDeathTest, OutOfBoundsAccessIsReportedWithTheKernel) {
+    float* x = device_alloc<float>(100);
+    float* y = device_alloc<float>(100);
+    EXPECT_DEATH(
+        {
+            copy_kernel<<<1, 128>>>(x, y, 100);
+            cudaDeviceSynchronize();
+        },
+        "heap-buffer-overflow.*in kernel copy_kernel");
+    cudaFree(x);
+    cudaFree(y);
+}
+
+TEST_F(EmulationDeathTest, ShuffleWithAnExitedLaneIsReported) {
+    float* y = device_alloc<float>(32);
+    EXPECT_DEATH(
+        {
+            early_exit_shuffle_kernel<<<1, 32>>>(y);
+            cudaDeviceSynchronize();
+        },
+        "exit");
+    cudaFree(y);
+}
+
+TEST_F(EmulationDeathTest, DeadlockIsReported) {
+    float* y = device_alloc<float>(32);
+    EXPECT_DEATH(
+        {
+            deadlock_kernel<<<1, 32>>>(y);
+            cudaDeviceSynchronize();
+        },
+        "deadlock");
+    cudaFree(y);
+}
+
+}  // namespace

@@ -1,0 +1,32 @@
+// Streams, events and graphs of the CPU emulation (tests/emu/streams.cpp). Work is queued per
+// stream and runs only when the host waits for it (a stream/event/device synchronisation, a
+// synchronous copy, a query) or when another stream waits for one of its events: the latest moment
+// CUDA allows. A host read of device results without the synchronisation CUDA requires, or a
+// stream that uses another's output without waiting for its event, therefore sees stale memory.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <string>
+
+namespace sfemu {
+
+// Queues `run` on stream s (null and cudaStreamLegacy: the legacy default stream), or appends it to
+// the graph s is capturing. Returns the error CUDA would give (a sync-only operation while
+// capturing, an unknown stream).
+cudaError_t enqueue(cudaStream_t s, std::string what, std::function<void()> run);
+// Runs everything queued on s.
+cudaError_t sync_stream(cudaStream_t s);
+// Runs every queued operation of every stream (cudaDeviceSynchronize, cudaFree).
+cudaError_t sync_device();
+// True while any stream captures in a mode that forbids synchronising calls.
+bool capture_forbids_sync();
+// Marks the captures of every stream invalid (a forbidden call happened during capture).
+void invalidate_captures();
+// True when s captures into a graph.
+bool is_capturing(cudaStream_t s);
+
+// The sticky-free error state behind cudaGetLastError / cudaPeekAtLastError.
+cudaError_t set_error(cudaError_t e);
+
+}  // namespace sfemu
