@@ -205,10 +205,12 @@ std::string no_engine_message(const ConvPlanKey& key, const std::vector<std::str
 // Builds the candidates of every variant in preference order and picks one: the tier-0 variants
 // (then the fallback tier if they have nothing); without autotuning the first variant with a plan
 // wins, with it every tier-0 plan is timed and the fastest kept. *timed = candidates timed.
+// Overwrite-mode dgrad keys time their candidates as they will run (an InPlace fallback with the
+// zeroing of dx).
 Engine choose_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const ConvPolicy& pol, const ConvPlanKey& key,
                      int* timed) {
-    const std::vector<ConvAccum> variants = conv_accum_variants(op);
-    const size_t tier0 = conv_accum_tier0(op);
+    const std::vector<ConvAccum> variants = conv_accum_variants(op, key.overwrite);
+    const size_t tier0 = conv_accum_tier0(op, key.overwrite);
     const int limit = pol.autotune ? pol.max_candidates : 1;
     std::vector<Engine> cands;
     std::vector<std::string> reports;
@@ -226,7 +228,7 @@ Engine choose_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Co
     size_t pick = 0;
     *timed = 0;
     if (pol.autotune) {
-        const int best = conv_detail::autotune(ex, s, op, cands, pol.autotune_iters);
+        const int best = conv_detail::autotune(ex, s, op, cands, pol.autotune_iters, !key.overwrite);
         if (best < 0)
             throw ConvUnsupported(rt::format("%s:%d: ConvPlanCache::prepare(%s): none of the %zu candidate engines ran",
                                              __FILE__, __LINE__, key.to_string().c_str(), cands.size()));
@@ -250,7 +252,9 @@ bool rebuild_engine(cudnnHandle_t h, const ConvShape& s, ConvOp op, const ConvPo
 }  // namespace
 
 bool conv_cudnn_operation_ok(const ConvShape& s, ConvOp op, ConvAccum a, std::string* why) {
-    const std::vector<ConvAccum> vs = conv_accum_variants(op);
+    std::vector<ConvAccum> vs = conv_accum_variants(op);
+    if (op == ConvOp::Dgrad)
+        for (ConvAccum v : conv_accum_variants(op, true)) vs.push_back(v);
     SF_CHECK(std::find(vs.begin(), vs.end(), a) != vs.end(), "conv_cudnn_operation_ok: %s is not a variant of %s",
              conv_accum_name(a), conv_op_name(op));
     ConvGraph g;
@@ -273,8 +277,9 @@ struct ConvPlanCache::Impl {
     size_t cudnn_version = 0;  // cudnnGetVersion: the library loaded (part of the process-store key)
     PlanTime time;
 
-    const Plan& step_plan(const rt::Exec& e, const ConvShape& s, ConvOp op, const char* fn) const {
-        const ConvPlanKey key = conv_plan_key(op, s, policy);
+    const Plan& step_plan(const rt::Exec& e, const ConvShape& s, ConvOp op, const char* fn,
+                          bool overwrite = false) const {
+        const ConvPlanKey key = conv_plan_key(op, s, policy, overwrite);
         SF_CHECK(e.is_cuda() && e.cudnn == ex.cudnn && e.stream == ex.stream,
                  "ConvPlanCache::%s(%s): called with a different Exec (%s, handle %p, stream %p) than the plans were "
                  "built for (handle %p, stream %p)",
@@ -288,6 +293,10 @@ struct ConvPlanCache::Impl {
                  "ConvPlanCache::%s(%s): the cuDNN handle is now bound to stream %p, not the Exec's %p", fn,
                  key.to_string().c_str(), static_cast<void*>(bound), static_cast<void*>(e.stream));
         const auto it = plans.find(key);
+        if (it == plans.end() && op == ConvOp::Dgrad) {  // the other mode prepared: say which is missing
+            const ConvPlanKey other = conv_plan_key(op, s, policy, !overwrite);
+            if (plans.count(other)) conv_check_dgrad_mode(other, !overwrite);
+        }
         SF_CHECK(it != plans.end(), "ConvPlanCache::%s: no plan for %s (prepare() it at plan time)", fn,
                  key.to_string().c_str());
         SF_CHECK(workspace_set, "ConvPlanCache::%s(%s): set_workspace() was not called", fn, key.to_string().c_str());
@@ -313,9 +322,9 @@ ConvPlanCache::ConvPlanCache(const rt::Exec& ex, const ConvPolicy& policy) : imp
 
 ConvPlanCache::~ConvPlanCache() = default;
 
-size_t ConvPlanCache::prepare(const ConvShape& s, ConvOp op) {
+size_t ConvPlanCache::prepare(const ConvShape& s, ConvOp op, bool overwrite) {
     s.validate();
-    const ConvPlanKey key = conv_plan_key(op, s, impl_->policy);
+    const ConvPlanKey key = conv_plan_key(op, s, impl_->policy, overwrite);
     const auto found = impl_->plans.find(key);
     if (found != impl_->plans.end()) return found->second->layout.total;
     SF_CHECK(!impl_->workspace_set,
@@ -348,6 +357,11 @@ size_t ConvPlanCache::prepare(const ConvShape& s, ConvOp op) {
         plan->e = choose_engine(impl_->ex, s, op, pol, key, &plan->timed);
         ConvPlanStore::process().put(skey, {plan->e.cfg.identity(), plan->e.accum, plan->e.ms, plan->timed});
     }
+    if (overwrite && plan->e.accum != ConvAccum::Overwrite)
+        SF_LOG_WARN(
+            "conv plan %s: no beta=0 cuDNN engine for this shape; the overwrite-mode dgrad falls back to a beta=1 "
+            "plan that zeroes dx (%zu bytes) before each call",
+            key.to_string().c_str(), s.in().numel() * sizeof(bf16));
     plan->scratch = conv_scratch_bytes(op, plan->e.accum, s);
     plan->layout = conv_workspace_layout(plan->e.cudnn_ws, plan->scratch);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -392,7 +406,7 @@ void ConvPlanCache::forward(const rt::Exec& ex, const ConvShape& s, const bf16* 
 
 void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
                                   bool accumulate) {
-    const Plan& p = impl_->step_plan(ex, s, ConvOp::Dgrad, "backward_data");
+    const Plan& p = impl_->step_plan(ex, s, ConvOp::Dgrad, "backward_data", !accumulate);
     SF_CHECK(rt::aligned(dy, kConvTensorAlign) && rt::aligned(w, kConvTensorAlign) && rt::aligned(dx, kConvTensorAlign),
              "ConvPlanCache::backward_data(%s): dy %p, w %p, dx %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(dy), static_cast<const void*>(w),
@@ -409,11 +423,19 @@ void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, cons
     conv_detail::launch(ex, s, ConvOp::Wgrad, p.e, x, dy, dw, impl_->workspace, nullptr);
 }
 
-double ConvPlanCache::measured_ms(const ConvShape& s, ConvOp op) const {
-    const ConvPlanKey key = conv_plan_key(op, s, impl_->policy);
+double ConvPlanCache::measured_ms(const ConvShape& s, ConvOp op, bool overwrite) const {
+    const ConvPlanKey key = conv_plan_key(op, s, impl_->policy, overwrite);
     const auto it = impl_->plans.find(key);
     SF_CHECK(it != impl_->plans.end(), "ConvPlanCache::measured_ms: no plan for %s", key.to_string().c_str());
     return it->second->e.ms;
+}
+
+size_t ConvPlanCache::overwrite_zeroed_bytes(const ConvShape& s) const {
+    const ConvPlanKey key = conv_plan_key(ConvOp::Dgrad, s, impl_->policy, true);
+    const auto it = impl_->plans.find(key);
+    SF_CHECK(it != impl_->plans.end(), "ConvPlanCache::overwrite_zeroed_bytes: no plan for %s",
+             key.to_string().c_str());
+    return it->second->e.accum == ConvAccum::InPlace ? s.in().numel() * sizeof(bf16) : 0;
 }
 
 std::vector<std::string> ConvPlanCache::describe() const {

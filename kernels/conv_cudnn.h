@@ -17,7 +17,9 @@
 //
 // Contracts (the same as kernels/conv.h's references, bias excluded: the caller adds it):
 //   forward:          y (N,P,Q,Cout) bf16 = conv(x, w)                      (overwritten)
-//   backward_data:    dx (N,H,W,Cin) bf16 += conv_transpose(dy, w)          (accumulates)
+//   backward_data:    dx (N,H,W,Cin) bf16 += conv_transpose(dy, w)          (accumulate mode)
+//                     dx (N,H,W,Cin) bf16  = conv_transpose(dy, w)          (overwrite mode: the first
+//                                            contribution; a beta = 0 plan writes dx, nothing zeroed)
 //   backward_filter:  dw (Cout,k,k,Cin/g) fp32 += sum over N,P,Q of x-patch * dy   (accumulates)
 // Every tensor pointer must be 16-byte aligned (the byte alignment declared to cuDNN).
 #pragma once
@@ -60,11 +62,12 @@ inline ConvPolicy run_conv_policy(bool deterministic) {
     return p;
 }
 
-// What selects a distinct plan: the op, the conv geometry (bias ignored: it is not handled here) and
-// the policy fields that change which engines qualify.
+// What selects a distinct plan: the op, the dgrad mode, the conv geometry (bias ignored: it is not
+// handled here) and the policy fields that change which engines qualify.
 struct ConvPlanKey {
     ConvOp op = ConvOp::Fprop;
-    ConvShape shape;  // bias always false
+    bool overwrite = false;  // dgrad only: dx = conv_transpose (beta = 0) instead of dx += ...
+    ConvShape shape;         // bias always false
     bool deterministic = false;
     bool autotune = true;
     size_t max_workspace = 0;
@@ -72,11 +75,13 @@ struct ConvPlanKey {
 
     bool operator==(const ConvPlanKey& o) const;
     bool operator!=(const ConvPlanKey& o) const { return !(*this == o); }
-    // "wgrad n2 16x32 c32->64 k3 s2 p1 g1 det tuned ws<=256MiB top4"
+    // "wgrad n2 16x32 c32->64 k3 s2 p1 g1 det tuned ws<=256MiB top4"; an overwrite dgrad key
+    // names its op "dgrad-overwrite".
     std::string to_string() const;
 };
 
-ConvPlanKey conv_plan_key(ConvOp op, const ConvShape& s, const ConvPolicy& policy);
+// overwrite: the dgrad plan of the overwrite mode (throws for another op).
+ConvPlanKey conv_plan_key(ConvOp op, const ConvShape& s, const ConvPolicy& policy, bool overwrite = false);
 
 struct ConvPlanKeyHash {
     size_t operator()(const ConvPlanKey& k) const;
@@ -115,23 +120,29 @@ ConvCandidateChoice conv_select_candidates(const std::vector<ConvCandidateInfo>&
                                            size_t max_workspace, int limit, const ConvFinalizeFn& finalize);
 
 // How a plan gets its result into the destination, chosen per plan at prepare() time:
-//   Overwrite    fprop: y = conv (beta = 0).
+//   Overwrite    fprop: y = conv (beta = 0); dgrad, overwrite mode: dx = conv_transpose (beta = 0).
 //   InPlace      dgrad: dx (bf16) = conv + 1*dx in the engine (beta = 1), one rounding;
 //                wgrad: dw (fp32) = conv + 1*dw in the engine (fp32 output tensor, beta = 1).
 //   ScratchBf16  the engine writes bf16 into the workspace's scratch region (beta = 0); one add
 //                kernel then does dst += scratch in fp32 (dgrad: one more bf16 rounding; wgrad:
 //                the bf16 wgrad is widened exactly into the fp32 master gradient).
 //   ScratchF32   wgrad: fp32 scratch (beta = 0), then dw += scratch.
+// An InPlace plan asked to overwrite (the overwrite mode's fallback) gets dx zeroed first.
 enum class ConvAccum { Overwrite, InPlace, ScratchBf16, ScratchF32 };
 const char* conv_accum_name(ConvAccum a);
 
-// Variants tried per op, in order of preference. The first `conv_accum_tier0(op)` of them are
-// equally good numerically (autotuning chooses among them); the rest are only used when none of
-// those has an engine. fprop: {Overwrite}; dgrad: {InPlace, ScratchBf16} (both tier 0);
+// Variants tried per op (and dgrad mode), in order of preference. The first
+// `conv_accum_tier0(op, overwrite)` of them are equally good (autotuning chooses among them); the
+// rest are only used when none of those has an engine. fprop: {Overwrite}; dgrad accumulate:
+// {InPlace, ScratchBf16} (both tier 0); dgrad overwrite: {Overwrite} (tier 0), then InPlace, whose
+// launch must zero dx first (the fallback for a shape without a beta = 0 engine, logged at warning);
 // wgrad: {InPlace, ScratchF32, ScratchBf16} (tier 0 = the two fp32 ones; a bf16 wgrad output is
-// the precision fallback).
-std::vector<ConvAccum> conv_accum_variants(ConvOp op);
-size_t conv_accum_tier0(ConvOp op);
+// the precision fallback). `overwrite` is only valid for dgrad.
+std::vector<ConvAccum> conv_accum_variants(ConvOp op, bool overwrite = false);
+size_t conv_accum_tier0(ConvOp op, bool overwrite = false);
+// The dgrad mode a launch asks for against the mode its plan was prepared for: throws (naming the
+// key and how to prepare the mode) when they differ. Pure: the step-time refusal of an unprepared mode.
+void conv_check_dgrad_mode(const ConvPlanKey& prepared, bool accumulate);
 
 // Scratch bytes a variant needs beside cuDNN's own workspace: the destination's size in the scratch
 // dtype (dgrad: N*H*W*Cin bf16; wgrad: weight_numel bf16 or fp32), 0 for Overwrite and InPlace.
@@ -230,7 +241,8 @@ ConvCudnnDims conv_cudnn_dims(const ConvShape& s);  // validates s
 // Device-free check of what prepare() builds first: the tensors, the convolution descriptor and the
 // operation of (s, op, a), finalized exactly as prepare() does (cuDNN validates dims, strides, data
 // types, P/Q and the group split there, without a handle). False + cuDNN's reason when it refuses.
-// Engines, plans and execution still need a device. Throws if `a` is not a variant of `op`.
+// Engines, plans and execution still need a device. Throws if `a` is not a variant of `op` (in
+// either dgrad mode).
 bool conv_cudnn_operation_ok(const ConvShape& s, ConvOp op, ConvAccum a, std::string* why);
 
 // Tensor unique ids in every conv graph (by role, whichever op reads or writes them).
@@ -286,8 +298,9 @@ public:
     // plus scratch, conv_workspace_layout). Idempotent; a key another ConvPlanCache of this process
     // already autotuned (ConvPlanStore) is rebuilt without timing. Throws ConvUnsupported naming the
     // key when no engine qualifies (with a hint when Cin is not a multiple of 8), rt::Error when
-    // called for a new key after set_workspace() and for CUDA/cuDNN failures.
-    size_t prepare(const ConvShape& s, ConvOp op);
+    // called for a new key after set_workspace() and for CUDA/cuDNN failures. Dgrad: one plan per
+    // mode; overwrite = true prepares the overwrite mode's (beta = 0) plan.
+    size_t prepare(const ConvShape& s, ConvOp op, bool overwrite = false);
     size_t workspace_bytes() const;  // max over every prepared plan
     // Once, after every prepare(): device_ptr (256-byte aligned, or null when workspace_bytes() is
     // 0) with at least workspace_bytes() bytes.
@@ -296,7 +309,8 @@ public:
     // Step time: enqueue on ex.stream. Throws rt::Error (naming the key) if the plan was not
     // prepared or the workspace not set, and for misaligned pointers or a different Exec.
     void forward(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y);
-    // accumulate = false: dx = conv_transpose(dy, w), overwritten (the first contribution).
+    // accumulate = false: dx = conv_transpose(dy, w), overwritten (the first contribution) by the
+    // overwrite mode's plan; each mode needs its own prepare() (an unprepared mode throws).
     void backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
                        bool accumulate = true);
     void backward_filter(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw);
@@ -304,7 +318,10 @@ public:
     // Time per call of the plan chosen for (s, op), its add kernel included, as autotuning measured
     // it (mean of autotune_iters runs); -1 when it was not timed (autotune off). Throws if the plan
     // was not prepared.
-    double measured_ms(const ConvShape& s, ConvOp op) const;
+    double measured_ms(const ConvShape& s, ConvOp op, bool overwrite = false) const;
+    // Bytes of dx zeroed per step-time call of the overwrite mode: 0 with a beta = 0 plan, dx's size
+    // for a shape that fell back to an InPlace plan. Throws if the plan was not prepared.
+    size_t overwrite_zeroed_bytes(const ConvShape& s) const;
 
     // One line per plan, sorted by key: key | engine, knobs, notes | accumulation | workspace | ms.
     std::vector<std::string> describe() const;

@@ -32,14 +32,17 @@ inline bool is_scratch(ConvAccum a) { return a == ConvAccum::ScratchBf16 || a ==
 // Enqueues e for op: `in0`, `in1` are the op's inputs (fprop: x, w; dgrad: dy, w; wgrad: x, dy),
 // `dst` its destination (y, dx, dw). Scratch variants write into the workspace's scratch region and
 // add it into dst. With `why` set, a failing cudnnBackendExecute is reported instead of thrown.
-// accumulate = false (dgrad only: the first contribution to dx): a ScratchBf16 plan (beta = 0) writes
-// dx directly, without the add; an InPlace plan (beta = 1 is part of the finalized plan) gets dx
-// zeroed first.
+// accumulate = false (dgrad only: the first contribution to dx): an Overwrite plan (the overwrite
+// mode's beta = 0 graph) and a ScratchBf16 plan write dx directly, without the add; an InPlace plan
+// (beta = 1 is part of the finalized plan: the overwrite mode's fallback) gets dx zeroed first.
+// An Overwrite dgrad plan refuses accumulate = true.
 cudnnStatus_t launch(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, const void* in0,
                      const void* in1, void* dst, void* workspace, std::string* why, bool accumulate = true);
 
 // Times every candidate on temporary device buffers (plan time: allocates, synchronises) and returns
 // the index of the fastest (each candidate's ms set, -1 for one that failed to launch); -1 when none ran.
-int autotune(const rt::Exec& ex, const ConvShape& s, ConvOp op, std::vector<Engine>& cands, int iters);
+// accumulate: the mode the candidates are launched in (false: dgrad's overwrite mode).
+int autotune(const rt::Exec& ex, const ConvShape& s, ConvOp op, std::vector<Engine>& cands, int iters,
+             bool accumulate = true);
 
 }  // namespace kern::conv_detail

@@ -18,6 +18,9 @@ namespace kern::conv_detail {
 cudnnStatus_t launch(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, const void* in0,
                      const void* in1, void* dst, void* workspace, std::string* why, bool accumulate) {
     SF_CHECK(accumulate || op == ConvOp::Dgrad, "conv launch: only dgrad can overwrite its destination");
+    // A beta = 0 dgrad plan (the overwrite mode's) cannot accumulate: refuse rather than lose dx.
+    SF_CHECK(!(op == ConvOp::Dgrad && e.accum == ConvAccum::Overwrite && accumulate),
+             "conv launch: a beta=0 dgrad plan was asked to accumulate into dx");
     const ConvWorkspaceLayout lay = conv_workspace_layout(e.cudnn_ws, conv_scratch_bytes(op, e.accum, s));
     const bool direct = !accumulate && e.accum == ConvAccum::ScratchBf16;
     void* target = is_scratch(e.accum) && !direct ? static_cast<char*>(workspace) + lay.scratch_offset : dst;
@@ -63,14 +66,15 @@ struct TuneBuffers {
 };
 
 // Mean ms per launch over `iters` runs after one warm-up; -1 when the engine fails to launch.
-double time_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, TuneBuffers& b, int iters) {
+double time_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engine& e, TuneBuffers& b, int iters,
+                   bool accumulate) {
     const void* in0 = op == ConvOp::Dgrad ? b.p[2] : b.p[0];
     const void* in1 = op == ConvOp::Wgrad ? b.p[2] : b.p[1];
     void* dst = op == ConvOp::Fprop ? b.p[2] : (op == ConvOp::Dgrad ? b.p[0] : b.p[3]);
     std::string why;
     for (int i = 0; i <= iters; ++i) {
         if (i == 1) SF_CUDA_CHECK(cudaEventRecord(b.start, ex.stream));
-        if (launch(ex, s, op, e, in0, in1, dst, b.p[4], &why) != CUDNN_STATUS_SUCCESS) {
+        if (launch(ex, s, op, e, in0, in1, dst, b.p[4], &why, accumulate) != CUDNN_STATUS_SUCCESS) {
             SF_LOG_DEBUG("conv autotune: %s failed to launch: %s", e.cfg.identity().c_str(), why.c_str());
             SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
             return -1;
@@ -86,8 +90,10 @@ double time_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Engi
 }  // namespace
 
 // Times every candidate on temporary buffers (filled with a small finite constant) and returns the
-// index of the fastest; -1 when none ran.
-int autotune(const rt::Exec& ex, const ConvShape& s, ConvOp op, std::vector<Engine>& cands, int iters) {
+// index of the fastest; -1 when none ran. accumulate = false: dgrad's overwrite mode (an InPlace
+// fallback is timed with its zeroing of dx).
+int autotune(const rt::Exec& ex, const ConvShape& s, ConvOp op, std::vector<Engine>& cands, int iters,
+             bool accumulate) {
     TuneBuffers b;
     size_t ws = 0;
     for (const Engine& e : cands)
@@ -102,7 +108,7 @@ int autotune(const rt::Exec& ex, const ConvShape& s, ConvOp op, std::vector<Engi
     SF_CUDA_CHECK(cudaEventCreate(&b.stop));
     int best = -1;
     for (size_t i = 0; i < cands.size(); ++i) {
-        cands[i].ms = time_engine(ex, s, op, cands[i], b, iters);
+        cands[i].ms = time_engine(ex, s, op, cands[i], b, iters, accumulate);
         if (cands[i].ms >= 0 && (best < 0 || cands[i].ms < cands[static_cast<size_t>(best)].ms))
             best = static_cast<int>(i);
     }

@@ -44,6 +44,7 @@ ConvImpl pick_conv_impl(const std::vector<ConvImpl>& candidates, const std::vect
 
 struct GpuOps::Entry {
     kern::ConvShape shape;
+    ConvUse use;  // the dgrad modes prepared
     bool dgrad = false;
     ConvImpl impl = ConvImpl::Cudnn;
     double ms[2] = {-1, -1};  // fwd+dgrad+wgrad per candidate (cudnn, custom), -1 = not measured
@@ -134,18 +135,47 @@ void GpuOps::prepare(const std::vector<ConvUse>& convs) {
         "conv plans: %zu convolutions, %d cuDNN keys autotuned and %d rebuilt from earlier networks in %.1f s "
         "(%.1f s plan time in all, custom-kernel timing included)",
         convs.size(), t.tuned, t.reused, t.seconds, plan_seconds_);
+    if (dgrad_zeroed_bytes() > 0)
+        SF_LOG_WARN(
+            "conv plans: %.2f MB of dx zeroed before overwrite-mode backward-data (one call per shape without a "
+            "beta=0 cuDNN engine, named in the warnings above)",
+            static_cast<double>(dgrad_zeroed_bytes()) / 1e6);
+}
+
+size_t GpuOps::dgrad_zeroed_bytes() const {
+    size_t bytes = 0;
+    for (const Entry& e : entries_)
+        if (e.impl == ConvImpl::Cudnn && e.use.needs_overwrite()) bytes += cudnn_->overwrite_zeroed_bytes(e.shape);
+    return bytes;
+}
+
+void GpuOps::prepare_cudnn(const ConvUse& u) {
+    cudnn_->prepare(u.shape, kern::ConvOp::Fprop);
+    cudnn_->prepare(u.shape, kern::ConvOp::Wgrad);
+    if (u.needs_accumulate()) cudnn_->prepare(u.shape, kern::ConvOp::Dgrad, false);
+    if (u.needs_overwrite()) cudnn_->prepare(u.shape, kern::ConvOp::Dgrad, true);
+}
+
+// cuDNN's fwd + wgrad + one dgrad (the mean over the modes the step uses), as autotuning measured.
+double GpuOps::cudnn_ms(const ConvUse& u) const {
+    double ms = cudnn_->measured_ms(u.shape, kern::ConvOp::Fprop) + cudnn_->measured_ms(u.shape, kern::ConvOp::Wgrad);
+    if (!u.dgrad) return ms;
+    double dgrad = 0;
+    int modes = 0;
+    if (u.needs_accumulate()) dgrad += cudnn_->measured_ms(u.shape, kern::ConvOp::Dgrad, false), ++modes;
+    if (u.needs_overwrite()) dgrad += cudnn_->measured_ms(u.shape, kern::ConvOp::Dgrad, true), ++modes;
+    return ms + dgrad / modes;
 }
 
 void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
     for (const ConvUse& u : convs) {
         Entry e;
         e.shape = u.shape;
+        e.use = u;
         e.dgrad = u.dgrad;
         const std::vector<ConvImpl> cand = conv_candidates(u.shape);
         if (cand.size() == 1) {  // cuDNN only
-            cudnn_->prepare(u.shape, kern::ConvOp::Fprop);
-            cudnn_->prepare(u.shape, kern::ConvOp::Wgrad);
-            if (u.dgrad) cudnn_->prepare(u.shape, kern::ConvOp::Dgrad);
+            prepare_cudnn(u);
             entries_.push_back(e);
             continue;
         }
@@ -161,12 +191,8 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
         // Time cuDNN (its autotuned plans) against the custom kernels; a shape cuDNN refuses counts
         // as failed (the stem's 2 input channels may be one).
         try {
-            cudnn_->prepare(u.shape, kern::ConvOp::Fprop);
-            cudnn_->prepare(u.shape, kern::ConvOp::Wgrad);
-            if (u.dgrad) cudnn_->prepare(u.shape, kern::ConvOp::Dgrad);
-            e.ms[0] = cudnn_->measured_ms(u.shape, kern::ConvOp::Fprop) +
-                      cudnn_->measured_ms(u.shape, kern::ConvOp::Wgrad) +
-                      (u.dgrad ? cudnn_->measured_ms(u.shape, kern::ConvOp::Dgrad) : 0.0);
+            prepare_cudnn(u);
+            e.ms[0] = cudnn_ms(u);
         } catch (const kern::ConvUnsupported& err) {
             // Only "cuDNN has no plan" falls back. A CUDA error raised while it was being looked
             // for must not pass for one: surface anything pending on the device first.
@@ -273,7 +299,7 @@ void GpuOps::conv_forward(const rt::Exec& ex, const kern::ConvShape& s, const ke
 void GpuOps::conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy, const kern::bf16* w,
                                 kern::bf16* dx, bool accumulate) const {
     const Entry& e = find(s);
-    SF_CHECK(e.dgrad, "convolution %s was planned without an input gradient", shape_string(s).c_str());
+    check_dgrad_mode(e.use, accumulate);  // each mode has its own plan: refuse one that was not prepared
     if (e.impl == ConvImpl::Cudnn)
         cudnn_->backward_data(ex, s, dy, w, dx, accumulate);
     else

@@ -9,8 +9,10 @@
 // key (debug) and per network (info); keys autotuned by an earlier network of the process are
 // rebuilt without timing (kern::ConvPlanStore).
 // At step time the three entry points enqueue on ex.stream; they never build plans, allocate or
-// synchronise. Contracts: forward overwrites y; backward_data accumulates into dx (bf16);
-// backward_filter accumulates into dw (fp32 master gradient, KRSC).
+// synchronise. Contracts: forward overwrites y; backward_data overwrites dx (bf16) or accumulates
+// into it, in the modes ConvUse records for the shape (the traced backward), each mode with its own
+// cuDNN plan (overwrite: beta = 0, nothing zeroed); backward_filter accumulates into dw (fp32
+// master gradient, KRSC).
 #pragma once
 #include <memory>
 #include <string>
@@ -74,11 +76,16 @@ public:
                               const kern::bf16* dy, float* dw) const;
 
     std::vector<std::string> describe() const;
+    // Bytes of dx the overwrite-mode backward-data zeroes per call set (one call per cuDNN shape that
+    // needs the mode): 0 unless a shape had no beta = 0 engine and fell back to a beta = 1 plan.
+    size_t dgrad_zeroed_bytes() const;
     double plan_seconds() const { return plan_seconds_; }  // wall time of prepare()
 
 private:
     struct Entry;
     void prepare_entries(const std::vector<ConvUse>& convs);
+    void prepare_cudnn(const ConvUse& u);  // fprop, wgrad and each dgrad mode u needs
+    double cudnn_ms(const ConvUse& u) const;
     const Entry& find(const kern::ConvShape& s) const;
     double time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const;  // ms per fwd(+dgrad)+wgrad
     void run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,

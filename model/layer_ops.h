@@ -111,12 +111,12 @@ inline void column_sum(const rt::Exec& ex, size_t rows, int c, const bf16* dy, f
 inline void conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, const float* dy, const float* w,
                                float* dx) {
     bool acc;
-    if (grad_op({dy}, {dx}, &acc, true)) kern::conv_backward_data(ex, s, dy, w, dx, acc);
+    if (grad_op({dy}, {dx}, &acc, &s)) kern::conv_backward_data(ex, s, dy, w, dx, acc);
 }
 inline void conv_backward_data(const GpuOps* gpu, const rt::Exec& ex, const kern::ConvShape& s, const bf16* dy,
                                const bf16* w, bf16* dx) {
     bool acc;
-    if (grad_op({dy}, {dx}, &acc, true)) gpu->conv_backward_data(ex, s, dy, w, dx, acc);
+    if (grad_op({dy}, {dx}, &acc, &s)) gpu->conv_backward_data(ex, s, dy, w, dx, acc);
 }
 inline void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const float* x, const float* dy,
                                  float* dw, float* db) {

@@ -67,18 +67,35 @@ template kern::bf16* Planner::scratch_as<kern::bf16>(size_t, const char*);
 
 float* Planner::scratch(size_t numel, const char* what) { return scratch_as<float>(numel, what); }
 
+bool same_conv_shape(const kern::ConvShape& a, const kern::ConvShape& b) {
+    return a.n == b.n && a.h == b.h && a.w == b.w && a.cin == b.cin && a.cout == b.cout && a.k == b.k &&
+           a.stride == b.stride && a.pad == b.pad && a.groups == b.groups && a.bias == b.bias;
+}
+
+void check_dgrad_mode(const ConvUse& u, bool accumulate) {
+    const kern::ConvShape& s = u.shape;
+    SF_CHECK(u.dgrad, "conv n%d %dx%d c%d->%d k%d s%d g%d was planned without an input gradient", s.n, s.h, s.w, s.cin,
+             s.cout, s.k, s.stride, s.groups);
+    SF_CHECK(accumulate ? u.needs_accumulate() : u.needs_overwrite(),
+             "conv n%d %dx%d c%d->%d k%d s%d g%d: backward-data asked to %s dx, but only the %s mode was prepared "
+             "(the traced backward never asked for it: the backward changed after the plan was made)",
+             s.n, s.h, s.w, s.cin, s.cout, s.k, s.stride, s.groups, accumulate ? "accumulate into" : "overwrite",
+             accumulate ? "overwrite" : "accumulate");
+}
+
 void Planner::conv(const kern::ConvShape& s, bool dgrad) {
     if (binding_) return;
     s.validate();
     for (ConvUse& u : convs_) {
-        const kern::ConvShape& o = u.shape;
-        if (o.n == s.n && o.h == s.h && o.w == s.w && o.cin == s.cin && o.cout == s.cout && o.k == s.k &&
-            o.stride == s.stride && o.pad == s.pad && o.groups == s.groups && o.bias == s.bias) {
+        if (same_conv_shape(u.shape, s)) {
             u.dgrad = u.dgrad || dgrad;
             return;
         }
     }
-    convs_.push_back({s, dgrad});
+    ConvUse u;
+    u.shape = s;
+    u.dgrad = dgrad;
+    convs_.push_back(u);
 }
 
 void Planner::layer(const LayerUse& l) {

@@ -58,11 +58,26 @@ struct Param {
 };
 
 // A convolution the step runs, recorded by the sizing pass (the CUDA backend builds its plans from
-// this list before the arena is sealed).
+// this list before the arena is sealed). One entry per distinct shape. The dgrad modes come from
+// the traced backward (Planner::plan_grads): a backward-data that is the first contribution to its
+// dx overwrites it (a beta = 0 plan), a later one accumulates (beta = 1 or scratch + add); a shape
+// used by several layers may need both. With dgrad set and neither mode recorded (a list built by
+// hand, or before plan_grads), the accumulate mode is assumed.
 struct ConvUse {
     kern::ConvShape shape;
-    bool dgrad = false;  // the input needs a gradient (false for the first conv)
+    bool dgrad = false;             // the input needs a gradient (false for the first conv)
+    bool dgrad_overwrite = false;   // some backward-data of this shape overwrites dx
+    bool dgrad_accumulate = false;  // some backward-data of this shape accumulates into dx
+    bool needs_overwrite() const { return dgrad && dgrad_overwrite; }
+    bool needs_accumulate() const { return dgrad && (dgrad_accumulate || !dgrad_overwrite); }
 };
+
+// Same geometry and bias (what makes two convolutions one ConvUse).
+bool same_conv_shape(const kern::ConvShape& a, const kern::ConvShape& b);
+
+// Step-time check of a backward-data's mode against the modes planned for its conv: throws, naming
+// the shape and the modes prepared, when `accumulate` asks for one that was not prepared.
+void check_dgrad_mode(const ConvUse& u, bool accumulate);
 
 // A layer with a convolution, in execution order (sizing pass), for per-layer reports: its
 // profiling scope names are "<name> fwd" and "<name> bwd".
@@ -136,6 +151,7 @@ public:
     // Between the sizing pass and finish_sizing(): the network traces its backward on tape() (or
     // the dry run does) and plan_grads() assigns lifetimes and offsets.
     GradTape& tape() { return tape_; }
+    const GradTape& tape() const { return tape_; }
     void plan_grads();
     bool grads_planned() const { return grads_planned_; }
     GradLayout grad_layout() const { return layout_; }
@@ -164,6 +180,7 @@ public:
 
 private:
     size_t reserve(size_t& cursor, size_t bytes);
+    void record_dgrad_mode(const kern::ConvShape& s, bool overwrite);
     void* bind(uint8_t* base, size_t& cursor, size_t bytes);
 
     rt::MemKind kind_;

@@ -33,6 +33,21 @@ size_t first_fit(const GradSlot& g, const std::vector<const GradSlot*>& placed) 
 }
 }  // namespace
 
+// The dgrad mode of one traced backward-data on the ConvUse of its shape (the Separate layout
+// accumulates every write). The CPU network records no convs (its convolutions need no plans).
+void Planner::record_dgrad_mode(const kern::ConvShape& s, bool overwrite) {
+    if (convs_.empty()) return;
+    for (ConvUse& u : convs_) {
+        if (!same_conv_shape(u.shape, s)) continue;
+        SF_CHECK(u.dgrad, "the backward trace runs a backward-data of conv n%d %dx%d c%d->%d k%d, declared without one",
+                 s.n, s.h, s.w, s.cin, s.cout, s.k);
+        (overwrite ? u.dgrad_overwrite : u.dgrad_accumulate) = true;
+        return;
+    }
+    SF_FAIL("the backward trace runs a backward-data of conv n%d %dx%d c%d->%d k%d s%d g%d, which no layer declared",
+            s.n, s.h, s.w, s.cin, s.cout, s.k, s.stride, s.groups);
+}
+
 void Planner::plan_grads() {
     SF_CHECK(!binding_ && !grads_planned_, "plan_grads() must run once, between the sizing and binding passes");
     SF_CHECK(tape_.mode() == GradTape::Mode::Idle, "plan_grads() while the backward is being traced");
@@ -41,6 +56,7 @@ void Planner::plan_grads() {
     write_slot_.clear();
     write_acc_.clear();
     grad_dgrad_first_ = 0;
+    for (ConvUse& u : convs_) u.dgrad_overwrite = u.dgrad_accumulate = false;
     for (const GradTape::Event& e : tape_.events()) {
         const uintptr_t p = reinterpret_cast<uintptr_t>(e.ptr);
         SF_CHECK(p >= kGradPlaceholderBase && (p - kGradPlaceholderBase) % kAlign == 0 &&
@@ -58,6 +74,7 @@ void Planner::plan_grads() {
         write_slot_.push_back(static_cast<int>(i));
         write_acc_.push_back(written[i]);
         if (!written[i] && e.conv_dgrad) grad_dgrad_first_ += g.bytes;
+        if (e.conv_dgrad) record_dgrad_mode(e.conv, !written[i] && layout_ != GradLayout::Separate);
         written[i] = true;
     }
     act_grad_bytes_ = 0;

@@ -107,6 +107,63 @@ TEST(KernelsConvCudnnPlan, KeyToString) {
     EXPECT_EQ(kern::conv_plan_key(ConvOp::Dgrad, shape(3, 4, 6, 128, 256, 1, 1), p).to_string(),
               "dgrad n3 4x6 c128->256 k1 s1 p0 g1 nondet heur ws<=1000B top4");
     EXPECT_STREQ(kern::conv_op_name(ConvOp::Dgrad), "dgrad");
+    EXPECT_EQ(kern::conv_plan_key(ConvOp::Dgrad, shape(3, 4, 6, 128, 256, 1, 1), p, true).to_string(),
+              "dgrad-overwrite n3 4x6 c128->256 k1 s1 p0 g1 nondet heur ws<=1000B top4");
+}
+
+// The dgrad modes are distinct plans: distinct keys (equality, hash, string), so the plan cache and
+// the process-wide store never hand one mode's plan to the other; only dgrad has the mode.
+TEST(KernelsConvCudnnPlan, DgradModesAreDistinctKeys) {
+    const ConvPolicy p;
+    const ConvShape s = shape(2, 8, 16, 32, 64, 3, 1);
+    const kern::ConvPlanKey acc = kern::conv_plan_key(ConvOp::Dgrad, s, p),
+                            ovw = kern::conv_plan_key(ConvOp::Dgrad, s, p, true);
+    EXPECT_FALSE(acc.overwrite);
+    EXPECT_TRUE(ovw.overwrite);
+    EXPECT_NE(acc, ovw);
+    EXPECT_NE(kern::ConvPlanKeyHash{}(acc), kern::ConvPlanKeyHash{}(ovw));
+    EXPECT_NE(acc.to_string(), ovw.to_string());
+    EXPECT_EQ(acc, kern::conv_plan_key(ConvOp::Dgrad, s, p, false));
+    const kern::ConvPlanStoreKey sa{acc, 0, 91900}, so{ovw, 0, 91900};
+    EXPECT_FALSE(sa == so);
+    kern::ConvPlanStore store;
+    bool built = false;
+    store.get_or_build(
+        sa,
+        [] {
+            return kern::ConvPlanChoice{"a", ConvAccum::InPlace, 1.0, 2};
+        },
+        &built);
+    EXPECT_TRUE(built);
+    const kern::ConvPlanChoice c = store.get_or_build(
+        so,
+        [] {
+            return kern::ConvPlanChoice{"o", ConvAccum::Overwrite, 0.5, 1};
+        },
+        &built);
+    EXPECT_TRUE(built);  // the overwrite key is not answered by the accumulate key's choice
+    EXPECT_EQ(c.accum, ConvAccum::Overwrite);
+    EXPECT_EQ(store.size(), 2u);
+    for (ConvOp op : {ConvOp::Fprop, ConvOp::Wgrad}) {
+        SF_EXPECT_ERROR(kern::conv_plan_key(op, s, p, true), "only dgrad has an overwrite mode",
+                        kern::conv_op_name(op));
+        SF_EXPECT_ERROR(kern::conv_accum_variants(op, true), "only dgrad has an overwrite mode");
+        SF_EXPECT_ERROR(kern::conv_accum_tier0(op, true), "only dgrad has an overwrite mode");
+    }
+}
+
+// A launch in a mode whose plan was not prepared is refused, naming both keys and what to do.
+TEST(KernelsConvCudnnPlan, UnpreparedDgradModeIsRefused) {
+    const ConvShape s = shape(2, 8, 16, 32, 64, 3, 1);
+    const kern::ConvPlanKey acc = kern::conv_plan_key(ConvOp::Dgrad, s, {}),
+                            ovw = kern::conv_plan_key(ConvOp::Dgrad, s, {}, true);
+    kern::conv_check_dgrad_mode(acc, true);  // the prepared mode passes
+    kern::conv_check_dgrad_mode(ovw, false);
+    SF_EXPECT_ERROR(kern::conv_check_dgrad_mode(acc, false), "overwrite mode was asked",
+                    "only the accumulate mode was prepared", "dgrad-overwrite n2 8x16 c32->64", "ConvUse");
+    SF_EXPECT_ERROR(kern::conv_check_dgrad_mode(ovw, true), "accumulate mode was asked",
+                    "only the overwrite mode was prepared");
+    SF_EXPECT_ERROR(kern::conv_check_dgrad_mode(kern::conv_plan_key(ConvOp::Wgrad, s, {}), true), "no dgrad key");
 }
 
 TEST(KernelsConvCudnnPlan, CacheNeedsCuda) {
@@ -175,6 +232,12 @@ TEST(KernelsConvCudnnPlan, AccumVariants) {
     EXPECT_EQ(kern::conv_accum_tier0(ConvOp::Fprop), size_t(1));
     EXPECT_EQ(kern::conv_accum_tier0(ConvOp::Dgrad), size_t(2));
     EXPECT_EQ(kern::conv_accum_tier0(ConvOp::Wgrad), size_t(2));
+    // The overwrite mode: beta = 0 into dx first; the beta = 1 plan (dx zeroed first) only when no
+    // beta = 0 engine exists. Neither needs scratch.
+    EXPECT_EQ(kern::conv_accum_variants(ConvOp::Dgrad, true),
+              (std::vector<ConvAccum>{ConvAccum::Overwrite, ConvAccum::InPlace}));
+    EXPECT_EQ(kern::conv_accum_tier0(ConvOp::Dgrad, true), size_t(1));
+    EXPECT_EQ(kern::conv_scratch_bytes(ConvOp::Dgrad, ConvAccum::Overwrite, shape(2, 8, 16, 32, 64, 3, 1)), 0u);
     EXPECT_STREQ(kern::conv_accum_name(ConvAccum::InPlace), "in-place(beta=1)");
     EXPECT_STREQ(kern::conv_accum_name(ConvAccum::ScratchF32), "scratch-fp32+add");
 }
@@ -258,15 +321,21 @@ TEST(KernelsConvCudnnPlan, OperationsFinalizeWithoutDevice) {
     int checked = 0;
     for (const ConvShape& s : shapes)
         for (ConvOp op : {ConvOp::Fprop, ConvOp::Dgrad, ConvOp::Wgrad})
-            for (ConvAccum a : kern::conv_accum_variants(op)) {
-                std::string why = "unset";
-                EXPECT_TRUE(kern::conv_cudnn_operation_ok(s, op, a, &why))
-                    << kern::conv_plan_key(op, s, {}).to_string() << " " << kern::conv_accum_name(a) << ": " << why;
-                ++checked;
+            for (bool overwrite : {false, true}) {
+                if (overwrite && op != ConvOp::Dgrad) continue;
+                for (ConvAccum a : kern::conv_accum_variants(op, overwrite)) {
+                    std::string why = "unset";
+                    EXPECT_TRUE(kern::conv_cudnn_operation_ok(s, op, a, &why))
+                        << kern::conv_plan_key(op, s, {}, overwrite).to_string() << " " << kern::conv_accum_name(a)
+                        << ": " << why;
+                    ++checked;
+                }
             }
-    EXPECT_EQ(checked, 10 * 6);
+    EXPECT_EQ(checked, 10 * 8);  // fprop 1, dgrad 2 + 2 (overwrite: the beta = 0 graph), wgrad 3
     SF_EXPECT_ERROR(kern::conv_cudnn_operation_ok(shapes[0], ConvOp::Fprop, ConvAccum::InPlace, nullptr),
                     "is not a variant of fprop");
+    SF_EXPECT_ERROR(kern::conv_cudnn_operation_ok(shapes[0], ConvOp::Dgrad, ConvAccum::ScratchF32, nullptr),
+                    "is not a variant of dgrad");
 }
 
 TEST(KernelsConvCudnnPlan, NoteNames) {

@@ -51,8 +51,22 @@ TEST(PlanCommand, JsonFieldsMatchThePlanner) {
     const nlohmann::json w = tools::plan_json(a, 1 << 20);
     EXPECT_EQ(w["regions"]["workspace"]["bytes"].get<size_t>(), r["workspace"]["bytes"].get<size_t>() + (1 << 20));
     EXPECT_TRUE(w["workspace"]["includes_conv_workspace"].get<bool>());
+    // Overwrite-mode dgrad runs beta = 0 plans: 0 zeroed; the bound (no beta = 0 engine anywhere) is
+    // every byte first written by a backward-data. The per-shape modes are the planner's ConvUse.
+    EXPECT_EQ(g["dgrad_first_write_bytes"].get<size_t>(), m.grad_dgrad_first);
+    EXPECT_GT(m.grad_dgrad_first, 0u);
+    EXPECT_EQ(g["dgrad_first_write_zeroed_bytes"].get<size_t>(), 0u);
+    EXPECT_EQ(g["dgrad_first_write_zeroed_bound_bytes"].get<size_t>(), m.grad_dgrad_first);
+    size_t o = 0, acc = 0, both = 0;
+    for (const model::ConvUse& u : net.plan().convs())
+        if (u.dgrad) (u.needs_overwrite() && u.needs_accumulate() ? both : (u.needs_overwrite() ? o : acc)) += 1;
+    EXPECT_EQ(g["conv_dgrad_modes"]["overwrite_only"].get<size_t>(), o);
+    EXPECT_EQ(g["conv_dgrad_modes"]["accumulate_only"].get<size_t>(), acc);
+    EXPECT_EQ(g["conv_dgrad_modes"]["both"].get<size_t>(), both);
     const std::string text = tools::plan_text(d);
-    for (const char* k : {"activation_grads", "optimizer_state", "zeroed per micro-step", "batch 4", "2x128x256"})
+    for (const char* k : {"activation_grads", "optimizer_state", "zeroed per micro-step", "batch 4", "2x128x256",
+                          "by beta=0 plans: 0.00 MB zeroed", "a dry run builds no plans",
+                          "without a beta=0 cuDNN engine", "conv backward-data plans per shape"})
         EXPECT_NE(text.find(k), std::string::npos) << k << "\n" << text;
 }
 

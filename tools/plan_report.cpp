@@ -11,8 +11,14 @@ const char* const kPlanSchema = "slidefuse.plan/1";
 
 namespace {
 
+// Conv shapes (model::ConvUse) by the dgrad modes the traced backward needs: {overwrite only,
+// accumulate only, both}.
+struct DgradModes {
+    size_t overwrite = 0, accumulate = 0, both = 0;
+};
+
 template <class T>
-model::MemoryPlan dry_plan(const PlanArgs& a, size_t* flat_params, size_t* params) {
+model::MemoryPlan dry_plan(const PlanArgs& a, size_t* flat_params, size_t* params, DgradModes* modes) {
     model::NetShape s;
     s.batch = a.batch;
     s.height = a.height;
@@ -21,6 +27,11 @@ model::MemoryPlan dry_plan(const PlanArgs& a, size_t* flat_params, size_t* param
     const model::SiderNetT<T> net(s, model::DryRun{});
     *flat_params = net.table().flat_size;
     *params = net.table().num_parameters();
+    for (const model::ConvUse& u : net.plan().convs()) {
+        if (!u.dgrad) continue;
+        const bool o = u.needs_overwrite(), acc = u.needs_accumulate();
+        (o && acc ? modes->both : (o ? modes->overwrite : modes->accumulate)) += 1;
+    }
     return net.plan().memory();
 }
 
@@ -33,7 +44,9 @@ nlohmann::json region(size_t bytes, int batch, bool per_sample) {
 
 nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
     size_t flat = 0, count = 0;
-    const model::MemoryPlan m = a.cuda ? dry_plan<kern::bf16>(a, &flat, &count) : dry_plan<float>(a, &flat, &count);
+    DgradModes dm;
+    const model::MemoryPlan m =
+        a.cuda ? dry_plan<kern::bf16>(a, &flat, &count, &dm) : dry_plan<float>(a, &flat, &count, &dm);
     // The flat parameter region (model/planner.h): master, gradient, AdamW m and v (fp32 each) and
     // the bf16 working copy; the master and the working copy are "parameters".
     const size_t grads = flat * sizeof(float), optim = 2 * flat * sizeof(float);
@@ -62,14 +75,20 @@ nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
           {"shared_bytes", m.activation_grads},
           {"zeroed_per_micro_step_bytes", m.grad_zeroed},
           {"zeroed_per_sample_bytes", static_cast<double>(m.grad_zeroed) / a.batch},
-          {"dgrad_first_write_bytes", m.grad_dgrad_first}}},
+          {"dgrad_first_write_bytes", m.grad_dgrad_first},
+          // Overwrite-mode dgrad runs beta = 0 plans: nothing zeroed. Only a shape without a beta = 0
+          // cuDNN engine falls back to zeroing dx, which a dry run cannot know (no plans): the bound.
+          {"dgrad_first_write_zeroed_bytes", 0},
+          {"dgrad_first_write_zeroed_bound_bytes", m.grad_dgrad_first},
+          {"conv_dgrad_modes",
+           {{"overwrite_only", dm.overwrite}, {"accumulate_only", dm.accumulate}, {"both", dm.both}}}}},
         {"workspace", {{"bytes", workspace}, {"includes_conv_workspace", conv_workspace_bytes > 0}}}};
     return doc;
 }
 
 std::string plan_text(const nlohmann::json& d) {
     std::string out;
-    char line[256];
+    char line[512];
     const nlohmann::json& s = d["shape"];
     std::snprintf(line, sizeof(line), "memory plan: %s backend (%d-byte activations), batch %d, input %dx%dx%d\n",
                   d["backend"].get<std::string>().c_str(), d["activation_element_bytes"].get<int>(),
@@ -93,11 +112,23 @@ std::string plan_text(const nlohmann::json& d) {
     std::snprintf(line, sizeof(line),
                   "activation gradients: %zu tensors, %.2f MB with a region each, %.2f MB shared by lifetime\n"
                   "zeroed per micro-step: %.2f MB (%.3f MB per sample)\n"
-                  "first written by a conv backward-data: %.2f MB (zeroed in the op by a beta=1 cuDNN plan)\n",
+                  "first written by a conv backward-data: %.2f MB, by beta=0 plans: %.2f MB zeroed (a dry run "
+                  "builds no plans: only a shape without a beta=0 cuDNN engine would zero its dx first, at most "
+                  "%.2f MB)\n",
                   g["tensors"].get<size_t>(), g["unshared_bytes"].get<double>() / 1e6,
                   g["shared_bytes"].get<double>() / 1e6, g["zeroed_per_micro_step_bytes"].get<double>() / 1e6,
-                  g["zeroed_per_sample_bytes"].get<double>() / 1e6, g["dgrad_first_write_bytes"].get<double>() / 1e6);
+                  g["zeroed_per_sample_bytes"].get<double>() / 1e6, g["dgrad_first_write_bytes"].get<double>() / 1e6,
+                  g["dgrad_first_write_zeroed_bytes"].get<double>() / 1e6,
+                  g["dgrad_first_write_zeroed_bound_bytes"].get<double>() / 1e6);
     out += line;
+    const nlohmann::json& cm = g["conv_dgrad_modes"];
+    if (d["backend"] == "cuda") {
+        std::snprintf(line, sizeof(line),
+                      "conv backward-data plans per shape: %zu overwrite only, %zu accumulate only, %zu both modes\n",
+                      cm["overwrite_only"].get<size_t>(), cm["accumulate_only"].get<size_t>(),
+                      cm["both"].get<size_t>());
+        out += line;
+    }
     if (!d["workspace"]["includes_conv_workspace"].get<bool>())
         out +=
             "workspace: the planner's reductions only; the cuDNN convolution workspace is chosen when plans are "

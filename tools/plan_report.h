@@ -7,7 +7,11 @@
 //                activation_grads, workspace: {"bytes", "per_sample" (null: independent of the batch)}},
 //    "total": {"bytes", "per_sample"},
 //    "activation_grads": {tensors, unshared_bytes, shared_bytes, zeroed_per_micro_step_bytes,
-//                         zeroed_per_sample_bytes, dgrad_first_write_bytes},
+//                         zeroed_per_sample_bytes, dgrad_first_write_bytes (first written by a conv
+//                         backward-data), dgrad_first_write_zeroed_bytes (of those, zeroed first: 0,
+//                         beta = 0 plans), dgrad_first_write_zeroed_bound_bytes (zeroed if no shape had
+//                         a beta = 0 engine: a dry run builds no plans), conv_dgrad_modes: {overwrite_only,
+//                         accumulate_only, both} (conv shapes by the dgrad modes the backward needs)},
 //    "workspace": {"bytes", "includes_conv_workspace"}}
 #pragma once
 #include <cstddef>

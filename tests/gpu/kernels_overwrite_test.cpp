@@ -2,7 +2,9 @@
 // (docs/GPU_STEP.md, Memory plan): its output, written over a NaN-filled buffer, equals the same op
 // accumulating into a zeroed buffer, element for element (and is finite: the op never read it).
 // Ops: accumulate (copy), upsample backward, fusion backward (da, db in every combination), head
-// conv backward, custom depthwise dgrad, cuDNN dgrad (whichever variant autotuning picks).
+// conv backward, custom depthwise dgrad, cuDNN dgrad (the accumulate mode's plan, whichever variant
+// autotuning picks, against the overwrite mode's beta = 0 plan, which zeroes nothing), and the
+// refusal of a dgrad mode that was not prepared.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -135,7 +137,13 @@ TEST(KernelsOverwrite, DepthwiseAndCudnnDgrad) {
     }
     kern::ConvPlanCache cache(ex, kern::ConvPolicy{});
     const kern::ConvShape shapes[2] = {{2, 16, 32, 32, 64, 1, 1, 0, 1, false}, {2, 16, 32, 64, 64, 3, 1, 1, 1, false}};
-    for (const kern::ConvShape& s : shapes) cache.prepare(s, kern::ConvOp::Dgrad);
+    for (const kern::ConvShape& s : shapes) {
+        cache.prepare(s, kern::ConvOp::Dgrad, false);
+        cache.prepare(s, kern::ConvOp::Dgrad, true);
+        EXPECT_EQ(cache.overwrite_zeroed_bytes(s), 0u) << "no beta=0 engine for k" << s.k;
+    }
+    const kern::ConvShape only_acc{2, 8, 16, 32, 32, 1, 1, 0, 1, false};  // the accumulate mode alone
+    cache.prepare(only_acc, kern::ConvOp::Dgrad, false);
     Dev cws(std::max<size_t>(cache.workspace_bytes(), 256));
     cache.set_workspace(cws.p, std::max<size_t>(cache.workspace_bytes(), 256));
     for (const kern::ConvShape& s : shapes) {
@@ -146,6 +154,9 @@ TEST(KernelsOverwrite, DepthwiseAndCudnnDgrad) {
             ctx, s.in().numel(), [&](bf16* dx, bool acc) { cache.backward_data(ex, s, dy.h(), w.h(), dx, acc); },
             "cudnn dgrad k" + std::to_string(s.k));
     }
+    Dev ady(only_acc.out().numel() * 2), aw(only_acc.weight_numel() * 2), adx(only_acc.in().numel() * 2);
+    SF_EXPECT_ERROR(cache.backward_data(ex, only_acc, ady.h(), aw.h(), adx.h(), false), "overwrite mode was asked",
+                    "only the accumulate mode was prepared");
 }
 
 }  // namespace
