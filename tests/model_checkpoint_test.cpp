@@ -21,6 +21,7 @@
 #include "runtime/log.h"
 #include "runtime/safetensors.h"
 #include "tests/support/compare.h"
+#include "tests/support/log_lines.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
@@ -105,14 +106,7 @@ model::RunState odd_run_state() {
     return rs;
 }
 
-// Captures log lines while alive (replacing the sink that turns warnings into failures).
-struct LogLines {
-    std::vector<std::pair<rt::LogLevel, std::string>> lines;
-    rt::LogSink previous;
-    LogLines()
-        : previous(rt::set_log_sink([this](rt::LogLevel l, const std::string& m) { lines.emplace_back(l, m); })) {}
-    ~LogLines() { rt::set_log_sink(previous); }
-};
+using sftest::LogLines;
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
 

@@ -28,6 +28,7 @@
 #include "runtime/log.h"
 #include "runtime/safetensors.h"
 #include "tests/support/compare.h"
+#include "tests/support/log_lines.h"
 #include "tests/support/temp_dir.h"
 #include "tools/commands.h"
 #include "tools/config.h"
@@ -44,19 +45,7 @@ struct TempDir : sftest::TempDir {
     TempDir() : sftest::TempDir("sf_safety") {}
 };
 
-// Captures log lines while alive (replacing the sink that turns warnings into failures).
-struct LogLines {
-    std::vector<std::pair<rt::LogLevel, std::string>> lines;
-    rt::LogSink previous;
-    LogLines()
-        : previous(rt::set_log_sink([this](rt::LogLevel l, const std::string& m) { lines.emplace_back(l, m); })) {}
-    ~LogLines() { rt::set_log_sink(previous); }
-    bool has(rt::LogLevel level, const std::string& part) const {
-        for (const auto& l : lines)
-            if (l.first == level && l.second.find(part) != std::string::npos) return true;
-        return false;
-    }
-};
+using sftest::LogLines;
 
 std::string meta(const std::string& path, const std::string& key) {
     const rt::SafeTensors st = rt::SafeTensors::load(path);

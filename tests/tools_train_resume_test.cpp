@@ -29,6 +29,7 @@
 #include "runtime/log.h"
 #include "runtime/safetensors.h"
 #include "tests/support/compare.h"
+#include "tests/support/log_lines.h"
 #include "tests/support/temp_dir.h"
 #include "tools/signals.h"
 #include "tools/train.h"
@@ -100,19 +101,7 @@ std::string meta(const std::string& path, const std::string& key) {
     return rt::SafeTensors::load(path).metadata().at(key);
 }
 
-// Captures log lines while alive (replacing the sink that turns warnings into failures).
-struct LogLines {
-    std::vector<std::pair<rt::LogLevel, std::string>> lines;
-    rt::LogSink previous;
-    LogLines()
-        : previous(rt::set_log_sink([this](rt::LogLevel l, const std::string& m) { lines.emplace_back(l, m); })) {}
-    ~LogLines() { rt::set_log_sink(previous); }
-    int warnings() const {
-        int n = 0;
-        for (const auto& l : lines) n += l.first >= rt::LogLevel::Warn;
-        return n;
-    }
-};
+using sftest::LogLines;
 
 // ---- data sources continue exactly from a cursor ----
 
