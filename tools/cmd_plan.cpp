@@ -5,26 +5,10 @@
 
 #include "runtime/error.h"
 #include "tools/commands.h"
+#include "tools/eval_model.h"  // parse_positive_int
 #include "tools/plan_report.h"
 
 namespace tools {
-
-namespace {
-
-int parse_positive(const std::string& opt, const std::string& v) {
-    size_t used = 0;
-    int x = 0;
-    try {
-        x = std::stoi(v, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    SF_CHECK(used == v.size() && x >= 1, "plan: %s expects a positive integer, got '%s'\n%s", opt.c_str(), v.c_str(),
-             plan_usage());
-    return x;
-}
-
-}  // namespace
 
 const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
@@ -48,10 +32,10 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
                  "plan: unexpected argument '%s'\n%s", s.c_str(), plan_usage());
         SF_CHECK(i + 1 < args.size(), "plan: %s needs a value\n%s", s.c_str(), plan_usage());
         const std::string& v = args[++i];
-        if (s == "--height") a.height = parse_positive(s, v);
-        if (s == "--width") a.width = parse_positive(s, v);
-        if (s == "--batch") a.batch = parse_positive(s, v);
-        if (s == "--channels") a.channels = parse_positive(s, v);
+        if (s == "--height") a.height = parse_positive_int(s, v);
+        if (s == "--width") a.width = parse_positive_int(s, v);
+        if (s == "--batch") a.batch = parse_positive_int(s, v);
+        if (s == "--channels") a.channels = parse_positive_int(s, v);
         if (s == "--json") a.json = v;
         if (s == "--backend") {
             SF_CHECK(v == "cuda" || v == "cpu", "plan: --backend expects cuda or cpu, got '%s'", v.c_str());
