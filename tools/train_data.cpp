@@ -266,7 +266,9 @@ bool ensure_synthetic_dataset(const TrainConfig& c) {
     return true;
 }
 
-std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& c, SplitRole role) {
+std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& c, SplitRole role, int rank, int world) {
+    (void)rank;
+    (void)world;  // TEMPORARY until rank sharding lands
     switch (c.data.source) {
         case DataSource::Fixed: return std::make_unique<FixedSource>(c, role);
         case DataSource::Synthetic:

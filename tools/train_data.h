@@ -42,7 +42,7 @@ public:
 enum class SplitRole { Train, Val };
 
 // Throws naming the problem (missing folder, shard size different from the model input, ...).
-std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& cfg, SplitRole role);
+std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& cfg, SplitRole role, int rank = 0, int world = 1);
 
 // data.source=synthetic: generates the dataset into data.processed_dir unless its train split
 // already holds shards. Returns true when it generated.
