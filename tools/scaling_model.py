@@ -231,7 +231,8 @@ def text_report(doc):
             if c["step_ms"] != step_ms:
                 continue
             if not c["applicable"]:
-                lines.append("%-13s %5d %5s  (single-node link: world > --gpus-per-node)" % (c["link"], c["world"], "-"))
+                lines.append("%-13s %5d %5s  (single-node link: world > --gpus-per-node)" % (
+                    c["link"], c["world"], "-"))
                 continue
             lines.append("%-13s %5d %5d %7.1f %6.3f ms | %7.3f ms %6.2f%% %7.2f | %7.3f ms %6.2f%% | %6.2f ms" % (
                 c["link"], c["world"], c["nodes"], c["busbw_gbps"], c["allreduce_ms"], c["step_ms_no_overlap"],
@@ -322,7 +323,8 @@ def parse_args(argv):
                                 epilog="docs/DISTRIBUTED.md explains the model and cites every constant.")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--step-ms", help="single-GPU step time(s) in ms at the per-rank batch, e.g. 100 or 50,100,200")
-    src.add_argument("--from-bench", metavar="FILE", help="take runs[].median_ms from a `slidefuse bench step --json` record")
+    src.add_argument("--from-bench", metavar="FILE",
+                     help="take runs[].median_ms from a `slidefuse bench step --json` record")
     src.add_argument("--table", action="store_true", help="print the link table and the gradient size only")
     src.add_argument("--self-test", action="store_true", help="check the formula against hand-computed cases")
     p.add_argument("--batch", type=int, help="with --from-bench: the run's batch")

@@ -139,8 +139,11 @@ class FromBench(unittest.TestCase):
 class BadInputs(unittest.TestCase):
     def test_errors_name_the_option(self):
         cases = [(["--step-ms", "0"], "--step-ms"), (["--step-ms", "abc"], "--step-ms"),
-                 (["--step-ms", "10", "--world", "1"], "--world"), (["--step-ms", "10", "--links", "nvlink9"], "nvlink9"),
-                 (["--step-ms", "10", "--grad-bytes", "0"], "--grad-bytes"), (["--step-ms", "10", "--batch", "8"], "--from-bench"),
+                 (["--step-ms", "10", "--world", "1"], "--world"),
+                 (["--step-ms", "10", "--links", "nvlink9"], "nvlink9"),
+                 (["--step-ms", "10", "--grad-bytes", "0"], "--grad-bytes"),
+                 (["--step-ms", "10", "--batch", "8"], "--from-bench"),
+                 (["--step-ms", "10", "--gpus-per-node", "0"], "--gpus-per-node"),
                  ([], "give --step-ms")]
         for args, msg in cases:
             with self.subTest(args=args):
