@@ -527,7 +527,8 @@ std::string train_usage() {
            "  --profile-steps A:B      CUDA: cudaProfilerStart before step A, Stop after step B (1-based), for\n"
            "                           nsys --capture-range=cudaProfilerApi / ncu --profile-from-start off\n"
            "  key.path=value           override any config key, e.g. train.batch_size=64 optimizer.betas=[0.9,0.99]\n"
-           "SIGINT/SIGTERM: finish the step, write a checkpoint, exit 0 (a second signal exits at once with 130).";
+           "SIGINT/SIGTERM/SIGUSR1: finish the step, write a checkpoint, exit 0 (a second signal exits at once with 130).\n"
+           "Data parallel: mpirun -np N slidefuse train ... (docs/DISTRIBUTED.md); stop with kill -USR1 <mpirun pid>.";
 }
 
 int cmd_train(const std::vector<std::string>& argv) {

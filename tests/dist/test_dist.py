@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
@@ -165,6 +166,28 @@ class DataParallelCpu(unittest.TestCase):
         p, _, _ = self.train("part", 1, resume=True)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("run of 2 rank(s), this one has 1", p.stderr)
+
+    def test_sigusr1_to_mpirun_stops_every_rank_with_one_checkpoint(self):
+        # A real signal from outside: mpirun forwards SIGUSR1 to every rank.
+        out = os.path.join(self.dir, "usr1")
+        cmd = mpirun(2) + [BIN, "train", "--config", SMOKE, "--out", out] + COMMON + [
+            "sched.epochs=100", "train.max_steps=200", "checkpoints.save_interval=1000"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        metrics = os.path.join(out, "metrics.jsonl")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None:
+            if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 2:
+                break
+            time.sleep(0.05)
+        p.send_signal(signal.SIGUSR1)
+        stdout, stderr = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, stdout[-2000:] + stderr[-2000:])
+        self.assertIn("stopped by SIGUSR1 after step", stdout)
+        step = int(stdout.split("stopped by SIGUSR1 after step ")[1].split(":")[0])
+        self.assertGreaterEqual(step, 2)
+        self.assertLess(step, 200)
+        ckpts = [f for f in os.listdir(os.path.join(out, "checkpoints")) if f.startswith("ckpt-")]
+        self.assertEqual(ckpts, ["ckpt-%08d.safetensors" % step])  # one checkpoint, by rank 0
 
     def check_failed_job(self, fault, limit_s, expect, env=None):
         e = {"SF_FAULT": fault}
