@@ -130,6 +130,7 @@ void put_run_state(Meta& m, const RunState& rs) {
     m["run.out_dir"] = rs.out_dir;
     if (!rs.stopped_by_error.empty()) m[kStoppedKey] = rs.stopped_by_error;
     if (!rs.config_yaml.empty()) m["run.config"] = rs.config_yaml;
+    if (rs.world_size != 1) m["run.world_size"] = str(rs.world_size);
 }
 
 // ---- reading ----
@@ -185,9 +186,10 @@ RunState read_run_state(const Meta& m, const std::string& path) {
     // Optional keys (absent from checkpoints of normal steps, or written before they existed).
     if (m.count(kStoppedKey)) rs.stopped_by_error = m.at(kStoppedKey);
     if (m.count("run.config")) rs.config_yaml = m.at("run.config");
+    if (m.count("run.world_size")) rs.world_size = meta_num<int64_t>(m, "run.world_size", path);
     SF_CHECK(rs.step >= 0 && rs.adam_step >= 0 && rs.skipped >= 0 && rs.adam_step + rs.skipped == rs.step &&
                  rs.epoch >= 0 && rs.bad_streak >= 0 && rs.bad_streak <= rs.skipped && rs.window_steps >= 0 &&
-                 rs.epochs_without_improvement >= 0,
+                 rs.epochs_without_improvement >= 0 && rs.world_size >= 1,
              "%s: inconsistent run state (step %" PRId64 ", adam_step %" PRId64 ", skipped %" PRId64
              ", bad_streak %" PRId64 ", epoch %" PRId64 ")",
              path.c_str(), rs.step, rs.adam_step, rs.skipped, rs.bad_streak, rs.epoch);

@@ -46,6 +46,7 @@ struct RunState {
     // Optional (absent when empty):
     std::string stopped_by_error;  // saved as the last good step of a run that an error ended: the error
     std::string config_yaml;       // the resolved config (a refused resume names the keys that differ)
+    int64_t world_size = 1;        // data-parallel ranks of the run (written when > 1)
 };
 
 // Host views of everything a checkpoint holds. adam_m / adam_v may be null (weights only).

@@ -3,6 +3,7 @@
 // heat_gap/heat_slider (N,h,w) probabilities, offset (N,h,w,4) in [-0.5, 0.5],
 // valid_min (N,h,w) 0/1 min-pooled mask or null (no masking).
 #pragma once
+#include <array>
 #include <cstddef>
 
 #include "data/label.h"
@@ -34,6 +35,12 @@ public:
     // sums of combined, combined^2, gap and slider errors.
     static Metrics from_sums(size_t n, size_t hit2, size_t hit5, double sum, double sum_sq, double sum_gap,
                              double sum_slider);
+    // The sums from_sums() takes, in its order (n, hit2, hit5, sum, sum_sq, sum_gap, sum_slider): what
+    // the ranks of a data-parallel validation add up (counts are exact in a double below 2^53).
+    std::array<double, 7> sums() const {
+        return {static_cast<double>(n_), static_cast<double>(hit2_), static_cast<double>(hit5_), sum_, sum_sq_, sum_gap_,
+                sum_slider_};
+    }
     size_t count() const { return n_; }
     double mae_px() const;   // mean(combined)
     double rmse_px() const;  // sqrt(mean(combined^2))

@@ -55,6 +55,15 @@ StepStats TrainStep::optimizer_step(const rt::Exec& ex, double lr) {
     s.loss = last_;
     s.mean_loss = loss_sum_ / micro_;
     s.lr = lr;
+    if (comm_ && comm_->world() > 1) {
+        // The mean of the ranks' mean losses (every rank the same micro-steps) and "any rank
+        // non-finite"; then the gradient sum.
+        double shared[2] = {s.mean_loss, nonfinite_ ? 1.0 : 0.0};
+        comm_->allreduce(shared, 2, rt::ReduceOp::Sum);
+        s.mean_loss = shared[0] / comm_->world();
+        nonfinite_ = shared[1] > 0;
+        comm_->allreduce(p.grad(), n, rt::ReduceOp::Sum);
+    }
     s.grad_norm = kern::grad_norm(ex, n, p.grad());
     if (nonfinite_ || !std::isfinite(s.grad_norm)) {
         s.skipped = true;

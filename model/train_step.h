@@ -13,6 +13,7 @@
 #include "kernels/adamw.h"
 #include "model/loss.h"
 #include "model/net.h"
+#include "runtime/dist.h"
 
 namespace model {
 
@@ -39,6 +40,11 @@ public:
     LossTerms micro_step(const rt::Exec& ex, const data::Label* labels, double grad_scale);
     // Clip + AdamW at learning rate lr, over the grads accumulated since the last call.
     StepStats optimizer_step(const rt::Exec& ex, double lr);
+    // Data parallel (docs/DISTRIBUTED.md): before the update, the parameter gradients are summed over
+    // the ranks of `comm` (each rank scales its micro-steps by 1/(accum * world), so the sum is the
+    // mean over every rank's samples), and so are the mean loss and the non-finite flag: every rank
+    // computes the same update and skips the same steps. nullptr or a world of 1: a single process.
+    void set_comm(rt::Comm* comm) { comm_ = comm; }
     // One micro-batch and one update.
     StepStats step(const rt::Exec& ex, const data::Label* labels, double lr);
     // Forward in eval or train mode and the loss value, no gradients.
@@ -58,6 +64,7 @@ private:
     int64_t step_ = 0, skipped_ = 0;
     int micro_ = 0;
     double loss_sum_ = 0;
+    rt::Comm* comm_ = nullptr;
     LossTerms last_;
     bool nonfinite_ = false;
     std::vector<float> saved_buffers_;     // BN running stats before this step's first micro-batch

@@ -15,6 +15,8 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::Info)};
 std::mutex g_mutex;
 LogSink g_sink;
+std::string g_prefix;                 // set_log_prefix
+std::atomic<bool> g_console{true};   // set_console_enabled
 std::FILE* g_file = nullptr;        // the open log file, or null
 std::deque<std::string> g_backlog;  // stamped lines before a file opened (oldest dropped first)
 
@@ -53,7 +55,10 @@ void close_log_file() {
     g_file = nullptr;
 }
 
+void set_console_enabled(bool on) { g_console = on; }
+
 void console_line(const std::string& line) {
+    if (!g_console.load()) return;
     std::lock_guard<std::mutex> lock(g_mutex);
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -85,15 +90,20 @@ LogSink set_log_sink(LogSink sink) {
     return old;
 }
 
+void set_log_prefix(const std::string& prefix) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_prefix = prefix;
+}
+
 void log_message(LogLevel level, const std::string& msg) {
     if (static_cast<int>(level) < g_level.load()) return;
     std::lock_guard<std::mutex> lock(g_mutex);
-    to_file(format("[slidefuse %s] %s", log_level_name(level), msg.c_str()));
+    to_file(format("[slidefuse %s] %s%s", log_level_name(level), g_prefix.c_str(), msg.c_str()));
     if (g_sink) {
-        g_sink(level, msg);
+        g_sink(level, g_prefix + msg);
         return;
     }
-    std::fprintf(stderr, "[slidefuse %s] %s\n", log_level_name(level), msg.c_str());
+    std::fprintf(stderr, "[slidefuse %s] %s%s\n", log_level_name(level), g_prefix.c_str(), msg.c_str());
     std::fflush(stderr);
 }
 

@@ -16,6 +16,10 @@ LogLevel log_level();
 // Replaces the sink; returns the previous one. An empty sink restores the default (stderr).
 LogSink set_log_sink(LogSink sink);
 void log_message(LogLevel level, const std::string& msg);
+// Prepended to every log line (a data-parallel rank's "[rank 1/4] "); empty by default.
+void set_log_prefix(const std::string& prefix);
+// Off: console_line() prints nothing (the ranks other than 0 of a data-parallel job).
+void set_console_enabled(bool on);
 const char* log_level_name(LogLevel level);
 
 // A run's console log file (train.log in the run folder). While one is open, every log line

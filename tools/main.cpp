@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/dist.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "tools/commands.h"
@@ -29,6 +30,28 @@ const char* kUsage =
     "  check     one CUDA training micro-step against the CPU reference, layer by layer (slidefuse check --help)\n"
     "  version   print the version\n";
 
+
+// Launched by mpirun/srun: MPI up, and the ranks other than 0 quiet (warnings and errors only,
+// each line naming its rank; rank 0 prints the console story). Returns false after printing an error.
+bool start_distributed() {
+    try {
+        rt::init_distributed();
+    } catch (const rt::Error& e) {
+        std::fprintf(stderr, "slidefuse: error: %s\n", e.message().c_str());
+        return false;
+    }
+    if (!rt::distributed()) return true;
+    rt::set_log_prefix(rt::rank_prefix());
+    if (!rt::is_rank0()) {
+        rt::set_console_enabled(false);
+        if (!std::getenv("SF_LOG_LEVEL")) rt::set_log_level(rt::LogLevel::Warn);
+    }
+    SF_LOG_INFO("data-parallel job: %s", rt::comm().describe().c_str());
+    return true;
+}
+
+int run_command(std::vector<std::string> args);
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -39,6 +62,17 @@ int main(int argc, char** argv) {
         for (rt::LogLevel v : {rt::LogLevel::Debug, rt::LogLevel::Info, rt::LogLevel::Warn, rt::LogLevel::Error})
             if (level == rt::log_level_name(v)) rt::set_log_level(v);
     }
+    if (!start_distributed()) return 1;
+    const int rc = run_command(std::move(args));
+    // One rank failing ends the job: the others may wait in a collective for it (MPI_Abort, exit rc).
+    if (rc != 0 && rt::distributed()) rt::comm().abort(rc);
+    rt::finalize_distributed();
+    return rc;
+}
+
+namespace {
+
+int run_command(std::vector<std::string> args) {
     try {
         if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
             std::fputs(kUsage, stdout);
@@ -71,10 +105,12 @@ int main(int argc, char** argv) {
     } catch (const rt::Error& e) {
         // What went wrong first (the message names the file or key); where in the source: debug log.
         if (!e.location().empty()) SF_LOG_DEBUG("error raised at %s", e.location().c_str());
-        std::fprintf(stderr, "slidefuse: error: %s\n", e.message().c_str());
+        std::fprintf(stderr, "slidefuse: error: %s%s\n", rt::rank_prefix().c_str(), e.message().c_str());
         return 1;
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "slidefuse: error: %s\n", e.what());
+        std::fprintf(stderr, "slidefuse: error: %s%s\n", rt::rank_prefix().c_str(), e.what());
         return 1;
     }
 }
+
+}  // namespace

@@ -15,6 +15,7 @@
 #include "model/init.h"
 #include "model/schedule.h"
 #include "runtime/device_report.h"
+#include "runtime/dist.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/log.h"
@@ -23,6 +24,7 @@
 #include "tools/run_dir.h"
 #include "tools/run_log.h"
 #include "tools/signals.h"
+#include "tools/train_dist.h"
 #include "tools/val_progress.h"
 
 namespace tools {
@@ -92,58 +94,6 @@ double lr_at(const TrainConfig& c, int64_t epoch, int64_t step, int64_t total) {
     return model::warmup_cosine_lr(c.optimizer.lr, c.sched.cosine_min_lr, c.sched.warmup_steps, total, step);
 }
 
-// ---- the CPU reference backend ----
-class CpuBackend : public TrainBackend {
-public:
-    CpuBackend(const TrainConfig& c, bool deferred_stats)
-        : net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height, c.model.input_width},
-               rt::MemKind::Host),
-          step_(net_, loss_config(c), optim_config(c)),
-          eval_(net_),
-          ex_(rt::Exec::cpu()),
-          deferred_(deferred_stats) {
-        const model::Planner& p = net_.plan();
-        model::init_parameters(net_.table(), c.train.seed, p.master(), p.buffers(), p.counters());
-    }
-    std::string describe() const override { return "the CPU reference backend"; }
-    const model::ParamTable& table() const override { return net_.table(); }
-    void train_step(BatchSource& data, int accum, double lr) override {
-        for (int a = 0; a < accum; ++a) {
-            data.next(net_.input(), labels_);
-            step_.micro_step(ex_, labels_.data(), 1.0 / accum);
-        }
-        pending_.push_back(step_.optimizer_step(ex_, lr));
-    }
-    std::vector<model::StepStats> collect_stats() override { return std::exchange(pending_, {}); }
-    bool stats_are_free() const override { return !deferred_; }
-    model::Metrics validate(BatchSource& val) override {
-        model::Metrics m;
-        for (uint64_t k = 0; k < val.batches_per_epoch(); ++k) {
-            const int real = val.next(net_.input(), labels_);
-            eval_.run(ex_, decoded_);
-            for (int b = 0; b < real; ++b) m.add(decoded_[static_cast<size_t>(b)], labels_[static_cast<size_t>(b)]);
-        }
-        return m;
-    }
-    model::CheckpointView host_state() override {
-        const model::Planner& p = net_.plan();
-        return {&net_.table(), p.master(), p.adam_m(), p.adam_v(), p.buffers(), p.counters()};
-    }
-    void commit_host_state() override {}  // the step reads the host ranges directly
-    int64_t adam_steps() const override { return step_.steps_done(); }
-    void set_step_counters(int64_t applied, int64_t) override { step_.set_steps_done(applied); }
-
-private:
-    model::SiderNet net_;
-    model::TrainStep step_;
-    model::EvalStep eval_;
-    rt::Exec ex_;
-    std::vector<data::Label> labels_;
-    std::vector<model::Decoded> decoded_;
-    std::vector<model::StepStats> pending_;
-    bool deferred_ = false;  // --deferred-stats: collected only where a device backend would be
-};
-
 // The training loop over a TrainBackend; its whole state is rs_ (what a checkpoint stores) plus
 // the backend's tensors and the data cursor.
 class Trainer {
@@ -166,6 +116,9 @@ private:
     const Args& args_;
     const TrainConfig& cfg_;
     const int accum_;
+    const int rank_, world_;  // data parallel (rt::comm()): only rank 0 writes outputs
+    const bool rank0_;
+    const Fault fault_;       // SF_FAULT (tests of failure handling)
     std::unique_ptr<BatchSource> train_data_, val_data_;
     std::unique_ptr<TrainBackend> backend_;
     EarlyStopping early_;
@@ -181,15 +134,26 @@ private:
 };
 
 Trainer::Trainer(const Args& args, const TrainConfig& cfg)
-    : args_(args), cfg_(cfg), accum_(cfg.train.gradient_accumulation_steps), early_(cfg.eval) {
+    : args_(args),
+      cfg_(cfg),
+      accum_(cfg.train.gradient_accumulation_steps),
+      rank_(rt::comm().rank()),
+      world_(rt::comm().world()),
+      rank0_(rank_ == 0),
+      fault_(fault_from_env()),
+      early_(cfg.eval) {
     // Before any data is read or generated: logs the GPU, driver and runtime; refuses an unusable one.
     if (cfg.train.backend == Backend::Cuda) rt::check_cuda_device(0, "train.backend=cuda");
-    if (cfg.data.source == DataSource::Synthetic) ensure_synthetic_dataset(cfg);
-    train_data_ = make_batch_source(cfg, SplitRole::Train);
-    val_data_ = make_batch_source(cfg, SplitRole::Val);
+    // Rank 0 generates a missing synthetic dataset; the others wait for it (same folder: a shared
+    // file system across nodes).
+    if (cfg.data.source == DataSource::Synthetic && rank0_) ensure_synthetic_dataset(cfg);
+    if (world_ > 1) rt::comm().barrier();
+    train_data_ = make_batch_source(cfg, SplitRole::Train, rank_, world_);
+    val_data_ = make_batch_source(cfg, SplitRole::Val, rank_, world_);
     steps_per_epoch_ = static_cast<int64_t>(train_data_->batches_per_epoch()) / accum_;
-    SF_CHECK(steps_per_epoch_ >= 1, "the training data (%s) is smaller than one optimizer step (%d x %d samples)",
-             train_data_->describe().c_str(), cfg.train.batch_size, accum_);
+    SF_CHECK(steps_per_epoch_ >= 1,
+             "the training data (%s) is smaller than one optimizer step (%d x %d samples x %d ranks)",
+             train_data_->describe().c_str(), cfg.train.batch_size, accum_, world_);
     total_ = steps_per_epoch_ * cfg.sched.epochs;
     if (cfg.train.max_steps > 0) total_ = std::min(total_, cfg.train.max_steps);
     SF_CHECK(cfg.train.backend == Backend::Cuda || args.profile.empty(),
@@ -198,22 +162,28 @@ Trainer::Trainer(const Args& args, const TrainConfig& cfg)
                                                   : make_cpu_backend(cfg, args.deferred_stats);
 
     rs_.seed = cfg.train.seed;
+    rs_.world_size = world_;
     rs_.config_hash = resume_config_hash(cfg);
     early_.start(rs_);
     rs_.config_yaml = to_yaml(resume_config(cfg));
+    // Rank 0 picks the checkpoint and the output folder; every rank loads that checkpoint.
     std::string from = args.resume;
-    if (from == "auto") {
+    if (from == "auto" && rank0_) {
         const std::string dir = resume_search_dir(cfg, args.out);
         from = dir.empty() ? "" : model::latest_checkpoint(dir);
         if (from.empty())
             SF_LOG_INFO("--resume auto: no checkpoint in %s; starting a new run",
                         dir.empty() ? (cfg.logging.log_dir + "/*/checkpoints").c_str() : dir.c_str());
     }
+    if (from == "auto") from.clear();  // the other ranks: rank 0's choice follows
+    rt::broadcast_string(from);
     if (!from.empty()) resume(from);
-    out_ = !args.out.empty() ? args.out : !rs_.out_dir.empty() ? rs_.out_dir : new_run_dir(cfg.logging.log_dir);
+    if (rank0_)
+        out_ = !args.out.empty() ? args.out : !rs_.out_dir.empty() ? rs_.out_dir : new_run_dir(cfg.logging.log_dir);
+    rt::broadcast_string(out_);
     ckpt_dir_ = checkpoint_dir(cfg, out_);
     rs_.out_dir = out_;
-    open_outputs();
+    if (rank0_) open_outputs();
 }
 
 // Weights, buffers, AdamW state and step, data cursor, counters and early-stopping state.
@@ -231,6 +201,15 @@ void Trainer::resume(const std::string& path) {
             "%" PRId64 " with the new settings",
             path.c_str(), diff.c_str(), saved.step);
     }
+    if (saved.world_size != world_) {
+        // The cursor counts each rank's batches: another world size continues elsewhere in the data.
+        SF_CHECK(args_.allow_config_change,
+                 "%s was written by a run of %lld rank(s), this one has %d: the data position and the global batch "
+                 "would change; resume with the same number of ranks, or pass --allow-config-change",
+                 path.c_str(), static_cast<long long>(saved.world_size), world_);
+        SF_LOG_WARN("--allow-config-change: resuming a %lld-rank run with %d rank(s)",
+                    static_cast<long long>(saved.world_size), world_);
+    }
     if (!saved.stopped_by_error.empty())
         SF_LOG_WARN("%s was saved after an error ended its run (%s); continuing from its step %" PRId64, path.c_str(),
                     saved.stopped_by_error.c_str(), saved.step);
@@ -239,11 +218,19 @@ void Trainer::resume(const std::string& path) {
     saved.config_hash = rs_.config_hash;
     saved.seed = rs_.seed;
     saved.config_yaml = rs_.config_yaml;
+    saved.world_size = world_;
     saved.stopped_by_error.clear();
     rs_ = saved;
     train_data_->seek(data::Cursor{rs_.cursor_epoch, rs_.cursor_batch});
     start_step_ = last_saved_ = rs_.step;
     resumed_from_ = path;
+    if (world_ > 1) {
+        int64_t lo = rs_.step, hi = rs_.step;
+        rt::comm().allreduce(&lo, 1, rt::ReduceOp::Min);
+        rt::comm().allreduce(&hi, 1, rt::ReduceOp::Max);
+        SF_CHECK(lo == hi, "the ranks resumed different steps from %s (%lld .. %lld): is the checkpoint folder on a "
+                 "file system every node shares?", path.c_str(), static_cast<long long>(lo), static_cast<long long>(hi));
+    }
 }
 
 // Every output folder is checked (writable, owned by this run, no stale temp files) before step 1.
@@ -280,7 +267,13 @@ void Trainer::log_step(const model::StepStats& s, int64_t epoch) {
     const double window = rs_.window_loss_sum / static_cast<double>(rs_.window_steps);
     // samples/s over the last log interval (validation and checkpoint time excluded), and on average
     const Progress::Rates r = progress_.rates(rs_.step);
-    const double sps = r.recent * cfg_.train.batch_size * accum_, avg = r.average * cfg_.train.batch_size * accum_;
+    const double per_step = static_cast<double>(cfg_.train.batch_size) * accum_ * world_;  // the whole job's samples
+    const double sps = r.recent * per_step, avg = r.average * per_step;
+    if (!rank0_) {  // the other ranks hold the same values and write nothing
+        rs_.window_loss_sum = 0;
+        rs_.window_steps = 0;
+        return;
+    }
     char body[256];
     std::snprintf(body, sizeof(body), "epoch %lld | loss %.4f | lr %.3e | grad norm %.3e | %.1f samples/s (avg %.1f)",
                   static_cast<long long>(epoch + 1), window, s.lr, s.grad_norm, sps, avg);
@@ -313,10 +306,14 @@ bool Trainer::validate_and_select(bool epoch_end) {
     progress_.pause();        // the samples/s of training steps only
     progress_.finish();
     model::Metrics m;
-    {
+    share_bn_buffers(*backend_);  // rank 0's running statistics everywhere (DDP's broadcast_buffers)
+    if (rank0_) {
         ProgressSource val(*val_data_, "validation batch", stdout_is_tty());
         m = backend_->validate(val);
+    } else {
+        m = backend_->validate(*val_data_);
     }
+    m = reduce_metrics(m);  // each rank validated its share of the split
     const std::map<std::string, double> v = metric_values(m);
     const int64_t epoch = (rs_.step - 1) / steps_per_epoch_ + 1;
     const std::string& select = cfg_.eval.select_by;
@@ -331,8 +328,10 @@ bool Trainer::validate_and_select(bool epoch_end) {
     j["samples"] = m.count();
     j["best"] = best;
     if (cfg_.eval.early_stopping.enabled) j["patience_counter"] = rs_.epochs_without_improvement;
-    metrics_ << j.dump() << "\n" << std::flush;
-    run_log_.record(j);
+    if (rank0_) {
+        metrics_ << j.dump() << "\n" << std::flush;
+        run_log_.record(j);
+    }
     if (best && cfg_.checkpoints.save_best) save(model::best_checkpoint_path(ckpt_dir_));
     progress_.resume();
     if (stop)
@@ -357,11 +356,14 @@ std::string Trainer::save_step_checkpoint() {
     if (last_saved_ == rs_.step) return path;
     backend_->synchronize();  // (the save waits anyway) enqueued steps count as training time
     progress_.pause();
-    save(path);
+    check_ranks_agree(*backend_, rs_.step);  // every rank: the same weights, or the job stops
+    if (rank0_) save(path);
     progress_.resume();
-    model::prune_checkpoints(ckpt_dir_, cfg_.checkpoints.keep_last);
+    if (rank0_) {
+        model::prune_checkpoints(ckpt_dir_, cfg_.checkpoints.keep_last);
+        SF_LOG_INFO("checkpoint %s", path.c_str());
+    }
     last_saved_ = rs_.step;
-    SF_LOG_INFO("checkpoint %s", path.c_str());
     return path;
 }
 
@@ -379,6 +381,9 @@ void Trainer::stop_on_bad_steps(const model::StepStats& s) {
 void Trainer::save_after_error(const std::string& what) noexcept {
     progress_.finish();
     if (rs_.step == start_step_) return;  // no step done: the state is the one the run started from
+    // Only rank 0 writes; it holds the state every rank agreed on at the last completed step (the
+    // other ranks end with the job: an error on one rank aborts them all).
+    if (!rank0_) return;
     try {
         const std::string path = model::checkpoint_path(ckpt_dir_, rs_.step);
         if (last_saved_ == rs_.step) return;  // saved already (and named by the error)
@@ -405,10 +410,10 @@ void Trainer::save_after_error(const std::string& what) noexcept {
 
 int Trainer::run() {
     SF_LOG_INFO(
-        "training %s on %s: %zu parameters, batch %d x %d, input %dx%dx%d, %lld steps (%lld per epoch), "
+        "training %s on %s: %zu parameters, batch %d x %d x %d rank(s), input %dx%dx%d, %lld steps (%lld per epoch), "
         "loss %s; train: %s; val: %s; output %s; checkpoints %s",
         cfg_.model.name.c_str(), backend_->describe().c_str(), backend_->table().num_parameters(),
-        cfg_.train.batch_size, accum_, cfg_.model.input_channels, cfg_.model.input_height, cfg_.model.input_width,
+        cfg_.train.batch_size, accum_, world_, cfg_.model.input_channels, cfg_.model.input_height, cfg_.model.input_width,
         static_cast<long long>(total_), static_cast<long long>(steps_per_epoch_),
         model::loss_variant_name(cfg_.loss.variant), train_data_->describe().c_str(), val_data_->describe().c_str(),
         out_.c_str(), ckpt_dir_.c_str());
@@ -428,6 +433,7 @@ int Trainer::run() {
         // --profile-steps a:b: the profiler captures steps a..b (1-based) and nothing else.
         const bool profiled = args_.profile.contains(rs_.step + 1);
         if (profiled && !args_.profile.contains(rs_.step)) rt::profiler_start();
+        inject_fault(fault_, rs_.step + 1, *backend_);
         step_cursor_ = train_data_->cursor();
         in_step_ = true;
         backend_->train_step(*train_data_, accum_, lr_at(cfg_, epoch, rs_.step, total_));
@@ -440,8 +446,10 @@ int Trainer::run() {
         const bool epoch_end = rs_.step % steps_per_epoch_ == 0;
         // Statistics: after every step where they are free, else only where the loop needs them.
         const bool log_point = rs_.step % cfg_.logging.log_interval == 0 || rs_.step == total_;
+        // A stop signal on any rank stops every rank after this same step.
+        const int stop_signal = agree_on_signal(signals.signal_number());
         model::StepStats s;
-        if (backend_->stats_are_free() || log_point || epoch_end || signals.requested()) {
+        if (backend_->stats_are_free() || log_point || epoch_end || stop_signal != 0) {
             const std::vector<model::StepStats> done = backend_->collect_stats();
             SF_CHECK(!done.empty(), "the backend returned no statistics for step %lld",
                      static_cast<long long>(rs_.step));
@@ -455,33 +463,30 @@ int Trainer::run() {
             stop = validate_and_select(epoch_end);
         if (epoch_end && rs_.epoch % cfg_.checkpoints.save_interval == 0) last = save_step_checkpoint();
         if (rs_.bad_streak > args_.max_bad_steps) stop_on_bad_steps(s);
-        if (signals.requested()) {
+        if (stop_signal != 0) {
             last = save_step_checkpoint();
             progress_.finish();
-            SF_CONSOLE("stopped by %s after step %lld: checkpoint %s; continue with --resume auto",
-                       signal_name(signals.signal_number()), static_cast<long long>(rs_.step), last.c_str());
+            SF_CONSOLE("stopped by %s%s after step %lld: checkpoint %s; continue with --resume auto",
+                       signal_name(stop_signal), signals.requested() ? "" : " on another rank",
+                       static_cast<long long>(rs_.step), last.c_str());
             return 0;
         }
         if (stop || rs_.step == total_) break;
     }
     last = save_step_checkpoint();
     progress_.finish();
-    const double avg = progress_.rates(rs_.step).average * cfg_.train.batch_size * accum_;
+    const double avg = progress_.rates(rs_.step).average * cfg_.train.batch_size * accum_ * world_;
     SF_CONSOLE(
         "done: %lld steps (%lld in this session) in %s, %.1f samples/s on average, loss %.4f -> %.4f, %lld skipped; "
         "outputs in %s; checkpoint %s",
         static_cast<long long>(rs_.step), static_cast<long long>(rs_.step - start_step_),
         format_duration(progress_.elapsed_s()).c_str(), avg, first_loss_, last_loss_,
         static_cast<long long>(rs_.skipped), out_.c_str(), last.c_str());
-    run_log_.finish();
+    if (rank0_) run_log_.finish();
     return 0;
 }
 
 }  // namespace
-
-std::unique_ptr<TrainBackend> make_cpu_backend(const TrainConfig& cfg, bool deferred_stats) {
-    return std::make_unique<CpuBackend>(cfg, deferred_stats);
-}
 
 model::OptimConfig optim_config(const TrainConfig& c) {
     model::OptimConfig oc;

@@ -1,0 +1,200 @@
+"""Data-parallel training on the CPU backend under mpirun (docs/DISTRIBUTED.md), end to end.
+
+Two ranks of batch b against one process of batch b with gradient accumulation 2 over the same
+samples; weights identical across ranks; a resume of a 2-rank run against an uninterrupted one; a
+stop signal on one rank; a rank that is killed, raises, hangs or diverges. Needs SLIDEFUSE_BIN (the
+executable, with libslidefuse_mpi.so next to it), SF_SOURCE_DIR and Open MPI's mpirun on PATH.
+Checkpoints are read with the standard library (safetensors: 8-byte header length, JSON, raw data).
+"""
+import array
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+import unittest
+
+BIN = os.environ.get("SLIDEFUSE_BIN", "")
+SRC = os.environ.get("SF_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+SMOKE = os.path.join(SRC, "configs", "cpu_smoke.yaml")
+
+# 8 fixed samples, batch 2: one process with accumulation 2 and two ranks both take 2 steps per
+# epoch; 3 epochs; a checkpoint every epoch; validation at the end only (4 val samples per rank pair).
+COMMON = ["data.num_samples=8", "sched.epochs=3", "train.max_steps=6", "checkpoints.save_interval=1",
+          "checkpoints.keep_last=10", "eval.eval_interval=3"]
+
+
+def mpirun(n):
+    cmd = ["mpirun", "-np", str(n), "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    tensors = {}
+    for name, t in header.items():
+        a, b = t["data_offsets"]
+        arr = array.array("f" if t["dtype"] == "F32" else "q")
+        arr.frombytes(data[a:b])
+        tensors[name] = arr
+    return meta, tensors
+
+
+def is_buffer(name):
+    return name.endswith(("running_mean", "running_var", "num_batches_tracked"))
+
+
+def rel_l2(a, b):
+    num = sum((x - y) ** 2 for x, y in zip(a, b))
+    den = sum(x * x for x in a)
+    return math.sqrt(num / den) if den > 0 else math.sqrt(num)
+
+
+def losses(run_dir):
+    out = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            j = json.loads(line)
+            if "validation" not in j:
+                out[j["step"]] = j
+    return out
+
+
+@unittest.skipUnless(BIN and os.path.exists(BIN), "SLIDEFUSE_BIN not set")
+@unittest.skipUnless(shutil.which("mpirun"), "mpirun not on PATH")
+class DataParallelCpu(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sf_dist_")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def train(self, name, ranks, extra=(), env=None, resume=False, timeout=300):
+        out = os.path.join(self.dir, name)
+        cmd = (mpirun(ranks) if ranks > 1 else []) + [BIN, "train", "--config", SMOKE, "--out", out]
+        if resume:
+            cmd += ["--resume", "auto"]
+        cmd += COMMON + list(extra)
+        e = dict(os.environ)
+        e.update(env or {})
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+        return p, time.monotonic() - t0, out
+
+    def ckpt(self, out, step):
+        return os.path.join(out, "checkpoints", "ckpt-%08d.safetensors" % step)
+
+    def assert_ok(self, p):
+        self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+
+    def test_two_ranks_match_one_process_with_accumulation_2(self):
+        p2, _, out2 = self.train("w2", 2)
+        self.assert_ok(p2)
+        p1, _, out1 = self.train("w1", 1, ["train.gradient_accumulation_steps=2"])
+        self.assert_ok(p1)
+        _, t2 = read_safetensors(self.ckpt(out2, 6))
+        _, t1 = read_safetensors(self.ckpt(out1, 6))
+        self.assertEqual(sorted(t1), sorted(t2))
+        worst, bitwise = 0.0, True
+        for name in t1:
+            if is_buffer(name):  # BN running statistics: rank 0's batches only (as DDP), not comparable
+                continue
+            bitwise = bitwise and t1[name] == t2[name]
+            worst = max(worst, rel_l2(t1[name], t2[name]))
+        print("\n2 ranks x batch 2 vs 1 process x batch 2 x accumulation 2, 6 steps: weights and AdamW state "
+              "max relative L2 difference %.3g, bitwise equal: %s" % (worst, bitwise))
+        self.assertLessEqual(worst, 1e-6)
+        l1, l2 = losses(out1), losses(out2)
+        self.assertEqual(sorted(l1), list(range(1, 7)))
+        for step in l1:  # the mean loss over the same 4 samples; grad norm of the same mean gradient
+            self.assertAlmostEqual(l1[step]["loss"], l2[step]["loss"], delta=1e-9 * abs(l1[step]["loss"]))
+            self.assertAlmostEqual(l1[step]["grad_norm"], l2[step]["grad_norm"],
+                                   delta=1e-6 * l1[step]["grad_norm"])
+        # A perturbed run really differs: the comparison can fail.
+        p3, _, out3 = self.train("w1_lr", 1, ["train.gradient_accumulation_steps=2", "optimizer.lr=0.0011"])
+        self.assert_ok(p3)
+        _, t3 = read_safetensors(self.ckpt(out3, 6))
+        self.assertGreater(max(rel_l2(t1[n], t3[n]) for n in t1 if not is_buffer(n)), 1e-6)
+
+    def test_every_rank_holds_the_same_weights_and_a_diverged_rank_stops_the_job(self):
+        p, _, out = self.train("agree", 2)
+        self.assert_ok(p)
+        agree = [l for l in p.stderr.splitlines() if "ranks agree after step" in l]
+        self.assertEqual(len(agree), 3, p.stderr)  # one check per checkpoint: steps 2, 4, 6
+        self.assertTrue(all("identical on all 2 ranks" in l for l in agree))
+        # rank 1 perturbs one weight before step 3: the check at the next checkpoint (step 4) catches it
+        p, _, out = self.train("diverge", 2, env={"SF_FAULT": "diverge@1:3"})
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("the ranks disagree on the weights after step 4", p.stderr)
+        self.assertFalse(os.path.exists(self.ckpt(out, 4)))
+        self.assertTrue(os.path.exists(self.ckpt(out, 2)))
+
+    def test_stop_signal_on_one_rank_and_resume_is_bitwise(self):
+        p, _, full = self.train("full", 2)
+        self.assert_ok(p)
+        # SIGTERM to rank 1 alone, before step 3: every rank stops after step 3, one checkpoint, exit 0
+        p, _, part = self.train("part", 2, env={"SF_FAULT": "signal@1:3"})
+        self.assert_ok(p)
+        self.assertIn("stopped by SIGTERM on another rank after step 3", p.stdout)
+        ckpts = sorted(os.listdir(os.path.join(part, "checkpoints")))
+        self.assertEqual([c for c in ckpts if c.startswith("ckpt-")],
+                         ["ckpt-00000002.safetensors", "ckpt-00000003.safetensors"])
+        p, _, part = self.train("part", 2, resume=True)
+        self.assert_ok(p)
+        self.assertIn("resumed from", p.stderr)
+        m_full, t_full = read_safetensors(self.ckpt(full, 6))
+        m_part, t_part = read_safetensors(self.ckpt(part, 6))
+        for name in t_full:  # everything, BN statistics and counters included
+            self.assertEqual(t_full[name], t_part[name], name)
+        self.assertEqual(m_full["run.world_size"], "2")
+        lf, lp = losses(full), losses(part)
+        self.assertEqual(sorted(lf), sorted(lp))
+        for step in lf:
+            for k in ("loss", "grad_norm", "lr"):
+                self.assertEqual(lf[step][k], lp[step][k], (step, k))
+        # the 2-rank checkpoint refuses a 1-process resume
+        p, _, _ = self.train("part", 1, resume=True)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("run of 2 rank(s), this one has 1", p.stderr)
+
+    def check_failed_job(self, fault, limit_s, expect, env=None):
+        e = {"SF_FAULT": fault}
+        e.update(env or {})
+        p, wall, out = self.train("fail", 2, env=e, timeout=120)
+        print("\n%s: exit %d after %.1f s" % (fault, p.returncode, wall))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertLess(wall, limit_s)
+        self.assertIn(expect, p.stdout + p.stderr)
+        # the checkpoint of step 2 (epoch 1) is intact: a 2-rank resume loads it and finishes the run
+        self.assertTrue(os.path.exists(self.ckpt(out, 2)))
+        p, _, _ = self.train("fail", 2, resume=True)
+        self.assert_ok(p)
+        self.assertIn("resumed from", p.stderr)
+        self.assertTrue(os.path.exists(self.ckpt(out, 6)))
+
+    def test_a_killed_rank_ends_the_job_in_seconds(self):
+        self.check_failed_job("kill@1:4", 20, "rank 1")
+
+    def test_a_rank_that_raises_ends_the_job_naming_it(self):
+        self.check_failed_job("raise@1:4", 20, "[rank 1/2] SF_FAULT: an error injected before step 4")
+
+    def test_a_hanging_rank_is_caught_by_the_watchdog(self):
+        self.check_failed_job("hang@1:4", 30, "has waited", env={"SF_DIST_TIMEOUT": "3"})
+
+    def test_missing_plugin_is_a_clear_error(self):
+        p, wall, _ = self.train("noplugin", 2, env={"SF_MPI_PLUGIN": "/nonexistent/libslidefuse_mpi.so"})
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("the MPI plugin could not be loaded", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
