@@ -53,7 +53,8 @@ struct Loader::Impl {
     size_t pixel_bytes = 0;
     uint64_t total = 0;     // samples in all shards
     uint64_t per_rank = 0;  // samples this rank takes per epoch
-    uint64_t bpe = 0;       // batches per epoch
+    uint64_t bpe = 0;       // batches per epoch of this rank (0: a rank with no validation batch)
+    Cursor origin;          // the start cursor (the position of a loader with no batch)
     bool pinned = false;
     std::unique_ptr<rt::Arena> ring;  // pinned when CUDA is usable and cfg.pinned, else host
     std::vector<Slot> slots;
@@ -85,22 +86,28 @@ Loader::Impl::Impl(const LoaderConfig& c, Cursor cur) : cfg(c) {
     SF_CHECK(cfg.batch_size >= 1, "loader: batch_size must be >= 1 (got %d)", cfg.batch_size);
     SF_CHECK(cfg.workers >= 1, "loader: workers must be >= 1 (got %d)", cfg.workers);
     SF_CHECK(cfg.prefetch >= 1, "loader: prefetch must be >= 1 (got %d)", cfg.prefetch);
-    SF_CHECK(cfg.world_size >= 1 && cfg.rank >= 0 && cfg.rank < cfg.world_size,
-             "loader: rank %d outside world of size %d", cfg.rank, cfg.world_size);
+    SF_CHECK(cfg.world_size >= 1, "loader: world_size must be >= 1 (got %d)", cfg.world_size);
+    SF_CHECK(cfg.rank >= 0 && cfg.rank < cfg.world_size, "loader: rank %d outside [0, %d) (world of size %d)", cfg.rank,
+             cfg.world_size, cfg.world_size);
     open_shards();
-    // With several ranks every rank takes floor(total / world_size) samples of its share, so all ranks
-    // run the same number of steps per epoch (data-parallel collectives need that); the up to
-    // world_size - 1 samples left over are different ones every epoch when shuffling.
-    per_rank = cfg.world_size == 1 ? total : total / static_cast<uint64_t>(cfg.world_size);
-    const uint64_t b = static_cast<uint64_t>(cfg.batch_size);
-    bpe = cfg.drop_last ? per_rank / b : (per_rank + b - 1) / b;
-    SF_CHECK(bpe > 0, "loader: %llu samples per rank (of %llu in %zu shards) make no batch of %d%s",
-             static_cast<unsigned long long>(per_rank), static_cast<unsigned long long>(total), readers.size(),
-             cfg.batch_size, cfg.drop_last ? " with drop_last" : "");
+    // Sharding by global batch (epoch_order): with drop_last every rank takes
+    // floor(total / (batch_size * world_size)) batches, so all ranks run the same number of steps
+    // (data-parallel collectives need that); the samples left over are different ones every epoch
+    // when shuffling. Without drop_last a rank may have no batch at all (validation on many ranks).
+    bpe = rank_batches(total, cfg.batch_size, cfg.drop_last, cfg.rank, cfg.world_size);
+    per_rank = rank_samples(total, cfg.batch_size, cfg.drop_last, cfg.rank, cfg.world_size);
+    SF_CHECK(total > 0, "loader: the %zu shard(s) hold no samples (first: %s)", readers.size(), cfg.shards[0].c_str());
+    SF_CHECK(bpe > 0 || !cfg.drop_last,
+             "loader: %llu samples (in %zu shards) make no batch of %d for each of %d rank(s) with drop_last: that "
+             "needs at least batch %d x world %d = %llu samples",
+             static_cast<unsigned long long>(total), readers.size(), cfg.batch_size, cfg.world_size, cfg.batch_size,
+             cfg.world_size,
+             static_cast<unsigned long long>(cfg.batch_size) * static_cast<unsigned long long>(cfg.world_size));
     SF_CHECK(cur.batch <= bpe, "loader: cursor batch %llu beyond the %llu batches of an epoch",
              static_cast<unsigned long long>(cur.batch), static_cast<unsigned long long>(bpe));
     SF_CHECK(cur.epoch <= ~uint64_t{0} / (bpe + 1), "loader: cursor epoch %llu out of range",
              static_cast<unsigned long long>(cur.epoch));
+    origin = cur;
     start = cur.epoch * bpe + cur.batch;
     next_claim = handed = released = start;
     plan_ring();
@@ -162,7 +169,7 @@ std::shared_ptr<const std::vector<uint64_t>> Loader::Impl::order_of(uint64_t epo
     if (it != orders.end()) return it->second;
     lock.unlock();
     auto built = std::make_shared<const std::vector<uint64_t>>(
-        epoch_order(total, cfg.seed, epoch, cfg.shuffle, cfg.rank, cfg.world_size));
+        epoch_order(total, cfg.seed, epoch, cfg.shuffle, cfg.batch_size, cfg.drop_last, cfg.rank, cfg.world_size));
     lock.lock();
     auto& entry = orders[epoch];
     if (!entry) entry = std::move(built);
@@ -246,9 +253,11 @@ void Loader::Impl::shutdown() {
 }
 
 Loader::Loader(const LoaderConfig& cfg, Cursor start) : impl_(std::make_unique<Impl>(cfg, start)) {
-    impl_->threads.reserve(static_cast<size_t>(cfg.workers));
+    // A rank with no batch (validation split smaller than the world's batches) starts no worker.
+    const int workers = impl_->bpe == 0 ? 0 : cfg.workers;
+    impl_->threads.reserve(static_cast<size_t>(workers));
     try {
-        for (int i = 0; i < cfg.workers; ++i) impl_->threads.emplace_back([this] { impl_->worker_loop(); });
+        for (int i = 0; i < workers; ++i) impl_->threads.emplace_back([this] { impl_->worker_loop(); });
     } catch (...) {
         impl_->shutdown();
         throw;
@@ -259,6 +268,10 @@ Loader::~Loader() { impl_->shutdown(); }
 
 const HostBatch& Loader::next() {
     Impl& m = *impl_;
+    SF_CHECK(m.bpe > 0,
+             "loader: rank %d of %d has no batch of %d in the %llu samples (no drop_last); "
+             "batches_per_epoch() is 0",
+             m.cfg.rank, m.cfg.world_size, m.cfg.batch_size, static_cast<unsigned long long>(m.total));
     std::unique_lock<std::mutex> lock(m.mu);
     SF_CHECK(m.handed - m.released < static_cast<uint64_t>(m.cfg.prefetch),
              "loader: next() with %d batches not yet released (prefetch %d); release() them first",
@@ -287,6 +300,7 @@ void Loader::release() {
 
 Cursor Loader::cursor() const {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->bpe == 0) return impl_->origin;
     return Cursor{impl_->handed / impl_->bpe, impl_->handed % impl_->bpe};
 }
 

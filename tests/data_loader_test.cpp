@@ -1,9 +1,9 @@
 // The loader (data/loader.h): epoch order (identity, permutation, per-epoch/seed change, rank
-// partition), batch counts with and without drop_last, in-order delivery with exact pixels and
-// labels, resume from a cursor, backpressure, a corrupted record surfacing from next() with the
-// file and record named, teardown with blocked workers, and refused configurations. Shards are
-// written here with ShardWriter on a tiny 32x64 canvas; sample g's pixels and label encode g.
-// Also built with -fsanitize=thread (sf_tsan_loader_tests, label tsan).
+// sharding by global batch: the ranks' batches interleave to the world-1 batches), batch counts with and without
+// drop_last, in-order delivery with exact pixels and labels, resume from a cursor, backpressure, a corrupted record
+// surfacing from next() with the file and record named, teardown with blocked workers, and refused configurations.
+// Shards are written here with ShardWriter on a tiny 32x64 canvas; sample g's pixels and label encode g. Also built
+// with -fsanitize=thread (sf_tsan_loader_tests, label tsan).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,9 +12,9 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
-#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "data/loader.h"
@@ -121,20 +121,20 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(EpochOrder, IdentityWithoutShuffle) {
-    const std::vector<uint64_t> o = data::epoch_order(11, 3, 5, false, 0, 1);
+    const std::vector<uint64_t> o = data::epoch_order(11, 3, 5, false, 4, false, 0, 1);
     for (uint64_t i = 0; i < 11; ++i) EXPECT_EQ(o[i], i);
-    EXPECT_TRUE(data::epoch_order(0, 3, 5, true, 0, 1).empty());
+    EXPECT_TRUE(data::epoch_order(0, 3, 5, true, 4, false, 0, 1).empty());
 }
 
 TEST(EpochOrder, ShuffleIsAPermutationThatChangesWithEpochAndSeed) {
     const uint64_t n = 1000;
-    const std::vector<uint64_t> a = data::epoch_order(n, 42, 0, true, 0, 1);
+    const std::vector<uint64_t> a = data::epoch_order(n, 42, 0, true, 1, false, 0, 1);
     std::vector<uint64_t> sorted = a;
     std::sort(sorted.begin(), sorted.end());
     for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(sorted[i], i) << "not a permutation";
-    EXPECT_EQ(a, data::epoch_order(n, 42, 0, true, 0, 1)) << "not deterministic";
-    const std::vector<uint64_t> next_epoch = data::epoch_order(n, 42, 1, true, 0, 1);
-    const std::vector<uint64_t> other_seed = data::epoch_order(n, 43, 0, true, 0, 1);
+    EXPECT_EQ(a, data::epoch_order(n, 42, 0, true, 1, false, 0, 1)) << "not deterministic";
+    const std::vector<uint64_t> next_epoch = data::epoch_order(n, 42, 1, true, 1, false, 0, 1);
+    const std::vector<uint64_t> other_seed = data::epoch_order(n, 43, 0, true, 1, false, 0, 1);
     EXPECT_NE(a, next_epoch);
     EXPECT_NE(a, other_seed);
     // A real shuffle moves almost everything (a fixed point has probability 1/n per element).
@@ -143,23 +143,59 @@ TEST(EpochOrder, ShuffleIsAPermutationThatChangesWithEpochAndSeed) {
     EXPECT_LT(fixed, 10);
 }
 
-TEST(EpochOrder, RankShardsPartitionTheEpoch) {
-    const uint64_t n = 103;
-    for (bool shuffle : {false, true}) {
-        const std::vector<uint64_t> full = data::epoch_order(n, 9, 2, shuffle, 0, 1);
-        std::vector<uint64_t> all;
-        for (int r = 0; r < 4; ++r) {
-            const std::vector<uint64_t> mine = data::epoch_order(n, 9, 2, shuffle, r, 4);
-            EXPECT_EQ(mine.size(), (n - r + 3) / 4);
-            for (size_t i = 0; i < mine.size(); ++i) EXPECT_EQ(mine[i], full[r + 4 * i]);
-            all.insert(all.end(), mine.begin(), mine.end());
-        }
-        std::sort(all.begin(), all.end());
-        ASSERT_EQ(all.size(), n);
-        for (uint64_t i = 0; i < n; ++i) EXPECT_EQ(all[i], i) << "union is not the epoch, or ranks overlap";
-    }
-    EXPECT_NE(error_of([] { data::epoch_order(10, 1, 0, true, 4, 4); }), "");
-    EXPECT_NE(error_of([] { data::epoch_order(10, 1, 0, true, 0, 0); }), "");
+// The world-1 batches of an epoch: consecutive blocks of b of the order (the last one may be short).
+std::vector<std::vector<uint64_t>> blocks_of(const std::vector<uint64_t>& order, size_t b) {
+    std::vector<std::vector<uint64_t>> out;
+    for (size_t i = 0; i < order.size(); i += b)
+        out.emplace_back(order.begin() + i, order.begin() + std::min(i + b, order.size()));
+    return out;
+}
+
+// Interleaves the ranks' batches of one epoch: global batch j is batch j / W of rank j % W.
+std::vector<std::vector<uint64_t>> interleave(const std::vector<std::vector<std::vector<uint64_t>>>& ranks) {
+    std::vector<std::vector<uint64_t>> out;
+    const size_t w = ranks.size();
+    for (size_t j = 0; j / w < ranks[j % w].size(); ++j) out.push_back(ranks[j % w][j / w]);
+    size_t held = 0;
+    for (const auto& r : ranks) held += r.size();
+    EXPECT_EQ(held, out.size()) << "a rank holds batches past the interleaved sequence";
+    return out;
+}
+
+TEST(EpochOrder, RanksInterleaveToTheWorldOneBatches) {
+    const std::pair<uint64_t, int> sizes[] = {{37, 4}, {24, 4}, {103, 5}, {10, 3}, {9, 1}, {3, 4}};
+    for (int w : {2, 3})
+        for (const auto& tb : sizes)
+            for (bool shuffle : {false, true})
+                for (bool drop : {true, false})
+                    for (uint64_t epoch : {0, 1}) {
+                        const uint64_t total = tb.first;
+                        const int b = tb.second;
+                        const std::string what = "W " + std::to_string(w) + " total " + std::to_string(total) + " b " +
+                                                 std::to_string(b) + " shuffle " + std::to_string(shuffle) +
+                                                 " drop_last " + std::to_string(drop) + " epoch " +
+                                                 std::to_string(epoch);
+                        auto world1 = blocks_of(data::epoch_order(total, 9, epoch, shuffle, b, drop, 0, 1), b);
+                        EXPECT_EQ(world1.size(), drop ? total / b : (total + b - 1) / b) << what;
+                        std::vector<std::vector<std::vector<uint64_t>>> ranks;
+                        for (int r = 0; r < w; ++r) {
+                            const auto mine = data::epoch_order(total, 9, epoch, shuffle, b, drop, r, w);
+                            EXPECT_EQ(mine.size(), data::rank_samples(total, b, drop, r, w)) << what;
+                            ranks.push_back(blocks_of(mine, b));
+                            EXPECT_EQ(ranks.back().size(), data::rank_batches(total, b, drop, r, w)) << what;
+                            if (drop) {
+                                EXPECT_EQ(ranks.back().size(), total / (b * w)) << what << " rank " << r;
+                            }
+                        }
+                        const auto merged = interleave(ranks);
+                        // drop_last: the first W * floor(total / (b W)) world-1 batches; else all of them.
+                        if (drop) world1.resize(total / (b * w) * w);
+                        EXPECT_EQ(merged, world1) << what;
+                    }
+    EXPECT_NE(error_of([] { data::epoch_order(10, 1, 0, true, 2, true, 4, 4); }).find("rank 4"), std::string::npos);
+    EXPECT_NE(error_of([] { data::epoch_order(10, 1, 0, true, 2, true, -1, 4); }).find("rank -1"), std::string::npos);
+    EXPECT_NE(error_of([] { data::epoch_order(10, 1, 0, true, 2, true, 0, 0); }).find("world"), std::string::npos);
+    EXPECT_NE(error_of([] { data::epoch_order(10, 1, 0, true, 0, true, 0, 1); }).find("batch_size"), std::string::npos);
 }
 
 TEST(Loader, DeliversEveryBatchInOrderWithoutShuffle) {
@@ -221,27 +257,68 @@ TEST(Loader, ShuffledEpochsAreDifferentPermutationsAcrossShards) {
     }
     EXPECT_NE(got[0], got[1]);
     EXPECT_NE(got[1], got[2]);
-    EXPECT_EQ(got[1], data::epoch_order(37, 7, 1, true, 0, 1));
+    EXPECT_EQ(got[1], data::epoch_order(37, 7, 1, true, 37, true, 0, 1));
 }
 
-TEST(Loader, RanksTakeDisjointEqualShares) {
+TEST(Loader, RanksInterleaveToTheWorldOneBatches) {
     const auto shards = write_shards({10, 17, 10});
-    std::set<uint64_t> seen;
-    for (int r = 0; r < 3; ++r) {
-        data::LoaderConfig c = config(shards, 4, true, true);
-        c.rank = r;
-        c.world_size = 3;
+    for (int w : {2, 3})
+        for (int b : {4, 5})
+            for (bool shuffle : {false, true})
+                for (bool drop : {true, false}) {
+                    const std::string what = "W " + std::to_string(w) + " b " + std::to_string(b) + " shuffle " +
+                                             std::to_string(shuffle) + " drop_last " + std::to_string(drop);
+                    data::Loader one(config(shards, b, shuffle, drop));
+                    const int bpe1 = static_cast<int>(one.batches_per_epoch());
+                    const auto world1 = take(one, 2 * bpe1);
+                    std::vector<std::vector<std::vector<uint64_t>>> got(w);
+                    std::vector<int> bpe(w);
+                    for (int r = 0; r < w; ++r) {
+                        data::LoaderConfig c = config(shards, b, shuffle, drop);
+                        c.rank = r;
+                        c.world_size = w;
+                        data::Loader loader(c);
+                        bpe[r] = static_cast<int>(loader.batches_per_epoch());
+                        if (drop) {
+                            EXPECT_EQ(bpe[r], 37 / (b * w)) << what << ": equal counts on all ranks";
+                        }
+                        got[r] = take(loader, 2 * bpe[r]);
+                    }
+                    for (int e = 0; e < 2; ++e) {
+                        std::vector<std::vector<std::vector<uint64_t>>> epoch(w);
+                        for (int r = 0; r < w; ++r)
+                            epoch[r].assign(got[r].begin() + e * bpe[r], got[r].begin() + (e + 1) * bpe[r]);
+                        const auto merged = interleave(epoch);
+                        const std::vector<std::vector<uint64_t>> want(world1.begin() + e * bpe1,
+                                                                      world1.begin() + e * bpe1 + merged.size());
+                        EXPECT_EQ(merged, want) << what << " epoch " << e;
+                        std::vector<uint64_t> all;
+                        for (const auto& batch : merged) all.insert(all.end(), batch.begin(), batch.end());
+                        std::sort(all.begin(), all.end());
+                        EXPECT_EQ(std::unique(all.begin(), all.end()), all.end()) << what << ": a sample twice";
+                        if (!drop) {
+                            EXPECT_EQ(all.size(), 37u) << what << ": validation reads every sample once";
+                        }
+                    }
+                }
+}
+
+TEST(Loader, ARankWithNoValidationBatchIsEmptyNotAnError) {
+    const auto shards = write_shards({10});
+    data::LoaderConfig c = config(shards, 4, false, false);  // 3 global batches (4, 4, 2) over 4 ranks
+    c.world_size = 4;
+    c.rank = 2;
+    {
         data::Loader loader(c);
-        EXPECT_EQ(loader.batches_per_epoch(), 3u) << "every rank takes floor(37 / 3) = 12 samples";
-        const auto got = take(loader, 3);
-        const std::vector<uint64_t> mine = data::epoch_order(37, 7, 0, true, r, 3);
-        for (size_t i = 0; i < got.size(); ++i)
-            for (size_t k = 0; k < got[i].size(); ++k) {
-                EXPECT_EQ(got[i][k], mine[i * 4 + k]);
-                EXPECT_TRUE(seen.insert(got[i][k]).second) << "sample " << got[i][k] << " on two ranks";
-            }
+        EXPECT_EQ(loader.batches_per_epoch(), 1u);
+        EXPECT_EQ(take(loader, 2), (std::vector<std::vector<uint64_t>>{{8, 9}, {8, 9}}))
+            << "the partial batch is the last rank-2 batch";
     }
-    EXPECT_EQ(seen.size(), 36u);
+    c.rank = 3;
+    data::Loader empty(c, data::Cursor{2, 0});
+    EXPECT_EQ(empty.batches_per_epoch(), 0u);
+    EXPECT_EQ(empty.cursor(), (data::Cursor{2, 0}));
+    EXPECT_NE(error_of([&] { empty.next(); }).find("no batch"), std::string::npos);
 }
 
 TEST(Loader, ResumeFromACursorRepeatsTheUninterruptedRun) {
@@ -382,7 +459,13 @@ TEST(Loader, RefusesBadConfigurations) {
     refused([](data::LoaderConfig& b) { b.batch_size = 0; }, "batch_size");
     refused([](data::LoaderConfig& b) { b.workers = 0; }, "workers");
     refused([](data::LoaderConfig& b) { b.prefetch = 0; }, "prefetch");
-    refused([](data::LoaderConfig& b) { b.rank = 2, b.world_size = 2; }, "rank");
+    refused([](data::LoaderConfig& b) { b.rank = 2, b.world_size = 2; }, "rank 2 outside");
+    refused([](data::LoaderConfig& b) { b.rank = -1, b.world_size = 2; }, "rank -1 outside");
+    refused([](data::LoaderConfig& b) { b.world_size = 0; }, "world_size");
+    // 37 training samples give no batch of 4 to each of 10 ranks (that needs 40).
+    refused([](data::LoaderConfig& b) { b.world_size = 10; },
+            "37 samples (in 3 shards) make no batch of 4 for each of 10");
+    refused([](data::LoaderConfig& b) { b.world_size = 10; }, "batch 4 x world 10 = 40 samples");
     refused([](data::LoaderConfig& b) { b.batch_size = 38; }, "no batch");
     refused([](data::LoaderConfig& b) { b.shards.push_back("/nonexistent/x.sfshard"); }, "/nonexistent/x.sfshard");
     data::LoaderConfig ok = config(shards, 4, true, true);

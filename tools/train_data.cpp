@@ -21,27 +21,46 @@ namespace {
 
 int model_pixel_channels(const TrainConfig& c) { return c.model.input_channels - 1; }  // the last is the mask
 
+// Data-parallel position of this source: rank `rank` of `world` (checked by make_batch_source).
+struct RankOf {
+    int rank = 0, world = 1;
+};
+
 // ---- fixed: the deterministic samples, shuffled per epoch from (seed, epoch) ----
+// Global batches are the full batches of the epoch's order (no partial one, as with one process);
+// rank r's k-th batch is global batch k*W + r. Training: floor(n / (batch*W)) batches on every
+// rank; validation: the global batches j with j % W == r (a rank may have none).
 class FixedSource : public BatchSource {
 public:
-    FixedSource(const TrainConfig& c, SplitRole role)
+    FixedSource(const TrainConfig& c, SplitRole role, RankOf rk)
         : batch_(c.train.batch_size),
           role_(role),
+          rk_(rk),
           d_(data::make_fixed_samples(c.train.seed, static_cast<int>(c.data.num_samples), c.model.input_channels,
                                       c.model.input_height, c.model.input_width)),
           seed_(c.train.seed) {
         SF_CHECK(c.data.num_samples >= batch_, "data.num_samples (%lld) must be >= train.batch_size (%d)",
                  static_cast<long long>(c.data.num_samples), batch_);
+        const long long need = static_cast<long long>(batch_) * rk_.world;
+        SF_CHECK(role != SplitRole::Train || c.data.num_samples >= need,
+                 "data.num_samples (%lld) gives no training batch to every rank: with train.batch_size %d and world "
+                 "size %d it must be >= %d x %d = %lld",
+                 static_cast<long long>(c.data.num_samples), batch_, rk_.world, batch_, rk_.world, need);
+        const uint64_t full = static_cast<uint64_t>(d_.n / batch_) * static_cast<uint64_t>(batch_);
+        bpe_ = data::rank_batches(full, batch_, role == SplitRole::Train, rk_.rank, rk_.world);
         make_order();
     }
     int next(float* input, std::vector<data::Label>& labels) override {
-        if (cur_.batch == batches_per_epoch()) {
+        SF_CHECK(bpe_ > 0, "rank %d of %d has no validation batch of %d in %s", rk_.rank, rk_.world, batch_,
+                 describe().c_str());
+        if (cur_.batch == bpe_) {
             ++cur_.epoch;
             cur_.batch = 0;
             make_order();
         }
         const size_t per = static_cast<size_t>(d_.h) * d_.w * d_.c;
-        const size_t first = static_cast<size_t>(cur_.batch) * static_cast<size_t>(batch_);
+        const uint64_t global = cur_.batch * static_cast<uint64_t>(rk_.world) + static_cast<uint64_t>(rk_.rank);
+        const size_t first = static_cast<size_t>(global) * static_cast<size_t>(batch_);
         labels.resize(static_cast<size_t>(batch_));
         for (int b = 0; b < batch_; ++b) {
             const size_t s = static_cast<size_t>(order_[first + static_cast<size_t>(b)]);
@@ -52,23 +71,25 @@ public:
         ++cur_.batch;
         return batch_;
     }
-    uint64_t batches_per_epoch() const override { return static_cast<uint64_t>(d_.n / batch_); }
+    uint64_t batches_per_epoch() const override { return bpe_; }
     uint64_t samples() const override { return static_cast<uint64_t>(d_.n); }
-    std::string describe() const override { return rt::format("%d fixed deterministic samples", d_.n); }
+    std::string describe() const override {
+        if (rk_.world == 1) return rt::format("%d fixed deterministic samples", d_.n);
+        return rt::format("%d fixed deterministic samples (rank %d of %d)", d_.n, rk_.rank, rk_.world);
+    }
     data::Cursor cursor() const override {
-        return cur_.batch == batches_per_epoch() ? data::Cursor{cur_.epoch + 1, 0} : cur_;
+        return cur_.batch == bpe_ && bpe_ > 0 ? data::Cursor{cur_.epoch + 1, 0} : cur_;
     }
     void seek(const data::Cursor& c) override {
-        SF_CHECK(c.batch <= batches_per_epoch(), "cursor batch %llu beyond the %llu batches of an epoch of %s",
-                 static_cast<unsigned long long>(c.batch), static_cast<unsigned long long>(batches_per_epoch()),
-                 describe().c_str());
+        SF_CHECK(c.batch <= bpe_, "cursor batch %llu beyond the %llu batches of an epoch of %s",
+                 static_cast<unsigned long long>(c.batch), static_cast<unsigned long long>(bpe_), describe().c_str());
         cur_ = c;
         make_order();
     }
 
 private:
-    // The sample order of epoch cur_.epoch. Train: a permutation from (seed, epoch) (Fisher-Yates
-    // on counter-based hashes); validation: every sample once, in order.
+    // The sample order of epoch cur_.epoch (all ranks build the same one). Train: a permutation from
+    // (seed, epoch) (Fisher-Yates on counter-based hashes); validation: every sample once, in order.
     void make_order() {
         order_.resize(static_cast<size_t>(d_.n));
         for (int i = 0; i < d_.n; ++i) order_[static_cast<size_t>(i)] = i;
@@ -82,9 +103,11 @@ private:
 
     int batch_;
     SplitRole role_;
+    RankOf rk_;
     data::FixedSamples d_;
     uint64_t seed_;
-    data::Cursor cur_;  // next batch: cur_.batch of epoch cur_.epoch (== batches_per_epoch: epoch done)
+    uint64_t bpe_ = 0;  // batches per epoch of this rank
+    data::Cursor cur_;  // next batch: cur_.batch of epoch cur_.epoch (== bpe_: epoch done)
     std::vector<int> order_;
 };
 
@@ -104,7 +127,7 @@ void verify_dataset_split(const std::string& root, const std::string& split) {
 // ---- shards: the loader, then the uint8 -> float preprocessing of the CPU backend ----
 class ShardSource : public BatchSource {
 public:
-    ShardSource(const TrainConfig& c, SplitRole role, const std::string& root, const std::string& split)
+    ShardSource(const TrainConfig& c, SplitRole role, RankOf rk, const std::string& root, const std::string& split)
         : batch_(c.train.batch_size), dir_(root + "/" + split) {
         const std::string& dir = dir_;
         verify_dataset_split(root, split);
@@ -115,6 +138,8 @@ public:
         lc_.seed = c.train.seed;
         lc_.shuffle = role == SplitRole::Train;
         lc_.drop_last = role == SplitRole::Train;
+        lc_.rank = rk.rank;
+        lc_.world_size = rk.world;
         loader_ = std::make_unique<data::Loader>(lc_);
         const data::ShardSpec& s = loader_->spec();
         SF_CHECK(s.height == c.model.input_height && s.width == c.model.input_width,
@@ -123,8 +148,6 @@ public:
         SF_CHECK(s.channels == model_pixel_channels(c),
                  "%s: shards hold %d pixel channel(s); model.input_channels=%d needs %d", dir.c_str(), s.channels,
                  c.model.input_channels, model_pixel_channels(c));
-        SF_CHECK(loader_->batches_per_epoch() >= 1, "%s: %llu samples is less than one batch of %d", dir.c_str(),
-                 static_cast<unsigned long long>(loader_->dataset_size()), batch_);
     }
     int next(float* input, std::vector<data::Label>& labels) override {
         const data::HostBatch& b = loader_->next();
@@ -147,7 +170,10 @@ public:
     uint64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
     uint64_t samples() const override { return loader_->dataset_size(); }
     std::string describe() const override {
-        return rt::format("%llu samples in %s", static_cast<unsigned long long>(loader_->dataset_size()), dir_.c_str());
+        const std::string what =
+            rt::format("%llu samples in %s", static_cast<unsigned long long>(loader_->dataset_size()), dir_.c_str());
+        if (lc_.world_size == 1) return what;
+        return what + rt::format(" (rank %d of %d)", lc_.rank, lc_.world_size);
     }
     data::Cursor cursor() const override { return loader_->cursor(); }
     // The loader's workers run ahead of the cursor: a new loader starts exactly there.
@@ -267,13 +293,14 @@ bool ensure_synthetic_dataset(const TrainConfig& c) {
 }
 
 std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& c, SplitRole role, int rank, int world) {
-    (void)rank;
-    (void)world;  // TEMPORARY until rank sharding lands
+    SF_CHECK(world >= 1, "data source: world size must be >= 1 (got %d)", world);
+    SF_CHECK(rank >= 0 && rank < world, "data source: rank %d outside [0, %d) (world of size %d)", rank, world, world);
+    const RankOf rk{rank, world};
     switch (c.data.source) {
-        case DataSource::Fixed: return std::make_unique<FixedSource>(c, role);
+        case DataSource::Fixed: return std::make_unique<FixedSource>(c, role, rk);
         case DataSource::Synthetic:
         case DataSource::Shards:
-            return std::make_unique<ShardSource>(c, role, c.data.processed_dir,
+            return std::make_unique<ShardSource>(c, role, rk, c.data.processed_dir,
                                                  role == SplitRole::Train ? "train" : "val");
     }
     SF_FAIL("unknown data source");

@@ -8,6 +8,10 @@
 // that; the rest repeat the last real one and are not counted.
 // A source's position is a data::Cursor {epoch of its data order, batches of that epoch taken};
 // seek() continues from a cursor exactly as if the batches before it had been taken (resume).
+// Data-parallel: rank r of W reads whole global batches (data/loader.h: epoch_order): its k-th
+// batch of an epoch is batch k*W + r of the one-process sequence, for every source kind. Its
+// cursor counts its own batches. Training gives every rank floor(samples / (batch * W)) batches;
+// validation gives every sample to exactly one rank (a rank may have no batch).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -41,7 +45,8 @@ public:
 
 enum class SplitRole { Train, Val };
 
-// Throws naming the problem (missing folder, shard size different from the model input, ...).
+// Throws naming the problem (missing folder, shard size different from the model input, rank
+// outside [0, world), a training split too small to give every rank one batch, ...).
 std::unique_ptr<BatchSource> make_batch_source(const TrainConfig& cfg, SplitRole role, int rank = 0, int world = 1);
 
 // data.source=synthetic: generates the dataset into data.processed_dir unless its train split
