@@ -15,6 +15,8 @@ PKGS=(
   "libstb-dev=0.0~git20220908.8b5f1f3+ds-1"  # stb_image.h: PNG/JPEG decoding (slidefuse predict)
   "clang-14=1:14.0.6-12"            # libFuzzer targets of the parsers (ctest -L fuzz)
   "libclang-rt-14-dev=1:14.0.6-12"
+  "openmpi-bin=4.1.4-3+b1"          # mpirun: data-parallel runs and their tests (docs/DISTRIBUTED.md)
+  "libopenmpi-dev=4.1.4-3+b1"       # mpi.h for libslidefuse_mpi.so
 )
 missing=()
 for spec in "${PKGS[@]}"; do

@@ -176,8 +176,10 @@ class DataParallelCpu(unittest.TestCase):
         metrics = os.path.join(out, "metrics.jsonl")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and p.poll() is None:
-            if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 2:
-                break
+            if os.path.exists(metrics):
+                with open(metrics) as f:
+                    if sum(1 for _ in f) >= 2:
+                        break
             time.sleep(0.05)
         p.send_signal(signal.SIGUSR1)
         stdout, stderr = p.communicate(timeout=120)
