@@ -488,27 +488,6 @@ int Trainer::run() {
 
 }  // namespace
 
-model::OptimConfig optim_config(const TrainConfig& c) {
-    model::OptimConfig oc;
-    oc.adamw.lr = c.optimizer.lr;
-    oc.adamw.beta1 = c.optimizer.betas[0];
-    oc.adamw.beta2 = c.optimizer.betas[1];
-    oc.adamw.eps = c.optimizer.eps;
-    oc.adamw.weight_decay = c.optimizer.weight_decay;
-    oc.clip_grad_norm = c.optimizer.clip_grad_norm;
-    return oc;
-}
-
-TrainConfig resume_config(const TrainConfig& cfg) {
-    TrainConfig c = cfg;
-    c.logging.log_dir.clear();
-    c.logging.tensorboard = c.logging.plot = true;  // output switches: a resume may change them
-    c.checkpoints.save_dir.clear();
-    return c;
-}
-
-std::string resume_config_hash(const TrainConfig& cfg) { return config_hash(resume_config(cfg)); }
-
 std::string train_usage() {
     return "usage: slidefuse train --config PATH [--out DIR] [--resume auto|PATH] [key.path=value ...]\n"
            "  --config PATH            YAML training config (docs/CONFIG.md)\n"

@@ -1,5 +1,6 @@
 // The run policy of `slidefuse train` that does not depend on a backend (tools/train.h):
-// validation metrics by name, the original's early-stopping rule and best-checkpoint selection.
+// optimizer settings, the resume config hash, validation metrics by name, the original's
+// early-stopping rule and best-checkpoint selection.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,6 +11,27 @@
 #include "tools/train.h"
 
 namespace tools {
+
+model::OptimConfig optim_config(const TrainConfig& c) {
+    model::OptimConfig oc;
+    oc.adamw.lr = c.optimizer.lr;
+    oc.adamw.beta1 = c.optimizer.betas[0];
+    oc.adamw.beta2 = c.optimizer.betas[1];
+    oc.adamw.eps = c.optimizer.eps;
+    oc.adamw.weight_decay = c.optimizer.weight_decay;
+    oc.clip_grad_norm = c.optimizer.clip_grad_norm;
+    return oc;
+}
+
+TrainConfig resume_config(const TrainConfig& cfg) {
+    TrainConfig c = cfg;
+    c.logging.log_dir.clear();
+    c.logging.tensorboard = c.logging.plot = true;  // output switches: a resume may change them
+    c.checkpoints.save_dir.clear();
+    return c;
+}
+
+std::string resume_config_hash(const TrainConfig& cfg) { return config_hash(resume_config(cfg)); }
 
 std::map<std::string, double> metric_values(const model::Metrics& m) {
     return {{"mae_px", m.mae_px()},         {"rmse_px", m.rmse_px()}, {"hit_le_2px", m.hit_le_2px()},
