@@ -59,6 +59,17 @@ void finalize_distributed();
 // The watchdog bound of one collective (default 600 s, env SF_DIST_TIMEOUT in seconds, or set here).
 double collective_timeout_s();
 void set_collective_timeout_s(double seconds);
+// Another bound while it lives (e.g. the ranks waiting for rank 0 to generate a dataset).
+class ScopedCollectiveTimeout {
+public:
+    explicit ScopedCollectiveTimeout(double seconds) : saved_(collective_timeout_s()) { set_collective_timeout_s(seconds); }
+    ~ScopedCollectiveTimeout() { set_collective_timeout_s(saved_); }
+    ScopedCollectiveTimeout(const ScopedCollectiveTimeout&) = delete;
+    ScopedCollectiveTimeout& operator=(const ScopedCollectiveTimeout&) = delete;
+
+private:
+    double saved_;
+};
 
 // Convenience over comm(): a string from root to every rank; the logical OR / MAX of a flag.
 void broadcast_string(std::string& s, int root = 0);

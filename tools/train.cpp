@@ -147,7 +147,10 @@ Trainer::Trainer(const Args& args, const TrainConfig& cfg)
     // Rank 0 generates a missing synthetic dataset; the others wait for it (same folder: a shared
     // file system across nodes).
     if (cfg.data.source == DataSource::Synthetic && rank0_) ensure_synthetic_dataset(cfg);
-    if (world_ > 1) rt::comm().barrier();
+    if (world_ > 1) {
+        const rt::ScopedCollectiveTimeout generation(7 * 24 * 3600.0);  // as long as generating takes
+        rt::comm().barrier();
+    }
     train_data_ = make_batch_source(cfg, SplitRole::Train, rank_, world_);
     val_data_ = make_batch_source(cfg, SplitRole::Val, rank_, world_);
     steps_per_epoch_ = static_cast<int64_t>(train_data_->batches_per_epoch()) / accum_;
