@@ -217,8 +217,10 @@ private:
     const TrainConfig& cfg_;
     rt::CudaContext ctx_;
     model::SiderNetCuda net_;
+    // Data parallel (or SF_NCCL_WORLD1), else null; made in the constructor's body, destroyed after
+    // the step whose optimizer graph captured its collectives.
+    std::unique_ptr<rt::NcclComm> nccl_;
     model::CudaTrainStep step_;
-    std::unique_ptr<rt::NcclComm> nccl_;  // data parallel (or SF_NCCL_WORLD1); null otherwise
     std::unique_ptr<data::DeviceFeed> feed_;
     std::vector<float> master_, m_, v_, buffers_;
     std::vector<int64_t> counters_;
