@@ -6,7 +6,9 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 
 #include "runtime/cuda_check.h"
@@ -153,11 +155,22 @@ NcclComm::NcclComm(int rank, int world, int device) : rank_(rank), world_(world)
     SF_CHECK(world == comm().world() && rank == comm().rank(),
              "NCCL communicator as rank %d of %d, but this process is rank %d of %d (%s)", rank, world, comm().rank(),
              comm().world(), comm().describe().c_str());
-    version_ = process_lib().version;
-    check_rank_device(rank, device, visible_gpus());
-    SF_CUDA_CHECK(cudaSetDevice(device));  // ncclCommInitRank binds the current device
+    // Library, GPU and (rank 0) unique id first, then every rank learns whether all succeeded: a
+    // rank that failed throws its own error, the others a short one, instead of waiting in the
+    // broadcast of an id that never comes.
     ncclUniqueId id{};
-    if (rank == 0) SF_NCCL_CHECK(api().get_unique_id(&id));
+    std::exception_ptr failed;
+    try {
+        version_ = process_lib().version;
+        check_rank_device(rank, device, visible_gpus());
+        SF_CUDA_CHECK(cudaSetDevice(device));  // ncclCommInitRank binds the current device
+        if (rank == 0) SF_NCCL_CHECK(api().get_unique_id(&id));
+    } catch (const Error&) {
+        failed = std::current_exception();
+    }
+    const int64_t any_failed = allreduce_max(failed ? 1 : 0);
+    if (failed) std::rethrow_exception(failed);
+    SF_CHECK(any_failed == 0, "NCCL setup failed on another rank (its error says why)");
     comm().broadcast(&id, sizeof(id), 0);
     ncclComm_t c = nullptr;
     SF_NCCL_CHECK(api().comm_init_rank(&c, world, id, rank));
