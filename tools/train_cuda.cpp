@@ -111,7 +111,7 @@ public:
     const model::ParamTable& table() const override { return net_.table(); }
 
     void train_step(BatchSource& data, int accum, double /*lr: computed on the device*/) override {
-        // The loss gradient scale 1/accum is captured in the micro-step (CudaTrainStep's accum).
+        // The loss gradient scale 1/(accum*world) is captured in the micro-step (CudaTrainStep).
         SF_CHECK(accum == cfg_.train.gradient_accumulation_steps,
                  "CUDA backend built for %d accumulation steps, called with %d", cfg_.train.gradient_accumulation_steps,
                  accum);
