@@ -5,7 +5,7 @@
 // (as runtime/nvml.cpp loads NVML): the executable never links NCCL, so a GPU host without it runs
 // every single-process command, and nothing here is touched unless a communicator is made. The types
 // come from the toolkit's nccl.h at compile time (runtime/nccl.cpp only); NCCL >= 2.18 is required at
-// run time (graph capture of collectives since 2.9.6; 2.18 is the oldest tested).
+// run time (collectives in graph capture since 2.9.6; 2.18 is the floor this project supports).
 //
 //   rt::NcclComm nccl(comm().rank(), comm().world(), device);  // collective: every rank calls it
 //   nccl.allreduce_sum(grads, n, stream);                      // enqueued; capturable in a CUDA graph
