@@ -24,7 +24,8 @@ void schedule_lr_cuda(const rt::Exec& ex, const LrSchedule& s, kern::DeviceStepS
 
 // After grad_norm_cuda, before adamw_cuda: state->nonfinite |= !isfinite(*step_loss) (a non-finite
 // micro-batch loss skips the update, as on the CPU); ring[(state->step + state->skipped) % ring_size]
-// = {*step_loss / accum, norm, lr, clip, nonfinite}; *step_loss = 0.
+// = {*step_loss / accum, norm, lr, clip, nonfinite}; *step_loss = 0. accum: the micro-batches the
+// sum covers (accumulation steps x ranks when the sum was allreduced).
 void record_step_cuda(const rt::Exec& ex, kern::DeviceStepState* state, double* step_loss, int accum,
                       StepRecord* ring, int ring_size);
 

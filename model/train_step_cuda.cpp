@@ -15,6 +15,7 @@
 #include "runtime/arena.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
+#include "runtime/nccl.h"
 #include "runtime/profile.h"
 
 namespace model {
@@ -113,6 +114,21 @@ CudaTrainStep::CudaTrainStep(SiderNetCuda& net, const rt::Exec& ex, const LossCo
     set_counters(0, 0);
 }
 
+double loss_grad_scale(int accum, int world) {
+    SF_CHECK(accum >= 1 && world >= 1, "loss gradient scale of %d accumulation steps over %d ranks", accum, world);
+    return 1.0 / (static_cast<double>(accum) * world);
+}
+
+void CudaTrainStep::set_allreduce(rt::NcclComm* comm, int world) {
+    SF_CHECK(comm && world >= 1 && world == comm->world(),
+             "set_allreduce: a communicator of %d ranks for a world of %d", comm ? comm->world() : 0, world);
+    // The micro-step graphs capture the loss gradient scale and the optimizer graph the allreduce.
+    SF_CHECK(micro_runs_[0] == 0 && micro_runs_[1] == 0 && optim_runs_ == 0 && !optim_graph_,
+             "set_allreduce after the first step");
+    nccl_ = comm;
+    world_ = world;
+}
+
 void CudaTrainStep::sync_bn_shadow() {
     const Planner& p = net_.plan();
     const ParamTable& t = p.table();
@@ -207,8 +223,8 @@ void CudaTrainStep::enqueue_micro(int slot) {
     {
         const rt::Scope scope(ex_, "loss");
         const HeadGrads<float> g = net_.logit_grads();
-        loss_forward_backward_cuda(ex_, loss_, net_.logits(), d.valid_avg, d.labels[slot], &g, 1.0 / accum_, d.loss,
-                                   d.step_loss, d.loss_ws, d.loss_ws_bytes);
+        loss_forward_backward_cuda(ex_, loss_, net_.logits(), d.valid_avg, d.labels[slot], &g,
+                                   loss_grad_scale(accum_, world_), d.loss, d.step_loss, d.loss_ws, d.loss_ws_bytes);
     }
     net_.backward(ex_);
 }
@@ -219,9 +235,17 @@ void CudaTrainStep::enqueue_optimizer() {
     const size_t n = p.table().flat_size;
     const kern::AdamWConsts c = kern::adamw_consts(optim_.adamw);
     const rt::Scope scope(ex_, "optimizer");
+    if (nccl_) {
+        // One allreduce of the whole flat buffer (padding included) after the backward, not bucketed:
+        // ~13 MB (docs/GPU_STEP.md). The loss sum too, so every rank records the same mean loss and a
+        // non-finite loss on any rank (the sum is then non-finite) skips the step on every rank.
+        const rt::Scope ar(ex_, "allreduce");
+        nccl_->allreduce_sum(p.grad(), n, ex_.stream);
+        nccl_->allreduce_sum(d.step_loss, 1, ex_.stream);
+    }
     schedule_lr_cuda(ex_, sched_, d.state, d.epoch);
     kern::grad_norm_cuda(ex_, n, p.grad(), d.norm_partials, c, d.state);
-    record_step_cuda(ex_, d.state, d.step_loss, accum_, d.history, kHistory);
+    record_step_cuda(ex_, d.state, d.step_loss, accum_ * world_, d.history, kHistory);
     // state->nonfinite is settled: keep this step's running statistics, or undo them.
     bn_state_commit_cuda(ex_, d.state, p.buffers(), d.shadow_buffers, p.table().buffer_floats, p.counters(),
                          d.shadow_counters, p.table().counters);
@@ -282,6 +306,7 @@ std::vector<StepRecord> CudaTrainStep::read_history(int64_t from) {
              "read_history: %lld steps since step %lld, but the device keeps the last %d (read more often)",
              static_cast<long long>(enqueued_ - from), static_cast<long long>(from), kHistory);
     Device& d = *d_;
+    if (nccl_) nccl_->check_async_error();  // a failed peer: say so rather than wait on the stream
     SF_CUDA_CHECK(cudaMemcpyAsync(d.h_history, d.history, kHistory * sizeof(StepRecord), cudaMemcpyDeviceToHost,
                                   ex_.stream));
     SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));

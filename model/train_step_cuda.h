@@ -8,6 +8,9 @@
 //                                 bf16 working copy; grads zeroed; skipped when non-finite) -> BN
 //                                 running statistics committed, or rolled back when skipped (a
 //                                 skipped step changes nothing; model/train_step_cuda_guard.h)
+// Data parallel (set_allreduce): the optimizer step starts with the NCCL allreduce (sum) of the flat
+// fp32 gradient buffer and of the step's loss sum, each rank's loss gradient scaled 1/(accum*world),
+// so every rank applies the identical update of the mean gradient over all ranks' samples.
 // Every per-step value lives in device memory (kern::DeviceStepState, model::DeviceLossTerms), so
 // each sequence is captured into a CUDA graph once (one micro-step graph per input slot, one
 // optimizer graph; at its second call — the first runs eagerly so every kernel and cuDNN plan has
@@ -32,7 +35,16 @@
 struct CUgraphExec_st;
 typedef CUgraphExec_st* cudaGraphExec_t;
 
+namespace rt {
+class NcclComm;
+}
+
 namespace model {
+
+// The factor of d loss / d logits in a micro-step: 1/(accum*world), so that the sum over the ranks
+// (the allreduce) of the sum over the accumulation steps is the gradient of the mean loss over every
+// sample of the step. world 1: 1/accum exactly.
+double loss_grad_scale(int accum, int world);
 
 // The learning-rate schedule evaluated on the device from the optimizer steps attempted so far
 // (applied + skipped, as the CPU trainer counts them): sgdr per epoch or warmup_cosine per step.
@@ -94,6 +106,11 @@ public:
     void micro_step(int slot);
     void optimizer_step();
     void set_use_graphs(bool on) { use_graphs_ = on; }
+    // Data parallel over `world` ranks (comm->world()): before the first step. Every later step
+    // scales its loss gradient 1/(accum*world) and its optimizer sequence begins with the in-place
+    // allreduce (sum) of the gradients and of the step's loss sum, captured with it. Not owned.
+    void set_allreduce(rt::NcclComm* comm, int world);
+    int world() const { return world_; }
     bool use_graphs() const { return use_graphs_; }
 
     // Evaluation forward (BN running stats) + decode + metric sums of `n_real` samples of `slot`.
@@ -128,6 +145,8 @@ private:
     OptimConfig optim_;
     LrSchedule sched_;
     int accum_ = 1;
+    int world_ = 1;                  // ranks whose gradients are summed (set_allreduce)
+    rt::NcclComm* nccl_ = nullptr;  // null: no allreduce (a single process)
     bool use_graphs_ = true;
     std::unique_ptr<Device> d_;
     cudaGraphExec_t micro_graph_[kSlots] = {nullptr, nullptr};

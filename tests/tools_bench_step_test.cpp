@@ -5,6 +5,7 @@
 
 #include "kernels/conv_cudnn.h"
 #include "tests/support/compare.h"
+#include "tools/bench_allreduce.h"
 #include "tools/bench_step.h"
 #include "tools/commands.h"
 
@@ -57,6 +58,49 @@ TEST(BenchStep, RefusesClearlyWithoutADevice) {
     std::string why;
     if (sftest::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the refusal path does not apply";
     SF_EXPECT_ERROR(tools::cmd_bench({"step", "--batch-sizes", "8", "--steps", "50"}), "bench step needs a CUDA device");
+}
+
+// --world N: N must be the job's world (a world of 1 here), at least 1; a job of several ranks must
+// pass it.
+TEST(BenchStep, WorldOption) {
+    EXPECT_EQ(tools::parse_step_bench_args({}).world, 0);
+    EXPECT_EQ(tools::parse_step_bench_args({"--world", "1"}).world, 1);
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--world", "2"}), "--world 2", "this job has 1 rank(s)",
+                    "mpirun -np 2");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--world", "0"}), "--world", ">= 1");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--world", "-1"}), "--world", ">= 1");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--world", "two"}), "--world", "'two'");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--world"}), "needs a value");
+    tools::check_bench_world(4, 4);
+    tools::check_bench_world(0, 1);
+    SF_EXPECT_ERROR(tools::check_bench_world(0, 4), "launched as 4 ranks", "pass --world 4");
+    SF_EXPECT_ERROR(tools::check_bench_world(2, 4), "--world 2", "this job has 4 rank(s)");
+}
+
+// nccl-tests' definitions: algbw = bytes / time, busbw = algbw * 2(N-1)/N.
+TEST(BenchStep, AllreduceBandwidths) {
+    EXPECT_DOUBLE_EQ(tools::allreduce_bus_factor(1), 0.0);
+    EXPECT_DOUBLE_EQ(tools::allreduce_bus_factor(2), 1.0);
+    EXPECT_DOUBLE_EQ(tools::allreduce_bus_factor(4), 1.5);
+    EXPECT_DOUBLE_EQ(tools::allreduce_bus_factor(8), 1.75);
+    const tools::AllreduceTiming t = tools::allreduce_timing(13000000, 4, 20, 40.0);
+    EXPECT_EQ(t.bytes, 13000000u);
+    EXPECT_EQ(t.reps, 20);
+    EXPECT_DOUBLE_EQ(t.ms, 2.0);
+    EXPECT_DOUBLE_EQ(t.algbw_gbps, 6.5);  // 13e6 B / 2e-3 s = 6.5e9 B/s
+    EXPECT_DOUBLE_EQ(t.busbw_gbps, 9.75);
+    const tools::AllreduceTiming one = tools::allreduce_timing(1000000, 1, 10, 1.0);
+    EXPECT_DOUBLE_EQ(one.algbw_gbps, 10.0);
+    EXPECT_DOUBLE_EQ(one.busbw_gbps, 0.0);  // nothing crosses a link in a world of 1
+    SF_EXPECT_ERROR(tools::allreduce_timing(1, 2, 0, 1.0), "0 allreduces");
+    SF_EXPECT_ERROR(tools::allreduce_timing(1, 2, 5, 0.0), "in 0 ms");
+    SF_EXPECT_ERROR(tools::allreduce_timing(1, 0, 5, 1.0), "over 0 ranks");
+    const tools::AllreduceTiming back = tools::allreduce_from_json(tools::allreduce_json(t));
+    EXPECT_EQ(back.world, 4);
+    EXPECT_EQ(back.reps, 20);
+    EXPECT_EQ(back.bytes, t.bytes);
+    EXPECT_DOUBLE_EQ(back.busbw_gbps, t.busbw_gbps);
+    EXPECT_EQ(tools::allreduce_line(t), "allreduce 13.0 MB over 4 ranks: 2.000 ms (algbw 6.5 GB/s, busbw 9.8 GB/s)");
 }
 
 }  // namespace

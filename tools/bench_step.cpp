@@ -7,6 +7,9 @@
 // --search finds the largest batch within a memory budget (and the fastest among those probed);
 // --layers adds the per-layer table of an eager run (forward/backward ms per layer, bytes, FLOPs,
 // roofline share). JSON: tools/bench_report.h (schema "slidefuse.bench/1").
+// --world N: every step ends with the NCCL gradient allreduce inside the captured optimizer step
+// (N = the job's world; 1: a communicator of one rank, no MPI), and each run adds the allreduce alone
+// (tools/bench_allreduce.h) under "extra". Only rank 0 prints and writes.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,16 +31,20 @@
 #include "runtime/cuda_check.h"
 #include "runtime/device_info.h"
 #include "runtime/device_report.h"
+#include "runtime/dist.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/log.h"
+#include "runtime/nccl.h"
 #include "runtime/nvml.h"
 #include "runtime/profile.h"
 #include "tools/batch_search.h"
+#include "tools/bench_allreduce.h"
 #include "tools/bench_report.h"
 #include "tools/bench_step.h"
 #include "tools/layer_table.h"
 #include "tools/roofline.h"
+#include "tools/train_cuda.h"
 
 namespace tools {
 
@@ -181,7 +188,7 @@ struct Rig {
     model::SiderNetCuda net;
     model::CudaTrainStep step;
     DeviceBatch batch;
-    Rig(const rt::Exec& ex, int b, const StepBenchOptions& o)
+    Rig(const rt::Exec& ex, int b, const StepBenchOptions& o, rt::NcclComm* nccl)
         : net(shape_of(b, o), ex, policy_of(o)),
           step(net, ex, model::LossConfig{}, model::OptimConfig{}, bench_schedule(), 1),
           batch(b, o.height, o.width, o.channels) {
@@ -191,6 +198,7 @@ struct Rig {
         model::init_parameters(t, 42, master.data(), buffers.data(), counters.data());
         step.upload({&t, master.data(), nullptr, nullptr, buffers.data(), counters.data()});
         batch.bind(step);
+        if (nccl) step.set_allreduce(nccl, nccl->world());
     }
     void run_step() {
         step.micro_step(0);
@@ -214,7 +222,7 @@ size_t device_used_bytes() {
     return rt::query_device_memory(&free_b, &total_b, &why) ? total_b - free_b : 0;
 }
 
-BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, int b, const StepBenchOptions& o) {
+BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int b, const StepBenchOptions& o) {
     BenchRun r;
     r.config = {b, o.height, o.width, o.channels, o.eager ? "eager" : "graph", o.warmup};
     // The plan first: a batch that cannot fit is refused before anything is allocated.
@@ -229,7 +237,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, int b, const StepBenchO
     }
     try {
         const auto t0 = std::chrono::steady_clock::now();
-        Rig rig(ctx.exec(), b, o);
+        Rig rig(ctx.exec(), b, o, nccl);
         const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         rig.step.set_use_graphs(!o.eager);
         for (int k = 0; k < o.warmup; ++k) rig.run_step();
@@ -255,6 +263,12 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, int b, const StepBenchO
                    {"workspace_bytes", mp.workspace},
                    {"workspace_bytes_planned", rig.net.plan().memory().workspace},
                    {"plan_seconds", plan_s}};
+        if (nccl) {  // the allreduce alone, after the timed steps, on the step's stream
+            const model::Planner& p = rig.net.plan();
+            const AllreduceTiming a =
+                time_allreduce(*nccl, p.grad(), p.table().flat_size, ctx.exec().stream, kAllreduceReps);
+            r.extra["allreduce"] = allreduce_json(a);
+        }
     } catch (const rt::Error& e) {
         r.status = is_oom(e.what()) ? "oom" : "error";
         r.error = e.what();
@@ -269,7 +283,7 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
     EventObserver obs;
     rt::Exec ex = ctx.exec();
     ex.observer = &obs;
-    Rig rig(ex, b, o);
+    Rig rig(ex, b, o, nullptr);      // one GPU's compute: no allreduce in the per-layer table
     rig.step.set_use_graphs(false);  // events around every layer: eager calls only
     for (int k = 0; k < o.warmup; ++k) {
         rig.run_step();
@@ -331,70 +345,96 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
 
 }  // namespace
 
-int bench_step(const StepBenchOptions& o, const std::string& command_line) {
-    rt::check_cuda_device(0, "bench step");  // reports the GPU; refuses a missing or unsupported one
+namespace {
+
+// --search: the largest batch within the budget and the fastest among those probed (shorter runs).
+nlohmann::json run_search(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, const StepBenchOptions& o,
+                          bool print) {
     std::string why;
-    rt::CudaContext ctx(0);
-    const rt::DeviceInfo dev = rt::query_device_info(0);
+    size_t free_b = 0, total_b = 0;
+    SF_CHECK(rt::query_device_memory(&free_b, &total_b, &why), "device memory: %s", why.c_str());
+    BatchSearchOptions so;
+    so.budget_bytes = o.memory_budget_bytes > 0 ? o.memory_budget_bytes : free_b;
+    const BatchSearchResult sr = search_batch_size(
+        [&](int b) {
+            BatchProbe p;
+            p.bytes_needed = dry_run_memory(b, o).total();
+            if (p.bytes_needed > so.budget_bytes) {
+                p.fits = false;
+                p.note = "plan exceeds the budget";
+                return p;
+            }
+            StepBenchOptions quick = o;
+            quick.steps = std::max(5, o.steps / 5);
+            quick.warmup = std::max(2, o.warmup / 2);
+            const BenchRun r = bench_one(ctx, nvml, nccl, b, quick);
+            p.fits = r.status == "ok";
+            p.note = r.error;
+            if (p.fits) p.samples_per_s = b * 1000.0 / median(r.timings_ms);
+            return p;
+        },
+        so);
+    if (print)
+        std::printf("batch search: largest %d within %.1f GB, fastest %d (%.1f samples/s)\n", sr.largest,
+                    so.budget_bytes / 1e9, sr.fastest, sr.fastest_samples_per_s);
+    return batch_search_json(sr);
+}
+
+void print_run(int b, const BenchRun& r) {
+    if (r.status != "ok") {
+        std::printf("  batch %4d: %s: %s\n", b, r.status.c_str(), r.error.c_str());
+        return;
+    }
+    const TimingStats t = timing_stats(r.timings_ms);
+    std::printf("  batch %4d: %8.1f samples/s  %8.3f ms/step (p10 %.3f, p90 %.3f)  %.2f GB in use\n", b,
+                b * 1000.0 / t.median, t.median, t.p10, t.p90, r.peak_mem_bytes / 1e9);
+    if (r.extra.is_object() && r.extra.contains("allreduce")) {
+        const AllreduceTiming at = allreduce_from_json(r.extra["allreduce"]);
+        std::printf("              %s, %.1f%% of the step\n", allreduce_line(at).c_str(), 100.0 * at.ms / t.median);
+    }
+}
+
+}  // namespace
+
+int bench_step(const StepBenchOptions& o, const std::string& command_line) {
+    const rt::Comm& c = rt::comm();
+    check_bench_world(o.world, c.world());
+    // A rank of a job takes the GPU of its node-local rank; a single process GPU 0.
+    const int device = cuda_rank_device(c.world(), c.rank(), c.local_rank(), rt::visible_gpus());
+    rt::check_cuda_device(device, "bench step");  // reports the GPU; refuses a missing or unsupported one
+    rt::CudaContext ctx(device);
+    std::unique_ptr<rt::NcclComm> nccl;
+    if (o.world >= 1) nccl = std::make_unique<rt::NcclComm>(c.rank(), o.world, device);
+    const rt::DeviceInfo dev = rt::query_device_info(device);
     rt::Nvml nvml(dev.pci_bus_id, dev.ordinal);
+    const bool print = rt::is_rank0();  // every rank runs the same steps (collectives); rank 0 reports
     BenchHeader h;
     h.command = command_line;
     h.commit = detect_git_commit();
     h.device = dev;
     h.driver = nvml.driver_version();
-    std::printf("bench step on %s (driver %s): input %dx%dx%d, %s, %d warm-up + %d timed steps\n", dev.name.c_str(),
-                h.driver.c_str(), o.channels, o.height, o.width, o.eager ? "eager" : "graph replay", o.warmup,
-                o.steps);
-    if (!nvml.ok()) std::printf("NVML unavailable: %s\n", nvml.reason().c_str());
+    if (print) {
+        std::printf("bench step on %s (driver %s): input %dx%dx%d, %s, %d warm-up + %d timed steps\n", dev.name.c_str(),
+                    h.driver.c_str(), o.channels, o.height, o.width, o.eager ? "eager" : "graph replay", o.warmup,
+                    o.steps);
+        if (!nvml.ok()) std::printf("NVML unavailable: %s\n", nvml.reason().c_str());
+        if (nccl) std::printf("gradient allreduce in every step: %s\n", nccl->describe().c_str());
+    }
     std::vector<nlohmann::json> runs;
     for (int b : o.batch_sizes) {
-        const BenchRun r = bench_one(ctx, nvml, b, o);
-        if (r.status == "ok") {
-            const TimingStats t = timing_stats(r.timings_ms);
-            std::printf("  batch %4d: %8.1f samples/s  %8.3f ms/step (p10 %.3f, p90 %.3f)  %.2f GB in use\n", b,
-                        b * 1000.0 / t.median, t.median, t.p10, t.p90, r.peak_mem_bytes / 1e9);
-        } else {
-            std::printf("  batch %4d: %s: %s\n", b, r.status.c_str(), r.error.c_str());
-        }
+        const BenchRun r = bench_one(ctx, nvml, nccl.get(), b, o);
+        if (print) print_run(b, r);
         runs.push_back(run_json(r));
     }
-    nlohmann::json search_json;
-    if (o.search) {
-        size_t free_b = 0, total_b = 0;
-        SF_CHECK(rt::query_device_memory(&free_b, &total_b, &why), "device memory: %s", why.c_str());
-        BatchSearchOptions so;
-        so.budget_bytes = o.memory_budget_bytes > 0 ? o.memory_budget_bytes : free_b;
-        const BatchSearchResult sr = search_batch_size(
-            [&](int b) {
-                BatchProbe p;
-                p.bytes_needed = dry_run_memory(b, o).total();
-                if (p.bytes_needed > so.budget_bytes) {
-                    p.fits = false;
-                    p.note = "plan exceeds the budget";
-                    return p;
-                }
-                StepBenchOptions quick = o;
-                quick.steps = std::max(5, o.steps / 5);
-                quick.warmup = std::max(2, o.warmup / 2);
-                const BenchRun r = bench_one(ctx, nvml, b, quick);
-                p.fits = r.status == "ok";
-                p.note = r.error;
-                if (p.fits) p.samples_per_s = b * 1000.0 / median(r.timings_ms);
-                return p;
-            },
-            so);
-        std::printf("batch search: largest %d within %.1f GB, fastest %d (%.1f samples/s)\n", sr.largest,
-                    so.budget_bytes / 1e9, sr.fastest, sr.fastest_samples_per_s);
-        search_json = batch_search_json(sr);
-    }
+    const nlohmann::json search_json = o.search ? run_search(ctx, nvml, nccl.get(), o, print) : nlohmann::json();
     nlohmann::json layers_json;
     if (o.layers) {
         const int b = o.layers_batch > 0 ? o.layers_batch : o.batch_sizes.front();
         const LayerReport rep = bench_layers(ctx, b, o, peaks_for_device(dev.name, o.peak_tflops, o.peak_gbps));
-        std::fputs(format_layer_table(rep).c_str(), stdout);
+        if (print) std::fputs(format_layer_table(rep).c_str(), stdout);
         layers_json = layer_report_json(rep);
     }
-    if (!o.json.empty()) {
+    if (print && !o.json.empty()) {
         write_bench_json(o.json, bench_document(h, runs, search_json, layers_json));
         std::printf("wrote %s\n", o.json.c_str());
     }

@@ -19,11 +19,15 @@ struct StepBenchOptions {
     bool layers = false;             // per-layer table (eager run)
     int layers_batch = 0;            // batch of the per-layer run (0 = the first batch size)
     double peak_tflops = 0, peak_gbps = 0;  // roofline overrides (0 = the device table)
+    int world = 0;                          // --world N: NCCL allreduce over the job's N ranks; 0: none
     std::string json;                       // output file ("" = none)
 };
 
 // Throws naming the bad option (usage in the message).
 StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args);
+// --world N against the job's world: N must equal it (N = 1: a one-rank NCCL communicator, no MPI);
+// a job of several ranks must pass --world (its ranks would otherwise time unrelated steps).
+void check_bench_world(int n, int job_world);
 // Runs the benchmark; throws when no CUDA device is usable.
 int bench_step(const StepBenchOptions& o, const std::string& command_line);
 

@@ -21,6 +21,7 @@
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/shard_io.h"
+#include "runtime/dist.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "tools/bench_report.h"
@@ -42,7 +43,9 @@ const char* kBenchUsage =
     "                                [--steps 50] [--warmup 10] [--eager] [--deterministic]\n"
     "                                [--conv-candidates 4]\n"
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
-    "                                [--peak-tflops T] [--peak-gbps G] [--json OUT]\n"
+    "                                [--peak-tflops T] [--peak-gbps G] [--world N] [--json OUT]\n"
+    "           --world N: NCCL gradient allreduce in every step over the job's N ranks\n"
+    "           (mpirun -np N slidefuse bench step --world N; 1: one rank, no MPI)\n"
     "  loader   the data loader alone:\n"
     "           slidefuse bench loader --data DIR [--batch 128] [--workers 2] [--prefetch 4]\n"
     "                                  [--seconds 10] [--warmup 2] [--no-shuffle] [--json OUT]\n";
@@ -344,6 +347,8 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             o.peak_tflops = parse_seconds(s, v);
         } else if (s == "--peak-gbps") {
             o.peak_gbps = parse_seconds(s, v);
+        } else if (s == "--world") {
+            o.world = parse_int(s, v, 1);
         } else if (s == "--json") {
             o.json = v;
         } else {
@@ -351,7 +356,18 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
     }
     SF_CHECK(!o.batch_sizes.empty(), "bench step: --batch-sizes is empty");
+    check_bench_world(o.world, rt::comm().world());
     return o;
+}
+
+void check_bench_world(int n, int job_world) {
+    SF_CHECK(n >= 0, "bench step: --world %d: expected an integer >= 1", n);
+    SF_CHECK(n == 0 || n == job_world,
+             "bench step: --world %d, but this job has %d rank(s): launch it as mpirun -np %d slidefuse bench step "
+             "--world %d",
+             n, job_world, n, n);
+    SF_CHECK(n > 0 || job_world == 1, "bench step: launched as %d ranks: pass --world %d (the gradient allreduce)",
+             job_world, job_world);
 }
 
 int cmd_bench(const std::vector<std::string>& args) {

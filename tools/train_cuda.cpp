@@ -1,12 +1,15 @@
 // The CUDA TrainBackend of `slidefuse train` (train.backend: cuda): model::CudaTrainStep over a
 // SiderNetCuda, fed by the shard loader through data::DeviceFeed's two device slots (the copy of
 // batch k+1 overlaps the compute of batch k), statistics read from the device's per-step ring
-// only when the loop asks for them (docs/GPU_STEP.md).
+// only when the loop asks for them (docs/GPU_STEP.md). In a job of several ranks each rank takes the
+// GPU of its node-local rank and the step allreduces its gradients through NCCL (runtime/nccl.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,15 +19,39 @@
 #include "model/init.h"
 #include "model/train_step_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/dist.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "runtime/log.h"
+#include "runtime/nccl.h"
 #include "runtime/profile.h"
 #include "tools/train.h"
+#include "tools/train_cuda.h"
 
 namespace tools {
 
+int cuda_nccl_world(int comm_world, const char* env) {
+    const std::string v = env ? env : "";
+    SF_CHECK(v.empty() || v == "0" || v == "1", "SF_NCCL_WORLD1=%s: expected 1 (NCCL path in a world of 1) or 0",
+             v.c_str());
+    if (comm_world > 1) return comm_world;
+    return v == "1" ? 1 : 0;
+}
+
+int cuda_rank_device(int comm_world, int rank, int local_rank, int visible_gpus) {
+    if (comm_world <= 1) return 0;
+    rt::check_rank_device(rank, local_rank, visible_gpus);
+    return local_rank;
+}
+
 namespace {
+
+// This rank's GPU (checked before anything is created on it).
+int rank_device() {
+    const rt::Comm& c = rt::comm();
+    if (c.world() <= 1) return 0;
+    return cuda_rank_device(c.world(), c.rank(), c.local_rank(), rt::visible_gpus());
+}
 
 model::LrSchedule lr_schedule(const TrainConfig& c, int64_t steps_per_epoch, int64_t total) {
     model::LrSchedule s;
@@ -43,13 +70,18 @@ class CudaBackend : public TrainBackend {
 public:
     CudaBackend(const TrainConfig& c, bool no_graph, int64_t steps_per_epoch, int64_t total)
         : cfg_(c),
-          ctx_(0),
+          ctx_(rank_device()),
           net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height,
                                c.model.input_width},
                ctx_.exec(), kern::run_conv_policy(c.train.deterministic)),
           step_(net_, ctx_.exec(), loss_config(c), optim_config(c), lr_schedule(c, steps_per_epoch, total),
                 c.train.gradient_accumulation_steps) {
         step_.set_use_graphs(!no_graph);
+        const int world = cuda_nccl_world(rt::comm().world(), std::getenv("SF_NCCL_WORLD1"));
+        if (world > 0) {  // the unique id is broadcast over rt::comm(); every rank gets here
+            nccl_ = std::make_unique<rt::NcclComm>(rt::comm().rank(), world, ctx_.exec().device);
+            step_.set_allreduce(nccl_.get(), world);
+        }
         const model::ParamTable& t = net_.table();
         master_.assign(t.flat_size, 0.0f);
         m_.assign(t.flat_size, 0.0f);
@@ -72,12 +104,14 @@ public:
     }
 
     std::string describe() const override {
-        return step_.use_graphs() ? "the CUDA backend (captured step)" : "the CUDA backend (eager, --no-graph)";
+        std::string s = step_.use_graphs() ? "the CUDA backend (captured step" : "the CUDA backend (eager, --no-graph";
+        if (nccl_) s += ", gradient allreduce: " + nccl_->describe();
+        return s + ")";
     }
     const model::ParamTable& table() const override { return net_.table(); }
 
     void train_step(BatchSource& data, int accum, double /*lr: computed on the device*/) override {
-        // The loss gradient scale 1/accum is captured in the micro-step (CudaTrainStep's accum).
+        // The loss gradient scale 1/(accum*world) is captured in the micro-step (CudaTrainStep).
         SF_CHECK(accum == cfg_.train.gradient_accumulation_steps,
                  "CUDA backend built for %d accumulation steps, called with %d", cfg_.train.gradient_accumulation_steps,
                  accum);
@@ -183,6 +217,9 @@ private:
     const TrainConfig& cfg_;
     rt::CudaContext ctx_;
     model::SiderNetCuda net_;
+    // Data parallel (or SF_NCCL_WORLD1), else null; made in the constructor's body, destroyed after
+    // the step whose optimizer graph captured its collectives.
+    std::unique_ptr<rt::NcclComm> nccl_;
     model::CudaTrainStep step_;
     std::unique_ptr<data::DeviceFeed> feed_;
     std::vector<float> master_, m_, v_, buffers_;

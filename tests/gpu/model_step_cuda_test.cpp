@@ -27,40 +27,12 @@
 #include "runtime/arena.h"
 #include "runtime/cuda_check.h"
 #include "runtime/exec.h"
+#include "tests/gpu/step_rig.h"
 #include "tests/support/compare.h"
 
 namespace {
 
-constexpr int kBatch = 4, kH = 64, kW = 128, kC = 2;
-constexpr uint64_t kInitSeed = 1234;
-
-model::NetShape net_shape() { return {kBatch, kC, kH, kW}; }
-
-// `batches` generated batches: uint8 gray pixels (N,H,W,1) and labels.
-struct HostBatches {
-    std::vector<std::vector<uint8_t>> pixels;
-    std::vector<std::vector<data::Label>> labels;
-};
-
-HostBatches make_batches(int batches) {
-    HostBatches b;
-    data::GenConfig gc;
-    gc.seed = 7;
-    gc.height = kH;
-    gc.width = kW;
-    for (int k = 0; k < batches; ++k) {
-        std::vector<uint8_t> px;
-        std::vector<data::Label> lb;
-        for (int i = 0; i < kBatch; ++i) {
-            const data::GenSample s = data::generate_sample(gc, static_cast<uint64_t>(k * kBatch + i));
-            px.insert(px.end(), s.pixels.begin(), s.pixels.end());
-            lb.push_back(s.label);
-        }
-        b.pixels.push_back(std::move(px));
-        b.labels.push_back(std::move(lb));
-    }
-    return b;
-}
+using namespace steprig;
 
 // The CPU input exactly as the GPU sees it: preprocess, then round to bf16.
 void cpu_input(const std::vector<uint8_t>& px, const std::vector<data::Label>& lb, float* input) {
@@ -68,69 +40,6 @@ void cpu_input(const std::vector<uint8_t>& px, const std::vector<data::Label>& l
     for (size_t i = 0; i < static_cast<size_t>(kBatch) * kH * kW * kC; ++i) input[i] = kern::round_bf16(input[i]);
 }
 
-model::OptimConfig optim() {
-    model::OptimConfig o;
-    o.adamw.lr = 1e-3;
-    return o;
-}
-
-model::LrSchedule constant_lr(double lr) {
-    model::LrSchedule s;
-    s.sgdr = false;
-    s.base_lr = lr;
-    s.eta_min = lr;  // warmup_cosine with eta_min = base: constant
-    s.total_steps = 1000;
-    return s;
-}
-
-// A CUDA network + step with the CPU net's initial weights, and device slots for the batches.
-struct GpuRig {
-    rt::CudaContext ctx{0};
-    model::SiderNetCuda net;
-    model::CudaTrainStep step;
-    rt::Arena slots{"test slots", rt::MemKind::Device};
-    uint8_t* pixels = nullptr;
-    data::Label* labels = nullptr;
-
-    explicit GpuRig(const model::SiderNet& init, bool deterministic = true)
-        : net(net_shape(), ctx.exec(), policy(deterministic)),
-          step(net, ctx.exec(), model::LossConfig{}, optim(), constant_lr(1e-3), 1) {
-        const size_t po = slots.reserve(static_cast<size_t>(kBatch) * kH * kW, 256, "pixels");
-        const size_t lo = slots.reserve(kBatch * sizeof(data::Label), 256, "labels");
-        slots.allocate();
-        slots.seal();
-        pixels = slots.ptr<uint8_t>(po);
-        labels = slots.ptr<data::Label>(lo);
-        step.bind_slot(0, pixels, labels);
-        const model::Planner& p = init.plan();
-        model::CheckpointView v{&init.table(), p.master(), nullptr, nullptr, p.buffers(), p.counters()};
-        step.upload(v);
-    }
-    // Deterministic engines and no autotuning (as train.deterministic): two rigs then pick the same
-    // cuDNN engines and custom kernels, which the bitwise comparison of two rigs needs.
-    static kern::ConvPolicy policy(bool deterministic) { return kern::run_conv_policy(deterministic); }
-    // On the compute stream (non-blocking: a legacy-stream cudaMemcpy would not be ordered against
-    // the step), after the arena's zero fill and the previous step, finished before returning.
-    void load(const std::vector<uint8_t>& px, const std::vector<data::Label>& lb) {
-        SF_CUDA_CHECK(cudaDeviceSynchronize());
-        SF_CUDA_CHECK(cudaMemcpyAsync(pixels, px.data(), px.size(), cudaMemcpyHostToDevice, ctx.exec().stream));
-        SF_CUDA_CHECK(cudaMemcpyAsync(labels, lb.data(), lb.size() * sizeof(data::Label), cudaMemcpyHostToDevice,
-                                      ctx.exec().stream));
-        ctx.synchronize();
-    }
-    template <class T>
-    std::vector<T> fetch(const T* dev, size_t n) {
-        std::vector<T> h(n);
-        SF_CUDA_CHECK(cudaMemcpyAsync(h.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost, ctx.exec().stream));
-        ctx.synchronize();
-        return h;
-    }
-};
-
-void init_cpu(model::SiderNet& net) {
-    const model::Planner& p = net.plan();
-    model::init_parameters(net.table(), kInitSeed, p.master(), p.buffers(), p.counters());
-}
 
 // Tensors this small (the FPN fusions' weight_a / weight_b scalars, ...) are not compared by cosine:
 // for one element the cosine is only the sign, for two it turns on the ratio of two numbers. Each

@@ -3,7 +3,9 @@
 //   - a resumed run (4 steps, checkpoint, --resume auto, 4 more) gives the same metrics.jsonl
 //     losses and the same final weights, bit for bit, as 8 uninterrupted steps;
 //   - --no-graph (eager calls) and graph replay give bitwise-equal step losses;
-//   - the loss falls over 40 steps and validation reports finite metrics.
+//   - the loss falls over 40 steps and validation reports finite metrics;
+//   - SF_NCCL_WORLD1=1 (the NCCL gradient allreduce of a world of 1 inside the captured step) gives
+//     the same losses and final weights, bit for bit, as the plain step.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -117,6 +119,32 @@ TEST(CudaTrain, LossFallsAndValidationRuns) {
     EXPECT_TRUE(validated);
     ASSERT_GE(window.size(), 4u);
     EXPECT_LT(window.back(), 0.8 * window.front());
+}
+
+TEST(CudaTrain, NcclWorldOneIsBitwiseEqualToThePlainStep) {
+    SF_REQUIRE_GPU();
+    TempDir t;
+    std::vector<std::string> plain = base_args(t.path, "plain");
+    plain.push_back("train.max_steps=5");
+    std::vector<std::string> nccl = base_args(t.path, "nccl");
+    nccl.push_back("train.max_steps=5");
+    ASSERT_EQ(tools::cmd_train(plain), 0);
+    ASSERT_EQ(setenv("SF_NCCL_WORLD1", "1", 1), 0);
+    int rc = -1;
+    try {
+        rc = tools::cmd_train(nccl);
+    } catch (...) {
+        unsetenv("SF_NCCL_WORLD1");
+        throw;
+    }
+    unsetenv("SF_NCCL_WORLD1");
+    ASSERT_EQ(rc, 0);
+    const std::vector<double> a = step_losses(t.path + "/plain/metrics.jsonl");
+    ASSERT_EQ(a.size(), 5u);
+    EXPECT_EQ(a, step_losses(t.path + "/nccl/metrics.jsonl"));
+    const rt::SafeTensors x = rt::SafeTensors::load(model::checkpoint_path(t.path + "/plain/ck", 5));
+    const rt::SafeTensors y = rt::SafeTensors::load(model::checkpoint_path(t.path + "/nccl/ck", 5));
+    for (const std::string& name : x.names()) EXPECT_EQ(x.get(name).bytes, y.get(name).bytes) << name;
 }
 
 }  // namespace
