@@ -25,7 +25,9 @@ TEST(CudaRanks, RankTakesTheGpuOfItsLocalRank) {
     EXPECT_EQ(tools::cuda_rank_device(4, 3, 1, 2), 1);  // two nodes of two GPUs
     EXPECT_EQ(tools::cuda_rank_device(2, 0, 0, 1), 0);
     SF_EXPECT_ERROR(tools::cuda_rank_device(4, 3, 2, 2), "rank 3 takes GPU 2", "sees 2 GPU(s)");
-    SF_EXPECT_ERROR(tools::cuda_rank_device(2, 1, 1, 1), "rank 1 takes GPU 1", "sees 1 GPU(s)");
+    EXPECT_EQ(tools::cuda_rank_device(2, 1, 1, 1), 0);  // confined to its own GPU (srun --gpus-per-task=1)
+    EXPECT_EQ(tools::cuda_rank_device(8, 7, 3, 1), 0);
+    SF_EXPECT_ERROR(tools::cuda_rank_device(4, 3, 3, 3), "rank 3 takes GPU 3", "sees 3 GPU(s)");
 }
 
 TEST(CudaRanks, LossGradientScale) {

@@ -40,6 +40,9 @@ int cuda_nccl_world(int comm_world, const char* env) {
 
 int cuda_rank_device(int comm_world, int rank, int local_rank, int visible_gpus) {
     if (comm_world <= 1) return 0;
+    // A launcher that confines each rank to its own GPU (srun --gpus-per-task=1, or a per-rank
+    // CUDA_VISIBLE_DEVICES) leaves one visible device: that one, whatever the node-local rank.
+    if (visible_gpus == 1) return 0;
     rt::check_rank_device(rank, local_rank, visible_gpus);
     return local_rank;
 }

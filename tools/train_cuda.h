@@ -10,8 +10,9 @@ namespace tools {
 // (null when unset); any value but "", "0" or "1" throws, naming the variable.
 int cuda_nccl_world(int comm_world, const char* env);
 
-// The GPU of a rank: its node-local rank in a job of several ranks, else 0. Throws naming the rank,
-// the GPU and the GPUs this process sees when the node has fewer GPUs than ranks.
+// The GPU of a rank: its node-local rank in a job of several ranks, else 0; the only visible GPU
+// when the launcher confined the rank to one (srun --gpus-per-task=1). Throws naming the rank, the
+// GPU and the GPUs this process sees when it sees several, but fewer than its node-local rank needs.
 int cuda_rank_device(int comm_world, int rank, int local_rank, int visible_gpus);
 
 }  // namespace tools
