@@ -89,7 +89,9 @@ private:
 // drops it). Rank r of world_size W takes G_r, G_{r+W}, G_{r+2W}, ...: its k-th batch is G_{k*W+r}.
 // So W ranks with batch b and gradient accumulation A see in each optimizer step exactly the samples
 // one process with batch b and accumulation A*W sees. With drop_last every rank takes
-// floor(total / (b*W)) batches (equal step counts); without it rank r takes every G_j with
+// floor(total / (b*W)) batches (equal step counts; when floor(total / b) is not a multiple of W the
+// one process also reads the leftover global batches at each epoch's end, so from the first epoch
+// boundary on the two runs' steps differ); without it rank r takes every G_j with
 // j % W == r, the final partial one included: counts may differ by one, a rank may have none, and
 // every sample is in exactly one rank's batches.
 uint64_t rank_batches(uint64_t total, int batch_size, bool drop_last, int rank, int world_size);
