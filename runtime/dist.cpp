@@ -41,6 +41,13 @@ public:
 };
 
 std::atomic<double> g_timeout_s{0};  // 0: not yet read from SF_DIST_TIMEOUT
+std::atomic<bool> g_heartbeat_armed{false};
+std::atomic<int64_t> g_last_beat_ns{0};  // steady_clock of the last heartbeat()
+
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
 
 double timeout_from_env() {
     const char* v = std::getenv("SF_DIST_TIMEOUT");
@@ -152,13 +159,24 @@ private:
         std::unique_lock<std::mutex> l(mu_);
         while (!stop_) {
             cv_.wait_for(l, std::chrono::milliseconds(500));
-            if (!busy_ || stop_) continue;
-            const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
-            if (waited <= collective_timeout_s()) continue;
-            std::fprintf(stderr,
-                         "slidefuse: error: [rank %d/%d] %s has waited %.0f s for the other ranks (limit "
-                         "SF_DIST_TIMEOUT=%g s): a rank died, hangs or stopped with an error; aborting the job\n",
-                         rank_, world_, what_.c_str(), waited, collective_timeout_s());
+            if (stop_) continue;
+            const double limit = collective_timeout_s();
+            const double silent = g_heartbeat_armed.load() ? (now_ns() - g_last_beat_ns.load()) * 1e-9 : 0;
+            const double waited =
+                busy_ ? std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count() : 0;
+            if (waited > limit)
+                std::fprintf(stderr,
+                             "slidefuse: error: [rank %d/%d] %s has waited %.0f s for the other ranks (limit "
+                             "SF_DIST_TIMEOUT=%g s): a rank died, hangs or stopped with an error; aborting the job\n",
+                             rank_, world_, what_.c_str(), waited, limit);
+            else if (silent > limit)
+                std::fprintf(stderr,
+                             "slidefuse: error: [rank %d/%d] no training step completed for %.0f s (limit "
+                             "SF_DIST_TIMEOUT=%g s): this rank waits on its GPU or a peer that hangs; aborting the "
+                             "job\n",
+                             rank_, world_, silent, limit);
+            else
+                continue;
             std::fflush(stderr);
             if (thread_multiple_) api_->abort(1);
             _exit(1);  // without MPI_THREAD_MULTIPLE: the launcher ends the others on this exit status
@@ -235,6 +253,14 @@ void set_collective_timeout_s(double seconds) {
     SF_CHECK(seconds > 0, "the collective timeout must be > 0 s, got %g", seconds);
     g_timeout_s.store(seconds);
 }
+
+void heartbeat() { g_last_beat_ns.store(now_ns()); }
+
+HeartbeatScope::HeartbeatScope() {
+    heartbeat();
+    g_heartbeat_armed.store(true);
+}
+HeartbeatScope::~HeartbeatScope() { g_heartbeat_armed.store(false); }
 
 void broadcast_string(std::string& s, int root) {
     int64_t n = static_cast<int64_t>(s.size());

@@ -71,6 +71,18 @@ private:
     double saved_;
 };
 
+// The training loop's heartbeat, for what the collective guard cannot see (a host thread blocked in
+// a CUDA wait while a GPU collective never completes): while a HeartbeatScope lives in a job of
+// several ranks, the watchdog aborts the job when no heartbeat() came for collective_timeout_s().
+void heartbeat();
+class HeartbeatScope {
+public:
+    HeartbeatScope();
+    ~HeartbeatScope();
+    HeartbeatScope(const HeartbeatScope&) = delete;
+    HeartbeatScope& operator=(const HeartbeatScope&) = delete;
+};
+
 // Convenience over comm(): a string from root to every rank; the logical OR / MAX of a flag.
 void broadcast_string(std::string& s, int root = 0);
 int64_t allreduce_max(int64_t v);

@@ -305,6 +305,7 @@ void Trainer::log_step(const model::StepStats& s, int64_t epoch) {
 
 // Validation (MODEL_SPEC §3.5), best.safetensors, early stopping (epoch ends only). Returns true to stop.
 bool Trainer::validate_and_select(bool epoch_end) {
+    rt::heartbeat();  // validation may take as long as a step may (SF_DIST_TIMEOUT)
     backend_->synchronize();  // (validation waits anyway) the steps enqueued so far count as training time
     progress_.pause();        // the samples/s of training steps only
     progress_.finish();
@@ -358,6 +359,7 @@ std::string Trainer::save_step_checkpoint() {
     const std::string path = model::checkpoint_path(ckpt_dir_, rs_.step);
     if (last_saved_ == rs_.step) return path;
     backend_->synchronize();  // (the save waits anyway) enqueued steps count as training time
+    rt::heartbeat();
     progress_.pause();
     check_ranks_agree(*backend_, rs_.step);  // every rank: the same weights, or the job stops
     if (rank0_) save(path);
@@ -429,6 +431,7 @@ int Trainer::run() {
         return 0;
     }
     StopSignals signals;
+    const rt::HeartbeatScope heartbeat;  // data parallel: a rank stuck for SF_DIST_TIMEOUT ends the job
     progress_ = Progress(total_, rs_.step);
     std::string last;
     while (true) {
@@ -436,6 +439,7 @@ int Trainer::run() {
         // --profile-steps a:b: the profiler captures steps a..b (1-based) and nothing else.
         const bool profiled = args_.profile.contains(rs_.step + 1);
         if (profiled && !args_.profile.contains(rs_.step)) rt::profiler_start();
+        rt::heartbeat();
         inject_fault(fault_, rs_.step + 1, *backend_);
         step_cursor_ = train_data_->cursor();
         in_step_ = true;
