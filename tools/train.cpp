@@ -24,6 +24,7 @@
 #include "tools/run_dir.h"
 #include "tools/run_log.h"
 #include "tools/signals.h"
+#include "tools/train_cuda.h"
 #include "tools/train_dist.h"
 #include "tools/val_progress.h"
 
@@ -143,7 +144,8 @@ Trainer::Trainer(const Args& args, const TrainConfig& cfg)
       fault_(fault_from_env()),
       early_(cfg.eval) {
     // Before any data is read or generated: logs the GPU, driver and runtime; refuses an unusable one.
-    if (cfg.train.backend == Backend::Cuda) rt::check_cuda_device(0, "train.backend=cuda");
+    // A rank checks (and makes current) its own GPU: no context of any rank lands on GPU 0.
+    if (cfg.train.backend == Backend::Cuda) rt::check_cuda_device(cuda_train_device(), "train.backend=cuda");
     // Rank 0 generates a missing synthetic dataset; the others wait for it (same folder: a shared
     // file system across nodes).
     if (cfg.data.source == DataSource::Synthetic && rank0_) ensure_synthetic_dataset(cfg);

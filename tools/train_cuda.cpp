@@ -47,14 +47,13 @@ int cuda_rank_device(int comm_world, int rank, int local_rank, int visible_gpus)
     return local_rank;
 }
 
-namespace {
-
-// This rank's GPU (checked before anything is created on it).
-int rank_device() {
+int cuda_train_device() {
     const rt::Comm& c = rt::comm();
     if (c.world() <= 1) return 0;
     return cuda_rank_device(c.world(), c.rank(), c.local_rank(), rt::visible_gpus());
 }
+
+namespace {
 
 model::LrSchedule lr_schedule(const TrainConfig& c, int64_t steps_per_epoch, int64_t total) {
     model::LrSchedule s;
@@ -73,7 +72,7 @@ class CudaBackend : public TrainBackend {
 public:
     CudaBackend(const TrainConfig& c, bool no_graph, int64_t steps_per_epoch, int64_t total)
         : cfg_(c),
-          ctx_(rank_device()),
+          ctx_(cuda_train_device()),
           net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height,
                                c.model.input_width},
                ctx_.exec(), kern::run_conv_policy(c.train.deterministic)),

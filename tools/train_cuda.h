@@ -14,5 +14,7 @@ int cuda_nccl_world(int comm_world, const char* env);
 // when the launcher confined the rank to one (srun --gpus-per-task=1). Throws naming the rank, the
 // GPU and the GPUs this process sees when it sees several, but fewer than its node-local rank needs.
 int cuda_rank_device(int comm_world, int rank, int local_rank, int visible_gpus);
+// cuda_rank_device of this process (rt::comm()): the GPU every CUDA call of a training rank uses.
+int cuda_train_device();
 
 }  // namespace tools
