@@ -175,15 +175,20 @@ TEST(TrainDataRanks, FixedSourceRanksInterleaveToTheOneProcessBatches) {
     }
 }
 
-TEST(TrainDataRanks, ShardSourceRanksInterleaveOnBothPaths) {
-    const sftest::TempDir root("sf_train_ranks");
+// The smoke config reading 20 generated 64x128 samples (shards of 8) from dir/data.
+tools::TrainConfig small_shards_config(const std::string& dir, uint64_t seed) {
     data::GenConfig g;
-    g.seed = 5;
+    g.seed = seed;
     g.height = 64;
     g.width = 128;
-    data::generate_dataset(g, 20, root.path + "/data", 2, 8);
-    const tools::TrainConfig c = tools::load_config(
-        kSmoke, {"data.source=shards", "data.processed_dir=" + root.path + "/data", "train.num_workers=2"});
+    data::generate_dataset(g, 20, dir + "/data", 2, 8);
+    return tools::load_config(kSmoke,
+                              {"data.source=shards", "data.processed_dir=" + dir + "/data", "train.num_workers=2"});
+}
+
+TEST(TrainDataRanks, ShardSourceRanksInterleaveOnBothPaths) {
+    const sftest::TempDir root("sf_train_ranks");
+    const tools::TrainConfig c = small_shards_config(root.path, 5);
     for (int w : {2, 3}) EXPECT_GE(expect_ranks_interleave(c, SplitRole::Train, w), 2u);
     // The raw path (device backends) reads the same loader: sample ids interleave too.
     auto one = tools::make_batch_source(c, SplitRole::Train);
@@ -223,13 +228,7 @@ void expect_rank_seek_continues(const tools::TrainConfig& c) {
 TEST(TrainDataRanks, ARankResumesFromItsOwnCursor) {
     expect_rank_seek_continues(tools::load_config(kSmoke, {"data.num_samples=11"}));  // 2 batches per rank
     const sftest::TempDir root("sf_train_ranks");
-    data::GenConfig g;
-    g.seed = 6;
-    g.height = 64;
-    g.width = 128;
-    data::generate_dataset(g, 20, root.path + "/data", 2, 8);
-    expect_rank_seek_continues(tools::load_config(
-        kSmoke, {"data.source=shards", "data.processed_dir=" + root.path + "/data", "train.num_workers=2"}));
+    expect_rank_seek_continues(small_shards_config(root.path, 6));
 }
 
 TEST(TrainDataRanks, BadRanksAndTooSmallSplitsAreRefused) {
