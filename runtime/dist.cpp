@@ -101,8 +101,8 @@ public:
     int local_rank() const override { return local_rank_; }
     int local_world() const override { return local_world_; }
     std::string describe() const override {
-        return format("MPI (%s): rank %d of %d, node-local rank %d of %d", version_.c_str(), rank_, world_,
-                      local_rank_, local_world_);
+        return format("MPI (%s): rank %d of %d, node-local rank %d of %d", version_.c_str(), rank_, world_, local_rank_,
+                      local_world_);
     }
     void allreduce(float* d, size_t n, ReduceOp op) override { reduce(d, n, SF_MPI_FLOAT, op, "float"); }
     void allreduce(double* d, size_t n, ReduceOp op) override { reduce(d, n, SF_MPI_DOUBLE, op, "double"); }

@@ -62,7 +62,9 @@ void set_collective_timeout_s(double seconds);
 // Another bound while it lives (e.g. the ranks waiting for rank 0 to generate a dataset).
 class ScopedCollectiveTimeout {
 public:
-    explicit ScopedCollectiveTimeout(double seconds) : saved_(collective_timeout_s()) { set_collective_timeout_s(seconds); }
+    explicit ScopedCollectiveTimeout(double seconds) : saved_(collective_timeout_s()) {
+        set_collective_timeout_s(seconds);
+    }
     ~ScopedCollectiveTimeout() { set_collective_timeout_s(saved_); }
     ScopedCollectiveTimeout(const ScopedCollectiveTimeout&) = delete;
     ScopedCollectiveTimeout& operator=(const ScopedCollectiveTimeout&) = delete;

@@ -24,6 +24,7 @@
 #include "tools/run_dir.h"
 #include "tools/run_log.h"
 #include "tools/signals.h"
+#include "tools/train_args.h"
 #include "tools/train_cuda.h"
 #include "tools/train_dist.h"
 #include "tools/val_progress.h"
@@ -31,62 +32,6 @@
 namespace tools {
 
 namespace {
-
-struct Args {
-    std::string config;
-    std::string out;
-    std::string resume;  // "", "auto" or a checkpoint path
-    bool allow_config_change = false;
-    int max_bad_steps = kDefaultMaxBadSteps;
-    bool no_graph = false;        // CUDA: eager steps instead of graph replay
-    bool deferred_stats = false;  // CPU: collect step statistics only where the CUDA backend does
-    rt::StepRange profile;        // --profile-steps a:b (empty: none)
-    std::vector<std::string> overrides;
-};
-
-int parse_count(const std::string& opt, const std::string& v) {
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    SF_CHECK(!v.empty() && end == v.c_str() + v.size() && n >= 0 && n <= 1000000000L,
-             "%s expects an integer >= 0, got '%s'", opt.c_str(), v.c_str());
-    return static_cast<int>(n);
-}
-
-Args parse_args(const std::vector<std::string>& args) {
-    Args a;
-    for (size_t i = 0; i < args.size(); ++i) {
-        const std::string& s = args[i];
-        auto value = [&]() -> const std::string& {
-            SF_CHECK(i + 1 < args.size(), "%s needs a value", s.c_str());
-            return args[++i];
-        };
-        if (s == "--config") {
-            a.config = value();
-        } else if (s == "--out") {
-            a.out = value();
-        } else if (s == "--resume") {
-            a.resume = value();
-        } else if (s == "--max-bad-steps") {
-            a.max_bad_steps = parse_count(s, value());
-        } else if (s == "--allow-config-change") {
-            a.allow_config_change = true;
-        } else if (s == "--no-graph") {
-            a.no_graph = true;
-        } else if (s == "--deferred-stats") {
-            a.deferred_stats = true;
-        } else if (s == "--profile-steps") {
-            a.profile = rt::parse_step_range(value());
-        } else if (s.rfind("--", 0) == 0) {
-            SF_FAIL("unknown option '%s'\n%s", s.c_str(), train_usage().c_str());
-        } else {
-            SF_CHECK(s.find('=') != std::string::npos, "unexpected argument '%s' (overrides look like key.path=value)",
-                     s.c_str());
-            a.overrides.push_back(s);
-        }
-    }
-    SF_CHECK(!a.config.empty(), "missing --config PATH\n%s", train_usage().c_str());
-    return a;
-}
 
 double lr_at(const TrainConfig& c, int64_t epoch, int64_t step, int64_t total) {
     if (c.sched.type == SchedType::Sgdr)
@@ -99,7 +44,7 @@ double lr_at(const TrainConfig& c, int64_t epoch, int64_t step, int64_t total) {
 // the backend's tensors and the data cursor.
 class Trainer {
 public:
-    Trainer(const Args& args, const TrainConfig& cfg);
+    Trainer(const TrainArgs& args, const TrainConfig& cfg);
     int run();
     // After an error that ends the run: the last completed step as a checkpoint marked with the error.
     void save_after_error(const std::string& what) noexcept;
@@ -114,7 +59,7 @@ private:
     std::string save_step_checkpoint();
     [[noreturn]] void stop_on_bad_steps(const model::StepStats& s);
 
-    const Args& args_;
+    const TrainArgs& args_;
     const TrainConfig& cfg_;
     const int accum_;
     const int rank_, world_;  // data parallel (rt::comm()): only rank 0 writes outputs
@@ -134,7 +79,7 @@ private:
     double first_loss_ = NAN, last_loss_ = NAN;
 };
 
-Trainer::Trainer(const Args& args, const TrainConfig& cfg)
+Trainer::Trainer(const TrainArgs& args, const TrainConfig& cfg)
     : args_(args),
       cfg_(cfg),
       accum_(cfg.train.gradient_accumulation_steps),
@@ -497,30 +442,8 @@ int Trainer::run() {
 
 }  // namespace
 
-std::string train_usage() {
-    return "usage: slidefuse train --config PATH [--out DIR] [--resume auto|PATH] [key.path=value ...]\n"
-           "  --config PATH            YAML training config (docs/CONFIG.md)\n"
-           "  --out DIR                output folder, checkpoints in DIR/checkpoints (default: the resumed run's,\n"
-           "                           else a new <logging.log_dir>/run-<timestamp>)\n"
-           "  --resume auto|PATH       continue from a checkpoint (docs/CHECKPOINTS.md); auto: the newest loadable "
-           "one\n"
-           "                           of the run in --out (without --out: the newest run in logging.log_dir), or a\n"
-           "                           new run if there is none\n"
-           "  --allow-config-change    resume a checkpoint written under another config (warns)\n"
-           "  --max-bad-steps N        consecutive non-finite (skipped) steps tolerated before the run stops with a\n"
-           "                           checkpoint and an error (default 20)\n"
-           "  --no-graph               CUDA: run each step's calls eagerly instead of replaying the captured graph\n"
-           "  --deferred-stats         CPU: read step statistics only at log points, epoch ends and signals, as the\n"
-           "                           CUDA backend does (the same outputs; a check of the loop)\n"
-           "  --profile-steps A:B      CUDA: cudaProfilerStart before step A, Stop after step B (1-based), for\n"
-           "                           nsys --capture-range=cudaProfilerApi / ncu --profile-from-start off\n"
-           "  key.path=value           override any config key, e.g. train.batch_size=64 optimizer.betas=[0.9,0.99]\n"
-           "SIGINT/SIGTERM/SIGUSR1: finish the step, write a checkpoint, exit 0 (a second signal exits at once with 130).\n"
-           "Data parallel: mpirun -np N slidefuse train ... (docs/DISTRIBUTED.md); stop with kill -USR1 <mpirun pid>.";
-}
-
 int cmd_train(const std::vector<std::string>& argv) {
-    const Args args = parse_args(argv);
+    const TrainArgs args = parse_train_args(argv);
     const TrainConfig cfg = load_config(args.config, args.overrides);
     Trainer trainer(args, cfg);
     try {

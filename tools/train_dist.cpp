@@ -63,9 +63,11 @@ Fault fault_from_env() {
     SF_CHECK(at != std::string::npos && colon != std::string::npos && colon > at,
              "SF_FAULT expects <action>@<rank>:<step>, got '%s'", v);
     const std::string action = s.substr(0, at);
-    static const std::pair<const char*, Fault::Action> kActions[] = {
-        {"raise", Fault::Action::Raise}, {"kill", Fault::Action::Kill},     {"hang", Fault::Action::Hang},
-        {"signal", Fault::Action::Signal}, {"diverge", Fault::Action::Diverge}};
+    static const std::pair<const char*, Fault::Action> kActions[] = {{"raise", Fault::Action::Raise},
+                                                                     {"kill", Fault::Action::Kill},
+                                                                     {"hang", Fault::Action::Hang},
+                                                                     {"signal", Fault::Action::Signal},
+                                                                     {"diverge", Fault::Action::Diverge}};
     for (const auto& a : kActions)
         if (action == a.first) f.action = a.second;
     SF_CHECK(f.action != Fault::Action::None, "SF_FAULT: unknown action '%s' (raise, kill, hang, signal, diverge)",
@@ -82,7 +84,8 @@ void inject_fault(const Fault& f, int64_t step, TrainBackend& backend) {
     if (f.action == Fault::Action::None || f.rank != rt::comm().rank() || f.step != step) return;
     SF_LOG_WARN("SF_FAULT: injecting the fault before step %lld", static_cast<long long>(step));
     switch (f.action) {
-        case Fault::Action::Raise: SF_FAIL("SF_FAULT: an error injected before step %lld", static_cast<long long>(step));
+        case Fault::Action::Raise:
+            SF_FAIL("SF_FAULT: an error injected before step %lld", static_cast<long long>(step));
         case Fault::Action::Kill: ::kill(::getpid(), SIGKILL); break;
         case Fault::Action::Hang:
             for (;;) ::pause();

@@ -93,8 +93,8 @@ void library_version(char* buf, int len) {
     buf[i] = '\0';
 }
 
-const sf_mpi_api kApi = {SF_MPI_PLUGIN_ABI, init,     ranks,        allreduce,      bcast, barrier, abort_job,
-                         finalize,          error_string, library_version};
+const sf_mpi_api kApi = {SF_MPI_PLUGIN_ABI, init,      ranks,    allreduce,    bcast,
+                         barrier,           abort_job, finalize, error_string, library_version};
 
 }  // namespace
 
