@@ -75,6 +75,8 @@ TEST(BenchStep, WorldOption) {
     tools::check_bench_world(0, 1);
     SF_EXPECT_ERROR(tools::check_bench_world(0, 4), "launched as 4 ranks", "pass --world 4");
     SF_EXPECT_ERROR(tools::check_bench_world(2, 4), "--world 2", "this job has 4 rank(s)");
+    tools::check_bench_world(1, 1, true);  // --search on one GPU
+    SF_EXPECT_ERROR(tools::check_bench_world(4, 4, true), "--search", "with 4 ranks", "--batch-sizes");
 }
 
 // nccl-tests' definitions: algbw = bytes / time, busbw = algbw * 2(N-1)/N.

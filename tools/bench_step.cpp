@@ -398,7 +398,7 @@ void print_run(int b, const BenchRun& r) {
 
 int bench_step(const StepBenchOptions& o, const std::string& command_line) {
     const rt::Comm& c = rt::comm();
-    check_bench_world(o.world, c.world());
+    check_bench_world(o.world, c.world(), o.search);
     // A rank of a job takes the GPU of its node-local rank; a single process GPU 0.
     const int device = cuda_rank_device(c.world(), c.rank(), c.local_rank(), rt::visible_gpus());
     rt::check_cuda_device(device, "bench step");  // reports the GPU; refuses a missing or unsupported one
@@ -421,7 +421,9 @@ int bench_step(const StepBenchOptions& o, const std::string& command_line) {
         if (nccl) std::printf("gradient allreduce in every step: %s\n", nccl->describe().c_str());
     }
     std::vector<nlohmann::json> runs;
+    const rt::HeartbeatScope heartbeat;  // several ranks: one stuck for SF_DIST_TIMEOUT ends the job
     for (int b : o.batch_sizes) {
+        rt::heartbeat();
         const BenchRun r = bench_one(ctx, nvml, nccl.get(), b, o);
         if (print) print_run(b, r);
         runs.push_back(run_json(r));

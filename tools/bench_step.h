@@ -26,8 +26,10 @@ struct StepBenchOptions {
 // Throws naming the bad option (usage in the message).
 StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args);
 // --world N against the job's world: N must equal it (N = 1: a one-rank NCCL communicator, no MPI);
-// a job of several ranks must pass --world (its ranks would otherwise time unrelated steps).
-void check_bench_world(int n, int job_world);
+// a job of several ranks must pass --world (its ranks would otherwise time unrelated steps), and
+// cannot --search (each rank would choose its next batch from its own timings: the ranks' NCCL
+// calls would no longer match).
+void check_bench_world(int n, int job_world, bool search = false);
 // Runs the benchmark; throws when no CUDA device is usable.
 int bench_step(const StepBenchOptions& o, const std::string& command_line);
 

@@ -356,11 +356,11 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
     }
     SF_CHECK(!o.batch_sizes.empty(), "bench step: --batch-sizes is empty");
-    check_bench_world(o.world, rt::comm().world());
+    check_bench_world(o.world, rt::comm().world(), o.search);
     return o;
 }
 
-void check_bench_world(int n, int job_world) {
+void check_bench_world(int n, int job_world, bool search) {
     SF_CHECK(n >= 0, "bench step: --world %d: expected an integer >= 1", n);
     SF_CHECK(n == 0 || n == job_world,
              "bench step: --world %d, but this job has %d rank(s): launch it as mpirun -np %d slidefuse bench step "
@@ -368,6 +368,9 @@ void check_bench_world(int n, int job_world) {
              n, job_world, n, n);
     SF_CHECK(n > 0 || job_world == 1, "bench step: launched as %d ranks: pass --world %d (the gradient allreduce)",
              job_world, job_world);
+    SF_CHECK(!search || job_world == 1,
+             "bench step: --search picks batches from one rank's timings; with %d ranks list them (--batch-sizes)",
+             job_world);
 }
 
 int cmd_bench(const std::vector<std::string>& args) {
