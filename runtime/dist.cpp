@@ -205,15 +205,21 @@ Comm& comm() {
 }
 
 int launcher_world_size() {
-    for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"}) {
+    auto parse = [](const char* var, const char* v) {
+        char* end = nullptr;
+        const long n = std::strtol(v, &end, 10);
+        SF_CHECK(end && *end == '\0' && n >= 1, "%s=%s is not a world size", var, v);
+        return static_cast<int>(n);
+    };
+    // mpirun (Open MPI), srun --mpi=pmi2 (PMI_SIZE), a PMIx launcher that exports its size.
+    for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
         const char* v = std::getenv(var);
-        if (v && *v) {
-            char* end = nullptr;
-            const long n = std::strtol(v, &end, 10);
-            SF_CHECK(end && *end == '\0' && n >= 1, "%s=%s is not a world size", var, v);
-            return static_cast<int>(n);
-        }
+        if (v && *v) return parse(var, v);
     }
+    // srun --mpi=pmix gives the rank (PMIX_RANK) but not the size: the step's task count.
+    const char* pmix_rank = std::getenv("PMIX_RANK");
+    const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+    if (pmix_rank && *pmix_rank && tasks && *tasks) return parse("SLURM_STEP_NUM_TASKS", tasks);
     return 1;
 }
 

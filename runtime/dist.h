@@ -2,7 +2,7 @@
 //
 // slidefuse runs as one process, or as W ranks launched by an MPI launcher (mpirun, srun with PMIx):
 // main() calls init_distributed() once; if the environment says an MPI launcher started this process
-// (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE), the MPI plugin (libslidefuse_mpi.so, built next to the
+// (launcher_world_size() > 1), the MPI plugin (libslidefuse_mpi.so, built next to the
 // executable when the build machine has MPI) is loaded with dlopen and MPI initialised; otherwise the
 // process is rank 0 of a world of 1 and nothing about MPI is touched. The executable itself never
 // links MPI, so a GPU host without MPI runs every single-process command.
@@ -46,8 +46,9 @@ Comm& comm();
 inline bool distributed() { return comm().world() > 1; }
 inline bool is_rank0() { return comm().rank() == 0; }
 
-// Environment variables by which an MPI launcher announces a rank (first one set wins); world size
-// from the launcher's environment, 1 when none is set.
+// The world size an MPI launcher announced in the environment (first one set wins):
+// OMPI_COMM_WORLD_SIZE (mpirun), PMI_SIZE (srun --mpi=pmi2), PMIX_SIZE, else SLURM_STEP_NUM_TASKS
+// when PMIX_RANK is set (srun --mpi=pmix); 1 when none is. Throws on a value that is not a size.
 int launcher_world_size();
 
 // Once, from main(), before any command. Launched by MPI: loads the plugin, MPI_Init, starts the
