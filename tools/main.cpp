@@ -91,6 +91,13 @@ int run_command(std::vector<std::string> args) {
             }
             return tools::cmd_train(args);
         }
+        // Data parallel covers train and bench step; every other command would run once per rank,
+        // each writing the same outputs.
+        const bool multi_rank = cmd == "train" || (cmd == "bench" && !args.empty() && args[0] == "step");
+        SF_CHECK(multi_rank || !rt::distributed(),
+                 "'slidefuse %s' runs as one process; of the commands, only train and bench step run as the %d ranks "
+                 "of an MPI launch (docs/DISTRIBUTED.md): start it without mpirun/srun",
+                 cmd.c_str(), rt::comm().world());
         if (cmd == "generate") return tools::cmd_generate(args);
         if (cmd == "convert") return tools::cmd_convert(args);
         if (cmd == "bench") return tools::cmd_bench(args);

@@ -255,6 +255,15 @@ class DataParallelCpu(unittest.TestCase):
         p = self.check_failed_job("hang@1:4", 30, "SF_DIST_TIMEOUT=3 s", env={"SF_DIST_TIMEOUT": "3"})
         self.assertTrue("has waited" in p.stderr or "no training step completed" in p.stderr, p.stderr[-2000:])
 
+    def test_single_process_commands_refuse_an_mpi_launch(self):
+        p = subprocess.run(mpirun(2) + [BIN, "plan", "--height", "64", "--width", "128", "--batch", "2"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("'slidefuse plan' runs as one process", p.stderr)
+        p = subprocess.run([BIN, "plan", "--height", "64", "--width", "128", "--batch", "2"], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])  # the same command without mpirun runs
+
     def test_missing_plugin_is_a_clear_error(self):
         p, wall, _ = self.train("noplugin", 2, env={"SF_MPI_PLUGIN": "/nonexistent/libslidefuse_mpi.so"})
         self.assertNotEqual(p.returncode, 0)
