@@ -30,7 +30,6 @@ const char* kUsage =
     "  check     one CUDA training micro-step against the CPU reference, layer by layer (slidefuse check --help)\n"
     "  version   print the version\n";
 
-
 // Launched by mpirun/srun: MPI up, and the ranks other than 0 quiet (warnings and errors only,
 // each line naming its rank; rank 0 prints the console story). Returns false after printing an error.
 bool start_distributed() {
