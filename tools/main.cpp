@@ -1,5 +1,8 @@
 // slidefuse: command-line entry point. Each subcommand throws rt::Error on bad input; main
 // prints one clear line and exits 1.
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,7 +48,12 @@ bool start_distributed() {
         rt::set_console_enabled(false);
         if (!std::getenv("SF_LOG_LEVEL")) rt::set_log_level(rt::LogLevel::Warn);
     }
-    SF_LOG_INFO("data-parallel job: %s", rt::comm().describe().c_str());
+    // The ranks of a node share its cores: without OMP_NUM_THREADS, each CPU-side OpenMP region (the
+    // CPU reference backend's kernels) gets its share rather than every core.
+    if (!std::getenv("OMP_NUM_THREADS"))
+        omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, rt::comm().local_world())));
+    SF_LOG_INFO("data-parallel job: %s; %d OpenMP threads per rank", rt::comm().describe().c_str(),
+                omp_get_max_threads());
     return true;
 }
 

@@ -264,6 +264,21 @@ class DataParallelCpu(unittest.TestCase):
                            text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])  # the same command without mpirun runs
 
+    def test_ranks_share_the_cores(self):
+        def threads(extra_env):
+            e = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+            e.update(extra_env)
+            e["SF_LOG_LEVEL"] = "info"
+            p = subprocess.run(mpirun(2) + [BIN, "version"], capture_output=True, text=True, env=e, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+            counts = [int(l.split("; ")[-1].split()[0]) for l in p.stderr.splitlines() if "OpenMP threads per rank" in l]
+            self.assertEqual(len(counts), 2, p.stderr)
+            return counts
+        for n in threads({}):  # each rank a share of the node's cores (its affinity mask), at least 1
+            self.assertGreaterEqual(n, 1)
+            self.assertLessEqual(n, max(1, len(os.sched_getaffinity(0)) // 2))
+        self.assertEqual(threads({"OMP_NUM_THREADS": "3"}), [3, 3])  # the user's setting wins
+
     def test_missing_plugin_is_a_clear_error(self):
         p, wall, _ = self.train("noplugin", 2, env={"SF_MPI_PLUGIN": "/nonexistent/libslidefuse_mpi.so"})
         self.assertNotEqual(p.returncode, 0)
