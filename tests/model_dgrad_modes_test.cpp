@@ -11,19 +11,12 @@
 
 namespace {
 
-model::NetShape shape_64x128() {
-    model::NetShape s;
-    s.batch = 2;
-    s.channels = 2;
-    s.height = 64;
-    s.width = 128;
-    return s;
-}
+const model::NetShape kSmall{2, 2, 64, 128};  // batch, channels, height, width
 
 // The modes recomputed from the tape's events: a conv backward-data write is an overwrite when it
 // is the first access to its gradient (a gradient read first holds the loss's value: accumulate).
 TEST(ModelDgradModes, RecordedFromTheTrace) {
-    const model::SiderNetCuda net(shape_64x128(), model::DryRun{});
+    const model::SiderNetCuda net(kSmall, model::DryRun{});
     const model::Planner& p = net.plan();
     std::map<const void*, bool> seen;  // gradient -> already holds a value
     std::vector<model::ConvUse> expect = p.convs();

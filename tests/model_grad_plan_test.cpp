@@ -21,14 +21,7 @@
 
 namespace {
 
-model::NetShape small_shape() {
-    model::NetShape s;
-    s.batch = 2;
-    s.channels = 2;
-    s.height = 64;
-    s.width = 128;
-    return s;
-}
+const model::NetShape kSmall{2, 2, 64, 128};  // batch, channels, height, width
 
 struct StepResult {
     std::vector<std::vector<float>> grads;  // the flat gradient after each micro-step
@@ -40,7 +33,7 @@ struct StepResult {
 // Two micro-steps (the gradient accumulates across them) and one AdamW step. poison: the whole
 // activation-gradient region is filled with NaN before each micro-step.
 StepResult run_step(model::GradLayout layout, bool poison) {
-    const model::NetShape s = small_shape();
+    const model::NetShape s = kSmall;
     model::SiderNet net(s, rt::MemKind::Host, layout);
     const model::Planner& p = net.plan();
     model::init_parameters(net.table(), 7, p.master(), p.buffers(), p.counters());
@@ -76,7 +69,7 @@ std::string first_difference(const model::ParamTable& t, const std::vector<float
 }
 
 TEST(GradPlan, SharedLayoutIsBitwiseTheReferenceLayoutEvenOverNaN) {
-    const model::SiderNet layout_probe(small_shape(), rt::MemKind::Host);
+    const model::SiderNet layout_probe(kSmall, rt::MemKind::Host);
     const model::MemoryPlan m = layout_probe.plan().memory();
     EXPECT_EQ(m.grad_zeroed, 0u);  // nothing is zeroed in the shared layout
     const StepResult ref = run_step(model::GradLayout::Separate, false);
@@ -124,7 +117,7 @@ void expect_disjoint_when_live(const model::Planner& p, const char* what) {
 }
 
 TEST(GradPlan, GradientsThatLiveTogetherNeverShareBytes) {
-    model::NetShape s = small_shape();
+    model::NetShape s = kSmall;
     const model::SiderNet cpu(s, model::DryRun{});
     const model::SiderNetCuda gpu(s, model::DryRun{});
     expect_disjoint_when_live(cpu.plan(), "cpu");

@@ -55,7 +55,7 @@ private:
     void account(const model::StepStats& s);
     void log_step(const model::StepStats& s, int64_t epoch);
     bool validate_and_select(bool epoch_end);
-    void save(const std::string& path);
+    void save(const std::string& path, const model::CheckpointView& view);
     std::string save_step_checkpoint();
     [[noreturn]] void stop_on_bad_steps(const model::StepStats& s);
 
@@ -64,7 +64,7 @@ private:
     const int accum_;
     const int rank_, world_;  // data parallel (rt::comm()): only rank 0 writes outputs
     const bool rank0_;
-    const Fault fault_;       // SF_FAULT (tests of failure handling)
+    const Fault fault_;  // SF_FAULT (tests of failure handling)
     std::unique_ptr<BatchSource> train_data_, val_data_;
     std::unique_ptr<TrainBackend> backend_;
     EarlyStopping early_;
@@ -178,8 +178,10 @@ void Trainer::resume(const std::string& path) {
         int64_t lo = rs_.step, hi = rs_.step;
         rt::comm().allreduce(&lo, 1, rt::ReduceOp::Min);
         rt::comm().allreduce(&hi, 1, rt::ReduceOp::Max);
-        SF_CHECK(lo == hi, "the ranks resumed different steps from %s (%lld .. %lld): is the checkpoint folder on a "
-                 "file system every node shares?", path.c_str(), static_cast<long long>(lo), static_cast<long long>(hi));
+        SF_CHECK(lo == hi,
+                 "the ranks resumed different steps from %s (%lld .. %lld): is the checkpoint folder on a "
+                 "file system every node shares?",
+                 path.c_str(), static_cast<long long>(lo), static_cast<long long>(hi));
     }
 }
 
@@ -252,7 +254,7 @@ void Trainer::log_step(const model::StepStats& s, int64_t epoch) {
 
 // Validation (MODEL_SPEC §3.5), best.safetensors, early stopping (epoch ends only). Returns true to stop.
 bool Trainer::validate_and_select(bool epoch_end) {
-    rt::heartbeat();  // validation may take as long as a step may (SF_DIST_TIMEOUT)
+    rt::heartbeat();          // validation may take as long as a step may (SF_DIST_TIMEOUT)
     backend_->synchronize();  // (validation waits anyway) the steps enqueued so far count as training time
     progress_.pause();        // the samples/s of training steps only
     progress_.finish();
@@ -283,7 +285,8 @@ bool Trainer::validate_and_select(bool epoch_end) {
         metrics_ << j.dump() << "\n" << std::flush;
         run_log_.record(j);
     }
-    if (best && cfg_.checkpoints.save_best) save(model::best_checkpoint_path(ckpt_dir_));
+    if (best && cfg_.checkpoints.save_best && rank0_)
+        save(model::best_checkpoint_path(ckpt_dir_), backend_->host_state());
     progress_.resume();
     if (stop)
         SF_CONSOLE("early stopping after epoch %lld: %s has not improved by %g for %lld validations (best %g)",
@@ -292,11 +295,11 @@ bool Trainer::validate_and_select(bool epoch_end) {
     return stop;
 }
 
-void Trainer::save(const std::string& path) {
+// view: backend_->host_state(), taken before adam_steps() is read (a device backend drains its steps).
+void Trainer::save(const std::string& path, const model::CheckpointView& view) {
     const data::Cursor c = train_data_->cursor();
     rs_.cursor_epoch = c.epoch;
     rs_.cursor_batch = c.batch;
-    const model::CheckpointView view = backend_->host_state();  // first: a device backend drains its steps
     rs_.adam_step = backend_->adam_steps();
     model::save_checkpoint(path, view, rs_);
 }
@@ -308,8 +311,9 @@ std::string Trainer::save_step_checkpoint() {
     backend_->synchronize();  // (the save waits anyway) enqueued steps count as training time
     rt::heartbeat();
     progress_.pause();
-    check_ranks_agree(*backend_, rs_.step);  // every rank: the same weights, or the job stops
-    if (rank0_) save(path);
+    const model::CheckpointView view = backend_->host_state();  // one download for the check and the save
+    check_ranks_agree(view, rs_.step);                          // every rank: the same weights, or the job stops
+    if (rank0_) save(path, view);
     progress_.resume();
     if (rank0_) {
         model::prune_checkpoints(ckpt_dir_, cfg_.checkpoints.keep_last);
@@ -365,8 +369,8 @@ int Trainer::run() {
         "training %s on %s: %zu parameters, batch %d x %d x %d rank(s), input %dx%dx%d, %lld steps (%lld per epoch), "
         "loss %s; train: %s; val: %s; output %s; checkpoints %s",
         cfg_.model.name.c_str(), backend_->describe().c_str(), backend_->table().num_parameters(),
-        cfg_.train.batch_size, accum_, world_, cfg_.model.input_channels, cfg_.model.input_height, cfg_.model.input_width,
-        static_cast<long long>(total_), static_cast<long long>(steps_per_epoch_),
+        cfg_.train.batch_size, accum_, world_, cfg_.model.input_channels, cfg_.model.input_height,
+        cfg_.model.input_width, static_cast<long long>(total_), static_cast<long long>(steps_per_epoch_),
         model::loss_variant_name(cfg_.loss.variant), train_data_->describe().c_str(), val_data_->describe().c_str(),
         out_.c_str(), ckpt_dir_.c_str());
     if (!resumed_from_.empty())

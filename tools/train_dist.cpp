@@ -30,11 +30,10 @@ void share_bn_buffers(TrainBackend& backend) {
     backend.commit_host_state();
 }
 
-uint32_t check_ranks_agree(TrainBackend& backend, int64_t step) {
-    const model::CheckpointView v = backend.host_state();
+void check_ranks_agree(const model::CheckpointView& v, int64_t step) {
+    if (!rt::distributed()) return;
     const size_t bytes = v.table->flat_size * sizeof(float);
     const uint32_t weights = data::crc32(v.master, bytes);
-    if (!rt::distributed()) return weights;
     uint32_t adam = v.adam_m ? data::crc32(v.adam_m, bytes) : 0;
     if (v.adam_v) adam = data::crc32(v.adam_v, bytes, adam);
     int64_t lo[2] = {weights, adam}, hi[2] = {weights, adam};
@@ -46,7 +45,6 @@ uint32_t check_ranks_agree(TrainBackend& backend, int64_t step) {
              lo[0] != hi[0] ? "weights" : "AdamW state", static_cast<long long>(step), weights, adam);
     SF_LOG_INFO("ranks agree after step %lld: weights and AdamW state identical on all %d ranks (crc32 %08x)",
                 static_cast<long long>(step), rt::comm().world(), weights);
-    return weights;
 }
 
 int agree_on_signal(int local_signal) {

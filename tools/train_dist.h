@@ -18,9 +18,9 @@ model::Metrics reduce_metrics(const model::Metrics& local);
 // running statistics are read (training forwards use the batch statistics).
 void share_bn_buffers(TrainBackend& backend);
 
-// Checks that every rank holds the same weights and AdamW state (CRC-32 of each, compared by an
-// allreduce of min and max): throws naming the step when they differ. Returns the CRC of the weights.
-uint32_t check_ranks_agree(TrainBackend& backend, int64_t step);
+// Checks that every rank holds the same weights and AdamW state (`view`: the backend's host_state();
+// CRC-32 of each, compared by an allreduce of min and max): throws naming the step when they differ.
+void check_ranks_agree(const model::CheckpointView& view, int64_t step);
 
 // The stop decision shared by all ranks: the largest signal number any rank received (0: none).
 int agree_on_signal(int local_signal);

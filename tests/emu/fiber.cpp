@@ -57,6 +57,17 @@ struct Start {
     void* arg;
 };
 
+// The Start record at the 16-byte aligned top of a new fiber's stack (both switch implementations).
+Start* place_start(Fiber& f, char* stack, size_t bytes, void (*entry)(void*), void* arg) {
+    f.stack = stack;
+    f.stack_size = bytes;
+    const uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes - sizeof(Start)) & ~uintptr_t(15);
+    Start* s = reinterpret_cast<Start*>(top);
+    s->entry = entry;
+    s->arg = arg;
+    return s;
+}
+
 // First code on a new fiber: learn the scheduler's stack for the switches back, then run.
 void fiber_main(void (*entry)(void*), void* arg) {
     after_switch(nullptr, &g_sched_stack, &g_sched_stack_size);
@@ -129,16 +140,11 @@ void trampoline_target(void* p) {
 }  // namespace
 
 void fiber_start(Fiber& f, char* stack, size_t bytes, void (*entry)(void*), void* arg) {
-    f.stack = stack;
-    f.stack_size = bytes;
     // The Start record sits at the top of the stack; below it the frame sfemu_switch pops:
     // r15 r14 r13 r12 rbx rbp, then the return address (the trampoline), so that rsp is 16-byte
     // aligned after the `ret`, as the ABI wants before a call.
-    uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes - sizeof(Start)) & ~uintptr_t(15);
-    Start* s = reinterpret_cast<Start*>(top);
-    s->entry = entry;
-    s->arg = arg;
-    void** sp = reinterpret_cast<void**>(top);
+    Start* s = place_start(f, stack, bytes, entry, arg);
+    void** sp = reinterpret_cast<void**>(s);
     *--sp = reinterpret_cast<void*>(&sfemu_trampoline);   // at top - 8: after ret, rsp = top
     *--sp = nullptr;                                      // rbp: ends frame-pointer walks
     *--sp = nullptr;                                      // rbx
@@ -178,17 +184,12 @@ void uc_main(unsigned hi, unsigned lo) {
 }  // namespace
 
 void fiber_start(Fiber& f, char* stack, size_t bytes, void (*entry)(void*), void* arg) {
-    f.stack = stack;
-    f.stack_size = bytes;
-    uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes - sizeof(Start)) & ~uintptr_t(15);
-    Start* s = reinterpret_cast<Start*>(top);
-    s->entry = entry;
-    s->arg = arg;
+    Start* s = place_start(f, stack, bytes, entry, arg);
     if (!f.uctx) f.uctx = new ucontext_t;
     ucontext_t* uc = static_cast<ucontext_t*>(f.uctx);
     getcontext(uc);
     uc->uc_stack.ss_sp = stack;
-    uc->uc_stack.ss_size = top - reinterpret_cast<uintptr_t>(stack);
+    uc->uc_stack.ss_size = reinterpret_cast<uintptr_t>(s) - reinterpret_cast<uintptr_t>(stack);
     uc->uc_link = nullptr;
     const uintptr_t a = reinterpret_cast<uintptr_t>(s);
     makecontext(uc, reinterpret_cast<void (*)()>(&uc_main), 2, static_cast<unsigned>(a >> 32),
