@@ -193,3 +193,9 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
+
+// nvcc's C++ overload of cudaFuncGetAttributes (cuda_runtime.h declares it for nvcc only).
+template <class T>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, T* entry) {
+    return ::cudaFuncGetAttributes(attr, reinterpret_cast<const void*>(entry));
+}

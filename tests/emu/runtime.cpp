@@ -150,6 +150,15 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
     return cudaSuccess;
 }
 
+// Every emulated kernel "loads" (runtime/device_probe.cu asks before the first launch).
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void* func) {
+    if (!a || !func) return set_error(cudaErrorInvalidValue);
+    *a = cudaFuncAttributes{};
+    a->maxThreadsPerBlock = 1024;
+    a->binaryVersion = a->ptxVersion = 90;
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int d) {
     if (!bus || len <= 0 || d != 0) return set_error(cudaErrorInvalidValue);
     std::snprintf(bus, static_cast<size_t>(len), "0000:00:00.0");
