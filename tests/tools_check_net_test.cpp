@@ -133,6 +133,62 @@ TEST_F(CheckNetStep, PlantedPerturbationNamesItsLayer) {
     }
 }
 
+// Isolated comparison: the reference computes each layer from the checked step's values, so a
+// planted change shows at its own layer only; every other forward output is bitwise equal.
+TEST_F(CheckNetStep, IsolatedComparisonConfinesAChangeToItsLayer) {
+    const std::string layer = "stage3.fusion.up_1_16_to_1_8.1";
+    model::SiderNet other(setup_->shape, rt::MemKind::Host);
+    tools::load_state(other, *init_);
+    tools::perturb_layer(other, layer, 1e-2, setup_->seed);
+    const tools::StepCapture got = tools::reference_step(*setup_, other);
+    tools::load_state(*net_, *init_);
+    const tools::StepCapture want = tools::reference_step(*setup_, *net_, &got);
+    const tools::CheckReport r = tools::build_report(want, got, net_->table(), opts_->tol);
+    ASSERT_FALSE(r.passed());
+    const tools::CheckEntry& f = r.entries[static_cast<size_t>(r.first_failure)];
+    EXPECT_EQ(f.layer, layer) << tools::verdict(r);
+    EXPECT_EQ(f.tensor, "out");
+    for (const tools::CheckEntry& e : r.entries) {
+        if (e.phase == tools::Phase::Forward && e.layer != layer) {
+            EXPECT_EQ(e.m.rel_l2, 0) << e.layer;
+        }
+    }
+    // Loss terms see the same logits on both sides.
+    for (const tools::CheckEntry& e : r.entries) {
+        if (e.phase == tools::Phase::Loss) {
+            EXPECT_EQ(e.m.rel_l2, 0) << e.tensor;
+        }
+    }
+    // Beyond tolerance: the layer's output, its parameter gradients and the gradient it passes back.
+    EXPECT_LE(r.failures(), 8u) << tools::verdict(r);
+}
+
+// The reason for the isolated default (docs/CHECK.md): rounding the conv weights to bf16, as the
+// CUDA step does, and nothing else, moves an end-to-end comparison at initialisation far past the
+// cosine 0.999 of DESIGN §2 (differences grow with depth), while each layer on its own stays at
+// the size of one rounding.
+TEST_F(CheckNetStep, Bf16WeightsAloneExceedEndToEndToleranceButNotIsolated) {
+    model::SiderNet other(setup_->shape, rt::MemKind::Host);
+    tools::load_state(other, *init_);
+    EXPECT_GT(tools::round_conv_weights_bf16(other), 3000000u);
+    const tools::StepCapture got = tools::reference_step(*setup_, other);
+    tools::CheckTolerance tol;  // the CUDA defaults: rel L2 5e-2, cosine 0.999
+    tools::load_state(*net_, *init_);
+    const tools::CheckReport e2e = tools::build_report(*ref_, got, net_->table(), tol);
+    const tools::CheckReport iso =
+        tools::build_report(tools::reference_step(*setup_, *net_, &got), got, net_->table(), tol);
+    double e2e_fwd = 0, iso_fwd = 0;
+    for (const tools::CheckEntry& e : e2e.entries)
+        if (e.phase == tools::Phase::Forward) e2e_fwd = std::max(e2e_fwd, e.m.rel_l2);
+    for (const tools::CheckEntry& e : iso.entries)
+        if (e.phase == tools::Phase::Forward) iso_fwd = std::max(iso_fwd, e.m.rel_l2);
+    EXPECT_FALSE(e2e.passed());
+    EXPECT_GT(e2e.failures(), 100u) << tools::verdict(e2e);
+    EXPECT_GT(e2e_fwd, 2e-2);
+    EXPECT_LT(iso_fwd, 5e-3);  // one bf16 rounding of the weights: ~2e-3
+    EXPECT_LE(iso.failures(), 3u) << tools::verdict(iso);
+}
+
 TEST_F(CheckNetStep, UnknownPerturbedLayerIsAnError) {
     model::SiderNet other(setup_->shape, rt::MemKind::Host);
     SF_EXPECT_ERROR(tools::perturb_layer(other, "stage2.nothing", 1e-2, 1), "no layer 'stage2.nothing'");
@@ -218,7 +274,7 @@ TEST_F(CheckCli, UnperturbedReferenceExitsZero) {
 }
 
 TEST_F(CheckCli, BadInputExitsOne) {
-    for (const std::string args : {"--perturb stem.conv1", "--batch 0", "--tol-cos 2", "--bogus",
+    for (const std::string args : {"--perturb stem.conv1", "--bf16-weights", "--batch 0", "--tol-cos 2", "--bogus",
                                    "--reference-only --perturb no.such.layer --batch 2 --height 64 --width 128",
                                    "--reference-only --height 48 --width 128"}) {
         const CliResult r = run_check(args, dir_);

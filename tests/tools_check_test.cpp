@@ -160,6 +160,55 @@ TEST(CheckReport, IdenticalCapturesPass) {
     EXPECT_TRUE(found);
 }
 
+// x * (1 + a * (+1, -1, +1, ...)): relative L2 a from x.
+std::vector<float> scaled(const std::vector<float>& x, double a) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = static_cast<float>(x[i] * (1.0 + (i % 2 ? -a : a)));
+    return y;
+}
+
+// The bf16-weights floor (build_report's `floor`): a tensor beyond the fixed tolerance passes, as
+// rule "floor", only where the floor is beyond it too and the result is within the factor of it.
+TEST(CheckReport, Bf16FloorExcusesOnlyWhatRoundingAloneCannotMeet) {
+    const StepCapture ref = small_capture();
+    const model::ParamTable t = small_table();
+    StepCapture got = ref, floor = ref;
+    got.layers[1].out = scaled(ref.layers[1].out, 0.1);      // beyond 5e-2
+    floor.layers[1].out = scaled(ref.layers[1].out, 0.08);   // the floor is beyond too
+    got.layers[2].out = scaled(ref.layers[2].out, 0.5);      // far beyond a floor of 0.08
+    floor.layers[2].out = scaled(ref.layers[2].out, 0.08);
+    got.layers[0].grad_out = scaled(ref.layers[0].grad_out, 0.1);  // the floor is exact here
+    const CheckReport without = tools::build_report(ref, got, t, CheckTolerance{});
+    EXPECT_EQ(without.failures(), 3u);
+    const CheckReport r = tools::build_report(ref, got, t, CheckTolerance{}, &floor, 3.0);
+    EXPECT_EQ(r.failures(), 2u) << tools::verdict(r);
+    for (const CheckEntry& e : r.entries) {
+        if (e.layer == "lite_fpn.fuse_1_16.smooth" && e.tensor == "out") {
+            EXPECT_TRUE(e.pass);
+            EXPECT_EQ(e.rule, "floor");
+            EXPECT_NEAR(e.floor.rel_l2, 0.08, 1e-6);
+        }
+        if (e.layer == "dual_head.offset.conv2" && e.tensor == "out") {
+            EXPECT_FALSE(e.pass);
+        }
+        if (e.layer == "stem.conv1" && e.tensor == "grad out") {
+            EXPECT_FALSE(e.pass);
+            EXPECT_EQ(e.floor.rel_l2, 0);
+        }
+    }
+    EXPECT_EQ(first(r).layer, "dual_head.offset.conv2");
+    EXPECT_NE(tools::verdict(r).find("bf16-weights floor: rel L2 8.000e-02"), std::string::npos) << tools::verdict(r);
+    // A smaller factor no longer excuses the first.
+    EXPECT_EQ(tools::build_report(ref, got, t, CheckTolerance{}, &floor, 1.1).failures(), 3u);
+    // Passing by the floor is said in the verdict.
+    StepCapture only = ref;
+    only.layers[1].out = got.layers[1].out;
+    const CheckReport p = tools::build_report(ref, only, t, CheckTolerance{}, &floor, 3.0);
+    EXPECT_TRUE(p.passed());
+    EXPECT_NE(tools::verdict(p).find("1 of them only within 3x the bf16-weights floor"), std::string::npos)
+        << tools::verdict(p);
+}
+
 TEST(CheckReport, ForwardBeforeLossBeforeBackwardInBackwardOrder) {
     const StepCapture ref = small_capture();
     const model::ParamTable t = small_table();

@@ -67,7 +67,14 @@ std::string check_usage() {
            "  --reference-only  CPU reference against itself (tests the command without a GPU);\n"
            "                    tolerances default to 1e-6 / 1-1e-9 there\n"
            "  --perturb LAYER   with --reference-only: change LAYER's conv weights in the second network\n"
-           "  --perturb-rel R   relative size of that change (default 1e-2)";
+           "  --perturb-rel R   relative size of that change (default 1e-2)\n"
+           "  --end-to-end      compare two independent steps (default: isolated: the reference computes\n"
+           "                    each layer from the checked backend's inputs and output gradients)\n"
+           "  --floor-factor F  a tensor beyond tolerance passes when the reference with bf16-rounded conv\n"
+           "                    weights is beyond it too and the result is within F times that floor\n"
+           "                    (default 3 on CUDA, off with --reference-only; 0 turns it off)\n"
+           "  --bf16-weights    with --reference-only: the second network's conv weights rounded to bf16, as\n"
+           "                    the CUDA step's copies are: the differences that rounding alone makes";
 }
 
 CheckOptions parse_check_args(const std::vector<std::string>& args) {
@@ -98,6 +105,12 @@ CheckOptions parse_check_args(const std::vector<std::string>& args) {
             o.json = option_value(args, i);
         } else if (s == "--perturb") {
             o.perturb = option_value(args, i);
+        } else if (s == "--end-to-end") {
+            o.end_to_end = true;
+        } else if (s == "--floor-factor") {
+            o.floor_factor = parse_number(s, option_value(args, i), 0, 100);
+        } else if (s == "--bf16-weights") {
+            o.bf16_weights = true;
         } else if (s == "--perturb-rel") {
             o.perturb_rel = parse_number(s, option_value(args, i), 0, 1);
         } else {
@@ -106,6 +119,9 @@ CheckOptions parse_check_args(const std::vector<std::string>& args) {
     }
     SF_CHECK(o.perturb.empty() || o.reference_only,
              "check: --perturb changes the second CPU network: it needs --reference-only");
+    SF_CHECK(!o.bf16_weights || o.reference_only,
+             "check: --bf16-weights changes the second CPU network: it needs --reference-only");
+    if (o.floor_factor < 0) o.floor_factor = o.reference_only ? 0.0 : kDefaultFloorFactor;
     if (o.reference_only) {
         if (!o.tol_rel_set) o.tol.rel_l2 = kReferenceOnlyRelL2;
         if (!o.tol_cos_set) o.tol.cosine = kReferenceOnlyCosine;
@@ -174,7 +190,18 @@ void perturb_layer(model::SiderNet& net, const std::string& layer, double rel, u
     }
 }
 
-StepCapture reference_step(const CheckSetup& s, model::SiderNet& net) {
+size_t round_conv_weights_bf16(model::SiderNet& net) {
+    size_t n = 0;
+    for (const model::ParamInfo& p : net.table().params) {
+        if (!p.conv_weight) continue;
+        float* w = net.plan().master() + p.offset;
+        for (size_t i = 0; i < p.numel; ++i) w[i] = kern::round_bf16(w[i]);
+        n += p.numel;
+    }
+    return n;
+}
+
+StepCapture reference_step(const CheckSetup& s, model::SiderNet& net, const StepCapture* forced) {
     const model::NetShape& sh = s.shape;
     // The CUDA step sees the preprocessed input in bf16: give the reference exactly that.
     kern::preprocess_ref(sh.batch, sh.height, sh.width, sh.channels - 1, s.pixels.data(), s.labels.data(), net.input());
@@ -182,6 +209,7 @@ StepCapture reference_step(const CheckSetup& s, model::SiderNet& net) {
     for (size_t i = 0; i < n; ++i) net.input()[i] = kern::round_bf16(net.input()[i]);
     std::fill(net.plan().grad(), net.plan().grad() + net.table().flat_size, 0.0f);
     CaptureObserver<float> obs(net);
+    obs.force_from(forced);
     rt::Exec ex = rt::Exec::cpu();
     ex.observer = &obs;
     model::TrainStep step(net, s.loss, s.optim);

@@ -32,6 +32,9 @@ struct CheckOptions {
     bool reference_only = false;
     std::string perturb;        // reference-only: layer whose weights the second network changes
     double perturb_rel = 1e-2;  // relative size of that change
+    bool bf16_weights = false;  // reference-only: the second network's conv weights rounded to bf16
+    bool end_to_end = false;    // compare two independent steps (default: isolated, docs/CHECK.md)
+    double floor_factor = -1;   // --floor-factor; -1: 3 on CUDA, 0 (no floor) with --reference-only
 };
 
 std::string check_usage();
@@ -40,6 +43,9 @@ CheckOptions parse_check_args(const std::vector<std::string>& args);
 
 // CPU against CPU of the same code is bitwise equal; these catch anything beyond rounding order.
 constexpr double kReferenceOnlyRelL2 = 1e-6;
+// CUDA mode: how far beyond the bf16-weights floor a tensor may be where the floor itself is beyond
+// the fixed tolerance (tools/layer_check.h build_report; docs/CHECK.md).
+constexpr double kDefaultFloorFactor = 3.0;
 constexpr double kReferenceOnlyCosine = 1.0 - 1e-9;
 
 // Initial weights, BN buffers and counters (model/init.h from the seed), shared by both runs.
@@ -67,10 +73,15 @@ void load_state(model::SiderNet& net, const NetState& s);
 // Multiplies every weight of `layer`'s convolution by (1 + rel * r_i), r_i = +-1 from the seed.
 // Throws naming the layer when the network has no such layer.
 void perturb_layer(model::SiderNet& net, const std::string& layer, double rel, uint64_t seed);
+// Rounds every conv weight (the tensors the CUDA step keeps bf16 copies of) to bf16; returns how
+// many values it rounded. The precision floor of bf16 weights alone, for --bf16-weights.
+size_t round_conv_weights_bf16(model::SiderNet& net);
 
 // One captured micro-step of the CPU reference on the setup's batch (bf16-rounded input, the CUDA
 // input exactly); parameter gradients are zeroed first, so a network can be stepped repeatedly.
-StepCapture reference_step(const CheckSetup& s, model::SiderNet& net);
+// forced (isolated comparison): every layer output and output gradient of the reference is
+// replaced by forced's once captured (tools/layer_capture.h CaptureObserver::force_from).
+StepCapture reference_step(const CheckSetup& s, model::SiderNet& net, const StepCapture* forced = nullptr);
 // The same on the CUDA backend from `init` (tools/check_cuda.cpp): eager, graphs off.
 StepCapture cuda_step(const CheckSetup& s, const model::ParamTable& table, const NetState& init);
 

@@ -35,7 +35,10 @@ nlohmann::json meta_json(const CheckOptions& o, const CheckSetup& s, const std::
                           {"channels", s.shape.channels},
                           {"seed", s.seed},
                           {"deterministic", s.deterministic}}},
-                        {"perturb", nullptr}};
+                        {"perturb", nullptr},
+                        {"bf16_weights", o.bf16_weights},
+                        {"comparison", o.end_to_end ? "end-to-end" : "isolated"},
+                        {"floor_factor", o.floor_factor}};
     if (!o.perturb.empty()) m["perturb"] = {{"layer", o.perturb}, {"rel", o.perturb_rel}};
     if (!o.reference_only) m["device"] = device_json(rt::query_device_info(0), "");
     return m;
@@ -80,19 +83,50 @@ int cmd_check(const std::vector<std::string>& args) {
         other = std::make_unique<model::SiderNet>(s.shape, rt::MemKind::Host);
         load_state(*other, init);
         if (!o.perturb.empty()) perturb_layer(*other, o.perturb, o.perturb_rel, s.seed);
+        if (o.bf16_weights) std::printf("check: %zu conv weights rounded to bf16\n", round_conv_weights_bf16(*other));
     }
-    const auto t0 = Clock::now();
-    const StepCapture want = reference_step(s, ref);
-    const double ref_s = since(t0);
-    std::printf("check: CPU reference step %.1f s\n", ref_s);
-    std::fflush(stdout);
+    // Isolated (default): the checked step runs first, then the reference computes every layer
+    // from the checked step's layer inputs and output gradients, so each tensor's difference is its
+    // own layer's (docs/CHECK.md). End to end: two independent steps, differences accumulate.
+    const bool isolated = !o.end_to_end;
+    auto run_got = [&] { return other ? reference_step(s, *other) : cuda_step(s, ref.table(), init); };
+    const char* got_name = other ? "second CPU" : "CUDA (network build and plans included)";
+    StepCapture want, got;
+    double ref_s = 0, got_s = 0;
+    if (isolated) {
+        const auto t1 = Clock::now();
+        got = run_got();
+        got_s = since(t1);
+        std::printf("check: %s step %.1f s\n", got_name, got_s);
+        std::fflush(stdout);
+        const auto t0 = Clock::now();
+        want = reference_step(s, ref, &got);
+        ref_s = since(t0);
+        std::printf("check: CPU reference step (isolated: fed the checked step's values) %.1f s\n\n", ref_s);
+    } else {
+        const auto t0 = Clock::now();
+        want = reference_step(s, ref);
+        ref_s = since(t0);
+        std::printf("check: CPU reference step %.1f s\n", ref_s);
+        std::fflush(stdout);
+        const auto t1 = Clock::now();
+        got = run_got();
+        got_s = since(t1);
+        std::printf("check: %s step %.1f s\n\n", got_name, got_s);
+    }
 
-    const auto t1 = Clock::now();
-    const StepCapture got = other ? reference_step(s, *other) : cuda_step(s, ref.table(), init);
-    const double got_s = since(t1);
-    std::printf("check: %s step %.1f s\n\n", other ? "second CPU" : "CUDA (network build and plans included)", got_s);
-
-    const CheckReport r = build_report(want, got, ref.table(), o.tol);
+    // The precision floor: the reference again with its conv weights rounded to bf16, computed the
+    // same way (isolated or end to end).
+    std::unique_ptr<StepCapture> floor;
+    if (o.floor_factor > 0) {
+        const auto t2 = Clock::now();
+        model::SiderNet fl(s.shape, rt::MemKind::Host);
+        load_state(fl, init);
+        round_conv_weights_bf16(fl);
+        floor = std::make_unique<StepCapture>(reference_step(s, fl, isolated ? &got : nullptr));
+        std::printf("check: bf16-weights floor step %.1f s\n\n", since(t2));
+    }
+    const CheckReport r = build_report(want, got, ref.table(), o.tol, floor.get(), o.floor_factor);
     std::fputs(format_report(r).c_str(), stdout);
     if (!o.json.empty()) {
         nlohmann::json meta = meta_json(o, s, args);

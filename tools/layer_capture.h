@@ -26,6 +26,11 @@ template <class T>
 class CaptureObserver : public rt::ScopeObserver {
 public:
     explicit CaptureObserver(const model::SiderNetT<T>& net);
+    // Isolated comparison (CPU backend only): after copying its own value, each layer's output
+    // (at "<layer> fwd" end) and output gradient (at "<layer> bwd" begin) is overwritten with
+    // `forced`'s, so every later layer computes from the checked backend's values and each
+    // captured tensor differs from `forced` only by what its own layer does.
+    void force_from(const StepCapture* forced);
     void begin(const rt::Exec& ex, const char* name) override;
     void end(const rt::Exec& ex, const char* name) override;
     // After the micro-step (its backward done): adds the flat parameter gradients and the loss
@@ -37,6 +42,7 @@ private:
     std::vector<model::LayerOutput<T>> layers_;
     std::unordered_map<std::string, size_t> fwd_, bwd_;  // scope name -> layer index
     StepCapture cap_;
+    const StepCapture* forced_ = nullptr;
 };
 
 extern template class CaptureObserver<float>;

@@ -96,6 +96,7 @@ void add_param_entries(CheckReport& r, std::vector<std::vector<size_t>>& param_e
         const std::vector<float> f(ref.param_grads.begin() + static_cast<long>(p.offset),
                                    ref.param_grads.begin() + static_cast<long>(p.offset + p.numel));
         CheckEntry e = tensor_entry(ref.layers[l].name, "grad " + owners[i].suffix, Phase::Backward, g, f, r.tol);
+        e.param = static_cast<long>(i);
         const model::ParamInfo* beta = t.find(ref.layers[l].name + ".bn.bias");
         if (owners[i].suffix == "conv.bias" && beta) {
             e.rule = "~0";
@@ -206,8 +207,44 @@ size_t CheckReport::failures() const {
     return n;
 }
 
+namespace {
+
+// got/ref/floor values of entry e (a tensor: an output, an output gradient or a parameter gradient).
+const std::vector<float>* capture_tensor(const StepCapture& c, const CheckEntry& e, size_t layer,
+                                         std::vector<float>* scratch, const model::ParamTable& t) {
+    if (e.tensor == "out") return &c.layers[layer].out;
+    if (e.tensor == "grad out") return &c.layers[layer].grad_out;
+    SF_CHECK(e.param >= 0 && static_cast<size_t>(e.param) < t.params.size(), "check: '%s %s' names no parameter",
+             e.layer.c_str(), e.tensor.c_str());
+    const model::ParamInfo* p = &t.params[static_cast<size_t>(e.param)];
+    scratch->assign(c.param_grads.begin() + static_cast<long>(p->offset),
+                    c.param_grads.begin() + static_cast<long>(p->offset + p->numel));
+    return scratch;
+}
+
+// The floor's judgement of a tensor beyond the fixed tolerance (build_report's comment).
+void apply_floor(CheckEntry& e, const StepCapture& ref, const StepCapture& floor, size_t layer,
+                 const model::ParamTable& t, const CheckTolerance& tol, double factor) {
+    std::vector<float> a, b;
+    const std::vector<float>* f = capture_tensor(floor, e, layer, &a, t);
+    const std::vector<float>* r = capture_tensor(ref, e, layer, &b, t);
+    SF_CHECK(f->size() == r->size(), "check: floor '%s %s' has %zu values, the reference %zu", e.layer.c_str(),
+             e.tensor.c_str(), f->size(), r->size());
+    e.has_floor = true;
+    e.floor = compare_tensors(f->data(), r->data(), f->size());
+    if (e.pass || !e.rule.empty() || e.m.nonfinite || within(e.floor, tol)) return;
+    const bool rel_ok = e.m.rel_l2 <= factor * e.floor.rel_l2;
+    const bool cos_ok = (1.0 - e.m.cosine) <= factor * factor * (1.0 - e.floor.cosine);
+    if (rel_ok && cos_ok) {
+        e.pass = true;
+        e.rule = "floor";
+    }
+}
+
+}  // namespace
+
 CheckReport build_report(const StepCapture& ref, const StepCapture& got, const model::ParamTable& t,
-                         const CheckTolerance& tol) {
+                         const CheckTolerance& tol, const StepCapture* floor, double floor_factor) {
     const size_t nl = ref.layers.size();
     SF_CHECK(got.layers.size() == nl, "check: %zu layers captured, the reference has %zu", got.layers.size(), nl);
     for (size_t l = 0; l < nl; ++l)
@@ -221,6 +258,7 @@ CheckReport build_report(const StepCapture& ref, const StepCapture& got, const m
     const std::vector<ParamOwner> owners = assign_params(ref.layers, t);
     std::vector<long> out_entry(nl, -1), grad_entry(nl, -1);
     std::vector<std::vector<size_t>> param_entries(nl);
+    std::vector<size_t> entry_layer;  // the layer of each tensor entry
     for (size_t l = 0; l < nl; ++l) {
         const LayerCapture &a = got.layers[l], &b = ref.layers[l];
         if (!b.out.empty() || !a.out.empty()) {
@@ -232,8 +270,16 @@ CheckReport build_report(const StepCapture& ref, const StepCapture& got, const m
             r.entries.push_back(tensor_entry(b.name, "grad out", Phase::Backward, a.grad_out, b.grad_out, tol));
         }
         add_param_entries(r, param_entries, ref, got, t, owners, l);
+        entry_layer.resize(r.entries.size(), l);
     }
     const size_t first_loss = r.entries.size();
+    if (floor) {
+        SF_CHECK(floor->layers.size() == nl && floor->param_grads.size() >= t.flat_size,
+                 "check: the floor capture does not match the network");
+        r.floor_factor = floor_factor;
+        for (size_t i = 0; i < first_loss; ++i)
+            apply_floor(r.entries[i], ref, *floor, entry_layer[i], t, tol, floor_factor);
+    }
     for (int k = 0; k < 8; ++k) {
         CheckEntry e;
         e.layer = "loss";
@@ -291,6 +337,8 @@ std::string describe(const CheckReport& r, const CheckEntry& e) {
     if (!(e.m.rel_l2 <= r.tol.rel_l2)) why += rt::format("rel L2 %.3e > %.1e", e.m.rel_l2, r.tol.rel_l2);
     if (!(e.m.cosine >= r.tol.cosine))
         why += (why.empty() ? "" : ", ") + rt::format("cosine %.9g < %.9g", e.m.cosine, r.tol.cosine);
+    if (e.has_floor)
+        why += rt::format("; bf16-weights floor: rel L2 %.3e, cosine %.9g", e.floor.rel_l2, e.floor.cosine);
     return why;
 }
 
@@ -305,9 +353,15 @@ bool worse(const CheckEntry& a, const CheckEntry& b) {
 }  // namespace
 
 std::string verdict(const CheckReport& r) {
-    if (r.passed())
-        return rt::format("check: all %zu tensors within tolerance (rel L2 <= %.1e, cosine >= %.9g)", r.entries.size(),
-                          r.tol.rel_l2, r.tol.cosine);
+    if (r.passed()) {
+        size_t by_floor = 0;
+        for (const CheckEntry& e : r.entries) by_floor += e.rule == "floor" ? 1 : 0;
+        std::string v = rt::format("check: all %zu tensors within tolerance (rel L2 <= %.1e, cosine >= %.9g)",
+                                   r.entries.size(), r.tol.rel_l2, r.tol.cosine);
+        if (by_floor)
+            v += rt::format("; %zu of them only within %.0fx the bf16-weights floor", by_floor, r.floor_factor);
+        return v;
+    }
     const CheckEntry& e = r.entries[static_cast<size_t>(r.first_failure)];
     return rt::format("check: first beyond tolerance: %s [%s] (%s: %s); %zu of %zu tensors beyond", e.layer.c_str(),
                       e.tensor.c_str(), phase_name(e.phase), describe(r, e).c_str(), r.failures(), r.entries.size());
@@ -363,6 +417,7 @@ nlohmann::json entry_json(const CheckEntry& e) {
                         {"nonfinite", e.m.nonfinite},
                         {"pass", e.pass}};
     if (!e.rule.empty()) j["rule"] = e.rule;
+    if (e.has_floor) j["floor"] = {{"rel_l2", number(e.floor.rel_l2)}, {"cosine", number(e.floor.cosine)}};
     return j;
 }
 
@@ -375,6 +430,7 @@ nlohmann::json report_json(const CheckReport& r, const nlohmann::json& meta) {
     j["passed"] = r.passed();
     j["failures"] = r.failures();
     j["tolerance"] = {{"rel_l2", r.tol.rel_l2}, {"cosine", r.tol.cosine}, {"loss_abs", r.tol.loss_abs}};
+    if (r.floor_factor > 0) j["tolerance"]["floor_factor"] = r.floor_factor;
     j["first_failure"] =
         r.passed() ? nlohmann::json(nullptr) : entry_json(r.entries[static_cast<size_t>(r.first_failure)]);
     j["verdict"] = verdict(r);

@@ -67,8 +67,13 @@ struct CheckEntry {
     // "" (rel L2 and cosine), or "~0": a conv bias before train-mode BatchNorm, whose true
     // gradient is exactly 0 (both sides hold rounding noise): passes while ||got|| <= 0.25 ||ref
     // gradient of the layer's bn.bias|| (what the whole-step GPU test checks).
+    // "floor": beyond the fixed tolerance, passed because the same reference with only its conv
+    // weights rounded to bf16 is already that far off (within floor_factor of it, below).
     std::string rule;
     double zero_scale = 0;                // "~0": ||ref gradient of bn.bias||
+    long param = -1;                      // parameter gradients: the ParamTable index
+    bool has_floor = false;               // a floor capture was given
+    TensorMetrics floor;                  // the bf16-weights floor against the reference
     double got_value = 0, ref_value = 0;  // scalars (loss terms)
     bool pass = true;
 };
@@ -78,14 +83,21 @@ struct CheckReport {
     std::vector<size_t> eval_order;   // entry indices: forward outputs, loss terms, gradients (backward order)
     long first_failure = -1;          // entry index of the first beyond tolerance in eval_order, or -1
     CheckTolerance tol;
+    double floor_factor = 0;  // > 0 when a floor capture judged the tensors
     bool passed() const { return first_failure < 0; }
     size_t failures() const;
 };
 
 // Compares `got` with `ref` (same network: same layer names and order, same table). Throws naming
 // the first mismatch of structure (layer names, sizes).
+//
+// floor (optional): the reference step again with only its conv weights rounded to bf16 (computed
+// the same way as `ref`: isolated or end to end). A tensor beyond the fixed tolerance still passes,
+// with rule "floor", when the floor itself is beyond it there and `got` is no further off than
+// floor_factor times the floor's relative L2 and floor_factor^2 times its cosine deficit (which
+// grows as the square of an error): rounding the weights alone cannot do better.
 CheckReport build_report(const StepCapture& ref, const StepCapture& got, const model::ParamTable& table,
-                         const CheckTolerance& tol);
+                         const CheckTolerance& tol, const StepCapture* floor = nullptr, double floor_factor = 3.0);
 
 // One line per layer (out, grad out, worst parameter gradient; "x" beyond tolerance, the first
 // marked), the loss terms, then the verdict naming the first tensor beyond tolerance.

@@ -3,7 +3,8 @@
 // accumulating into a zeroed buffer, element for element (and is finite: the op never read it).
 // Ops: accumulate (copy), upsample backward, fusion backward (da, db in every combination), head
 // conv backward, custom depthwise dgrad, cuDNN dgrad (the accumulate mode's plan, whichever variant
-// autotuning picks, against the overwrite mode's beta = 0 plan, which zeroes nothing), and the
+// autotuning picks, against the overwrite mode's beta = 0 plan, which zeroes nothing; equal to
+// rounding, since the two plans may run different engines), and the
 // refusal of a dgrad mode that was not prepared.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -47,11 +48,18 @@ std::vector<float> ramp(size_t n, double scale) {
 
 // Runs `op(dst, accumulate)` into a zeroed and into a NaN-filled n-element bf16 buffer and
 // compares: overwrite over NaN == accumulate into zero.
+// exact = false (cuDNN dgrad): the two modes run different plans, which autotuning may give to
+// different engines (another summation order, split-K), so the results agree to rounding, not bit
+// for bit: relative L2 <= 1e-2. Finite either way: the overwrite mode never reads its NaN buffer.
 void expect_overwrite(const rt::CudaContext& ctx, size_t n, const std::function<void(bf16*, bool)>& op,
-                      const std::string& what) {
+                      const std::string& what, bool exact = true) {
     Dev zero(n * sizeof(bf16)), poison(n * sizeof(bf16));
     SF_CUDA_CHECK(cudaMemset(zero.p, 0, n * sizeof(bf16)));
     SF_CUDA_CHECK(cudaMemset(poison.p, 0xFF, n * sizeof(bf16)));  // 0xFFFF: a bf16 NaN
+    // cudaMemset and the pageable uploads before it run on the legacy stream, which the context's
+    // non-blocking stream does not wait for: without this the ops could see neither zeros nor NaN
+    // nor their inputs (the emulation, which runs them as late as CUDA allows, showed it).
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
     op(zero.h(), true);
     op(poison.h(), false);
     ctx.synchronize();
@@ -59,10 +67,15 @@ void expect_overwrite(const rt::CudaContext& ctx, size_t n, const std::function<
     double energy = 0;
     for (size_t i = 0; i < n; ++i) {
         ASSERT_TRUE(std::isfinite(b[i])) << what << ": element " << i << " was read before it was written";
-        ASSERT_EQ(a[i], b[i]) << what << ": element " << i;
+        if (exact) {
+            ASSERT_EQ(a[i], b[i]) << what << ": element " << i;
+        }
         energy += std::fabs(a[i]);
     }
     EXPECT_GT(energy, 0.0) << what;
+    if (!exact) {
+        EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(a), sftest::to_double(b), 1e-2, what));
+    }
 }
 
 TEST(KernelsOverwrite, ElementwiseUpsampleFusionAndHeadConv) {
@@ -152,7 +165,7 @@ TEST(KernelsOverwrite, DepthwiseAndCudnnDgrad) {
         sftest::upload_bf16(w.h(), ramp(s.weight_numel(), 0.3));
         expect_overwrite(
             ctx, s.in().numel(), [&](bf16* dx, bool acc) { cache.backward_data(ex, s, dy.h(), w.h(), dx, acc); },
-            "cudnn dgrad k" + std::to_string(s.k));
+            "cudnn dgrad k" + std::to_string(s.k), /*exact=*/false);
     }
     Dev ady(only_acc.out().numel() * 2), aw(only_acc.weight_numel() * 2), adx(only_acc.in().numel() * 2);
     SF_EXPECT_ERROR(cache.backward_data(ex, only_acc, ady.h(), aw.h(), adx.h(), false), "overwrite mode was asked",

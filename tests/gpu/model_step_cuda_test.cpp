@@ -1,8 +1,10 @@
 // The whole CUDA training step (model/train_step_cuda.h over SiderNetCuda) against the CPU
 // reference step (model/train_step.h over SiderNet), from the same initial weights on the same
 // generated batches (bf16-rounded input given to both):
-//   - one micro-step at batch 4: loss terms within 1e-2, every parameter gradient tensor cosine
-//     >= 0.999 (DESIGN §2; a conv bias before BN, whose true gradient is 0, is checked for being
+//   - one micro-step at batch 4: loss terms within 1e-2, every parameter gradient tensor within a
+//     few times the error that rounding the conv weights to bf16 alone makes on the CPU (cosine
+//     deficit <= 36x, relative L2 <= 6x that floor's; a fixed cosine 0.999 is beyond any bf16
+//     step at initialisation, docs/CHECK.md; a conv bias before BN, whose true gradient is 0, is checked for being
 //     negligible instead; tensors of at most kSmallTensor elements by an error bound scaled to the
 //     gradient norms, see below), BN running statistics within 1e-2;
 //   - a 50-step loss trajectory: every step's loss within 10% of the CPU's, and both fall;
@@ -29,6 +31,7 @@
 #include "runtime/exec.h"
 #include "tests/gpu/step_rig.h"
 #include "tests/support/compare.h"
+#include "tools/check.h"
 
 namespace {
 
@@ -51,6 +54,11 @@ void cpu_input(const std::vector<uint8_t>& px, const std::vector<data::Label>& l
 // gradient: an error that size turns the update's direction by at most ~kSmallAbs radians.
 constexpr size_t kSmallTensor = 2;
 constexpr double kSmallRel = 0.05, kSmallAbs = 1e-3;
+// How much further from the fp32 reference than the bf16-weights floor a gradient may be: in cosine
+// deficit (1 - cos, which grows as the square of the error) and in relative L2. End to end the
+// CUDA step's own activation rounding compounds with the weights': the CPU emulation
+// (docs/EMULATION.md) measured up to 4.7x the floor in relative L2 (the offset head's gradients).
+constexpr double kFloorCos = 36, kFloorRel = 6;
 
 double norm2(const float* a, size_t n) {
     double s = 0;
@@ -101,6 +109,17 @@ TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
 
     const model::ParamTable& t = cpu.table();
     const std::vector<float> gg = gpu.fetch(gpu.net.plan().grad(), t.flat_size);
+    // The precision floor: the CPU step again with its conv weights rounded to bf16.
+    std::vector<float> floor_grad;
+    {
+        model::SiderNet fl(net_shape(), rt::MemKind::Host);
+        init_cpu(fl);
+        tools::round_conv_weights_bf16(fl);
+        cpu_input(b.pixels[0], b.labels[0], fl.input());
+        model::TrainStep fstep(fl, model::LossConfig{}, optim());
+        fstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
+        floor_grad.assign(fl.plan().grad(), fl.plan().grad() + t.flat_size);
+    }
     const double global_norm = norm2(cpu.plan().grad(), t.flat_size);
     double worst = 1.0;
     std::string worst_name;
@@ -128,8 +147,25 @@ TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
                 << p.name << ": |gpu - cpu| " << err << ", |cpu| " << ref << ", global norm " << global_norm;
             continue;
         }
-        const double c = cosine(g_gpu, g_cpu, p.numel);
-        EXPECT_GE(c, 0.999) << p.name;
+        // Judged against bf16's own floor: the same CPU step with only the conv weights rounded to
+        // bf16 (as the CUDA step's copies are) already differs from the fp32 step by up to ~0.3 in
+        // relative L2 at initialisation (docs/CHECK.md), so a fixed 0.999 cosine cannot hold for
+        // any bf16 implementation. The CUDA step also rounds activations and their gradients: it
+        // may be a few times further off than the floor, never more. The per-layer precision
+        // is checked tightly by CudaCheck (isolated comparison).
+        const float* g_floor = floor_grad.data() + p.offset;
+        const double c = cosine(g_gpu, g_cpu, p.numel), c_floor = cosine(g_floor, g_cpu, p.numel);
+        const double ref_norm = norm2(g_cpu, p.numel);
+        if (ref_norm == 0) {  // no gradient at all (the angle head without a rotated sample)
+            EXPECT_EQ(norm2(g_gpu, p.numel), 0.0) << p.name;
+            continue;
+        }
+        const double rel = diff_norm2(g_gpu, g_cpu, p.numel) / ref_norm;
+        const double rel_floor = diff_norm2(g_floor, g_cpu, p.numel) / ref_norm;
+        EXPECT_GE(c, 1.0 - std::max(1e-3, kFloorCos * (1.0 - c_floor)))
+            << p.name << ": cosine " << c << ", bf16-weights floor " << c_floor;
+        EXPECT_LE(rel, std::max(5e-2, kFloorRel * rel_floor))
+            << p.name << ": rel L2 " << rel << ", bf16-weights floor " << rel_floor;
         if (c < worst) {
             worst = c;
             worst_name = p.name;
@@ -145,6 +181,9 @@ TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
 
 TEST(CudaStep, FiftyStepTrajectoryFollowsTheCpuReference) {
     SF_REQUIRE_GPU();
+#ifdef SF_EMU
+    GTEST_SKIP() << "100 emulated steps take over an hour on the CPU; a GPU runs this test";
+#endif
     const int steps = 50;
     const HostBatches b = make_batches(5);
     model::SiderNet cpu(net_shape(), rt::MemKind::Host);
