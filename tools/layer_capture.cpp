@@ -66,8 +66,8 @@ namespace {
 
 // Overwrites n host floats at p with `src` (the forced values).
 void overwrite(float* p, const std::vector<float>& src, size_t n, const std::string& what) {
-    SF_CHECK(p != nullptr && src.size() == n, "check: cannot force '%s' (%zu values for %zu)", what.c_str(),
-             src.size(), n);
+    SF_CHECK(p != nullptr && src.size() == n, "check: cannot force '%s' (%zu values for %zu)", what.c_str(), src.size(),
+             n);
     std::memcpy(p, src.data(), n * sizeof(float));
 }
 

@@ -224,7 +224,7 @@ const std::vector<float>* capture_tensor(const StepCapture& c, const CheckEntry&
 
 // The floor's judgement of a tensor beyond the fixed tolerance (build_report's comment).
 void apply_floor(CheckEntry& e, const StepCapture& ref, const StepCapture& floor, size_t layer,
-                 const model::ParamTable& t, const CheckTolerance& tol, double factor) {
+                 const model::ParamTable& t, double factor) {
     std::vector<float> a, b;
     const std::vector<float>* f = capture_tensor(floor, e, layer, &a, t);
     const std::vector<float>* r = capture_tensor(ref, e, layer, &b, t);
@@ -232,7 +232,7 @@ void apply_floor(CheckEntry& e, const StepCapture& ref, const StepCapture& floor
              e.tensor.c_str(), f->size(), r->size());
     e.has_floor = true;
     e.floor = compare_tensors(f->data(), r->data(), f->size());
-    if (e.pass || !e.rule.empty() || e.m.nonfinite || within(e.floor, tol)) return;
+    if (e.pass || !e.rule.empty() || e.m.nonfinite) return;
     const bool rel_ok = e.m.rel_l2 <= factor * e.floor.rel_l2;
     const bool cos_ok = (1.0 - e.m.cosine) <= factor * factor * (1.0 - e.floor.cosine);
     if (rel_ok && cos_ok) {
@@ -277,8 +277,7 @@ CheckReport build_report(const StepCapture& ref, const StepCapture& got, const m
         SF_CHECK(floor->layers.size() == nl && floor->param_grads.size() >= t.flat_size,
                  "check: the floor capture does not match the network");
         r.floor_factor = floor_factor;
-        for (size_t i = 0; i < first_loss; ++i)
-            apply_floor(r.entries[i], ref, *floor, entry_layer[i], t, tol, floor_factor);
+        for (size_t i = 0; i < first_loss; ++i) apply_floor(r.entries[i], ref, *floor, entry_layer[i], t, floor_factor);
     }
     for (int k = 0; k < 8; ++k) {
         CheckEntry e;

@@ -67,8 +67,8 @@ struct CheckEntry {
     // "" (rel L2 and cosine), or "~0": a conv bias before train-mode BatchNorm, whose true
     // gradient is exactly 0 (both sides hold rounding noise): passes while ||got|| <= 0.25 ||ref
     // gradient of the layer's bn.bias|| (what the whole-step GPU test checks).
-    // "floor": beyond the fixed tolerance, passed because the same reference with only its conv
-    // weights rounded to bf16 is already that far off (within floor_factor of it, below).
+    // "floor": beyond the fixed tolerance, passed because it is within floor_factor of how far the
+    // same reference with only its conv weights rounded to bf16 is off (build_report, below).
     std::string rule;
     double zero_scale = 0;                // "~0": ||ref gradient of bn.bias||
     long param = -1;                      // parameter gradients: the ParamTable index
@@ -93,9 +93,9 @@ struct CheckReport {
 //
 // floor (optional): the reference step again with only its conv weights rounded to bf16 (computed
 // the same way as `ref`: isolated or end to end). A tensor beyond the fixed tolerance still passes,
-// with rule "floor", when the floor itself is beyond it there and `got` is no further off than
-// floor_factor times the floor's relative L2 and floor_factor^2 times its cosine deficit (which
-// grows as the square of an error): rounding the weights alone cannot do better.
+// with rule "floor", when `got` is no further off than floor_factor times the floor's relative L2
+// and floor_factor^2 times its cosine deficit (which grows as the square of an error): no bf16
+// implementation can be held closer than rounding the weights alone puts it.
 CheckReport build_report(const StepCapture& ref, const StepCapture& got, const model::ParamTable& table,
                          const CheckTolerance& tol, const StepCapture* floor = nullptr, double floor_factor = 3.0);
 

@@ -66,8 +66,9 @@ int64_t extent_bytes(const Tensor& t) {
 namespace {
 
 cudnnStatus_t check_binding(const Tensor& t, void* p, const char* role) {
-    if (!p) return fail(CUDNN_STATUS_BAD_PARAM, "execute: tensor uid %lld (%s) is not in the variant pack",
-                        static_cast<long long>(t.uid), role);
+    if (!p)
+        return fail(CUDNN_STATUS_BAD_PARAM, "execute: tensor uid %lld (%s) is not in the variant pack",
+                    static_cast<long long>(t.uid), role);
     if (reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(t.alignment))
         return fail(CUDNN_STATUS_BAD_PARAM, "execute: tensor uid %lld (%s) at %p is not %lld-byte aligned as declared",
                     static_cast<long long>(t.uid), role, p, static_cast<long long>(t.alignment));
@@ -173,13 +174,16 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t desc, cudnnBacke
                     static_cast<int>(name));
     const AttrRule* r = rule_for(d->type, name);
     if (!r || !r->settable)
-        return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendSetAttribute: attribute %d cannot be set on descriptor type %d%s",
+        return fail(CUDNN_STATUS_BAD_PARAM,
+                    "cudnnBackendSetAttribute: attribute %d cannot be set on descriptor type %d%s",
                     static_cast<int>(name), static_cast<int>(d->type), r ? "" : " (or is not emulated)");
     if (type != r->type && type != r->alt)
-        return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendSetAttribute(type %d, attribute %d): attribute type %d, expected %d",
-                    static_cast<int>(d->type), static_cast<int>(name), static_cast<int>(type), static_cast<int>(r->type));
+        return fail(
+            CUDNN_STATUS_BAD_PARAM, "cudnnBackendSetAttribute(type %d, attribute %d): attribute type %d, expected %d",
+            static_cast<int>(d->type), static_cast<int>(name), static_cast<int>(type), static_cast<int>(r->type));
     if (count < r->min_count || count > r->max_count || (count > 0 && !values))
-        return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendSetAttribute(type %d, attribute %d): %lld elements (allowed %lld..%lld)",
+        return fail(CUDNN_STATUS_BAD_PARAM,
+                    "cudnnBackendSetAttribute(type %d, attribute %d): %lld elements (allowed %lld..%lld)",
                     static_cast<int>(d->type), static_cast<int>(name), static_cast<long long>(count),
                     static_cast<long long>(r->min_count), static_cast<long long>(r->max_count));
     Value v;
@@ -192,17 +196,20 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t desc, cudnnBacke
         for (int64_t i = 0; i < count; ++i) {
             std::shared_ptr<Desc> ref_d = lookup(ds[i]);
             if (!ref_d)
-                return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendSetAttribute(attribute %d): element %lld is not a live descriptor",
+                return fail(CUDNN_STATUS_BAD_PARAM,
+                            "cudnnBackendSetAttribute(attribute %d): element %lld is not a live descriptor",
                             static_cast<int>(name), static_cast<long long>(i));
             if (!ref_d->finalized)
-                return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendSetAttribute(attribute %d): element %lld is not finalized",
+                return fail(CUDNN_STATUS_BAD_PARAM,
+                            "cudnnBackendSetAttribute(attribute %d): element %lld is not finalized",
                             static_cast<int>(name), static_cast<long long>(i));
             const bool is_op = ref_d->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR ||
                                ref_d->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR ||
                                ref_d->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
             const bool ok = name == CUDNN_ATTR_OPERATIONGRAPH_OPS ? is_op : ref_d->type == r->ref;
             if (!ok)
-                return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendSetAttribute(attribute %d): element %lld has descriptor type %d",
+                return fail(CUDNN_STATUS_BAD_PARAM,
+                            "cudnnBackendSetAttribute(attribute %d): element %lld has descriptor type %d",
                             static_cast<int>(name), static_cast<long long>(i), static_cast<int>(ref_d->type));
             v.descs.push_back(std::make_shared<const Desc>(*ref_d));  // a snapshot: the caller may destroy it
         }
@@ -222,17 +229,17 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t desc) {
 }
 
 cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const desc, cudnnBackendAttributeName_t name,
-                                       cudnnBackendAttributeType_t type, int64_t requested, int64_t* count,
-                                       void* out) {
+                                       cudnnBackendAttributeType_t type, int64_t requested, int64_t* count, void* out) {
     std::lock_guard<std::mutex> lk(g_mu);
     std::shared_ptr<Desc> d = lookup(desc);
     if (!d) return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendGetAttribute: %p is not a live descriptor", desc);
     if (!d->finalized)
-        return fail(CUDNN_STATUS_NOT_INITIALIZED, "cudnnBackendGetAttribute(attribute %d): the descriptor is not finalized",
-                    static_cast<int>(name));
+        return fail(CUDNN_STATUS_NOT_INITIALIZED,
+                    "cudnnBackendGetAttribute(attribute %d): the descriptor is not finalized", static_cast<int>(name));
     const AttrRule* r = rule_for(d->type, name);
-    if (!r) return fail(CUDNN_STATUS_NOT_SUPPORTED, "cudnnBackendGetAttribute: attribute %d of type %d is not emulated",
-                        static_cast<int>(name), static_cast<int>(d->type));
+    if (!r)
+        return fail(CUDNN_STATUS_NOT_SUPPORTED, "cudnnBackendGetAttribute: attribute %d of type %d is not emulated",
+                    static_cast<int>(name), static_cast<int>(d->type));
     if (type != r->type && type != r->alt)
         return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendGetAttribute(attribute %d): attribute type %d, expected %d",
                     static_cast<int>(name), static_cast<int>(type), static_cast<int>(r->type));
@@ -252,8 +259,10 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const desc, cudn
         for (int64_t i = 0; i < std::min(n, requested); ++i) {
             std::shared_ptr<Desc> t = lookup(arr[i]);
             if (!t || t->type != want)
-                return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendGetAttribute(attribute %d): element %lld is not a live "
-                            "descriptor of type %d", static_cast<int>(name), static_cast<long long>(i), static_cast<int>(want));
+                return fail(CUDNN_STATUS_BAD_PARAM,
+                            "cudnnBackendGetAttribute(attribute %d): element %lld is not a live "
+                            "descriptor of type %d",
+                            static_cast<int>(name), static_cast<long long>(i), static_cast<int>(want));
             fill(*t, i);
         }
         return CUDNN_STATUS_SUCCESS;
@@ -300,13 +309,16 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const desc, cudn
     }
     // Any other attribute: what was set.
     const Value* v = attr(*d, name);
-    if (!v) return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendGetAttribute: attribute %d was never set",
-                        static_cast<int>(name));
+    if (!v)
+        return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendGetAttribute: attribute %d was never set",
+                    static_cast<int>(name));
     if (v->type == CUDNN_TYPE_BACKEND_DESCRIPTOR)
-        return fail(CUDNN_STATUS_NOT_SUPPORTED, "cudnnBackendGetAttribute: reading back descriptor attribute %d is not emulated",
+        return fail(CUDNN_STATUS_NOT_SUPPORTED,
+                    "cudnnBackendGetAttribute: reading back descriptor attribute %d is not emulated",
                     static_cast<int>(name));
     *count = v->count;
-    if (requested > 0) std::memcpy(out, v->bytes.data(), attr_size(v->type) * static_cast<size_t>(std::min(v->count, requested)));
+    if (requested > 0)
+        std::memcpy(out, v->bytes.data(), attr_size(v->type) * static_cast<size_t>(std::min(v->count, requested)));
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -342,8 +354,8 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
         job.ws = pack->ws;
         job.ws_bytes = plan->workspace;
         if (plan->workspace > 0) {
-            const sfemu::Allocation* a = pack->ws ? sfemu::find_allocation(pack->ws, static_cast<size_t>(plan->workspace))
-                                                  : nullptr;
+            const sfemu::Allocation* a =
+                pack->ws ? sfemu::find_allocation(pack->ws, static_cast<size_t>(plan->workspace)) : nullptr;
             if (!a || !a->device)
                 return fail(CUDNN_STATUS_BAD_PARAM, "execute: the plan needs %lld bytes of device workspace, given %p",
                             static_cast<long long>(plan->workspace), pack->ws);

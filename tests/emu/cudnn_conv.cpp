@@ -38,7 +38,8 @@ std::vector<float> dense(const Tensor& t, const void* p) {
         for (int64_t c = 0; c < C; ++c)
             for (int64_t h = 0; h < H; ++h)
                 for (int64_t w = 0; w < W; ++w)
-                    out[i++] = load(p, t.dtype, n * t.strides[0] + c * t.strides[1] + h * t.strides[2] + w * t.strides[3]);
+                    out[i++] =
+                        load(p, t.dtype, n * t.strides[0] + c * t.strides[1] + h * t.strides[2] + w * t.strides[3]);
     return out;
 }
 
@@ -69,7 +70,6 @@ struct Accumulator {
     }
 };
 
-
 // What the three directions share: the geometry and the epilogue.
 struct Geometry {
     const Job& j;
@@ -77,9 +77,21 @@ struct Geometry {
     int64_t N, C, H, W, K, CG, R, S, P, Q, G, KG;
     bool flip;
     explicit Geometry(const Job& job)
-        : j(job), op(job.op), N(op.x.dims[0]), C(op.x.dims[1]), H(op.x.dims[2]), W(op.x.dims[3]), K(op.w.dims[0]),
-          CG(op.w.dims[1]), R(op.w.dims[2]), S(op.w.dims[3]), P(op.y.dims[2]), Q(op.y.dims[3]), G(op.groups),
-          KG(K / G), flip(op.conv.mode == CUDNN_CONVOLUTION) {}
+        : j(job),
+          op(job.op),
+          N(op.x.dims[0]),
+          C(op.x.dims[1]),
+          H(op.x.dims[2]),
+          W(op.x.dims[3]),
+          K(op.w.dims[0]),
+          CG(op.w.dims[1]),
+          R(op.w.dims[2]),
+          S(op.w.dims[3]),
+          P(op.y.dims[2]),
+          Q(op.y.dims[3]),
+          G(op.groups),
+          KG(K / G),
+          flip(op.conv.mode == CUDNN_CONVOLUTION) {}
     // Input (h, w) of output (p, q) under filter tap (r, s); false when it falls into the padding.
     bool tap(int64_t p, int64_t q, int64_t r, int64_t s, int64_t* h, int64_t* w) const {
         const Conv& cv = op.conv;
@@ -114,8 +126,9 @@ void fprop(const Geometry& g) {
                             int64_t h, w;
                             if (!g.tap(p, q, r, s, &h, &w)) continue;
                             for (int64_t c = 0; c < g.CG; ++c)
-                                a.terms.push_back(xs[static_cast<size_t>(((n * g.C + grp * g.CG + c) * g.H + h) * g.W + w)] *
-                                                  ws[static_cast<size_t>(((k * g.CG + c) * g.R + r) * g.S + s)]);
+                                a.terms.push_back(
+                                    xs[static_cast<size_t>(((n * g.C + grp * g.CG + c) * g.H + h) * g.W + w)] *
+                                    ws[static_cast<size_t>(((k * g.CG + c) * g.R + r) * g.S + s)]);
                         }
                     g.finish(g.op.y, g.j.y, Geometry::off(g.op.y, n, k, p, q), a.finish());
                 }
@@ -167,8 +180,9 @@ void wgrad(const Geometry& g) {
                             for (int64_t q = 0; q < g.Q; ++q) {
                                 int64_t h, w;
                                 if (!g.tap(p, q, r, s, &h, &w)) continue;
-                                a.terms.push_back(xs[static_cast<size_t>(((n * g.C + grp * g.CG + c) * g.H + h) * g.W + w)] *
-                                                  dy[static_cast<size_t>(((n * g.K + k) * g.P + p) * g.Q + q)]);
+                                a.terms.push_back(
+                                    xs[static_cast<size_t>(((n * g.C + grp * g.CG + c) * g.H + h) * g.W + w)] *
+                                    dy[static_cast<size_t>(((n * g.K + k) * g.P + p) * g.Q + q)]);
                             }
                     g.finish(g.op.w, g.j.w, Geometry::off(g.op.w, k, c, r, s), a.finish());
                 }

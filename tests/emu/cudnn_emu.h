@@ -101,7 +101,6 @@ struct Desc {
     explicit Desc(DescType t) : type(t) {}
 };
 
-
 size_t dtype_size(cudnnDataType_t t);  // 0: not emulated
 int64_t numel(const Tensor& t);
 // Bytes from the base pointer to one past the tensor's last element.

@@ -108,8 +108,8 @@ __attribute__((visibility("default"))) const char* ncclGetErrorString(ncclResult
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count,
-                                                                  ncclDataType_t type, ncclRedOp_t op,
-                                                                  ncclComm_t comm, cudaStream_t stream) {
+                                                                  ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                                                                  cudaStream_t stream) {
     if (!g_comms.count(comm)) return fail(ncclInvalidArgument, "ncclAllReduce: not a live communicator");
     const size_t elem = type_size(type);
     if (elem == 0) return fail(ncclInvalidArgument, "ncclAllReduce: data type not emulated");
@@ -120,8 +120,8 @@ __attribute__((visibility("default"))) ncclResult_t ncclAllReduce(const void* se
         const sfemu::Allocation* a = sfemu::find_allocation(send, bytes);
         const sfemu::Allocation* b = sfemu::find_allocation(recv, bytes);
         if (!a || !a->device || !b || !b->device)
-            return fail(ncclInvalidArgument, "ncclAllReduce: send/recv are not device buffers of " +
-                                                 std::to_string(bytes) + " bytes");
+            return fail(ncclInvalidArgument,
+                        "ncclAllReduce: send/recv are not device buffers of " + std::to_string(bytes) + " bytes");
     }
     // One rank: every reduction of one value is the value.
     const cudaError_t e = sfemu::enqueue(stream, "ncclAllReduce (world 1)", [send, recv, bytes] {

@@ -38,7 +38,7 @@ using sftest::upload_bf16;
 using kern::ConvOp;
 using kern::ConvShape;
 
-constexpr size_t kGuard = 64;  // elements after y, dx and dw that must stay untouched
+constexpr size_t kGuard = 64;     // elements after y, dx and dw that must stay untouched
 const float kSentinel = 1024.0f;  // exact in bf16 (1234 is not: it rounds to 1232 and never compares equal)
 
 ConvShape shape(int n, int h, int w, int cin, int cout, int k, int stride, int groups = 1) {

@@ -38,11 +38,13 @@ namespace {
 using namespace steprig;
 
 // The CPU input exactly as the GPU sees it: preprocess, then round to bf16.
-void cpu_input(const std::vector<uint8_t>& px, const std::vector<data::Label>& lb, float* input) {
-    kern::preprocess_ref(kBatch, kH, kW, kC - 1, px.data(), lb.data(), input);
-    for (size_t i = 0; i < static_cast<size_t>(kBatch) * kH * kW * kC; ++i) input[i] = kern::round_bf16(input[i]);
+void cpu_input(const model::SiderNet& net, const std::vector<uint8_t>& px, const std::vector<data::Label>& lb,
+               float* input) {
+    const model::NetShape& s = net.shape();
+    kern::preprocess_ref(s.batch, s.height, s.width, s.channels - 1, px.data(), lb.data(), input);
+    const size_t n = static_cast<size_t>(s.batch) * s.height * s.width * s.channels;
+    for (size_t i = 0; i < n; ++i) input[i] = kern::round_bf16(input[i]);
 }
-
 
 // Tensors this small (the FPN fusions' weight_a / weight_b scalars, ...) are not compared by cosine:
 // for one element the cosine is only the sign, for two it turns on the ratio of two numbers. Each
@@ -85,12 +87,12 @@ double cosine(const float* a, const float* b, size_t n) {
 
 TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
-    const HostBatches b = make_batches(1);
-    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    const HostBatches b = make_batches(1, full_shape());  // at full size under emulation too (~1.5 min)
+    model::SiderNet cpu(full_shape(), rt::MemKind::Host);
     init_cpu(cpu);
     GpuRig gpu(cpu);
 
-    cpu_input(b.pixels[0], b.labels[0], cpu.input());
+    cpu_input(cpu, b.pixels[0], b.labels[0], cpu.input());
     model::TrainStep cstep(cpu, model::LossConfig{}, optim());
     const model::LossTerms ct = cstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
 
@@ -112,10 +114,10 @@ TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
     // The precision floor: the CPU step again with its conv weights rounded to bf16.
     std::vector<float> floor_grad;
     {
-        model::SiderNet fl(net_shape(), rt::MemKind::Host);
+        model::SiderNet fl(full_shape(), rt::MemKind::Host);
         init_cpu(fl);
         tools::round_conv_weights_bf16(fl);
-        cpu_input(b.pixels[0], b.labels[0], fl.input());
+        cpu_input(fl, b.pixels[0], b.labels[0], fl.input());
         model::TrainStep fstep(fl, model::LossConfig{}, optim());
         fstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
         floor_grad.assign(fl.plan().grad(), fl.plan().grad() + t.flat_size);
@@ -193,7 +195,7 @@ TEST(CudaStep, FiftyStepTrajectoryFollowsTheCpuReference) {
     std::vector<double> lc, lg;
     for (int k = 0; k < steps; ++k) {
         const size_t i = static_cast<size_t>(k % 5);
-        cpu_input(b.pixels[i], b.labels[i], cpu.input());
+        cpu_input(cpu, b.pixels[i], b.labels[i], cpu.input());
         lc.push_back(cstep.step(rt::Exec::cpu(), b.labels[i].data(), 1e-3).mean_loss);
         gpu.load(b.pixels[i], b.labels[i]);
         gpu.step.micro_step(0);

@@ -1,5 +1,6 @@
 // The small network and step of the CUDA step tests (tests/gpu/model_step_cuda_test.cpp,
-// tests/gpu/model_step_nccl_test.cpp): batch 4 at 64x128, generated batches, a CUDA network + step
+// tests/gpu/model_step_nccl_test.cpp): batch 4 at 64x128 (the multi-step tests: 2 at 32x64 under
+// the CPU emulation), generated batches, a CUDA network + step
 // with a CPU network's initial weights and one device slot.
 #pragma once
 #include <cuda_runtime.h>
@@ -17,10 +18,19 @@
 
 namespace steprig {
 
-constexpr int kBatch = 4, kH = 64, kW = 128, kC = 2;
 constexpr uint64_t kInitSeed = 1234;
 
-inline model::NetShape net_shape() { return {kBatch, kC, kH, kW}; }
+// The one-micro-step comparison's shape (CudaStep.OneMicroStep): batch 4 at 64x128.
+inline model::NetShape full_shape() { return {4, 2, 64, 128}; }
+// The multi-step tests' shape: the same on a GPU; under the CPU emulation (docs/EMULATION.md) half
+// the batch at a quarter of the pixels, a step then takes seconds there instead of ~40 s.
+inline model::NetShape net_shape() {
+#ifdef SF_EMU
+    return {2, 2, 32, 64};
+#else
+    return full_shape();
+#endif
+}
 
 // `batches` generated batches: uint8 gray pixels (N,H,W,1) and labels.
 struct HostBatches {
@@ -28,17 +38,17 @@ struct HostBatches {
     std::vector<std::vector<data::Label>> labels;
 };
 
-inline HostBatches make_batches(int batches) {
+inline HostBatches make_batches(int batches, const model::NetShape& shape = net_shape()) {
     HostBatches b;
     data::GenConfig gc;
     gc.seed = 7;
-    gc.height = kH;
-    gc.width = kW;
+    gc.height = shape.height;
+    gc.width = shape.width;
     for (int k = 0; k < batches; ++k) {
         std::vector<uint8_t> px;
         std::vector<data::Label> lb;
-        for (int i = 0; i < kBatch; ++i) {
-            const data::GenSample s = data::generate_sample(gc, static_cast<uint64_t>(k * kBatch + i));
+        for (int i = 0; i < shape.batch; ++i) {
+            const data::GenSample s = data::generate_sample(gc, static_cast<uint64_t>(k * shape.batch + i));
             px.insert(px.end(), s.pixels.begin(), s.pixels.end());
             lb.push_back(s.label);
         }
@@ -73,10 +83,11 @@ struct GpuRig {
     data::Label* labels = nullptr;
 
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1)
-        : net(net_shape(), ctx.exec(), policy(deterministic)),
+        : net(init.shape(), ctx.exec(), policy(deterministic)),
           step(net, ctx.exec(), model::LossConfig{}, optim(), constant_lr(1e-3), accum) {
-        const size_t po = slots.reserve(static_cast<size_t>(kBatch) * kH * kW, 256, "pixels");
-        const size_t lo = slots.reserve(kBatch * sizeof(data::Label), 256, "labels");
+        const model::NetShape& sh = init.shape();
+        const size_t po = slots.reserve(static_cast<size_t>(sh.batch) * sh.height * sh.width, 256, "pixels");
+        const size_t lo = slots.reserve(static_cast<size_t>(sh.batch) * sizeof(data::Label), 256, "labels");
         slots.allocate();
         slots.seal();
         pixels = slots.ptr<uint8_t>(po);

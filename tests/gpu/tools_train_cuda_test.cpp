@@ -18,6 +18,7 @@
 #include "model/checkpoint.h"
 #include "runtime/safetensors.h"
 #include "tests/support/compare.h"
+#include "tests/support/log_lines.h"
 #include "tests/support/temp_dir.h"
 #include "tools/commands.h"
 
@@ -28,29 +29,33 @@ struct TempDir : sftest::TempDir {
 };
 
 std::vector<std::string> base_args(const std::string& root, const std::string& run) {
-    return {"--config",
-            sftest::source_dir() + "/configs/cpu_smoke.yaml",
-            "--out",
-            root + "/" + run,
-            "train.backend=cuda",
-            "train.amp=bf16",
-            "train.batch_size=4",
-            "train.deterministic=true",
-            "train.num_workers=2",
-            "train.prefetch_factor=2",
-            "data.source=synthetic",
-            "data.processed_dir=" + root + "/data",
-            "data.num_samples=800",  // the smallest synthetic set with both splits is 641 samples
-            "logging.log_interval=1",
-            "sched.type=sgdr",  // lr by epoch only: train.max_steps can end a run mid-epoch
-            "sched.warmup_epochs=1",
-            "checkpoints.save_dir=" + root + "/" + run + "/ck",
-            "checkpoints.save_interval=1",
-            "checkpoints.keep_last=2",
+    return {
+        "--config",
+        sftest::source_dir() + "/configs/cpu_smoke.yaml",
+        "--out",
+        root + "/" + run,
+        "train.backend=cuda",
+        "train.amp=bf16",
+        "train.batch_size=4",
+        "train.deterministic=true",
+        "train.num_workers=2",
+        "train.prefetch_factor=2",
+        "data.source=synthetic",
+        "data.processed_dir=" + root + "/data",
+        "data.num_samples=800",  // the smallest synthetic set with both splits is 641 samples
+        "logging.log_interval=1",
+        "sched.type=sgdr",  // lr by epoch only: train.max_steps can end a run mid-epoch
+        "sched.warmup_epochs=1",
+        "checkpoints.save_dir=" + root + "/" + run + "/ck",
+        "checkpoints.save_interval=1",
+        "checkpoints.keep_last=2",
 #ifdef SF_EMU
-            // Under the CPU emulation (docs/EMULATION.md) a step at 64x128 x 4 takes ~40 s: a
-            // quarter of the pixels and half the batch keep every test to minutes.
-            "model.input_height=32", "model.input_width=64", "train.batch_size=2", "eval.eval_interval=20",
+        // Under the CPU emulation (docs/EMULATION.md) a step at 64x128 x 4 takes ~40 s: a
+        // quarter of the pixels and half the batch keep every test to minutes.
+        "model.input_height=32",
+        "model.input_width=64",
+        "train.batch_size=2",
+        "eval.eval_interval=20",
 #endif
     };
 }
@@ -78,7 +83,12 @@ TEST(CudaTrain, ResumeIsBitwiseEqualToAnUninterruptedRun) {
     ASSERT_EQ(tools::cmd_train(first), 0);
     std::vector<std::string> second = base_args(t.path, "resumed");
     second.insert(second.end(), {"train.max_steps=8", "--resume", "auto", "--allow-config-change"});
-    ASSERT_EQ(tools::cmd_train(second), 0);
+    {
+        sftest::LogLines log;  // the changed train.max_steps is warned about, once
+        ASSERT_EQ(tools::cmd_train(second), 0);
+        EXPECT_EQ(log.warnings(), 1);
+        EXPECT_TRUE(log.has(rt::LogLevel::Warn, "train.max_steps: 4 -> 8"));
+    }
 
     const std::vector<double> a = step_losses(t.path + "/straight/metrics.jsonl");
     const std::vector<double> b = step_losses(t.path + "/resumed/metrics.jsonl");
