@@ -24,7 +24,11 @@ namespace {
 
 using namespace steprig;
 
+#ifdef SF_EMU
+constexpr int kAccum = 2, kSteps = 3;  // the CPU emulation: eager, capture, one replay
+#else
 constexpr int kAccum = 2, kSteps = 4;
+#endif
 
 // A rig, optionally with its own one-rank NCCL communicator in the step.
 struct Rig {

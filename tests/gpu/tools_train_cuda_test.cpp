@@ -3,7 +3,7 @@
 //   - a resumed run (4 steps, checkpoint, --resume auto, 4 more) gives the same metrics.jsonl
 //     losses and the same final weights, bit for bit, as 8 uninterrupted steps;
 //   - --no-graph (eager calls) and graph replay give bitwise-equal step losses;
-//   - the loss falls over 40 steps and validation reports finite metrics;
+//   - the loss falls over 40 steps (20 under the CPU emulation) and validation reports finite metrics;
 //   - SF_NCCL_WORLD1=1 (the NCCL gradient allreduce of a world of 1 inside the captured step) gives
 //     the same losses and final weights, bit for bit, as the plain step.
 #include <gtest/gtest.h>
@@ -117,7 +117,13 @@ TEST(CudaTrain, LossFallsAndValidationRuns) {
     SF_REQUIRE_GPU();
     TempDir t;
     std::vector<std::string> args = base_args(t.path, "learn");
+#ifdef SF_EMU
+    // Under the CPU emulation 20 steps (a step takes ~20 s there); the loss falls from ~235 to ~115
+    // by step 20 at this learning rate.
+    args.insert(args.end(), {"train.max_steps=20", "logging.log_interval=5"});
+#else
     args.insert(args.end(), {"train.max_steps=40", "logging.log_interval=10"});
+#endif
     ASSERT_EQ(tools::cmd_train(args), 0);
     std::ifstream in(t.path + "/learn/metrics.jsonl");
     std::string line;
