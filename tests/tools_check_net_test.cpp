@@ -186,7 +186,9 @@ TEST_F(CheckNetStep, Bf16WeightsAloneExceedEndToEndToleranceButNotIsolated) {
     EXPECT_GT(e2e.failures(), 100u) << tools::verdict(e2e);
     EXPECT_GT(e2e_fwd, 2e-2);
     EXPECT_LT(iso_fwd, 5e-3);  // one bf16 rounding of the weights: ~2e-3
-    EXPECT_LE(iso.failures(), 3u) << tools::verdict(iso);
+    // Measured at this shape and seed: 581 of 729 beyond end to end (forward up to 7.4e-2),
+    // none isolated (forward up to 1.9e-3).
+    EXPECT_EQ(iso.failures(), 0u) << tools::verdict(iso);
 }
 
 TEST_F(CheckNetStep, UnknownPerturbedLayerIsAnError) {

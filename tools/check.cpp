@@ -201,6 +201,13 @@ size_t round_conv_weights_bf16(model::SiderNet& net) {
     return n;
 }
 
+StepCapture bf16_floor_step(const CheckSetup& s, const NetState& init, const StepCapture* forced) {
+    model::SiderNet net(s.shape, rt::MemKind::Host);
+    load_state(net, init);
+    round_conv_weights_bf16(net);
+    return reference_step(s, net, forced);
+}
+
 StepCapture reference_step(const CheckSetup& s, model::SiderNet& net, const StepCapture* forced) {
     const model::NetShape& sh = s.shape;
     // The CUDA step sees the preprocessed input in bf16: give the reference exactly that.

@@ -79,6 +79,9 @@ size_t round_conv_weights_bf16(model::SiderNet& net);
 
 // One captured micro-step of the CPU reference on the setup's batch (bf16-rounded input, the CUDA
 // input exactly); parameter gradients are zeroed first, so a network can be stepped repeatedly.
+// The bf16-weights floor: reference_step on a fresh CPU network with `init`'s state and its conv
+// weights rounded to bf16 (forced as for reference_step).
+StepCapture bf16_floor_step(const CheckSetup& s, const NetState& init, const StepCapture* forced);
 // forced (isolated comparison): every layer output and output gradient of the reference is
 // replaced by forced's once captured (tools/layer_capture.h CaptureObserver::force_from).
 StepCapture reference_step(const CheckSetup& s, model::SiderNet& net, const StepCapture* forced = nullptr);

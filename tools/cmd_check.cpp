@@ -120,10 +120,7 @@ int cmd_check(const std::vector<std::string>& args) {
     std::unique_ptr<StepCapture> floor;
     if (o.floor_factor > 0) {
         const auto t2 = Clock::now();
-        model::SiderNet fl(s.shape, rt::MemKind::Host);
-        load_state(fl, init);
-        round_conv_weights_bf16(fl);
-        floor = std::make_unique<StepCapture>(reference_step(s, fl, isolated ? &got : nullptr));
+        floor = std::make_unique<StepCapture>(bf16_floor_step(s, init, isolated ? &got : nullptr));
         std::printf("check: bf16-weights floor step %.1f s\n\n", since(t2));
     }
     const CheckReport r = build_report(want, got, ref.table(), o.tol, floor.get(), o.floor_factor);

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
-#include <type_traits>
 
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
@@ -43,9 +42,6 @@ std::vector<float> to_host_f32(const rt::Exec& ex, const kern::bf16* p, size_t n
 }
 
 template <class T>
-constexpr bool kIsHostT = std::is_same_v<T, float>;
-
-template <class T>
 CaptureObserver<T>::CaptureObserver(const model::SiderNetT<T>& net) : net_(net), layers_(net.layer_outputs()) {
     for (size_t i = 0; i < layers_.size(); ++i) {
         fwd_[layers_[i].name + " fwd"] = i;
@@ -56,7 +52,7 @@ CaptureObserver<T>::CaptureObserver(const model::SiderNetT<T>& net) : net_(net),
 
 template <class T>
 void CaptureObserver<T>::force_from(const StepCapture* forced) {
-    SF_CHECK(!forced || kIsHostT<T>, "check: only the CPU reference can be forced to another backend's values");
+    SF_CHECK(!forced || model::kIsCpu<T>, "check: only the CPU reference can be forced to another backend's values");
     SF_CHECK(!forced || forced->layers.size() == layers_.size(), "check: forced capture of %zu layers for %zu",
              forced ? forced->layers.size() : 0, layers_.size());
     forced_ = forced;
@@ -82,7 +78,7 @@ void CaptureObserver<T>::begin(const rt::Exec& ex, const char* name) {
     c.grad_out =
         l.out ? to_host_f32(ex, l.out->g, l.out->numel(), name) : to_host_f32(ex, l.logits->g, l.logits->numel(), name);
     cap_.backward_order.push_back(it->second);
-    if constexpr (kIsHostT<T>) {
+    if constexpr (model::kIsCpu<T>) {
         if (forced_) {
             const std::vector<float>& f = forced_->layers[it->second].grad_out;
             l.out ? overwrite(l.out->g, f, l.out->numel(), name) : overwrite(l.logits->g, f, l.logits->numel(), name);
@@ -99,7 +95,7 @@ void CaptureObserver<T>::end(const rt::Exec& ex, const char* name) {
     c.out =
         l.out ? to_host_f32(ex, l.out->v, l.out->numel(), name) : to_host_f32(ex, l.logits->v, l.logits->numel(), name);
     cap_.forward_order.push_back(it->second);
-    if constexpr (kIsHostT<T>) {
+    if constexpr (model::kIsCpu<T>) {
         if (forced_) {
             const std::vector<float>& f = forced_->layers[it->second].out;
             l.out ? overwrite(l.out->v, f, l.out->numel(), name) : overwrite(l.logits->v, f, l.logits->numel(), name);

@@ -65,6 +65,12 @@ std::vector<ParamOwner> assign_params(const std::vector<LayerCapture>& layers, c
     return owners;
 }
 
+// One parameter's slice of a capture's flat gradient range.
+std::vector<float> param_grad(const StepCapture& c, const model::ParamInfo& p) {
+    return std::vector<float>(c.param_grads.begin() + static_cast<long>(p.offset),
+                              c.param_grads.begin() + static_cast<long>(p.offset + p.numel));
+}
+
 CheckEntry tensor_entry(const std::string& layer, const std::string& tensor, Phase phase, const std::vector<float>& got,
                         const std::vector<float>& ref, const CheckTolerance& tol) {
     SF_CHECK(got.size() == ref.size(), "check: %s '%s' has %zu elements, the reference %zu", layer.c_str(),
@@ -91,11 +97,8 @@ void add_param_entries(CheckReport& r, std::vector<std::vector<size_t>>& param_e
     for (size_t i = 0; i < t.params.size(); ++i) {
         if (owners[i].layer != l) continue;
         const model::ParamInfo& p = t.params[i];
-        const std::vector<float> g(got.param_grads.begin() + static_cast<long>(p.offset),
-                                   got.param_grads.begin() + static_cast<long>(p.offset + p.numel));
-        const std::vector<float> f(ref.param_grads.begin() + static_cast<long>(p.offset),
-                                   ref.param_grads.begin() + static_cast<long>(p.offset + p.numel));
-        CheckEntry e = tensor_entry(ref.layers[l].name, "grad " + owners[i].suffix, Phase::Backward, g, f, r.tol);
+        CheckEntry e = tensor_entry(ref.layers[l].name, "grad " + owners[i].suffix, Phase::Backward, param_grad(got, p),
+                                    param_grad(ref, p), r.tol);
         e.param = static_cast<long>(i);
         const model::ParamInfo* beta = t.find(ref.layers[l].name + ".bn.bias");
         if (owners[i].suffix == "conv.bias" && beta) {
@@ -216,9 +219,7 @@ const std::vector<float>* capture_tensor(const StepCapture& c, const CheckEntry&
     if (e.tensor == "grad out") return &c.layers[layer].grad_out;
     SF_CHECK(e.param >= 0 && static_cast<size_t>(e.param) < t.params.size(), "check: '%s %s' names no parameter",
              e.layer.c_str(), e.tensor.c_str());
-    const model::ParamInfo* p = &t.params[static_cast<size_t>(e.param)];
-    scratch->assign(c.param_grads.begin() + static_cast<long>(p->offset),
-                    c.param_grads.begin() + static_cast<long>(p->offset + p->numel));
+    *scratch = param_grad(c, t.params[static_cast<size_t>(e.param)]);
     return scratch;
 }
 

@@ -1,10 +1,11 @@
-// Internal to the emulated cuDNN graph API (cudnn_backend.cpp, cudnn_descriptors.cpp,
+// Internal to the emulated cuDNN graph API (cudnn_backend.cpp, cudnn_attributes.cpp, cudnn_descriptors.cpp,
 // cudnn_conv.cpp; docs/EMULATION.md "cuDNN"): the descriptors' contents, the attribute rules,
 // finalization and the convolution arithmetic.
 #pragma once
 #include <cudnn.h>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -106,7 +107,7 @@ int64_t numel(const Tensor& t);
 // Bytes from the base pointer to one past the tensor's last element.
 int64_t extent_bytes(const Tensor& t);
 
-// ---- attributes (cudnn_descriptors.cpp) ----
+// ---- attributes (cudnn_attributes.cpp) ----
 
 struct AttrRule {
     DescType desc;
@@ -121,6 +122,21 @@ const AttrRule* rule_for(DescType d, AttrName a);  // null: not an attribute of 
 bool emulated_type(DescType t);
 size_t attr_size(AttrType t);
 const Value* attr(const Desc& d, AttrName a);
+// A set attribute's values.
+inline std::vector<int64_t> i64s(const Value& v) {
+    std::vector<int64_t> out(static_cast<size_t>(v.count));
+    std::memcpy(out.data(), v.bytes.data(), out.size() * sizeof(int64_t));
+    return out;
+}
+
+template <class T>
+T scalar(const Value& v) {
+    T t;
+    std::memcpy(&t, v.bytes.data(), sizeof(T));
+    return t;
+}
+
+inline double real(const Value& v) { return v.type == CUDNN_TYPE_DOUBLE ? scalar<double>(v) : scalar<float>(v); }
 
 // ---- engines and finalization (cudnn_descriptors.cpp) ----
 

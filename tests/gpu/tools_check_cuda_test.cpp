@@ -34,10 +34,7 @@ TEST(CudaCheck, EveryLayerWithinToleranceAtSmallSize) {
     EXPECT_EQ(got.backward_order, want.backward_order);
     // Where rounding the weights alone already passes the fixed tolerance (a gradient summed from
     // several consumers with cancellation), the CUDA value may be within 3x that floor instead.
-    model::SiderNet fl(s.shape, rt::MemKind::Host);
-    tools::load_state(fl, init);
-    tools::round_conv_weights_bf16(fl);
-    const tools::StepCapture floor = tools::reference_step(s, fl, &got);
+    const tools::StepCapture floor = tools::bf16_floor_step(s, init, &got);
     const tools::CheckReport r = tools::build_report(want, got, ref.table(), o.tol, &floor, o.floor_factor);
     std::printf("%s", tools::format_report(r).c_str());
     EXPECT_TRUE(r.passed()) << tools::verdict(r);
