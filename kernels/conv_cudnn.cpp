@@ -11,6 +11,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "kernels/conv_cudnn_deviceless.h"
 #include "kernels/conv_cudnn_engine.h"
 #include "runtime/cuda_check.h"
 #include "runtime/cudnn_graph.h"
@@ -108,10 +109,11 @@ bool build_operation(const ConvShape& s, ConvOp op, ConvAccum a, ConvGraph* g, s
 }
 
 // build_operation, then the operation graph. False (+ why) when cuDNN refuses either.
-bool build_graph(cudnnHandle_t h, const ConvShape& s, ConvOp op, ConvAccum a, ConvGraph* g, std::string* why) {
+bool build_graph(const rt::CudnnTarget& t, const ConvShape& s, ConvOp op, ConvAccum a, ConvGraph* g,
+                 std::string* why) {
     if (!build_operation(s, op, a, g, why)) return false;
     std::string reason;
-    if (!rt::cudnn_try_op_graph(h, {&g->op}, &g->graph, &reason)) {
+    if (!rt::cudnn_try_op_graph(t, {&g->op}, &g->graph, &reason)) {
         *why = "graph: " + reason;
         return false;
     }
@@ -129,17 +131,18 @@ ConvCandidateInfo candidate_info(const CudnnEngineConfig& c) {
 
 // Finalized plans of one variant, chosen by conv_select_candidates from the heuristics' list (at
 // most `limit`). With `only` set, just the configuration of that identity (a stored choice being
-// rebuilt for this handle). *report gets a one-line account.
-std::vector<Engine> variant_engines(cudnnHandle_t h, const ConvShape& s, ConvOp op, ConvAccum a,
+// rebuilt for this handle). *report gets a one-line account. The target is the handle plans run on,
+// or a device property descriptor (plans inspected, never executed: conv_plan_deviceless).
+std::vector<Engine> variant_engines(const rt::CudnnTarget& t, const ConvShape& s, ConvOp op, ConvAccum a,
                                     const ConvPolicy& policy, int limit, const std::string* only, std::string* report) {
     std::vector<Engine> out;
     auto graph = std::make_shared<ConvGraph>();
     std::string why;
-    if (!build_graph(h, s, op, a, graph.get(), &why)) {
+    if (!build_graph(t, s, op, a, graph.get(), &why)) {
         *report = rt::format("%s: %s", conv_accum_name(a), why.c_str());
         return out;
     }
-    std::vector<CudnnEngineConfig> cfgs = rt::cudnn_engine_configs(graph->graph, &why);
+    std::vector<CudnnEngineConfig> cfgs = rt::cudnn_engine_configs(t, graph->graph, &why);
     if (cfgs.empty()) {
         *report = rt::format("%s: no engine configurations (%s)", conv_accum_name(a), why.c_str());
         return out;
@@ -158,7 +161,7 @@ std::vector<Engine> variant_engines(cudnnHandle_t h, const ConvShape& s, ConvOp 
     const ConvCandidateChoice ch =
         conv_select_candidates(info, policy.deterministic, policy.max_workspace, limit, [&](size_t i, size_t* bytes) {
             int64_t w = 0;
-            if (!rt::cudnn_try_plan(h, cfgs[i], &plans[i], &w, &why)) {
+            if (!rt::cudnn_try_plan(t, cfgs[i], &plans[i], &w, &why)) {
                 if (first_refusal.empty()) first_refusal = cfgs[i].identity() + ": " + why;
                 return false;
             }
@@ -202,29 +205,36 @@ std::string no_engine_message(const ConvPlanKey& key, const std::vector<std::str
     return msg;
 }
 
-// Builds the candidates of every variant in preference order and picks one: the tier-0 variants
-// (then the fallback tier if they have nothing); without autotuning the first variant with a plan
-// wins, with it every tier-0 plan is timed and the fastest kept. *timed = candidates timed.
-// Overwrite-mode dgrad keys time their candidates as they will run (an InPlace fallback with the
-// zeroing of dx).
-Engine choose_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const ConvPolicy& pol, const ConvPlanKey& key,
-                     int* timed) {
+// The candidates of every variant in preference order: the tier-0 variants (then the fallback tier
+// if they have nothing); without autotuning only the first variant with a plan (its first plan).
+// *reports gets one line per variant tried. Throws ConvUnsupported when no variant has a plan.
+std::vector<Engine> collect_candidates(const rt::CudnnTarget& t, const ConvShape& s, ConvOp op, const ConvPolicy& pol,
+                                       const ConvPlanKey& key, std::vector<std::string>* reports) {
     const std::vector<ConvAccum> variants = conv_accum_variants(op, key.overwrite);
     const size_t tier0 = conv_accum_tier0(op, key.overwrite);
     const int limit = pol.autotune ? pol.max_candidates : 1;
     std::vector<Engine> cands;
-    std::vector<std::string> reports;
     for (size_t v = 0; v < variants.size(); ++v) {
         if (v == tier0 && !cands.empty()) break;
         if (!pol.autotune && !cands.empty()) break;
         std::string report;
-        std::vector<Engine> got = variant_engines(ex.cudnn, s, op, variants[v], pol, limit, nullptr, &report);
-        reports.push_back(report);
+        std::vector<Engine> got = variant_engines(t, s, op, variants[v], pol, limit, nullptr, &report);
+        reports->push_back(report);
         SF_LOG_DEBUG("conv plan %s: %s", key.to_string().c_str(), report.c_str());
         for (Engine& e : got) cands.push_back(std::move(e));
     }
     if (cands.empty())
-        throw ConvUnsupported(rt::format("%s:%d: %s", __FILE__, __LINE__, no_engine_message(key, reports).c_str()));
+        throw ConvUnsupported(rt::format("%s:%d: %s", __FILE__, __LINE__, no_engine_message(key, *reports).c_str()));
+    return cands;
+}
+
+// collect_candidates on the Exec's handle, then the pick: the first, or with autotuning the fastest
+// (every candidate timed). *timed = candidates timed. Overwrite-mode dgrad keys time their
+// candidates as they will run (an InPlace fallback with the zeroing of dx).
+Engine choose_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const ConvPolicy& pol, const ConvPlanKey& key,
+                     int* timed) {
+    std::vector<std::string> reports;
+    std::vector<Engine> cands = collect_candidates(rt::CudnnTarget::of(ex.cudnn), s, op, pol, key, &reports);
     size_t pick = 0;
     *timed = 0;
     if (pol.autotune) {
@@ -242,7 +252,7 @@ Engine choose_engine(const rt::Exec& ex, const ConvShape& s, ConvOp op, const Co
 // list it or it does not finalize (then the key is chosen afresh).
 bool rebuild_engine(cudnnHandle_t h, const ConvShape& s, ConvOp op, const ConvPolicy& pol, const ConvPlanChoice& c,
                     Engine* out, std::string* report) {
-    std::vector<Engine> got = variant_engines(h, s, op, c.accum, pol, 1, &c.engine, report);
+    std::vector<Engine> got = variant_engines(rt::CudnnTarget::of(h), s, op, c.accum, pol, 1, &c.engine, report);
     if (got.empty()) return false;
     *out = std::move(got.front());
     out->ms = c.ms;
@@ -262,6 +272,37 @@ bool conv_cudnn_operation_ok(const ConvShape& s, ConvOp op, ConvAccum a, std::st
     const bool ok = build_operation(s, op, a, &g, &reason);
     if (why) *why = reason;
     return ok;
+}
+
+// ---- plans without a device ----
+
+ConvDevicelessPlan conv_plan_deviceless(const rt::CudnnDesc& device, const ConvShape& s, ConvOp op, bool overwrite,
+                                        const ConvPolicy& policy) {
+    s.validate();
+    ConvDevicelessPlan out;
+    out.key = conv_plan_key(op, s, policy, overwrite);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        std::vector<Engine> cands =
+            collect_candidates(rt::CudnnTarget::of(device), s, op, policy, out.key, &out.reports);
+        const Engine& e = cands.front();  // the heuristics' first: what a run without autotuning takes
+        out.ok = true;
+        out.accum = e.accum;
+        out.engine = e.cfg.describe() + (e.demoted ? " (demoted note, no alternative)" : "");
+        out.cudnn_ws = e.cudnn_ws;
+        out.scratch = conv_scratch_bytes(op, e.accum, s);
+        out.workspace = conv_workspace_layout(e.cudnn_ws, out.scratch).total;
+        out.candidates = static_cast<int>(cands.size());
+        for (const Engine& c : cands)
+            out.max_workspace = std::max(out.max_workspace, conv_workspace_layout(c.cudnn_ws,
+                                                                                  conv_scratch_bytes(op, c.accum, s))
+                                                                .total);
+    } catch (const ConvUnsupported& err) {
+        out.ok = false;
+        out.error = err.what();
+    }
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
 }
 
 // ---- ConvPlanCache ----

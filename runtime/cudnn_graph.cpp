@@ -187,18 +187,71 @@ CudnnDesc cudnn_conv_desc(const CudnnConvSpec& spec) {
     return c;
 }
 
+// ---- targets ----
+
+void CudnnTarget::validate(const char* fn) const {
+    SF_CHECK((handle != nullptr) != (device != nullptr), "%s: the cuDNN target needs exactly one of a handle and a "
+             "device property descriptor (handle %p, device %p)", fn, static_cast<void*>(handle),
+             static_cast<const void*>(device));
+    SF_CHECK(!device || (device->valid() && device->finalized() &&
+                         device->type() == CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR),
+             "%s: the target's device property descriptor is not a finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR", fn);
+}
+
+namespace {
+
+void check_device_prop_runtime(const char* fn) {
+    const size_t v = cudnnGetVersion();
+    SF_CHECK(v >= kCudnnDevicePropMinRuntime,
+             "%s: the cuDNN library loaded is %zu.%zu.%zu; device property descriptors (plans without a device) "
+             "need cuDNN >= 9.8",
+             fn, v / 10000, v / 100 % 100, v % 100);
+}
+
+}  // namespace
+
+CudnnDesc cudnn_device_prop_from_json(const std::string& json) {
+    check_device_prop_runtime("cudnn_device_prop_from_json");
+    SF_CHECK(!json.empty(), "cudnn_device_prop_from_json: empty JSON");
+    CudnnDesc d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+    d.set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<int64_t>(json.size()), json.data());
+    std::string why;
+    if (d.try_finalize(&why) != CUDNN_STATUS_SUCCESS)
+        SF_FAIL("cuDNN refuses this device property JSON (%zu bytes): %s (run with CUDNN_LOGERR_DBG=1 "
+                "CUDNN_LOGDEST_DBG=stderr to see the key it misses; configs/devices/README.md lists them)",
+                json.size(), why.c_str());
+    return d;
+}
+
+std::string cudnn_device_prop_json(cudnnHandle_t handle) {
+    check_device_prop_runtime("cudnn_device_prop_json");
+    SF_CHECK(handle != nullptr, "cudnn_device_prop_json: null handle");
+    CudnnDesc d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+    d.set_handle(CUDNN_ATTR_DEVICEPROP_HANDLE, handle);
+    d.finalize();
+    const int64_t n = d.get(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, nullptr);
+    SF_CHECK(n > 0, "cudnn_device_prop_json: cuDNN reports an empty JSON representation");
+    std::string out(static_cast<size_t>(n), '\0');
+    const int64_t got = d.get(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, n, &out[0]);
+    out.resize(static_cast<size_t>(std::min(got, n)));
+    while (!out.empty() && out.back() == '\0') out.pop_back();
+    return out;
+}
+
 // ---- operation graph ----
 
-bool cudnn_try_op_graph(cudnnHandle_t handle, const std::vector<const CudnnDesc*>& ops, CudnnDesc* graph,
+bool cudnn_try_op_graph(const CudnnTarget& target, const std::vector<const CudnnDesc*>& ops, CudnnDesc* graph,
                         std::string* why) {
-    SF_CHECK(handle != nullptr && graph != nullptr && !ops.empty(), "cudnn_try_op_graph: null handle/graph or no ops");
+    target.validate("cudnn_try_op_graph");
+    SF_CHECK(graph != nullptr && !ops.empty(), "cudnn_try_op_graph: null graph or no ops");
     std::vector<cudnnBackendDescriptor_t> raw;
     for (const CudnnDesc* op : ops) {
         SF_CHECK(op && op->finalized(), "cudnn_try_op_graph: every operation must be finalized first");
         raw.push_back(op->get());
     }
     CudnnDesc g(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    g.set_descs(CUDNN_ATTR_OPERATIONGRAPH_OPS, raw).set_handle(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle);
+    g.set_descs(CUDNN_ATTR_OPERATIONGRAPH_OPS, raw);
+    if (target.handle) g.set_handle(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, target.handle);
     if (g.try_finalize(why) != CUDNN_STATUS_SUCCESS) return false;
     *graph = std::move(g);
     return true;
@@ -348,13 +401,15 @@ void inspect(CudnnEngineConfig& e) {
 
 }  // namespace
 
-std::vector<CudnnEngineConfig> cudnn_heuristic_configs(const CudnnDesc& graph, cudnnBackendHeurMode_t mode,
-                                                       std::string* why) {
+std::vector<CudnnEngineConfig> cudnn_heuristic_configs(const CudnnTarget& target, const CudnnDesc& graph,
+                                                       cudnnBackendHeurMode_t mode, std::string* why) {
+    target.validate("cudnn_heuristic_configs");
     SF_CHECK(graph.valid() && graph.finalized(), "cudnn_heuristic_configs: the operation graph must be finalized");
     std::vector<CudnnEngineConfig> out;
     CudnnDesc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
         .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    if (target.device) heur.set_desc(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *target.device);
     std::string reason;
     if (heur.try_finalize(&reason) != CUDNN_STATUS_SUCCESS) {
         if (why) *why = format("%s: %s", cudnn_heur_mode_name(mode), reason.c_str());
@@ -400,10 +455,11 @@ std::vector<CudnnEngineConfig> cudnn_heuristic_configs(const CudnnDesc& graph, c
     return out;
 }
 
-std::vector<CudnnEngineConfig> cudnn_engine_configs(const CudnnDesc& graph, std::string* why) {
+std::vector<CudnnEngineConfig> cudnn_engine_configs(const CudnnTarget& target, const CudnnDesc& graph,
+                                                    std::string* why) {
     std::string why_a, why_fb;
-    std::vector<CudnnEngineConfig> out = cudnn_heuristic_configs(graph, CUDNN_HEUR_MODE_A, &why_a);
-    std::vector<CudnnEngineConfig> fb = cudnn_heuristic_configs(graph, CUDNN_HEUR_MODE_FALLBACK, &why_fb);
+    std::vector<CudnnEngineConfig> out = cudnn_heuristic_configs(target, graph, CUDNN_HEUR_MODE_A, &why_a);
+    std::vector<CudnnEngineConfig> fb = cudnn_heuristic_configs(target, graph, CUDNN_HEUR_MODE_FALLBACK, &why_fb);
     for (CudnnEngineConfig& e : fb) {
         const std::string id = e.identity();
         const bool seen =
@@ -416,12 +472,17 @@ std::vector<CudnnEngineConfig> cudnn_engine_configs(const CudnnDesc& graph, std:
 
 // ---- execution plans ----
 
-bool cudnn_try_plan(cudnnHandle_t handle, const CudnnEngineConfig& cfg, CudnnDesc* plan, int64_t* workspace_bytes,
-                    std::string* why) {
-    SF_CHECK(handle != nullptr && plan != nullptr && workspace_bytes != nullptr && cfg.cfg.valid(),
-             "cudnn_try_plan: null handle/plan/workspace_bytes or empty engine config");
+bool cudnn_try_plan(const CudnnTarget& target, const CudnnEngineConfig& cfg, CudnnDesc* plan,
+                    int64_t* workspace_bytes, std::string* why) {
+    target.validate("cudnn_try_plan");
+    SF_CHECK(plan != nullptr && workspace_bytes != nullptr && cfg.cfg.valid(),
+             "cudnn_try_plan: null plan/workspace_bytes or empty engine config");
     CudnnDesc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    p.set_handle(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle).set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg.cfg);
+    p.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg.cfg);
+    if (target.handle)
+        p.set_handle(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, target.handle);
+    else
+        p.set_desc(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, *target.device);
     if (p.try_finalize(why) != CUDNN_STATUS_SUCCESS) return false;
     const int64_t ws = p.get_i64(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
     SF_CHECK(ws >= 0, "cudnn_try_plan: %s reports a negative workspace (%lld)", cfg.identity().c_str(),

@@ -12,6 +12,10 @@
 //   cudnn_try_plan      execution plan of one engine configuration (false + reason if unsupported).
 //   cudnn_execute       variant pack (unique ids -> device pointers, workspace) + cudnnBackendExecute
 //                       on the handle's stream. No device allocation, no synchronisation.
+//   CudnnTarget         what graphs, heuristics and plans are built for: a cuDNN handle (the device
+//                       it was created on), or a device property descriptor (cuDNN >= 9.8) read from
+//                       the JSON a GPU wrote (cudnn_device_prop_json): plans built without a device,
+//                       with the real library, for the GPU it describes (docs/CONV_CUDNN.md).
 //
 // "try" functions return false / a status for what cuDNN may legitimately refuse (an operation or an
 // engine that does not support a graph); everything else is a programming error and throws.
@@ -102,10 +106,34 @@ struct CudnnConvSpec {
 // Finalized convolution descriptor (spatial dims = pre_pad.size(); all four vectors that long).
 CudnnDesc cudnn_conv_desc(const CudnnConvSpec& spec);
 
+// ---- targets: a handle, or a device described without one ----
+
+// Exactly one of the two is set. With a handle, graphs and plans name it (the path that executes);
+// with a device property descriptor, the heuristics and plans are told the device's properties
+// instead, and the plans can be finalized and inspected (engine, workspace) but not executed here.
+struct CudnnTarget {
+    cudnnHandle_t handle = nullptr;
+    const CudnnDesc* device = nullptr;  // finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR
+    static CudnnTarget of(cudnnHandle_t h) { return CudnnTarget{h, nullptr}; }
+    static CudnnTarget of(const CudnnDesc& d) { return CudnnTarget{nullptr, &d}; }
+    void validate(const char* fn) const;  // throws unless exactly one is set (the descriptor finalized)
+};
+
+// The first cuDNN runtime with device property descriptors (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR).
+constexpr size_t kCudnnDevicePropMinRuntime = 90800;
+
+// Finalized device property descriptor from its JSON (what cudnn_device_prop_json wrote on a GPU).
+// Throws rt::Error with cuDNN's reason (e.g. the first key it misses) for a JSON it refuses, and
+// for a cuDNN runtime older than 9.8.
+CudnnDesc cudnn_device_prop_from_json(const std::string& json);
+// The JSON of the device `handle` was created on (CUDNN_ATTR_DEVICEPROP_HANDLE): needs that device.
+std::string cudnn_device_prop_json(cudnnHandle_t handle);
+
 // ---- operation graph ----
 
 // Operation graph over already finalized operations. False (+ reason) when cuDNN refuses the graph.
-bool cudnn_try_op_graph(cudnnHandle_t handle, const std::vector<const CudnnDesc*>& ops, CudnnDesc* graph,
+// The handle (when the target has one) is set on the graph; cuDNN >= 9.8 finalizes graphs without.
+bool cudnn_try_op_graph(const CudnnTarget& target, const std::vector<const CudnnDesc*>& ops, CudnnDesc* graph,
                         std::string* why);
 
 // ---- engine configurations ----
@@ -133,20 +161,24 @@ const char* cudnn_heur_mode_name(cudnnBackendHeurMode_t m);
 
 // Engine configurations one heuristics mode proposes for a finalized graph, best first (results whose
 // engine, notes or knobs cannot be read back are skipped: they could not be filtered). Empty (with
-// the reason in *why) when the heuristics descriptor does not finalize for this graph.
-std::vector<CudnnEngineConfig> cudnn_heuristic_configs(const CudnnDesc& graph, cudnnBackendHeurMode_t mode,
-                                                       std::string* why);
+// the reason in *why) when the heuristics descriptor does not finalize for this graph. A target with
+// a device property descriptor hands it to the heuristics (CUDNN_ATTR_ENGINEHEUR_DEVICEPROP).
+std::vector<CudnnEngineConfig> cudnn_heuristic_configs(const CudnnTarget& target, const CudnnDesc& graph,
+                                                       cudnnBackendHeurMode_t mode, std::string* why);
 
 // CUDNN_HEUR_MODE_A's list, then CUDNN_HEUR_MODE_FALLBACK's entries not already listed (same engine
 // and knob choices). Empty with both reasons in *why when neither proposes anything.
-std::vector<CudnnEngineConfig> cudnn_engine_configs(const CudnnDesc& graph, std::string* why);
+std::vector<CudnnEngineConfig> cudnn_engine_configs(const CudnnTarget& target, const CudnnDesc& graph,
+                                                    std::string* why);
 
 // ---- execution plans ----
 
-// Builds and finalizes the execution plan of `cfg`. False (+ reason) when the engine refuses (e.g. an
-// unsupported beta, alignment or data type); *workspace_bytes gets CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE.
-bool cudnn_try_plan(cudnnHandle_t handle, const CudnnEngineConfig& cfg, CudnnDesc* plan, int64_t* workspace_bytes,
-                    std::string* why);
+// Builds and finalizes the execution plan of `cfg` for the target (its handle, or its device
+// property descriptor: CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP). False (+ reason) when the engine refuses
+// (e.g. an unsupported beta, alignment or data type); *workspace_bytes gets
+// CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE.
+bool cudnn_try_plan(const CudnnTarget& target, const CudnnEngineConfig& cfg, CudnnDesc* plan,
+                    int64_t* workspace_bytes, std::string* why);
 
 // Variant pack binding uids[i] -> ptrs[i] (n entries) and `workspace` (may be null when the plan needs
 // none), then cudnnBackendExecute on the handle's stream. The try form returns the status instead of

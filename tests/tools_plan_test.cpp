@@ -94,6 +94,16 @@ TEST(PlanCommand, BadArgumentsAreNamed) {
     SF_EXPECT_ERROR(tools::parse_plan_args({"--size", "3"}, &help), "unexpected argument '--size'");
     SF_EXPECT_ERROR(tools::plan_json(parse({"--height", "100"})), "height", "multiple of 32");
     SF_EXPECT_ERROR(tools::plan_json(parse({"--channels", "3"})), "channels");
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--cudnn-device", "d.json", "--conv-policy", "fast"}, &help),
+                    "deterministic or autotune", "'fast'");
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--verbose"}, &help), "give --cudnn-device FILE too");
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--conv-policy", "autotune"}, &help), "give --cudnn-device FILE too");
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--cudnn-device", "d.json", "--backend", "cpu"}, &help),
+                    "does not go with --backend cpu");
+    const tools::PlanArgs c = parse({"--cudnn-device", "d.json", "--conv-policy", "autotune", "--verbose"});
+    EXPECT_EQ(c.cudnn_device, "d.json");
+    EXPECT_TRUE(c.autotune);
+    EXPECT_TRUE(c.verbose);
     tools::parse_plan_args({"--help"}, &help);
     EXPECT_TRUE(help);
 }

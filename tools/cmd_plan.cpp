@@ -1,11 +1,14 @@
 // `slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu]
-// [--json FILE]`: the memory plan without a GPU (tools/plan_report.h).
+// [--json FILE] [--cudnn-device FILE [--conv-policy deterministic|autotune] [--verbose]]`: the memory
+// plan without a GPU (tools/plan_report.h) and, with a device property JSON, every cuDNN plan the
+// CUDA step builds, built by the real cuDNN for that device (tools/plan_cudnn.h).
 #include <cstdio>
 #include <fstream>
 
 #include "runtime/error.h"
 #include "tools/commands.h"
 #include "tools/eval_model.h"  // parse_positive_int
+#include "tools/plan_cudnn.h"
 #include "tools/plan_report.h"
 
 namespace tools {
@@ -13,8 +16,13 @@ namespace tools {
 const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
            "[--json FILE]\n"
+           "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]]\n"
            "  the memory plan (parameters, optimizer state, activations, activation gradients, workspace, bytes\n"
            "  zeroed per micro-step) for an input size and batch, without a GPU.\n"
+           "  --cudnn-device: also build every cuDNN convolution plan of the CUDA step with the cuDNN library\n"
+           "  installed here, for the GPU a device property JSON describes (configs/devices/*.json, or one written\n"
+           "  on the GPU by `slidefuse devices --cudnn-json FILE`); no GPU needed. The workspace then includes the\n"
+           "  conv workspace; exit 1 when a convolution the step needs has no cuDNN plan.\n"
            "  defaults: 256x512, batch 8, 2 channels, cuda (bf16 activations; cpu: fp32)\n";
 }
 
@@ -27,8 +35,12 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
             *help = true;
             return a;
         }
+        if (s == "--verbose") {
+            a.verbose = true;
+            continue;
+        }
         SF_CHECK(s == "--height" || s == "--width" || s == "--batch" || s == "--channels" || s == "--backend" ||
-                     s == "--json",
+                     s == "--json" || s == "--cudnn-device" || s == "--conv-policy",
                  "plan: unexpected argument '%s'\n%s", s.c_str(), plan_usage());
         SF_CHECK(i + 1 < args.size(), "plan: %s needs a value\n%s", s.c_str(), plan_usage());
         const std::string& v = args[++i];
@@ -37,11 +49,21 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
         if (s == "--batch") a.batch = parse_positive_int(s, v);
         if (s == "--channels") a.channels = parse_positive_int(s, v);
         if (s == "--json") a.json = v;
+        if (s == "--cudnn-device") a.cudnn_device = v;
+        if (s == "--conv-policy") {
+            SF_CHECK(v == "deterministic" || v == "autotune", "plan: --conv-policy expects deterministic or autotune, "
+                     "got '%s'", v.c_str());
+            a.autotune = v == "autotune";
+        }
         if (s == "--backend") {
             SF_CHECK(v == "cuda" || v == "cpu", "plan: --backend expects cuda or cpu, got '%s'", v.c_str());
             a.cuda = v == "cuda";
         }
     }
+    SF_CHECK(a.cudnn_device.empty() || a.cuda, "plan: --cudnn-device plans the CUDA backend's convolutions; it does "
+             "not go with --backend cpu");
+    SF_CHECK(!a.cudnn_device.empty() || (!a.autotune && !a.verbose),
+             "plan: --conv-policy and --verbose describe cuDNN plans: give --cudnn-device FILE too");
     return a;
 }
 
@@ -52,7 +74,24 @@ int cmd_plan(const std::vector<std::string>& args) {
         std::fputs(plan_usage(), stdout);
         return 0;
     }
-    const nlohmann::json doc = plan_json(a);  // NetShape::validate names a bad size or channel count
+    nlohmann::json cudnn;
+    int rc = 0;
+    if (!a.cudnn_device.empty()) {
+        plan_json(a);  // NetShape::validate names a bad size or channel count before cuDNN is asked
+        const kern::ConvPolicy policy = kern::run_conv_policy(!a.autotune);
+        cudnn = cudnn_plans_json(a, read_device_json(a.cudnn_device), a.cudnn_device, policy);
+        std::fputs(cudnn_plans_text(cudnn, a.verbose).c_str(), stdout);
+        if (cudnn["failed"].get<size_t>() > 0) {
+            std::fprintf(stderr, "plan: %zu convolution key(s) the step needs have no cuDNN plan on %s (NO PLAN above)\n",
+                         cudnn["failed"].get<size_t>(), cudnn["device"].get<std::string>().c_str());
+            rc = 1;
+        }
+    }
+    nlohmann::json doc = plan_json(a, cudnn.is_null() ? 0 : cudnn["workspace_bytes"].get<size_t>());
+    if (!cudnn.is_null()) {
+        doc["cudnn"] = cudnn;
+        doc["workspace"]["includes_conv_workspace"] = true;  // even when every plan chosen needs none
+    }
     std::fputs(plan_text(doc).c_str(), stdout);
     if (!a.json.empty()) {
         std::ofstream f(a.json);
@@ -61,7 +100,7 @@ int cmd_plan(const std::vector<std::string>& args) {
         SF_CHECK(f.good(), "plan: writing '%s' failed", a.json.c_str());
         std::printf("wrote %s\n", a.json.c_str());
     }
-    return 0;
+    return rc;
 }
 
 }  // namespace tools

@@ -27,6 +27,12 @@ struct PlanArgs {
     int batch = 8, height = 256, width = 512, channels = 2;
     bool cuda = true;  // --backend cuda (bf16 activations) | cpu (fp32)
     std::string json;  // --json FILE ("" = none)
+    // --cudnn-device FILE: also build every cuDNN plan for the device that JSON describes
+    // (tools/plan_cudnn.h); --conv-policy deterministic|autotune (default deterministic);
+    // --verbose: each variant's report.
+    std::string cudnn_device;
+    bool autotune = false;
+    bool verbose = false;
 };
 
 // Throws rt::Error naming the bad option (and the usage).

@@ -41,8 +41,14 @@ std::vector<int64_t> engines_for(const Graph& g, cudnnBackendHeurMode_t mode) {
     return ids;
 }
 
+// cuDNN 9.19 (measured with the real library for sm_90, docs/CONV_CUDNN.md): no engine for a
+// convolution whose x, w and y differ in data type (bf16 x/dy with an fp32 dW included); the
+// heuristics still count their list but return none of it.
+bool same_data_types(const Graph& g) { return g.op.x.dtype == g.op.w.dtype && g.op.w.dtype == g.op.y.dtype; }
+
 bool engine_supports(int64_t id, const Graph& g) {
     if (id < 0 || id > 3) return false;
+    if (!same_data_types(g)) return false;
     if (id == 2 && g.op.kind == OpKind::Fprop) return false;
     return true;
 }
@@ -267,6 +273,10 @@ cudnnStatus_t finalize_heur(Desc& d) {
         mode != CUDNN_HEUR_MODE_A)
         return fail(CUDNN_STATUS_BAD_PARAM, "heuristics: unknown mode %d", static_cast<int>(mode));
     d.graph = ref(d, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH).graph;
+    if (!same_data_types(*d.graph)) {
+        d.counted_only = static_cast<int64_t>(engines_for(*d.graph, mode).size());
+        return CUDNN_STATUS_SUCCESS;
+    }
     for (int64_t id : engines_for(*d.graph, mode)) {
         auto cfg = std::make_shared<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
         fill_engine_cfg(*cfg, id, d.graph);

@@ -91,6 +91,7 @@ struct Desc {
     ConvOp op;
     std::shared_ptr<const Graph> graph;
     std::vector<std::shared_ptr<Desc>> results;  // ENGINEHEUR: finalized ENGINECFGs
+    int64_t counted_only = 0;  // ENGINEHEUR of a graph no engine supports: the count cuDNN reports anyway
     int64_t engine = -1;                         // ENGINE, ENGINECFG, EXECUTION_PLAN
     std::vector<Knob> knobs;                     // ENGINECFG, EXECUTION_PLAN
     int64_t workspace = 0;                       // ENGINECFG, EXECUTION_PLAN

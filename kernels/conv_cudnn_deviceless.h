@@ -1,0 +1,36 @@
+// cuDNN convolution plans for a GPU that is not here (docs/CONV_CUDNN.md "Plans without a device"):
+// the same graphs, heuristics, variant order and candidate selection as ConvPlanCache::prepare,
+// built by the real cuDNN library against a device property descriptor (rt::CudnnTarget) instead
+// of a handle. Nothing is executed or timed: the result is what the heuristics propose and which
+// plans finalize, with their workspace; a run without autotuning takes exactly `engine`.
+// Includes cuDNN (runtime/cudnn_graph.h).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kernels/conv_cudnn.h"
+#include "runtime/cudnn_graph.h"
+
+namespace kern {
+
+struct ConvDevicelessPlan {
+    ConvPlanKey key;
+    bool ok = false;                           // some variant has a plan
+    ConvAccum accum = ConvAccum::Overwrite;    // the chosen plan's variant
+    std::string engine;                        // its CudnnEngineConfig::describe()
+    size_t cudnn_ws = 0, scratch = 0;          // its cuDNN workspace and scratch bytes
+    size_t workspace = 0;                      // conv_workspace_layout(cudnn_ws, scratch).total
+    int candidates = 0;                        // plans autotuning would time (policy.autotune), else 1
+    size_t max_workspace = 0;                  // the largest layout among those candidates
+    std::vector<std::string> reports;          // one line per variant tried (configurations, refusals)
+    std::string error;                         // !ok: ConvUnsupported's message
+    double seconds = 0;                        // wall time of the graph/heuristics/plan calls
+};
+
+// One key (op, shape, dgrad mode, policy) planned for `device` (a finalized device property
+// descriptor). Throws rt::Error for programming errors only; a shape cuDNN has no plan for is
+// ok = false with the reason.
+ConvDevicelessPlan conv_plan_deviceless(const rt::CudnnDesc& device, const ConvShape& s, ConvOp op, bool overwrite,
+                                        const ConvPolicy& policy);
+
+}  // namespace kern

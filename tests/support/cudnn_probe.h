@@ -1,0 +1,73 @@
+// The engine configurations a cuDNN library (real, or the emulation of tests/emu) proposes for one
+// small NHWC 3x3 convolution with chosen x / w / y data types, on a target (a handle on a GPU, or a
+// device property descriptor without one). Header-only: it is compiled into whichever suite
+// includes it, against whichever cuDNN that suite links.
+//
+// The rule it checks (kCudnnSameTypeRule): cuDNN 9.19 has an engine for a convolution only when x,
+// w and y share one data type (bf16 or fp32); bf16 x/dy with an fp32 dW has none. Measured with the
+// real library for sm_90 (docs/CONV_CUDNN.md); the emulation follows it; the CPU suite checks the
+// real library without a device, the gpu suite on one (and, under emulation, the emulation).
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kernels/conv_cudnn.h"
+#include "runtime/cudnn_graph.h"
+
+namespace sftest {
+
+inline bool cudnn_same_type_rule(cudnnDataType_t x, cudnnDataType_t w, cudnnDataType_t y) {
+    return x == w && w == y;
+}
+
+// Configurations of mode A + fallback for op on n2 8x8 c16->16 k3 p1 with the given types.
+inline size_t cudnn_configs_for_types(const rt::CudnnTarget& t, kern::ConvOp op, cudnnDataType_t x,
+                                      cudnnDataType_t w, cudnnDataType_t y, std::string* why) {
+    const int64_t n = 2, c = 16, h = 8, wd = 8, k = 16, r = 3;
+    auto tensor = [](std::vector<int64_t> dims, int64_t uid, cudnnDataType_t dt) {
+        rt::CudnnTensorSpec s;
+        s.dtype = dt;
+        s.dims = dims;
+        s.strides = rt::channels_last_strides(dims);
+        s.uid = uid;
+        return rt::cudnn_tensor(s);
+    };
+    rt::CudnnDesc tx = tensor({n, c, h, wd}, 1, x), tw = tensor({k, c, r, r}, 2, w), ty = tensor({n, k, h, wd}, 3, y);
+    rt::CudnnConvSpec cs;
+    cs.pre_pad = cs.post_pad = {1, 1};
+    cs.stride = cs.dilation = {1, 1};
+    rt::CudnnDesc conv = rt::cudnn_conv_desc(cs);
+    rt::CudnnDesc o;
+    if (op == kern::ConvOp::Fprop) {
+        o = rt::CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+        o.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, tx)
+            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, tw)
+            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, ty)
+            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv)
+            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, 1.0f)
+            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, 0.0f);
+    } else if (op == kern::ConvOp::Dgrad) {
+        o = rt::CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+        o.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, tx)
+            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, tw)
+            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, ty)
+            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv)
+            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, 1.0f)
+            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, 0.0f);
+    } else {
+        o = rt::CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+        o.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, tx)
+            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, tw)
+            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, ty)
+            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv)
+            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, 1.0f)
+            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, 0.0f);
+    }
+    if (o.try_finalize(why) != CUDNN_STATUS_SUCCESS) return 0;
+    rt::CudnnDesc graph;
+    if (!rt::cudnn_try_op_graph(t, {&o}, &graph, why)) return 0;
+    return rt::cudnn_engine_configs(t, graph, why).size();
+}
+
+}  // namespace sftest
