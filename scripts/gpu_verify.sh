@@ -4,7 +4,8 @@
 # carried from the build machine (nothing is built here; cuDNN/cuBLAS are found as gpu_test.sh does).
 #   first    the one command to run first on a new device (about 8 minutes at most, each part under
 #            its own `timeout`): environment report (GPU, driver, CUDA, the cuDNN library loaded,
-#            ldd), every gpu test (gtest JSON), `slidefuse check` (CUDA vs CPU per layer), a
+#            ldd, the device's cuDNN property JSON), every cuDNN plan of the step built from that
+#            JSON without the handle (`slidefuse plan --cudnn-device`), every gpu test (gtest JSON), `slidefuse check` (CUDA vs CPU per layer), a
 #            compute-sanitizer memcheck of one step, a deterministic single-batch bench; then a
 #            short table. At most 8 files, flat, in OUT: env.txt gpu_tests.json gpu_tests.log
 #            check.json memcheck.log bench.json run.log summary.txt.
@@ -15,7 +16,7 @@
 # usage: scripts/gpu_verify.sh STAGE [build-dir]
 # Exit status: 0 every part passed; 1 a part failed (the table says which); 2 no GPU; 64 usage.
 # Per-part limits of `first` (seconds; 200 + 60 + 120 + 75 by default, about 8 minutes with the
-# kill grace) can be changed: SF_T_TESTS, SF_T_CHECK, SF_T_MEMCHECK, SF_T_BENCH; SF_SANITIZER=none
+# kill grace; plans 60) can be changed: SF_T_TESTS, SF_T_CHECK, SF_T_MEMCHECK, SF_T_BENCH, SF_T_PLANS; SF_SANITIZER=none
 # skips the memcheck (or names the compute-sanitizer to use).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -85,10 +86,27 @@ stage_first() {
   env_report
   if ! have_gpu; then
     echo "gpu_verify: no GPU (nvidia-smi lists none): nothing to verify here" | tee -a "$log"
-    for p in tests check memcheck bench; do row "$p" SKIP 0 "no GPU"; done
+    for p in plans tests check memcheck bench; do row "$p" SKIP 0 "no GPU"; done
     summary; return 2
   fi
   row env ok 0 "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+
+  # The device's own cuDNN property JSON (into env.txt: configs/devices/ keeps a recorded copy), then
+  # every cuDNN plan of the step at the gpu_quick size built from it without the handle, as the CPU
+  # machines do: the same plans here as there shows the offline planning is faithful.
+  if "$SF" devices --help 2>&1 | grep -q -- --cudnn-json; then
+    local dj; dj="$(mktemp -d)/cudnn_device.json"
+    if "$SF" devices --cudnn-json "$dj" >>"$log" 2>&1 && [ -s "$dj" ]; then
+      { echo "== cudnn device properties (slidefuse devices --cudnn-json)"; cat "$dj"; } >>"$OUT_DIR/env.txt"
+      run_part plans "${SF_T_PLANS:-60}" "$log" "$SF" plan --batch 128 --height 256 --width 512 --cudnn-device "$dj"
+      row plans "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$secs" \
+        "$(grep -m1 -Eo '[0-9]+ keys: [0-9]+ planned, [0-9]+ without a plan' "$log" || echo "rc $rc (see run.log)")"
+    else
+      row plans FAIL 0 "slidefuse devices --cudnn-json failed (see run.log)"
+    fi
+  else
+    row plans SKIP 0 "no 'devices --cudnn-json' in this build"
+  fi
 
   run_part tests "${SF_T_TESTS:-200}" "$OUT_DIR/gpu_tests.log" \
     env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" --gtest_output="json:$OUT_DIR/gpu_tests.json"

@@ -121,6 +121,14 @@ std::string plan_text(const nlohmann::json& d) {
                   g["dgrad_first_write_zeroed_bytes"].get<double>() / 1e6,
                   g["dgrad_first_write_zeroed_bound_bytes"].get<double>() / 1e6);
     out += line;
+    if (d.contains("cudnn")) {
+        std::snprintf(line, sizeof(line),
+                      "  (with the cuDNN plans built above for %s: %.2f MB of dx zeroed per micro-step, by overwrite-mode "
+                      "backward-data without a beta=0 plan)\n",
+                      d["cudnn"]["device"].get<std::string>().c_str(),
+                      d["cudnn"]["dgrad_zeroed_bytes"].get<double>() / 1e6);
+        out += line;
+    }
     const nlohmann::json& cm = g["conv_dgrad_modes"];
     if (d["backend"] == "cuda") {
         std::snprintf(line, sizeof(line),

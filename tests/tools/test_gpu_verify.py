@@ -20,6 +20,10 @@ case "$1" in
   version) echo "slidefuse 0.1.0" ;;
   check) shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
          echo "first layer beyond tolerance: stem.conv1 fwd"; exit "${SF_FAKE_CHECK_RC:-0}" ;;
+  devices) [ "$2" = --help ] && { echo "usage: slidefuse devices [--cudnn-json FILE]"; exit 0; }
+           [ "$2" = --cudnn-json ] && echo '{"deviceName": "Fake"}' > "$3"; exit "${SF_FAKE_DEVICES_RC:-0}" ;;
+  plan) echo "135 keys: 135 planned, 0 without a plan (0 of them covered by a custom kernel)"
+        exit "${SF_FAKE_PLAN_RC:-0}" ;;
   bench) shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
          echo "[slidefuse info] CUDA backend: GPU 0 Fake (sm_90), cuDNN 9.19.0 loaded"
          echo "  batch   16:   1234.5 samples/s   12.960 ms/step"; exit "${SF_FAKE_BENCH_RC:-0}" ;;
@@ -91,7 +95,7 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(self.out, "env.txt")))
         with open(os.path.join(self.out, "summary.txt")) as f:
             table = f.read()
-        for part in ("tests", "check", "memcheck", "bench"):
+        for part in ("plans", "tests", "check", "memcheck", "bench"):
             self.assertRegex(table, part + r" +SKIP")
         self.assertEqual(self.run_script("bench", self.build).returncode, 2)
 
@@ -111,8 +115,11 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"check +ok")
         self.assertRegex(r.stdout, r"memcheck +SKIP .*no compute-sanitizer")
         self.assertRegex(r.stdout, r"bench +ok .*1234\.5 samples/s")
+        self.assertRegex(r.stdout, r"plans +ok .*135 keys: 135 planned, 0 without a plan")
         with open(os.path.join(self.out, "env.txt")) as f:
-            self.assertIn("CUDA backend: GPU 0 Fake", f.read())
+            env = f.read()
+        self.assertIn("CUDA backend: GPU 0 Fake", env)
+        self.assertIn('== cudnn device properties (slidefuse devices --cudnn-json)\n{"deviceName": "Fake"}', env)
 
     def test_first_reports_failures_and_missing_check(self):
         self.fake_gpu(True)
@@ -124,6 +131,12 @@ class GpuVerifyTest(unittest.TestCase):
                             SF_FAKE_CHECK_RC="3")
         self.assertEqual(r.returncode, 1)
         self.assertRegex(r.stdout, r"check +FAIL .*beyond tolerance")
+        r = self.run_script("first", self.build, SF_FAKE_PLAN_RC="1")
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stdout, r"plans +FAIL")
+        r = self.run_script("first", self.build, SF_FAKE_DEVICES_RC="2")
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stdout, r"plans +FAIL .*devices --cudnn-json failed")
 
     def test_timeout(self):
         self.fake_gpu(True)
