@@ -71,37 +71,8 @@ bool build_operation(const ConvShape& s, ConvOp op, ConvAccum a, ConvGraph* g, s
     g->conv = rt::cudnn_conv_desc(cs);
 
     const float beta = a == ConvAccum::InPlace ? 1.0f : 0.0f;
-    switch (op) {
-        case ConvOp::Fprop:
-            g->op = CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-            g->op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, g->x)
-                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, g->w)
-                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, g->y)
-                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, g->conv)
-                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, 1.0f)
-                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, beta);
-            break;
-        case ConvOp::Dgrad:
-            g->op = CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-            g->op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, g->x)
-                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, g->w)
-                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, g->y)
-                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, g->conv)
-                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, 1.0f)
-                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, beta);
-            break;
-        case ConvOp::Wgrad:
-            g->op = CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-            g->op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, g->x)
-                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, g->w)
-                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, g->y)
-                .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, g->conv)
-                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, 1.0f)
-                .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, beta);
-            break;
-    }
     std::string reason;
-    if (g->op.try_finalize(&reason) != CUDNN_STATUS_SUCCESS) {
+    if (!conv_cudnn_operation(op, g->x, g->w, g->y, g->conv, beta, &g->op, &reason)) {
         *why = "operation: " + reason;
         return false;
     }
@@ -272,6 +243,54 @@ bool conv_cudnn_operation_ok(const ConvShape& s, ConvOp op, ConvAccum a, std::st
     const bool ok = build_operation(s, op, a, &g, &reason);
     if (why) *why = reason;
     return ok;
+}
+
+// ---- the operation ----
+
+namespace {
+
+struct OpAttrs {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+
+const OpAttrs& op_attrs(ConvOp op) {
+    static const OpAttrs fprop{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+    static const OpAttrs dgrad{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+    static const OpAttrs wgrad{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+    return op == ConvOp::Fprop ? fprop : (op == ConvOp::Dgrad ? dgrad : wgrad);
+}
+
+}  // namespace
+
+bool conv_cudnn_operation(ConvOp op, const rt::CudnnDesc& x, const rt::CudnnDesc& w, const rt::CudnnDesc& y,
+                          const rt::CudnnDesc& conv, float beta, rt::CudnnDesc* out, std::string* why) {
+    SF_CHECK(out != nullptr, "conv_cudnn_operation: null output descriptor");
+    const OpAttrs& a = op_attrs(op);
+    CudnnDesc o(a.type);
+    o.set_desc(a.x, x).set_desc(a.w, w).set_desc(a.y, y).set_desc(a.conv, conv).set_float(a.alpha, 1.0f).set_float(
+        a.beta, beta);
+    if (o.try_finalize(why) != CUDNN_STATUS_SUCCESS) return false;
+    *out = std::move(o);
+    return true;
 }
 
 // ---- plans without a device ----

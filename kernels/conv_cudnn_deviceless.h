@@ -27,6 +27,13 @@ struct ConvDevicelessPlan {
     double seconds = 0;                        // wall time of the graph/heuristics/plan calls
 };
 
+// The one convolution operation of `op` (alpha 1, `beta`) over finalized tensor descriptors in the
+// roles of fprop's x, w, y (dgrad: dx, w, dy; wgrad: x, dw, dy) and a convolution descriptor,
+// finalized into *out. False (+ cuDNN's reason) when cuDNN refuses it. What ConvPlanCache builds
+// its graphs from; tests use it to probe the library with other data types.
+bool conv_cudnn_operation(ConvOp op, const rt::CudnnDesc& x, const rt::CudnnDesc& w, const rt::CudnnDesc& y,
+                          const rt::CudnnDesc& conv, float beta, rt::CudnnDesc* out, std::string* why);
+
 // One key (op, shape, dgrad mode, policy) planned for `device` (a finalized device property
 // descriptor). Throws rt::Error for programming errors only; a shape cuDNN has no plan for is
 // ok = false with the reason.

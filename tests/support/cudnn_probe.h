@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv_cudnn.h"
+#include "kernels/conv_cudnn_deviceless.h"
 #include "runtime/cudnn_graph.h"
 
 namespace sftest {
@@ -39,32 +39,7 @@ inline size_t cudnn_configs_for_types(const rt::CudnnTarget& t, kern::ConvOp op,
     cs.stride = cs.dilation = {1, 1};
     rt::CudnnDesc conv = rt::cudnn_conv_desc(cs);
     rt::CudnnDesc o;
-    if (op == kern::ConvOp::Fprop) {
-        o = rt::CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-        o.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, tx)
-            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, tw)
-            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, ty)
-            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv)
-            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, 1.0f)
-            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, 0.0f);
-    } else if (op == kern::ConvOp::Dgrad) {
-        o = rt::CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-        o.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, tx)
-            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, tw)
-            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, ty)
-            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv)
-            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, 1.0f)
-            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, 0.0f);
-    } else {
-        o = rt::CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-        o.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, tx)
-            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, tw)
-            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, ty)
-            .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv)
-            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, 1.0f)
-            .set_float(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, 0.0f);
-    }
-    if (o.try_finalize(why) != CUDNN_STATUS_SUCCESS) return 0;
+    if (!kern::conv_cudnn_operation(op, tx, tw, ty, conv, 0.0f, &o, why)) return 0;
     rt::CudnnDesc graph;
     if (!rt::cudnn_try_op_graph(t, {&o}, &graph, why)) return 0;
     return rt::cudnn_engine_configs(t, graph, why).size();
