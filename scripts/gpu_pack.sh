@@ -19,5 +19,11 @@ if [ -d .git ]; then
   mkdir -p .git/info
   grep -qxF "/$PACK_DIR/" .git/info/exclude 2>/dev/null || echo "/$PACK_DIR/" >> .git/info/exclude
 fi
+# Shared libraries the binaries need beyond glibc, libstdc++/libgcc and the CUDA libraries the GPU
+# host's Python environment provides (today: OpenMP's libgomp), packed for a host image without them.
+mkdir -p "$PACK_DIR/lib"
+for bin in "$PACK_DIR/slidefuse" "$PACK_DIR/tests/sf_gpu_tests"; do
+  ldd "$bin" | awk '$3 ~ /^\// {print $3}' | grep -E '/libgomp\.so' | while read -r lib; do cp -L "$lib" "$PACK_DIR/lib/"; done
+done
 git rev-parse HEAD > "$PACK_DIR/commit.txt" 2>/dev/null || true
 echo "[gpu_pack] sm_$ARCH binaries in $PACK_DIR ($(du -sh "$PACK_DIR" | cut -f1)), commit $(cat "$PACK_DIR/commit.txt" 2>/dev/null)"

@@ -22,6 +22,10 @@ if ! ldconfig -p 2>/dev/null | grep -q libcudnn.so.9 && [ ! -e /usr/local/cuda/l
   done
   export LD_LIBRARY_PATH
 fi
+# Libraries scripts/gpu_pack.sh packed beside the binaries (libgomp), used only where this host lacks one.
+if [ -d "$BUILD_DIR/lib" ] && ldd "$BUILD_DIR/tests/sf_gpu_tests" 2>/dev/null | grep -q 'not found'; then
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(cd "$BUILD_DIR/lib" && pwd)"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
 "$BUILD_DIR/tests/sf_gpu_tests" "$@" || status=$?

@@ -138,6 +138,18 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertRegex(r.stdout, r"plans +FAIL .*devices --cudnn-json failed")
 
+    def test_sanitizer_refusing_the_device_is_a_skip(self):
+        self.fake_gpu(True)
+        san = os.path.join(self.bin, "compute-sanitizer")
+        write_exe(san, "#!/bin/sh\necho '========= Error: Device not supported'\nexit 1\n")
+        r = self.run_script("first", self.build, SF_SANITIZER=san, SF_FAKE_CHECK_LINE="  check     per-layer check\n")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"memcheck +SKIP .*does not support this machine")
+        write_exe(san, "#!/bin/sh\necho '========= ERROR SUMMARY: 2 errors'\nexit 86\n")
+        r = self.run_script("first", self.build, SF_SANITIZER=san, SF_FAKE_CHECK_LINE="  check     per-layer check\n")
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stdout, r"memcheck +FAIL .*rc 86; ERROR SUMMARY: 2 errors")
+
     def test_timeout(self):
         self.fake_gpu(True)
         write_exe(os.path.join(self.build, "tests", "sf_gpu_tests"), "#!/bin/sh\nsleep 30\n")
