@@ -11,7 +11,7 @@
 #include <chrono>
 #include <unordered_map>
 
-#include "kernels/conv_cudnn_deviceless.h"
+#include "kernels/conv_cudnn_probe.h"
 #include "kernels/conv_cudnn_engine.h"
 #include "runtime/cuda_check.h"
 #include "runtime/cudnn_graph.h"
@@ -103,7 +103,7 @@ ConvCandidateInfo candidate_info(const CudnnEngineConfig& c) {
 // Finalized plans of one variant, chosen by conv_select_candidates from the heuristics' list (at
 // most `limit`). With `only` set, just the configuration of that identity (a stored choice being
 // rebuilt for this handle). *report gets a one-line account. The target is the handle plans run on,
-// or a device property descriptor (plans inspected, never executed: conv_plan_deviceless).
+// or a device property descriptor (plans inspected, never executed: conv_plan_probe).
 std::vector<Engine> variant_engines(const rt::CudnnTarget& t, const ConvShape& s, ConvOp op, ConvAccum a,
                                     const ConvPolicy& policy, int limit, const std::string* only, std::string* report) {
     std::vector<Engine> out;
@@ -245,17 +245,17 @@ bool conv_cudnn_operation_ok(const ConvShape& s, ConvOp op, ConvAccum a, std::st
     return ok;
 }
 
-// ---- plans without a device ----
+// ---- plans inspected, not executed (a device property descriptor, or a handle) ----
 
-ConvDevicelessPlan conv_plan_deviceless(const rt::CudnnDesc& device, const ConvShape& s, ConvOp op, bool overwrite,
-                                        const ConvPolicy& policy) {
+ConvPlanProbe conv_plan_probe(const rt::CudnnTarget& target, const ConvShape& s, ConvOp op, bool overwrite,
+                              const ConvPolicy& policy) {
     s.validate();
-    ConvDevicelessPlan out;
+    ConvPlanProbe out;
     out.key = conv_plan_key(op, s, policy, overwrite);
     const auto t0 = std::chrono::steady_clock::now();
     try {
         std::vector<Engine> cands =
-            collect_candidates(rt::CudnnTarget::of(device), s, op, policy, out.key, &out.reports);
+            collect_candidates(target, s, op, policy, out.key, &out.reports);
         const Engine& e = cands.front();  // the heuristics' first: what a run without autotuning takes
         out.ok = true;
         out.accum = e.accum;

@@ -1,6 +1,6 @@
 // The one cuDNN convolution operation of fprop, dgrad or wgrad (kern::conv_cudnn_operation,
-// kernels/conv_cudnn_deviceless.h): the attribute names of each operation type in one table.
-#include "kernels/conv_cudnn_deviceless.h"
+// kernels/conv_cudnn_probe.h): the attribute names of each operation type in one table.
+#include "kernels/conv_cudnn_probe.h"
 #include "runtime/error.h"
 
 namespace kern {

@@ -102,9 +102,26 @@ stage_first() {
     local dj; dj="$(mktemp -d)/cudnn_device.json"
     if "$SF" devices --cudnn-json "$dj" >>"$log" 2>&1 && [ -s "$dj" ]; then
       { echo "== cudnn device properties (slidefuse devices --cudnn-json)"; cat "$dj"; } >>"$OUT_DIR/env.txt"
-      run_part plans "${SF_T_PLANS:-60}" "$log" "$SF" plan --batch 128 --height 256 --width 512 --cudnn-device "$dj"
-      row plans "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$secs" \
-        "$(grep -m1 -Eo '[0-9]+ keys: [0-9]+ planned, [0-9]+ without a plan' "$log" || echo "rc $rc (see run.log)")"
+      local pd; pd=$(dirname "$dj")
+      run_part plans "${SF_T_PLANS:-60}" "$log" "$SF" plan --batch 128 --height 256 --width 512 --cudnn-device "$dj" \
+        --json "$pd/offline.json"
+      local rc_off=$rc secs_off=$secs
+      run_part plans "${SF_T_PLANS:-60}" "$log" "$SF" plan --batch 128 --height 256 --width 512 --cudnn-device gpu \
+        --json "$pd/handle.json"
+      # The same plan (variant and engine configuration) from the JSON as from the handle, key by key.
+      local same; same=$(python3 - "$pd/offline.json" "$pd/handle.json" 2>&1 <<'PY'
+import json, sys
+a, b = (json.load(open(f))["cudnn"]["plans"] for f in sys.argv[1:3])
+pick = lambda p: (p.get("variant"), p.get("engine"))
+hb = {p["key"]: pick(p) for p in b}
+same = sum(1 for p in a if p["ok"] and hb.get(p["key"]) == pick(p))
+print(f"{sum(p['ok'] for p in a)}/{len(a)} keys planned from the JSON, {sum(p['ok'] for p in b)}/{len(b)} from the handle, "
+      f"same plan for {same}")
+PY
+)
+      local ok=FAIL; [ $rc_off -eq 0 ] && [ $rc -eq 0 ] && ok=ok
+      echo "== plans: $same" >>"$log"
+      row plans "$ok" "$((secs_off + secs))" "rc $rc_off/$rc; $same"
     else
       row plans FAIL 0 "slidefuse devices --cudnn-json failed (see run.log)"
     fi

@@ -1,5 +1,5 @@
 // cuDNN plans without a device (rt::CudnnTarget with a device property descriptor,
-// kern::conv_plan_deviceless, `slidefuse plan --cudnn-device`), against the real cuDNN library
+// kern::conv_plan_probe, `slidefuse plan --cudnn-device`), against the real cuDNN library
 // installed here (>= 9.8) for the GPUs of configs/devices/. No GPU is used: what this proves is
 // what the real library accepts and proposes for those GPUs, not that the plans run.
 //   - the committed device files finalize; a missing key and a non-JSON file are refused with the
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv_cudnn_deviceless.h"
+#include "kernels/conv_cudnn_probe.h"
 #include "runtime/cudnn_graph.h"
 #include "tests/support/compare.h"
 #include "tests/support/cudnn_probe.h"
@@ -61,6 +61,10 @@ TEST(CudnnDeviceless, DeviceFilesFinalizeAndBadOnesAreRefused) {
     both.device = &d;
     SF_EXPECT_ERROR(both.validate("test"), "exactly one of a handle and a device property descriptor");
     SF_EXPECT_ERROR(rt::CudnnTarget{}.validate("test"), "exactly one");
+    std::string why;
+    if (!sftest::gpu_available(&why))
+        SF_EXPECT_ERROR(tools::cudnn_plans_json_gpu(a, kern::run_conv_policy(true)),
+                        "--cudnn-device gpu needs a usable CUDA device here");
 }
 
 TEST(CudnnDeviceless, EnginesOnlyForOneDataType) {
@@ -85,22 +89,22 @@ TEST(CudnnDeviceless, WgradTakesTheBf16ScratchVariant) {
     const rt::CudnnDesc d = rt::cudnn_device_prop_from_json(tools::read_device_json(device_path(kDevices[0])));
     const kern::ConvShape s = shape(8, 32, 64, 64, 64, 3, 1);
     const kern::ConvPolicy pol = kern::run_conv_policy(true);
-    const kern::ConvDevicelessPlan f = kern::conv_plan_deviceless(d, s, kern::ConvOp::Fprop, false, pol);
+    const kern::ConvPlanProbe f = kern::conv_plan_probe(rt::CudnnTarget::of(d), s, kern::ConvOp::Fprop, false, pol);
     ASSERT_TRUE(f.ok) << f.error;
     EXPECT_EQ(f.accum, kern::ConvAccum::Overwrite);
     EXPECT_EQ(f.candidates, 1);
-    const kern::ConvDevicelessPlan w = kern::conv_plan_deviceless(d, s, kern::ConvOp::Wgrad, false, pol);
+    const kern::ConvPlanProbe w = kern::conv_plan_probe(rt::CudnnTarget::of(d), s, kern::ConvOp::Wgrad, false, pol);
     ASSERT_TRUE(w.ok) << w.error;
     EXPECT_EQ(w.accum, kern::ConvAccum::ScratchBf16);
     EXPECT_EQ(w.scratch, s.weight_numel() * sizeof(kern::bf16));
     ASSERT_EQ(w.reports.size(), 3u);  // in-place and scratch-fp32 (no configurations), then scratch-bf16
     EXPECT_NE(w.reports[0].find("in-place(beta=1): no engine configurations"), std::string::npos) << w.reports[0];
     EXPECT_NE(w.reports[1].find("scratch-fp32+add: no engine configurations"), std::string::npos) << w.reports[1];
-    const kern::ConvDevicelessPlan o = kern::conv_plan_deviceless(d, s, kern::ConvOp::Dgrad, true, pol);
+    const kern::ConvPlanProbe o = kern::conv_plan_probe(rt::CudnnTarget::of(d), s, kern::ConvOp::Dgrad, true, pol);
     ASSERT_TRUE(o.ok) << o.error;
     EXPECT_EQ(o.accum, kern::ConvAccum::Overwrite);  // a beta = 0 engine: nothing zeroed
     kern::ConvPolicy tuned = kern::run_conv_policy(false);
-    const kern::ConvDevicelessPlan t = kern::conv_plan_deviceless(d, s, kern::ConvOp::Fprop, false, tuned);
+    const kern::ConvPlanProbe t = kern::conv_plan_probe(rt::CudnnTarget::of(d), s, kern::ConvOp::Fprop, false, tuned);
     ASSERT_TRUE(t.ok) << t.error;
     EXPECT_GT(t.candidates, 1);
     EXPECT_LE(t.candidates, tuned.max_candidates);

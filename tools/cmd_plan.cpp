@@ -21,8 +21,9 @@ const char* plan_usage() {
            "  zeroed per micro-step) for an input size and batch, without a GPU.\n"
            "  --cudnn-device: also build every cuDNN convolution plan of the CUDA step with the cuDNN library\n"
            "  installed here, for the GPU a device property JSON describes (configs/devices/*.json, or one written\n"
-           "  on the GPU by `slidefuse devices --cudnn-json FILE`); no GPU needed. The workspace then includes the\n"
-           "  conv workspace; exit 1 when a convolution the step needs has no cuDNN plan.\n"
+           "  on the GPU by `slidefuse devices --cudnn-json FILE`); no GPU needed. `--cudnn-device gpu`: the same\n"
+           "  through a cuDNN handle on this machine's GPU 0. The workspace then includes the conv workspace;\n"
+           "  exit 1 when a convolution the step needs has no cuDNN plan.\n"
            "  defaults: 256x512, batch 8, 2 channels, cuda (bf16 activations; cpu: fp32)\n";
 }
 
@@ -79,7 +80,8 @@ int cmd_plan(const std::vector<std::string>& args) {
     if (!a.cudnn_device.empty()) {
         plan_json(a);  // NetShape::validate names a bad size or channel count before cuDNN is asked
         const kern::ConvPolicy policy = kern::run_conv_policy(!a.autotune);
-        cudnn = cudnn_plans_json(a, read_device_json(a.cudnn_device), a.cudnn_device, policy);
+        cudnn = a.cudnn_device == "gpu" ? cudnn_plans_json_gpu(a, policy)
+                                         : cudnn_plans_json(a, read_device_json(a.cudnn_device), a.cudnn_device, policy);
         std::fputs(cudnn_plans_text(cudnn, a.verbose).c_str(), stdout);
         if (cudnn["failed"].get<size_t>() > 0) {
             std::fprintf(stderr, "plan: %zu convolution key(s) the step needs have no cuDNN plan on %s (NO PLAN above)\n",

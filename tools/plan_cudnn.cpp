@@ -5,11 +5,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "kernels/conv_cudnn_deviceless.h"
+#include "kernels/conv_cudnn_probe.h"
 #include "kernels/dwconv_cuda.h"
 #include "kernels/stemconv_cuda.h"
 #include "model/gpu_ops.h"
 #include "model/net.h"
+#include "runtime/cuda_check.h"
 #include "runtime/cudnn_graph.h"
 #include "runtime/device_info.h"
 #include "runtime/error.h"
@@ -40,21 +41,11 @@ struct Job {
 
 }  // namespace
 
-nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_json, const std::string& device_path,
-                                const kern::ConvPolicy& policy) {
-    nlohmann::json parsed;
-    try {
-        parsed = nlohmann::json::parse(device_json);
-    } catch (const nlohmann::json::exception& e) {
-        SF_FAIL("plan: '%s' is not JSON (%s)", device_path.c_str(), e.what());
-    }
-    SF_CHECK(parsed.is_object(), "plan: '%s' is not a JSON object", device_path.c_str());
-    rt::CudnnDesc device;
-    try {
-        device = rt::cudnn_device_prop_from_json(device_json);
-    } catch (const rt::Error& e) {
-        SF_FAIL("plan: %s: %s", device_path.c_str(), e.what());
-    }
+namespace {
+
+// Every key of the dry-run network of `a`, planned for the target (named `device`, from `source`).
+nlohmann::json plans_for(const PlanArgs& a, const rt::CudnnTarget& target, const std::string& device,
+                         const std::string& source, const kern::ConvPolicy& policy) {
     model::NetShape shape;
     shape.batch = a.batch;
     shape.height = a.height;
@@ -80,7 +71,7 @@ nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_jso
         if (u.needs_accumulate()) jobs.push_back({kern::ConvOp::Dgrad, false, "accumulate"});
         if (u.needs_overwrite()) jobs.push_back({kern::ConvOp::Dgrad, true, "overwrite"});
         for (const Job& j : jobs) {
-            const kern::ConvDevicelessPlan p = kern::conv_plan_deviceless(device, u.shape, j.op, j.overwrite, policy);
+            const kern::ConvPlanProbe p = kern::conv_plan_probe(target, u.shape, j.op, j.overwrite, policy);
             seconds += p.seconds;
             nlohmann::json e = {{"conv", conv_string(u.shape)},
                                 {"key", p.key.to_string()},
@@ -113,8 +104,8 @@ nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_jso
             plans.push_back(std::move(e));
         }
     }
-    return {{"device", parsed.value("deviceName", std::string("?"))},
-            {"device_json", device_path},
+    return {{"device", device},
+            {"source", source},
             {"cudnn_version", rt::cudnn_version_string(cudnnGetVersion())},
             {"policy", policy.autotune ? "autotune" : "deterministic"},
             {"keys", plans.size()},
@@ -128,10 +119,45 @@ nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_jso
             {"plans", plans}};
 }
 
+}  // namespace
+
+nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_json, const std::string& device_path,
+                                const kern::ConvPolicy& policy) {
+    nlohmann::json parsed;
+    try {
+        parsed = nlohmann::json::parse(device_json);
+    } catch (const nlohmann::json::exception& e) {
+        SF_FAIL("plan: '%s' is not JSON (%s)", device_path.c_str(), e.what());
+    }
+    SF_CHECK(parsed.is_object(), "plan: '%s' is not a JSON object", device_path.c_str());
+    rt::CudnnDesc device;
+    try {
+        device = rt::cudnn_device_prop_from_json(device_json);
+    } catch (const rt::Error& e) {
+        SF_FAIL("plan: %s: %s", device_path.c_str(), e.what());
+    }
+    return plans_for(a, rt::CudnnTarget::of(device), parsed.value("deviceName", std::string("?")), device_path,
+                     policy);
+}
+
+nlohmann::json cudnn_plans_json_gpu(const PlanArgs& a, const kern::ConvPolicy& policy) {
+    const rt::DeviceInfo d = rt::query_device_info(0);
+    SF_CHECK(d.available, "plan: --cudnn-device gpu needs a usable CUDA device here: %s", d.reason.c_str());
+    SF_CUDA_CHECK(cudaSetDevice(0));
+    struct Handle {
+        cudnnHandle_t h = nullptr;
+        ~Handle() {
+            if (h) cudnnDestroy(h);
+        }
+    } handle;
+    SF_CUDNN_CHECK(cudnnCreate(&handle.h));
+    return plans_for(a, rt::CudnnTarget::of(handle.h), d.name, "gpu 0 (cuDNN handle)", policy);
+}
+
 std::string cudnn_plans_text(const nlohmann::json& c, bool verbose) {
-    std::string out = rt::format("cuDNN %s plans for %s (%s, policy %s), built without the device:\n",
+    std::string out = rt::format("cuDNN %s plans for %s (%s, policy %s), built and not executed:\n",
                                  c["cudnn_version"].get<std::string>().c_str(), c["device"].get<std::string>().c_str(),
-                                 c["device_json"].get<std::string>().c_str(), c["policy"].get<std::string>().c_str());
+                                 c["source"].get<std::string>().c_str(), c["policy"].get<std::string>().c_str());
     for (const nlohmann::json& p : c["plans"]) {
         const std::string custom = p["custom"].is_null() ? "" : " [" + p["custom"].get<std::string>() + " alternative]";
         if (p["ok"].get<bool>())

@@ -1,10 +1,11 @@
 // `slidefuse plan --cudnn-device FILE`: every cuDNN convolution plan the CUDA step builds, built by
 // the real cuDNN library for the GPU a device property JSON describes (rt::CudnnTarget,
-// kern::conv_plan_deviceless), on a machine without that GPU (or without any). What it proves: the
+// kern::conv_plan_probe), on a machine without that GPU (or without any). What it proves: the
 // library accepts every graph we build and has an engine for every key the step needs, with the
 // workspace each takes; what it cannot: that the engines run, their rounding or their speed.
 // JSON (the "cudnn" member of the slidefuse.plan/1 document):
-//   {"device": deviceName from the JSON, "device_json": path, "cudnn_version": "9.19.0",
+//   {"device": deviceName from the JSON (or the GPU's name), "source": the JSON's path, or "gpu 0
+//    (cuDNN handle)" for --cudnn-device gpu, "cudnn_version": "9.19.0",
 //    "policy": "deterministic"|"autotune", "keys", "planned", "failed", "failed_custom_covered",
 //    "seconds", "workspace_bytes" (max over what the run prepares: the chosen plans, every candidate
 //    under autotune, and the custom kernels' wgrad scratch), "dgrad_zeroed_bytes" (overwrite-mode
@@ -28,6 +29,10 @@ std::string read_device_json(const std::string& path);
 // `device_json` under `policy`. Throws rt::Error for a JSON cuDNN refuses (with cuDNN's reason).
 nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_json, const std::string& device_path,
                                 const kern::ConvPolicy& policy);
+// The same through a cuDNN handle on this machine's GPU 0 (what ConvPlanCache builds there, minus
+// execution): `slidefuse plan --cudnn-device gpu`. Compared with the plans from that GPU's property
+// JSON it shows whether planning without the device is faithful. Throws without a usable GPU.
+nlohmann::json cudnn_plans_json_gpu(const PlanArgs& a, const kern::ConvPolicy& policy);
 // Table of a cudnn_plans_json() document (one line per key; the variant reports with `verbose`).
 std::string cudnn_plans_text(const nlohmann::json& c, bool verbose);
 

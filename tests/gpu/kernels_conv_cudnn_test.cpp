@@ -7,6 +7,8 @@
 //   - deterministic policy: two runs bitwise identical; autotune off and a tiny workspace limit work.
 //   - stem conv with Cin = 2: either cuDNN runs it (then it matches), or prepare() fails with the
 //     documented hint, and the documented workaround (zero-padding Cin to 8) gives the same result.
+//   - conv_plan_probe through the handle builds the plan cache's own plans; through the device's
+//     property descriptor every key plans too; the data-type rule of tests/support/cudnn_probe.h.
 //   - errors: unprepared shape / op, workspace not set, prepare after set_workspace, misaligned
 //     pointers, another Exec.
 #include <cuda_runtime.h>
@@ -23,10 +25,12 @@
 #include "kernels/bf16.h"
 #include "kernels/conv.h"
 #include "kernels/conv_cudnn.h"
+#include "kernels/conv_cudnn_probe.h"
 #include "runtime/arena.h"
 #include "runtime/cuda_check.h"
 #include "runtime/exec.h"
 #include "tests/support/compare.h"
+#include "tests/support/cudnn_probe.h"
 #include "tests/support/gpu_buffers.h"
 
 namespace {
@@ -335,6 +339,67 @@ TEST(KernelsConvCudnnGpu, HeuristicsOnlyAndWorkspaceLimit) {
     kern::conv_forward_ref<float>(p, dp.x.data(), dp.w.data(), nullptr, ref.data());
     EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(download_bf16(buf.y, ref.size())), sftest::to_double(ref), 1e-2,
                                      "tiny workspace y"));
+}
+
+// kern::conv_plan_probe through this GPU's handle builds exactly the plan a heuristics-only
+// ConvPlanCache takes (same variant and engine configuration) for every op and dgrad mode; through
+// this GPU's own property descriptor (rt::cudnn_device_prop_json, cuDNN >= 9.8) it finalizes a plan
+// for the same keys: the deviceless planning of `slidefuse plan --cudnn-device` on this device. The
+// type rule of tests/support/cudnn_probe.h holds for the library here.
+TEST(KernelsConvCudnnGpu, PlanProbeMatchesThePlanCache) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const kern::ConvPolicy pol = kern::run_conv_policy(true);
+    kern::ConvPlanCache cache(ctx.exec(), pol);
+    struct Key {
+        ConvOp op;
+        bool overwrite;
+    };
+    const Key keys[] = {{ConvOp::Fprop, false}, {ConvOp::Wgrad, false}, {ConvOp::Dgrad, false}, {ConvOp::Dgrad, true}};
+    const ConvShape shapes[] = {shape(2, 8, 16, 32, 64, 1, 1), shape(2, 8, 16, 32, 32, 3, 2)};
+    std::vector<kern::ConvPlanProbe> probes;
+    for (const ConvShape& s : shapes)
+        for (const Key& k : keys) {
+            cache.prepare(s, k.op, k.overwrite);
+            probes.push_back(kern::conv_plan_probe(rt::CudnnTarget::of(ctx.exec().cudnn), s, k.op, k.overwrite, pol));
+            ASSERT_TRUE(probes.back().ok) << probes.back().error;
+        }
+    const std::vector<std::string> plans = cache.describe();
+    ASSERT_EQ(plans.size(), probes.size());
+    for (const kern::ConvPlanProbe& p : probes) {
+        const std::string key = p.key.to_string() + " | ";
+        const auto it = std::find_if(plans.begin(), plans.end(),
+                                     [&](const std::string& l) { return l.compare(0, key.size(), key) == 0; });
+        ASSERT_NE(it, plans.end()) << key;
+        EXPECT_NE(it->find(" | " + p.engine + " | " + kern::conv_accum_name(p.accum) + " | "), std::string::npos)
+            << "probe: " << p.engine << " " << kern::conv_accum_name(p.accum) << "\ncache: " << *it;
+    }
+#ifdef SF_EMU
+    const bool device_props = false;  // the emulated cuDNN has no device property descriptors
+#else
+    const bool device_props = cudnnGetVersion() >= rt::kCudnnDevicePropMinRuntime;
+#endif
+    if (device_props) {
+        const rt::CudnnDesc dev = rt::cudnn_device_prop_from_json(rt::cudnn_device_prop_json(ctx.exec().cudnn));
+        for (const ConvShape& s : shapes)
+            for (const Key& k : keys) {
+                const kern::ConvPlanProbe p =
+                    kern::conv_plan_probe(rt::CudnnTarget::of(dev), s, k.op, k.overwrite, pol);
+                EXPECT_TRUE(p.ok) << p.key.to_string() << ": " << p.error;
+            }
+    }
+    const cudnnDataType_t types[] = {CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT};
+    for (ConvOp op : {ConvOp::Fprop, ConvOp::Dgrad, ConvOp::Wgrad})
+        for (cudnnDataType_t x : types)
+            for (cudnnDataType_t w : types)
+                for (cudnnDataType_t y : types) {
+                    std::string why;
+                    const size_t n = sftest::cudnn_configs_for_types(rt::CudnnTarget::of(ctx.exec().cudnn), op, x, w,
+                                                                     y, &why);
+                    EXPECT_EQ(n > 0, sftest::cudnn_same_type_rule(x, w, y))
+                        << kern::conv_op_name(op) << " x/w/y " << x << "/" << w << "/" << y << ": " << n << " (" << why
+                        << ")";
+                }
 }
 
 // Zero-pads channels: (rows, c) -> (rows, c_to), used for x (rows = N*H*W) and w (rows = Cout*k*k).

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/conv_cudnn_deviceless.h"
+#include "kernels/conv_cudnn_probe.h"
 #include "runtime/cudnn_graph.h"
 
 namespace sftest {

@@ -22,8 +22,12 @@ case "$1" in
          echo "first layer beyond tolerance: stem.conv1 fwd"; exit "${SF_FAKE_CHECK_RC:-0}" ;;
   devices) [ "$2" = --help ] && { echo "usage: slidefuse devices [--cudnn-json FILE]"; exit 0; }
            [ "$2" = --cudnn-json ] && echo '{"deviceName": "Fake"}' > "$3"; exit "${SF_FAKE_DEVICES_RC:-0}" ;;
-  plan) echo "135 keys: 135 planned, 0 without a plan (0 of them covered by a custom kernel)"
-        exit "${SF_FAKE_PLAN_RC:-0}" ;;
+  plan) shift; eng=e2; out=
+        while [ $# -gt 0 ]; do
+          case "$1" in --json) out=$2 ;; --cudnn-device) [ "$2" = gpu ] && eng=${SF_FAKE_HANDLE_ENGINE:-e2} ;; esac; shift
+        done
+        [ -n "$out" ] && printf '{"cudnn": {"plans": [{"key": "fprop a", "ok": true, "variant": "v", "engine": "e1"}, {"key": "wgrad a", "ok": true, "variant": "v", "engine": "%s"}]}}' "$eng" > "$out"
+        echo "2 keys: 2 planned, 0 without a plan"; exit "${SF_FAKE_PLAN_RC:-0}" ;;
   bench) shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
          echo "[slidefuse info] CUDA backend: GPU 0 Fake (sm_90), cuDNN 9.19.0 loaded"
          echo "  batch   16:   1234.5 samples/s   12.960 ms/step"; exit "${SF_FAKE_BENCH_RC:-0}" ;;
@@ -115,7 +119,7 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"check +ok")
         self.assertRegex(r.stdout, r"memcheck +SKIP .*no compute-sanitizer")
         self.assertRegex(r.stdout, r"bench +ok .*1234\.5 samples/s")
-        self.assertRegex(r.stdout, r"plans +ok .*135 keys: 135 planned, 0 without a plan")
+        self.assertRegex(r.stdout, r"plans +ok .*rc 0/0; 2/2 keys planned from the JSON, 2/2 from the handle, same plan for 2")
         with open(os.path.join(self.out, "env.txt")) as f:
             env = f.read()
         self.assertIn("CUDA backend: GPU 0 Fake", env)
@@ -133,7 +137,11 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"check +FAIL .*beyond tolerance")
         r = self.run_script("first", self.build, SF_FAKE_PLAN_RC="1")
         self.assertEqual(r.returncode, 1)
-        self.assertRegex(r.stdout, r"plans +FAIL")
+        self.assertRegex(r.stdout, r"plans +FAIL +\d+ +rc 1/1")
+        r = self.run_script("first", self.build, SF_FAKE_HANDLE_ENGINE="e9",
+                            SF_FAKE_CHECK_LINE="  check     per-layer check\n")
+        self.assertEqual(r.returncode, 0, r.stdout)  # a different engine is reported, not a failure
+        self.assertRegex(r.stdout, r"plans +ok .*same plan for 1")
         r = self.run_script("first", self.build, SF_FAKE_DEVICES_RC="2")
         self.assertEqual(r.returncode, 1)
         self.assertRegex(r.stdout, r"plans +FAIL .*devices --cudnn-json failed")

@@ -1,8 +1,10 @@
-// cuDNN convolution plans for a GPU that is not here (docs/CONV_CUDNN.md "Plans without a device"):
-// the same graphs, heuristics, variant order and candidate selection as ConvPlanCache::prepare,
-// built by the real cuDNN library against a device property descriptor (rt::CudnnTarget) instead
-// of a handle. Nothing is executed or timed: the result is what the heuristics propose and which
-// plans finalize, with their workspace; a run without autotuning takes exactly `engine`.
+// cuDNN convolution plans built and inspected, never executed (docs/CONV_CUDNN.md "Plans without a
+// device"): the same graphs, heuristics, variant order and candidate selection as
+// ConvPlanCache::prepare, for a target (rt::CudnnTarget): a device property descriptor (a GPU that
+// is not here: the real cuDNN library plans for it on any machine) or a handle (the GPU here: what
+// ConvPlanCache would build, to compare the two). Nothing is executed or timed: the result is what
+// the heuristics propose and which plans finalize, with their workspace; a run without autotuning
+// takes exactly `engine`.
 // Includes cuDNN (runtime/cudnn_graph.h).
 #pragma once
 #include <string>
@@ -13,7 +15,7 @@
 
 namespace kern {
 
-struct ConvDevicelessPlan {
+struct ConvPlanProbe {
     ConvPlanKey key;
     bool ok = false;                           // some variant has a plan
     ConvAccum accum = ConvAccum::Overwrite;    // the chosen plan's variant
@@ -34,10 +36,9 @@ struct ConvDevicelessPlan {
 bool conv_cudnn_operation(ConvOp op, const rt::CudnnDesc& x, const rt::CudnnDesc& w, const rt::CudnnDesc& y,
                           const rt::CudnnDesc& conv, float beta, rt::CudnnDesc* out, std::string* why);
 
-// One key (op, shape, dgrad mode, policy) planned for `device` (a finalized device property
-// descriptor). Throws rt::Error for programming errors only; a shape cuDNN has no plan for is
-// ok = false with the reason.
-ConvDevicelessPlan conv_plan_deviceless(const rt::CudnnDesc& device, const ConvShape& s, ConvOp op, bool overwrite,
-                                        const ConvPolicy& policy);
+// One key (op, shape, dgrad mode, policy) planned for the target. Throws rt::Error for programming
+// errors only; a shape cuDNN has no plan for is ok = false with the reason.
+ConvPlanProbe conv_plan_probe(const rt::CudnnTarget& target, const ConvShape& s, ConvOp op, bool overwrite,
+                              const ConvPolicy& policy);
 
 }  // namespace kern
