@@ -6,17 +6,20 @@
 #            its own `timeout`): environment report (GPU, driver, CUDA, the cuDNN library loaded,
 #            ldd, the device's cuDNN property JSON), every cuDNN plan of the step built from that
 #            JSON without the handle (`slidefuse plan --cudnn-device`), every gpu test (gtest JSON), `slidefuse check` (CUDA vs CPU per layer), a
-#            compute-sanitizer memcheck of one step, a deterministic single-batch bench; then a
+#            compute-sanitizer memcheck of one step, the measured ceilings (copy GB/s, bf16 GEMM
+#            TFLOP/s: `bench ceilings`), a deterministic single-batch bench; then a
 #            short table. At most 8 files, flat, in OUT: env.txt gpu_tests.json gpu_tests.log
 #            check.json memcheck.log bench.json run.log summary.txt.
 #   tests    scripts/gpu_test.sh: every gpu test (JSON report) + compute-sanitizer memcheck of one step
-#   bench    slidefuse bench step: batch sizes 64..512 at 256x512, 160x320, batch search, per-layer table
+#   bench    slidefuse bench ceilings (ceilings.json), then bench step: batch sizes 64..512 at 256x512,
+#            160x320, batch search, per-layer table
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px)
 # usage: scripts/gpu_verify.sh STAGE [build-dir]
 # Exit status: 0 every part passed; 1 a part failed (the table says which); 2 no GPU; 64 usage.
 # Per-part limits of `first` (seconds; 200 + 60 + 120 + 75 by default, about 8 minutes with the
-# kill grace; plans 60) can be changed: SF_T_TESTS, SF_T_CHECK, SF_T_MEMCHECK, SF_T_BENCH, SF_T_PLANS; SF_SANITIZER=none
+# kill grace; plans 2 x 30, ceilings 30: 545 s at most) can be changed: SF_T_TESTS, SF_T_CHECK, SF_T_MEMCHECK, SF_T_BENCH,
+# SF_T_PLANS, SF_T_CEILINGS; SF_SANITIZER=none
 # skips the memcheck (or names the compute-sanitizer to use).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -90,7 +93,7 @@ stage_first() {
   env_report
   if ! have_gpu; then
     echo "gpu_verify: no GPU (nvidia-smi lists none): nothing to verify here" | tee -a "$log"
-    for p in plans tests check memcheck bench; do row "$p" SKIP 0 "no GPU"; done
+    for p in plans tests check memcheck ceilings bench; do row "$p" SKIP 0 "no GPU"; done
     summary; return 2
   fi
   row env ok 0 "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
@@ -103,10 +106,10 @@ stage_first() {
     if "$SF" devices --cudnn-json "$dj" >>"$log" 2>&1 && [ -s "$dj" ]; then
       { echo "== cudnn device properties (slidefuse devices --cudnn-json)"; cat "$dj"; } >>"$OUT_DIR/env.txt"
       local pd; pd=$(dirname "$dj")
-      run_part plans "${SF_T_PLANS:-60}" "$log" "$SF" plan --batch 128 --height 256 --width 512 --cudnn-device "$dj" \
+      run_part plans "${SF_T_PLANS:-30}" "$log" "$SF" plan --batch 128 --height 256 --width 512 --cudnn-device "$dj" \
         --json "$pd/offline.json"
       local rc_off=$rc secs_off=$secs
-      run_part plans "${SF_T_PLANS:-60}" "$log" "$SF" plan --batch 128 --height 256 --width 512 --cudnn-device gpu \
+      run_part plans "${SF_T_PLANS:-30}" "$log" "$SF" plan --batch 128 --height 256 --width 512 --cudnn-device gpu \
         --json "$pd/handle.json"
       # The same plan (variant and engine configuration) from the JSON as from the handle, key by key.
       local same; same=$(python3 - "$pd/offline.json" "$pd/handle.json" 2>&1 <<'PY'
@@ -163,6 +166,14 @@ PY
     row memcheck SKIP 0 "no compute-sanitizer (or SF_SANITIZER=none)"
   fi
 
+  if "$SF" bench --help 2>&1 | grep -q ceilings; then
+    run_part ceilings "${SF_T_CEILINGS:-30}" "$log" "$SF" bench ceilings
+    row ceilings "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$secs" \
+      "$(grep -Eo '[0-9.]+ (GB/s|TFLOP/s)' "$log" | tail -2 | paste -sd, - || echo "rc $rc")"
+  else
+    row ceilings SKIP 0 "no 'bench ceilings' in this build"
+  fi
+
   run_part bench "${SF_T_BENCH:-75}" "$log" "$SF" bench step --batch-sizes 16 --size 256x512 --deterministic \
     --steps 50 --warmup 5 --json "$OUT_DIR/bench.json"
   row bench "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$secs" \
@@ -185,8 +196,9 @@ case "$STAGE" in
   tests)
     scripts/gpu_test.sh "$BUILD_DIR" --gtest_output="json:$OUT_DIR/gpu_tests.json" 2>&1 | tee "$OUT_DIR/gpu_tests.log" ;;
   bench)
+    "$SF" bench ceilings --json "$OUT_DIR/ceilings.json" 2>&1 | tee "$OUT_DIR/bench.log"
     "$SF" bench step --batch-sizes 64,128,256,512 --size 256x512 --search --layers --layers-batch 128 \
-      --json "$OUT_DIR/bench_256x512.json" 2>&1 | tee "$OUT_DIR/bench.log"
+      --json "$OUT_DIR/bench_256x512.json" 2>&1 | tee -a "$OUT_DIR/bench.log"
     "$SF" bench step --batch-sizes 128,256 --size 160x320 --json "$OUT_DIR/bench_160x320.json" 2>&1 | tee -a "$OUT_DIR/bench.log" ;;
   compare)
     python3 tools/compare.py --slidefuse "$SF" --no-build --batch-sizes 64,128,256 --out-dir "$OUT_DIR" \

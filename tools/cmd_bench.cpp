@@ -26,6 +26,8 @@
 #include "runtime/exec.h"
 #include "tools/bench_report.h"
 #include "tools/bench_step.h"
+#include "tools/bench_ceilings.h"
+#include "tools/cli_numbers.h"
 #include "tools/commands.h"
 
 namespace tools {
@@ -46,6 +48,8 @@ const char* kBenchUsage =
     "                                [--peak-tflops T] [--peak-gbps G] [--world N] [--json OUT]\n"
     "           --world N: NCCL gradient allreduce in every step over the job's N ranks\n"
     "           (mpirun -np N slidefuse bench step --world N; 1: one rank, no MPI)\n"
+    "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
+    "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
     "           slidefuse bench loader --data DIR [--batch 128] [--workers 2] [--prefetch 4]\n"
     "                                  [--seconds 10] [--warmup 2] [--no-shuffle] [--json OUT]\n";
@@ -56,30 +60,6 @@ struct LoaderArgs {
     double seconds = 10, warmup = 2;
     bool shuffle = true;
 };
-
-int parse_int(const std::string& opt, const std::string& v, int lo) {
-    size_t used = 0;
-    int x = 0;
-    try {
-        x = std::stoi(v, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    SF_CHECK(used == v.size() && x >= lo, "%s: expected an integer >= %d, got '%s'", opt.c_str(), lo, v.c_str());
-    return x;
-}
-
-double parse_seconds(const std::string& opt, const std::string& v) {
-    size_t used = 0;
-    double x = 0;
-    try {
-        x = std::stod(v, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    SF_CHECK(used == v.size() && x >= 0 && x < 1e6, "%s: expected seconds >= 0, got '%s'", opt.c_str(), v.c_str());
-    return x;
-}
 
 LoaderArgs parse_loader_args(const std::vector<std::string>& args) {
     LoaderArgs a;
@@ -97,11 +77,11 @@ LoaderArgs parse_loader_args(const std::vector<std::string>& args) {
         else if (s == "--json")
             a.json = v;
         else if (s == "--batch")
-            a.batch = parse_int(s, v, 1);
+            a.batch = parse_int_at_least(s, v, 1);
         else if (s == "--workers")
-            a.workers = parse_int(s, v, 1);
+            a.workers = parse_int_at_least(s, v, 1);
         else if (s == "--prefetch")
-            a.prefetch = parse_int(s, v, 1);
+            a.prefetch = parse_int_at_least(s, v, 1);
         else if (s == "--seconds")
             a.seconds = parse_seconds(s, v);
         else if (s == "--warmup")
@@ -120,7 +100,7 @@ std::vector<int> parse_int_list(const std::string& opt, const std::string& v) {
     while (start <= v.size()) {
         const size_t comma = v.find(',', start);
         const std::string part = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        out.push_back(parse_int(opt, part, 1));
+        out.push_back(parse_int_at_least(opt, part, 1));
         if (comma == std::string::npos) break;
         start = comma + 1;
     }
@@ -320,35 +300,35 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             const size_t x = v.find('x');
             SF_CHECK(x != std::string::npos, "bench step: --size expects HEIGHTxWIDTH, e.g. 256x512, got '%s'",
                      v.c_str());
-            o.height = parse_int(s, v.substr(0, x), 32);
-            o.width = parse_int(s, v.substr(x + 1), 32);
+            o.height = parse_int_at_least(s, v.substr(0, x), 32);
+            o.width = parse_int_at_least(s, v.substr(x + 1), 32);
             SF_CHECK(o.height % 32 == 0 && o.width % 32 == 0, "bench step: --size %s: both sides must be multiples of 32",
                      v.c_str());
         } else if (s == "--height" || s == "--width") {
-            const int x = parse_int(s, v, 32);
+            const int x = parse_int_at_least(s, v, 32);
             SF_CHECK(x % 32 == 0, "bench step: %s %d: must be a multiple of 32", s.c_str(), x);
             (s == "--height" ? o.height : o.width) = x;
         } else if (s == "--channels") {
-            o.channels = parse_int(s, v, 2);
+            o.channels = parse_int_at_least(s, v, 2);
             SF_CHECK(o.channels == 2 || o.channels == 4, "bench step: --channels must be 2 or 4, got %d", o.channels);
         } else if (s == "--steps") {
-            o.steps = parse_int(s, v, 1);
+            o.steps = parse_int_at_least(s, v, 1);
             SF_CHECK(o.steps >= kMinTimedSteps, "bench step: --steps %d: a record needs at least %d timed steps",
                      o.steps, static_cast<int>(kMinTimedSteps));
         } else if (s == "--warmup") {
-            o.warmup = parse_int(s, v, 0);
+            o.warmup = parse_int_at_least(s, v, 0);
         } else if (s == "--memory-budget-gb") {
             o.memory_budget_bytes = static_cast<size_t>(parse_seconds(s, v) * 1e9);
         } else if (s == "--layers-batch") {
-            o.layers_batch = parse_int(s, v, 1);
+            o.layers_batch = parse_int_at_least(s, v, 1);
         } else if (s == "--conv-candidates") {
-            o.conv_candidates = parse_int(s, v, 1);
+            o.conv_candidates = parse_int_at_least(s, v, 1);
         } else if (s == "--peak-tflops") {
             o.peak_tflops = parse_seconds(s, v);
         } else if (s == "--peak-gbps") {
             o.peak_gbps = parse_seconds(s, v);
         } else if (s == "--world") {
-            o.world = parse_int(s, v, 1);
+            o.world = parse_int_at_least(s, v, 1);
         } else if (s == "--json") {
             o.json = v;
         } else {
@@ -395,6 +375,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         for (const std::string& a : rest) line += " " + a;
         return bench_step(parse_step_bench_args(rest), line);
     }
+    if (args[0] == "ceilings") return bench_ceilings_command(rest);
     SF_FAIL("bench: unknown benchmark '%s'\n%s", args[0].c_str(), kBenchUsage);
 }
 

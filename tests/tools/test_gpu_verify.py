@@ -28,7 +28,12 @@ case "$1" in
         done
         [ -n "$out" ] && printf '{"cudnn": {"plans": [{"key": "fprop a", "ok": true, "variant": "v", "engine": "e1"}, {"key": "wgrad a", "ok": true, "variant": "v", "engine": "%s"}]}}' "$eng" > "$out"
         echo "2 keys: 2 planned, 0 without a plan"; exit "${SF_FAKE_PLAN_RC:-0}" ;;
-  bench) shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
+  bench) [ "$2" = --help ] && { echo "  ceilings  copy GB/s and GEMM TFLOP/s"; exit 0; }
+         if [ "$2" = ceilings ]; then
+           echo "  device-to-device copy      3001.2 GB/s  (read + written)"
+           echo "  bf16 GEMM (fp32 acc.)       701.5 TFLOP/s (n = 8192)"; exit "${SF_FAKE_CEILINGS_RC:-0}"
+         fi
+         shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
          echo "[slidefuse info] CUDA backend: GPU 0 Fake (sm_90), cuDNN 9.19.0 loaded"
          echo "  batch   16:   1234.5 samples/s   12.960 ms/step"; exit "${SF_FAKE_BENCH_RC:-0}" ;;
   *) exit 1 ;;
@@ -99,7 +104,7 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(self.out, "env.txt")))
         with open(os.path.join(self.out, "summary.txt")) as f:
             table = f.read()
-        for part in ("plans", "tests", "check", "memcheck", "bench"):
+        for part in ("plans", "tests", "check", "memcheck", "ceilings", "bench"):
             self.assertRegex(table, part + r" +SKIP")
         self.assertEqual(self.run_script("bench", self.build).returncode, 2)
 
@@ -120,6 +125,7 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"memcheck +SKIP .*no compute-sanitizer")
         self.assertRegex(r.stdout, r"bench +ok .*1234\.5 samples/s")
         self.assertRegex(r.stdout, r"plans +ok .*rc 0/0; 2/2 keys planned from the JSON, 2/2 from the handle, same plan for 2")
+        self.assertRegex(r.stdout, r"ceilings +ok .*3001\.2 GB/s,701\.5 TFLOP/s")
         with open(os.path.join(self.out, "env.txt")) as f:
             env = f.read()
         self.assertIn("CUDA backend: GPU 0 Fake", env)
