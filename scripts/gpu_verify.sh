@@ -15,6 +15,9 @@
 #            160x320, batch search, per-layer table
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px)
+#   e2e      one epoch of gpu_quick's data at batch 128 logged every 20 steps, then bench step at the
+#            same batch and size, and tools/e2e_check.py: train samples/s within 5% of the bench,
+#            with the loader's wait share (e2e.json)
 # usage: scripts/gpu_verify.sh STAGE [build-dir]
 # Exit status: 0 every part passed; 1 a part failed (the table says which); 2 no GPU; 64 usage.
 # Per-part limits of `first` (seconds; 200 + 60 + 120 + 75 by default, about 8 minutes with the
@@ -24,10 +27,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export SF_SOURCE_DIR=${SF_SOURCE_DIR:-$PWD}  # the tests find configs/ here, not at the build machine's path
-usage="usage: scripts/gpu_verify.sh first|tests|bench|compare|train [build-dir]"
+usage="usage: scripts/gpu_verify.sh first|tests|bench|compare|train|e2e [build-dir]"
 STAGE=${1:-}
 case "$STAGE" in
-  first|tests|bench|compare|train) ;;
+  first|tests|bench|compare|train|e2e) ;;
   -h|--help) echo "$usage"; exit 0 ;;
   *) echo "gpu_verify: unknown stage '$STAGE'; $usage" >&2; exit 64 ;;
 esac
@@ -202,8 +205,18 @@ case "$STAGE" in
     "$SF" bench step --batch-sizes 128,256 --size 160x320 --json "$OUT_DIR/bench_160x320.json" 2>&1 | tee -a "$OUT_DIR/bench.log" ;;
   compare)
     python3 tools/compare.py --slidefuse "$SF" --no-build --batch-sizes 64,128,256 --out-dir "$OUT_DIR" \
-      --work-dir "$OUT_DIR/compare-work" 2>&1 | tee "$OUT_DIR/compare.log" ;;
-  train)
-    "$SF" train --config configs/gpu_quick.yaml --out "$OUT_DIR/run" 2>&1 | tee "$OUT_DIR/train.log"
-    cp "$OUT_DIR/run/metrics.jsonl" "$OUT_DIR/train_metrics.jsonl" ;;
+      --work-dir "$(mktemp -d)/compare-work" 2>&1 | tee "$OUT_DIR/compare.log" ;;
+  train)  # the run folder (checkpoints: tens of MB) stays out of OUT; its metrics and curves come back
+    run_dir="$(mktemp -d)/run"
+    "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" 2>&1 | tee "$OUT_DIR/train.log"
+    cp "$run_dir/metrics.jsonl" "$OUT_DIR/train_metrics.jsonl"
+    if [ -f "$run_dir/metrics.png" ]; then cp "$run_dir/metrics.png" "$OUT_DIR/train_curves.png"; fi ;;
+  e2e)
+    run_dir="$(mktemp -d)/e2e-run"
+    "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" sched.epochs=1 data.num_samples=30000 \
+      data.processed_dir=data/gpu_e2e logging.log_interval=20 logging.plot=false 2>&1 | tee "$OUT_DIR/e2e.log"
+    cp "$run_dir/metrics.jsonl" "$OUT_DIR/e2e_metrics.jsonl"
+    "$SF" bench step --batch-sizes 128 --size 256x512 --json "$OUT_DIR/e2e_bench.json" 2>&1 | tee -a "$OUT_DIR/e2e.log"
+    python3 tools/e2e_check.py --metrics "$OUT_DIR/e2e_metrics.jsonl" --bench "$OUT_DIR/e2e_bench.json" \
+      --batch 128 --json "$OUT_DIR/e2e.json" 2>&1 | tee -a "$OUT_DIR/e2e.log" ;;
 esac

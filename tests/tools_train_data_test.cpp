@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,14 @@ TEST(TrainData, TrainsFromGeneratedShardsAndValidatesOnTheValSplit) {
                                 "checkpoints.save_dir=" + root + "/ck"}),
               0);
     EXPECT_EQ(count_lines_with(out + "/metrics.jsonl", "\"grad_norm\""), 2);
+    // Each step line says which share of its interval the loop waited for the loader.
+    std::ifstream metrics(out + "/metrics.jsonl");
+    for (std::string l; std::getline(metrics, l);) {
+        if (l.find("\"grad_norm\"") == std::string::npos) continue;
+        const double w = nlohmann::json::parse(l).at("loader_wait_fraction").get<double>();
+        EXPECT_GE(w, 0.0) << l;
+        EXPECT_LE(w, 1.01) << l;
+    }
     // The validation line counts every val sample once, the short last batch included.
     EXPECT_EQ(count_lines_with(out + "/metrics.jsonl", "\"samples\":" + std::to_string(s.samples[1])), 1);
 }

@@ -3,6 +3,8 @@
 // (Checkpoints and resume: tests/tools_train_resume_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +61,10 @@ TEST(TrainCli, SmokeConfigRunsAndWritesItsOutputs) {
             ++steps;
             EXPECT_NE(l.find("\"loss\""), std::string::npos) << l;
             EXPECT_NE(l.find("\"lr\""), std::string::npos) << l;
+            // data.source=fixed has no loader to wait for: exactly 0 of the interval.
+            const nlohmann::json j = nlohmann::json::parse(l);
+            ASSERT_TRUE(j.contains("loader_wait_fraction")) << l;
+            EXPECT_EQ(j["loader_wait_fraction"].get<double>(), 0.0) << l;
         }
     }
     EXPECT_EQ(steps, 3);

@@ -55,10 +55,13 @@ Progress::Rates Progress::rates(int64_t done) {
     const double busy = elapsed_s() - paused_total_ - (paused_at_ >= 0 ? now() - paused_at_ : 0);
     Rates r;
     if (busy > 0) r.average = static_cast<double>(done - first_) / busy;
-    if (last_done_ < 0)
+    if (last_done_ < 0) {
         r.recent = r.average;
-    else if (busy > last_busy_)
+        r.recent_seconds = busy;
+    } else if (busy > last_busy_) {
         r.recent = static_cast<double>(done - last_done_) / (busy - last_busy_);
+        r.recent_seconds = busy - last_busy_;
+    }
     last_done_ = done;
     last_busy_ = busy;
     return r;

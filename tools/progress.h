@@ -26,6 +26,7 @@ public:
     struct Rates {
         double recent = 0;
         double average = 0;
+        double recent_seconds = 0;  // the busy seconds `recent` is measured over
     };
     Rates rates(int64_t done);
     void pause();

@@ -77,6 +77,7 @@ private:
     RunLog run_log_;  // train.log, TensorBoard events, the closing table and plot
     Progress progress_{1};
     double first_loss_ = NAN, last_loss_ = NAN;
+    double logged_wait_s_ = 0;  // train_data_->wait_seconds() at the previous log point
 };
 
 Trainer::Trainer(const TrainArgs& args, const TrainConfig& cfg)
@@ -221,6 +222,11 @@ void Trainer::log_step(const model::StepStats& s, int64_t epoch) {
     const Progress::Rates r = progress_.rates(rs_.step);
     const double per_step = static_cast<double>(cfg_.train.batch_size) * accum_ * world_;  // the whole job's samples
     const double sps = r.recent * per_step, avg = r.average * per_step;
+    // Share of the interval's training time spent waiting for the loader (0: it kept up).
+    const double wait_s = train_data_->wait_seconds();
+    const nlohmann::json wait_fraction =
+        r.recent_seconds > 0 ? nlohmann::json((wait_s - logged_wait_s_) / r.recent_seconds) : nlohmann::json();
+    logged_wait_s_ = wait_s;
     if (!rank0_) {  // the other ranks hold the same values and write nothing
         rs_.window_loss_sum = 0;
         rs_.window_steps = 0;
@@ -245,7 +251,8 @@ void Trainer::log_step(const model::StepStats& s, int64_t epoch) {
                               {"grad_norm", s.grad_norm},
                               {"skipped_steps", rs_.skipped},
                               {"samples_per_s", sps},
-                              {"samples_per_s_avg", avg}};
+                              {"samples_per_s_avg", avg},
+                              {"loader_wait_fraction", wait_fraction}};
     metrics_ << j.dump() << "\n" << std::flush;
     run_log_.record(j);
     rs_.window_loss_sum = 0;

@@ -178,11 +178,14 @@ public:
     data::Cursor cursor() const override { return loader_->cursor(); }
     // The loader's workers run ahead of the cursor: a new loader starts exactly there.
     void seek(const data::Cursor& c) override {
+        earlier_wait_s_ += loader_->stats().consumer_wait_s;
         loader_.reset();
         loader_ = std::make_unique<data::Loader>(lc_, c);
     }
+    double wait_seconds() const override { return earlier_wait_s_ + loader_->stats().consumer_wait_s; }
 
 private:
+    double earlier_wait_s_ = 0;  // of the loaders seek() replaced
     int batch_;
     std::string dir_;
     data::LoaderConfig lc_;

@@ -41,6 +41,9 @@ public:
     // source without shards (data.source=fixed).
     virtual const data::HostBatch* next_raw() { return nullptr; }
     virtual void release_raw() {}
+    // Seconds next()/next_raw() have spent blocked waiting for the loader, since construction (0 for
+    // a source without a loader). Its growth over training time says whether the loader keeps up.
+    virtual double wait_seconds() const { return 0; }
 };
 
 enum class SplitRole { Train, Val };
