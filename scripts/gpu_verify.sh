@@ -14,7 +14,8 @@
 #   bench    slidefuse bench ceilings (ceilings.json), then bench step: batch sizes 64..512 at 256x512,
 #            160x320, batch search, per-layer table
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
-#   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px)
+#   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px); stops
+#            with a checkpoint after SF_T_TRAIN seconds (500) and resumes on the next call
 #   e2e      one epoch of gpu_quick's data at batch 128 logged every 20 steps, then bench step at the
 #            same batch and size, and tools/e2e_check.py: train samples/s within 5% of the bench,
 #            with the loader's wait share (e2e.json)
@@ -206,9 +207,14 @@ case "$STAGE" in
   compare)
     python3 tools/compare.py --slidefuse "$SF" --no-build --batch-sizes 64,128,256 --out-dir "$OUT_DIR" \
       --work-dir "$(mktemp -d)/compare-work" 2>&1 | tee "$OUT_DIR/compare.log" ;;
-  train)  # the run folder (checkpoints: tens of MB) stays out of OUT; its metrics and curves come back
-    run_dir="$(mktemp -d)/run"
-    "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" 2>&1 | tee "$OUT_DIR/train.log"
+  train)
+    # The run folder (checkpoints: tens of MB) stays out of OUT, in runs/ (ignored by git, so a warm
+    # device keeps it between calls); its metrics and curves come back. SIGTERM before the command's
+    # limit makes the trainer finish the step and write a checkpoint (exit 0), and the next
+    # `gpu_verify.sh train` resumes it: a run longer than one command still completes.
+    run_dir=runs/gpu_verify_train
+    timeout --preserve-status -s TERM -k 30 "${SF_T_TRAIN:-500}" \
+      "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" --resume auto 2>&1 | tee -a "$OUT_DIR/train.log"
     cp "$run_dir/metrics.jsonl" "$OUT_DIR/train_metrics.jsonl"
     if [ -f "$run_dir/metrics.png" ]; then cp "$run_dir/metrics.png" "$OUT_DIR/train_curves.png"; fi ;;
   e2e)

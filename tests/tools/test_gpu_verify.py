@@ -36,6 +36,11 @@ case "$1" in
          shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
          echo "[slidefuse info] CUDA backend: GPU 0 Fake (sm_90), cuDNN 9.19.0 loaded"
          echo "  batch   16:   1234.5 samples/s   12.960 ms/step"; exit "${SF_FAKE_BENCH_RC:-0}" ;;
+  train) out=; prev=
+         for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
+         mkdir -p "$out"; echo "$*" > "$out/args.txt"
+         echo '{"step": 1, "grad_norm": 1.0}' >> "$out/metrics.jsonl"; echo png > "$out/metrics.png"
+         echo "done: 1 steps" ;;
   *) exit 1 ;;
 esac
 """
@@ -163,6 +168,23 @@ class GpuVerifyTest(unittest.TestCase):
         r = self.run_script("first", self.build, SF_SANITIZER=san, SF_FAKE_CHECK_LINE="  check     per-layer check\n")
         self.assertEqual(r.returncode, 1)
         self.assertRegex(r.stdout, r"memcheck +FAIL .*rc 86; ERROR SUMMARY: 2 errors")
+
+    def test_train_stage_keeps_the_run_out_of_out_and_resumes(self):
+        self.fake_gpu(True)
+        cwd = os.path.join(ROOT, "runs", "gpu_verify_train")
+        shutil.rmtree(cwd, ignore_errors=True)
+        try:
+            for _ in range(2):  # the second call resumes the same run folder
+                r = self.run_script("train", self.build)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(sorted(os.listdir(self.out)), ["commit.txt", "gpu.txt", "train.log", "train_curves.png",
+                                                             "train_metrics.jsonl"])
+            with open(os.path.join(self.out, "train_metrics.jsonl")) as f:
+                self.assertEqual(len(f.read().splitlines()), 2)
+            with open(os.path.join(cwd, "args.txt")) as f:
+                self.assertIn("--resume auto", f.read())
+        finally:
+            shutil.rmtree(cwd, ignore_errors=True)
 
     def test_timeout(self):
         self.fake_gpu(True)
