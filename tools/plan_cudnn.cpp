@@ -43,6 +43,33 @@ struct Job {
 
 namespace {
 
+// One key's record: the conv, the job, and the probe's plan (or error).
+nlohmann::json plan_entry(const kern::ConvPlanProbe& p, const kern::ConvShape& s, const Job& j, const char* custom,
+                          bool prepared_by_run) {
+    nlohmann::json e = {{"conv", conv_string(s)},
+                        {"key", p.key.to_string()},
+                        {"op", kern::conv_op_name(j.op)},
+                        {"mode", j.mode},
+                        {"custom", custom ? nlohmann::json(custom) : nlohmann::json()},
+                        {"required", custom == nullptr},
+                        {"prepared_by_run", prepared_by_run},
+                        {"ok", p.ok},
+                        {"seconds", p.seconds},
+                        {"reports", p.reports}};
+    if (!p.ok) {
+        e["error"] = p.error;
+        return e;
+    }
+    e.update({{"variant", kern::conv_accum_name(p.accum)},
+              {"engine", p.engine},
+              {"cudnn_ws", p.cudnn_ws},
+              {"scratch", p.scratch},
+              {"workspace", p.workspace},
+              {"candidates", p.candidates},
+              {"max_workspace", p.max_workspace}});
+    return e;
+}
+
 // Every key of the dry-run network of `a`, planned for the target (named `device`, from `source`).
 nlohmann::json plans_for(const PlanArgs& a, const rt::CudnnTarget& target, const std::string& device,
                          const std::string& source, const kern::ConvPolicy& policy) {
@@ -73,33 +100,15 @@ nlohmann::json plans_for(const PlanArgs& a, const rt::CudnnTarget& target, const
         for (const Job& j : jobs) {
             const kern::ConvPlanProbe p = kern::conv_plan_probe(target, u.shape, j.op, j.overwrite, policy);
             seconds += p.seconds;
-            nlohmann::json e = {{"conv", conv_string(u.shape)},
-                                {"key", p.key.to_string()},
-                                {"op", kern::conv_op_name(j.op)},
-                                {"mode", j.mode},
-                                {"custom", has_custom ? nlohmann::json(model::conv_impl_name(cand[1])) : nlohmann::json()},
-                                {"required", !has_custom},
-                                {"prepared_by_run", asked},
-                                {"ok", p.ok},
-                                {"seconds", p.seconds},
-                                {"reports", p.reports}};
+            nlohmann::json e = plan_entry(p, u.shape, j, has_custom ? model::conv_impl_name(cand[1]) : nullptr, asked);
             if (p.ok) {
                 ++planned;
-                const std::string v = kern::conv_accum_name(p.accum);
-                variants[v] = variants.value(v, 0) + 1;
-                e.update({{"variant", v},
-                          {"engine", p.engine},
-                          {"cudnn_ws", p.cudnn_ws},
-                          {"scratch", p.scratch},
-                          {"workspace", p.workspace},
-                          {"candidates", p.candidates},
-                          {"max_workspace", p.max_workspace}});
+                variants[e["variant"].get<std::string>()] = variants.value(e["variant"].get<std::string>(), 0) + 1;
                 if (asked) ws = std::max(ws, policy.autotune ? p.max_workspace : p.workspace);
                 if (asked && j.overwrite && p.accum != kern::ConvAccum::Overwrite)
                     zeroed += u.shape.in().numel() * sizeof(kern::bf16);
             } else {
                 (has_custom ? covered : failed) += 1;
-                e["error"] = p.error;
             }
             plans.push_back(std::move(e));
         }
