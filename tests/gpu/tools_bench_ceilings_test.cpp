@@ -1,8 +1,7 @@
 // `slidefuse bench ceilings` on a GPU (tools/bench_ceilings.h): the copy and GEMM figures are
 // positive and below their datasheet peaks (a figure above the peak means the timing is wrong), and
 // the GEMM that sets the tensor-core ceiling computes D = A * B (against a double reference of the
-// same bf16 inputs, rel L2 1e-2). Under the CPU emulation cuBLASLt is not emulated: the copy is
-// measured and the GEMM must report that it could not run, naming cuBLASLt.
+// same bf16 inputs, rel L2 1e-2). Under the CPU emulation (tests/emu/cublaslt.cpp) at a small n.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -26,7 +25,11 @@ TEST(BenchCeilingsGpu, FiguresArePositiveAndBelowTheDatasheet) {
     const rt::DeviceInfo d = rt::query_device_info(0);
     tools::CeilingOptions o;
     o.copy_bytes = size_t(64) << 20;
+#ifdef SF_EMU
+    o.gemm_n = 128;  // the emulated GEMM is a triple loop
+#else
     o.gemm_n = 1024;
+#endif
     o.warmup = 1;
     o.iters = 3;
     const tools::Ceilings c = tools::measure_ceilings(ctx.exec(), d.name, o);
@@ -36,22 +39,15 @@ TEST(BenchCeilingsGpu, FiguresArePositiveAndBelowTheDatasheet) {
     if (p.known()) {
         EXPECT_LT(c.copy_gbps, 1.1 * p.hbm_gbps) << "copy above the datasheet bandwidth";
     }
-#ifdef SF_EMU
-    EXPECT_NE(c.gemm_error.find("cublasLt"), std::string::npos) << c.gemm_error;
-#else
     ASSERT_TRUE(c.gemm_error.empty()) << c.gemm_error;
     EXPECT_GT(c.gemm_tflops, 0.0);
     if (p.known()) {
         EXPECT_LT(c.gemm_tflops, 1.1 * p.tensor_tflops) << "GEMM above the datasheet tensor peak";
     }
-#endif
 }
 
 TEST(BenchCeilingsGpu, GemmComputesTheProduct) {
     SF_REQUIRE_GPU();
-#ifdef SF_EMU
-    GTEST_SKIP() << "cuBLASLt is not emulated (tests/emu/library_stubs.cpp)";
-#endif
     rt::CudaContext ctx;
     const int n = 64;
     std::vector<float> a(n * n), b(n * n);
