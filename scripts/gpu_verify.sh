@@ -202,6 +202,7 @@ case "$STAGE" in
   bench)
     "$SF" bench ceilings --json "$OUT_DIR/ceilings.json" 2>&1 | tee "$OUT_DIR/bench.log"
     "$SF" bench step --batch-sizes 64,128,256,512 --size 256x512 --search --layers --layers-batch 128 \
+      --ceilings "$OUT_DIR/ceilings.json" \
       --json "$OUT_DIR/bench_256x512.json" 2>&1 | tee -a "$OUT_DIR/bench.log"
     "$SF" bench step --batch-sizes 128,256 --size 160x320 --json "$OUT_DIR/bench_160x320.json" 2>&1 | tee -a "$OUT_DIR/bench.log" ;;
   compare)

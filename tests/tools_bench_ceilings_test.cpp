@@ -4,11 +4,14 @@
 // (tests/gpu/tools_bench_ceilings_test.cpp).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "tests/support/compare.h"
 #include "tools/bench_ceilings.h"
+#include "tools/bench_step.h"
 
 namespace {
 
@@ -77,6 +80,48 @@ TEST(BenchCeilings, DocumentAndTable) {
     const std::string te = tools::ceilings_text(e);
     EXPECT_NE(te.find("not measured: cublasLtMatmulDescCreate"), std::string::npos) << te;
     EXPECT_NE(te.find("datasheet peak unknown"), std::string::npos) << te;
+}
+
+TEST(BenchCeilings, MeasuredCeilingsBecomeTheRooflinePeaks) {
+    tools::Ceilings c;
+    c.device = "NVIDIA H100 80GB HBM3";
+    c.copy_bytes = 1 << 20;
+    c.copy_ms = 0.001;
+    c.copy_gbps = 2950.5;
+    c.gemm_n = 8192;
+    c.gemm_ms = 1.5;
+    c.gemm_tflops = 733.25;
+    const std::string path = ::testing::TempDir() + "sf_ceilings_test.json";
+    {
+        std::ofstream f(path);
+        f << tools::ceilings_json(c, tools::peaks_for_device(c.device)).dump();
+    }
+    const tools::MeasuredPeaks m = tools::read_ceilings(path);
+    EXPECT_EQ(m.tensor_tflops, 733.25);
+    EXPECT_EQ(m.hbm_gbps, 2950.5);
+    tools::StepBenchOptions o = tools::parse_step_bench_args({"--ceilings", path});
+    EXPECT_EQ(o.peak_tflops, 733.25);
+    EXPECT_EQ(o.peak_gbps, 2950.5);
+    o = tools::parse_step_bench_args({"--ceilings", path, "--peak-tflops", "800"});  // explicit wins
+    EXPECT_EQ(o.peak_tflops, 800.0);
+    EXPECT_EQ(o.peak_gbps, 2950.5);
+    const tools::DevicePeaks p = tools::peaks_for_device(c.device, o.peak_tflops, o.peak_gbps);
+    EXPECT_NE(p.source.find("--ceilings"), std::string::npos) << p.source;
+
+    c.gemm_error = "cublasLtMatmul: CUBLAS_STATUS_EXECUTION_FAILED";
+    {
+        std::ofstream f(path);
+        f << tools::ceilings_json(c, tools::peaks_for_device(c.device)).dump();
+    }
+    SF_EXPECT_ERROR(tools::read_ceilings(path), "has no measured GEMM", "EXECUTION_FAILED");
+    {
+        std::ofstream f(path);
+        f << "{\"schema\": \"slidefuse.bench/1\"}";
+    }
+    SF_EXPECT_ERROR(tools::read_ceilings(path), "is not a slidefuse.ceilings/1 record");
+    SF_EXPECT_ERROR(tools::read_ceilings(path + ".absent"), "cannot read");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--peak-tflops", "-3"}), "--peak-tflops", "a number >= 0", "'-3'");
+    std::remove(path.c_str());
 }
 
 TEST(BenchCeilings, NeedsAGpu) {

@@ -222,6 +222,27 @@ std::string ceilings_text(const nlohmann::json& d) {
     return out;
 }
 
+MeasuredPeaks read_ceilings(const std::string& path) {
+    std::ifstream f(path);
+    SF_CHECK(f.good(), "--ceilings: cannot read '%s'", path.c_str());
+    nlohmann::json d;
+    try {
+        f >> d;
+    } catch (const nlohmann::json::exception& e) {
+        SF_FAIL("--ceilings: '%s' is not JSON (%s)", path.c_str(), e.what());
+    }
+    SF_CHECK(d.is_object() && d.value("schema", std::string()) == kCeilingsSchema,
+             "--ceilings: '%s' is not a %s record (slidefuse bench ceilings --json)", path.c_str(), kCeilingsSchema);
+    const nlohmann::json& g = d["gemm"];
+    SF_CHECK(g.is_object() && g.contains("tflops") && g["tflops"].is_number() && g["tflops"].get<double>() > 0,
+             "--ceilings: '%s' has no measured GEMM (%s)", path.c_str(),
+             g.is_object() && g.contains("error") ? g["error"].get<std::string>().c_str() : "no gemm.tflops");
+    const nlohmann::json& c = d["copy"];
+    SF_CHECK(c.is_object() && c.contains("gbps") && c["gbps"].is_number() && c["gbps"].get<double>() > 0,
+             "--ceilings: '%s' has no measured copy bandwidth (copy.gbps)", path.c_str());
+    return MeasuredPeaks{g["tflops"].get<double>(), c["gbps"].get<double>()};
+}
+
 const char* const kCeilingsUsage =
     "usage: slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--warmup 3] [--iters 10] [--json OUT]\n"
     "  the ceilings a profile of the step is read against, measured on GPU 0 (docs/BENCH.md): a\n"

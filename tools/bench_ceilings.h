@@ -57,6 +57,13 @@ Ceilings measure_ceilings(const rt::Exec& ex, const std::string& device_name, co
 nlohmann::json ceilings_json(const Ceilings& c, const DevicePeaks& peaks);
 std::string ceilings_text(const nlohmann::json& doc);
 
+// The measured GEMM TFLOP/s and copy GB/s of a `bench ceilings --json` file, for the roofline of
+// `bench step --ceilings FILE`. Throws naming the file for another schema or a GEMM not measured.
+struct MeasuredPeaks {
+    double tensor_tflops = 0, hbm_gbps = 0;
+};
+MeasuredPeaks read_ceilings(const std::string& path);
+
 extern const char* const kCeilingsUsage;
 // `slidefuse bench ceilings ...` on GPU 0: prints the table, writes the JSON. Throws without a GPU.
 int bench_ceilings_command(const std::vector<std::string>& args);

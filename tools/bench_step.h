@@ -19,6 +19,7 @@ struct StepBenchOptions {
     bool layers = false;             // per-layer table (eager run)
     int layers_batch = 0;            // batch of the per-layer run (0 = the first batch size)
     double peak_tflops = 0, peak_gbps = 0;  // roofline overrides (0 = the device table)
+    std::string ceilings;                   // --ceilings FILE: the overrides came from it (when not given)
     int world = 0;                          // --world N: NCCL allreduce over the job's N ranks; 0: none
     std::string json;                       // output file ("" = none)
 };

@@ -45,7 +45,9 @@ const char* kBenchUsage =
     "                                [--steps 50] [--warmup 10] [--eager] [--deterministic]\n"
     "                                [--conv-candidates 4]\n"
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
-    "                                [--peak-tflops T] [--peak-gbps G] [--world N] [--json OUT]\n"
+    "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N] [--json OUT]\n"
+    "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
+    "           TFLOP/s and copy GB/s) instead of the datasheet\n"
     "           --world N: NCCL gradient allreduce in every step over the job's N ranks\n"
     "           (mpirun -np N slidefuse bench step --world N; 1: one rank, no MPI)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
@@ -318,15 +320,17 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         } else if (s == "--warmup") {
             o.warmup = parse_int_at_least(s, v, 0);
         } else if (s == "--memory-budget-gb") {
-            o.memory_budget_bytes = static_cast<size_t>(parse_seconds(s, v) * 1e9);
+            o.memory_budget_bytes = static_cast<size_t>(parse_nonnegative(s, v) * 1e9);
         } else if (s == "--layers-batch") {
             o.layers_batch = parse_int_at_least(s, v, 1);
         } else if (s == "--conv-candidates") {
             o.conv_candidates = parse_int_at_least(s, v, 1);
         } else if (s == "--peak-tflops") {
-            o.peak_tflops = parse_seconds(s, v);
+            o.peak_tflops = parse_nonnegative(s, v);
         } else if (s == "--peak-gbps") {
-            o.peak_gbps = parse_seconds(s, v);
+            o.peak_gbps = parse_nonnegative(s, v);
+        } else if (s == "--ceilings") {
+            o.ceilings = v;
         } else if (s == "--world") {
             o.world = parse_int_at_least(s, v, 1);
         } else if (s == "--json") {
@@ -336,6 +340,11 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
     }
     SF_CHECK(!o.batch_sizes.empty(), "bench step: --batch-sizes is empty");
+    if (!o.ceilings.empty()) {  // measured ceilings as the roofline's peaks (explicit --peak-* win)
+        const MeasuredPeaks m = read_ceilings(o.ceilings);
+        if (o.peak_tflops == 0) o.peak_tflops = m.tensor_tflops;
+        if (o.peak_gbps == 0) o.peak_gbps = m.hbm_gbps;
+    }
     check_bench_world(o.world, rt::comm().world(), o.search);
     return o;
 }

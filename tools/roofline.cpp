@@ -245,11 +245,11 @@ DevicePeaks peaks_for_device(const std::string& device_name, double override_tfl
     if (override_tflops > 0) {
         d.tensor_tflops = override_tflops;
         if (d.simt_tflops <= 0) d.simt_tflops = override_tflops;
-        d.source += std::string(d.source.empty() ? "" : "; ") + "tensor peak from --peak-tflops";
+        d.source += std::string(d.source.empty() ? "" : "; ") + "tensor peak given (--peak-tflops or --ceilings)";
     }
     if (override_gbps > 0) {
         d.hbm_gbps = override_gbps;
-        d.source += std::string(d.source.empty() ? "" : "; ") + "bandwidth from --peak-gbps";
+        d.source += std::string(d.source.empty() ? "" : "; ") + "bandwidth given (--peak-gbps or --ceilings)";
     }
     if (d.source.empty()) d.source = "unknown device: pass --peak-tflops and --peak-gbps";
     return d;
