@@ -2,6 +2,8 @@
 // x (N,H,W,Cin) NHWC; w (Cout,k,k,Cin/groups) KRSC; b (Cout) or null; y (N,P,Q,Cout).
 // P = (H + 2*pad - k)/stride + 1, likewise Q. Matches torch.nn.Conv2d(padding=pad, groups=groups).
 #pragma once
+#include <string>
+
 #include "kernels/tensor.h"
 #include "runtime/exec.h"
 
@@ -19,6 +21,8 @@ struct ConvShape {
     size_t weight_numel() const { return static_cast<size_t>(cout) * k * k * (cin / groups); }
     // Throws rt::Error naming the problem (non-positive dims, groups not dividing channels, ...).
     void validate() const;
+    // "n128 64x128 c32->64 k3 s2 g1": how messages and reports name a convolution.
+    std::string describe() const;
 };
 
 // y = conv(x, w) + b                           (y overwritten)

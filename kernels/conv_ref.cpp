@@ -18,6 +18,10 @@
 
 namespace kern {
 
+std::string ConvShape::describe() const {
+    return rt::format("n%d %dx%d c%d->%d k%d s%d g%d", n, h, w, cin, cout, k, stride, groups);
+}
+
 void ConvShape::validate() const {
     SF_CHECK(n > 0 && h > 0 && w > 0, "conv: input dims must be positive, got n=%d h=%d w=%d", n, h, w);
     SF_CHECK(cin > 0 && cout > 0, "conv: channel counts must be positive, got cin=%d cout=%d", cin, cout);

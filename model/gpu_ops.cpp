@@ -57,13 +57,6 @@ bool same_shape(const kern::ConvShape& a, const kern::ConvShape& b) {
            a.stride == b.stride && a.pad == b.pad && a.groups == b.groups && a.bias == b.bias;
 }
 
-std::string shape_string(const kern::ConvShape& s) {
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "n%d %dx%d c%d->%d k%d s%d g%d", s.n, s.h, s.w, s.cin, s.cout, s.k, s.stride,
-                  s.groups);
-    return buf;
-}
-
 // Device buffers for timing one shape at plan time (freed on scope exit).
 struct TimingBuffers {
     void* p[6] = {};
@@ -180,9 +173,9 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
             continue;
         }
         const ConvImpl custom = cand[1];
-        custom_ws_floats_ = std::max(custom_ws_floats_, custom == ConvImpl::CustomStem
-                                                            ? kern::stemconv_workspace_floats(u.shape)
-                                                            : kern::dwconv3x3_workspace_floats(u.shape));
+        custom_ws_floats_ =
+            std::max(custom_ws_floats_, custom == ConvImpl::CustomStem ? kern::stemconv_workspace_floats(u.shape)
+                                                                       : kern::dwconv3x3_workspace_floats(u.shape));
         e.impl = custom;
         if (!policy_.autotune) {
             entries_.push_back(e);
@@ -198,7 +191,7 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
             // for must not pass for one: surface anything pending on the device first.
             SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
             SF_CUDA_CHECK(cudaPeekAtLastError());
-            SF_LOG_INFO("cuDNN has no plan for %s (%s); the custom kernel runs it", shape_string(u.shape).c_str(),
+            SF_LOG_INFO("cuDNN has no plan for %s (%s); the custom kernel runs it", u.shape.describe().c_str(),
                         err.what());
             e.ms[0] = -1;
         }
@@ -212,7 +205,7 @@ void GpuOps::run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape
                         const kern::bf16* w, kern::bf16* y, const kern::bf16* dy, kern::bf16* dx, float* dw, bool dgrad,
                         bool accumulate) const {
     if (impl == ConvImpl::CustomStem) {
-        SF_CHECK(!dgrad, "the custom stem conv has no input gradient (%s)", shape_string(s).c_str());
+        SF_CHECK(!dgrad, "the custom stem conv has no input gradient (%s)", s.describe().c_str());
         if (y) kern::stemconv_forward_cuda(ex, s, x, w, y);
         if (dw) kern::stemconv_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_);
         return;
@@ -224,8 +217,8 @@ void GpuOps::run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape
 
 double GpuOps::time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const {
     const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel();
-    const size_t wsf = impl == ConvImpl::CustomStem ? kern::stemconv_workspace_floats(s)
-                                                    : kern::dwconv3x3_workspace_floats(s);
+    const size_t wsf =
+        impl == ConvImpl::CustomStem ? kern::stemconv_workspace_floats(s) : kern::dwconv3x3_workspace_floats(s);
     TimingBuffers b;
     SF_CUDA_CHECK(cudaMalloc(&b.p[0], xn * sizeof(kern::bf16)));  // x
     SF_CUDA_CHECK(cudaMalloc(&b.p[1], wn * sizeof(kern::bf16)));  // w
@@ -284,7 +277,7 @@ void GpuOps::bind_workspace(void* device_ptr, size_t bytes) {
 const GpuOps::Entry& GpuOps::find(const kern::ConvShape& s) const {
     for (const Entry& e : entries_)
         if (same_shape(e.shape, s)) return e;
-    SF_FAIL("convolution %s was not planned (GpuOps::prepare)", shape_string(s).c_str());
+    SF_FAIL("convolution %s was not planned (GpuOps::prepare)", s.describe().c_str());
 }
 
 void GpuOps::conv_forward(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
@@ -320,7 +313,7 @@ std::vector<std::string> GpuOps::describe() const {
     for (const Entry& e : entries_) {
         char buf[256];
         std::snprintf(buf, sizeof(buf), "%s: %s (cudnn %.3f ms, custom %.3f ms per fwd+bwd; -1 = not timed)",
-                      shape_string(e.shape).c_str(), conv_impl_name(e.impl), e.ms[0], e.ms[1]);
+                      e.shape.describe().c_str(), conv_impl_name(e.impl), e.ms[0], e.ms[1]);
         out.push_back(buf);
     }
     for (const std::string& line : cudnn_->describe()) out.push_back("  cudnn plan " + line);

@@ -74,12 +74,11 @@ bool same_conv_shape(const kern::ConvShape& a, const kern::ConvShape& b) {
 
 void check_dgrad_mode(const ConvUse& u, bool accumulate) {
     const kern::ConvShape& s = u.shape;
-    SF_CHECK(u.dgrad, "conv n%d %dx%d c%d->%d k%d s%d g%d was planned without an input gradient", s.n, s.h, s.w, s.cin,
-             s.cout, s.k, s.stride, s.groups);
+    SF_CHECK(u.dgrad, "conv %s was planned without an input gradient", s.describe().c_str());
     SF_CHECK(accumulate ? u.needs_accumulate() : u.needs_overwrite(),
-             "conv n%d %dx%d c%d->%d k%d s%d g%d: backward-data asked to %s dx, but only the %s mode was prepared "
+             "conv %s: backward-data asked to %s dx, but only the %s mode was prepared "
              "(the traced backward never asked for it: the backward changed after the plan was made)",
-             s.n, s.h, s.w, s.cin, s.cout, s.k, s.stride, s.groups, accumulate ? "accumulate into" : "overwrite",
+             s.describe().c_str(), accumulate ? "accumulate into" : "overwrite",
              accumulate ? "overwrite" : "accumulate");
 }
 

@@ -44,8 +44,7 @@ void Planner::record_dgrad_mode(const kern::ConvShape& s, bool overwrite) {
         (overwrite ? u.dgrad_overwrite : u.dgrad_accumulate) = true;
         return;
     }
-    SF_FAIL("the backward trace runs a backward-data of conv n%d %dx%d c%d->%d k%d s%d g%d, which no layer declared",
-            s.n, s.h, s.w, s.cin, s.cout, s.k, s.stride, s.groups);
+    SF_FAIL("the backward trace runs a backward-data of conv %s, which no layer declared", s.describe().c_str());
 }
 
 void Planner::plan_grads() {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 
+#include "runtime/device_info.h"
 #include "runtime/log.h"
 
 namespace rt {
@@ -190,12 +191,13 @@ CudnnDesc cudnn_conv_desc(const CudnnConvSpec& spec) {
 // ---- targets ----
 
 void CudnnTarget::validate(const char* fn) const {
-    SF_CHECK((handle != nullptr) != (device != nullptr), "%s: the cuDNN target needs exactly one of a handle and a "
-             "device property descriptor (handle %p, device %p)", fn, static_cast<void*>(handle),
-             static_cast<const void*>(device));
-    SF_CHECK(!device || (device->valid() && device->finalized() &&
-                         device->type() == CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR),
-             "%s: the target's device property descriptor is not a finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR", fn);
+    SF_CHECK((handle != nullptr) != (device != nullptr),
+             "%s: the cuDNN target needs exactly one of a handle and a "
+             "device property descriptor (handle %p, device %p)",
+             fn, static_cast<void*>(handle), static_cast<const void*>(device));
+    SF_CHECK(
+        !device || (device->valid() && device->finalized() && device->type() == CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR),
+        "%s: the target's device property descriptor is not a finalized CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR", fn);
 }
 
 namespace {
@@ -203,9 +205,9 @@ namespace {
 void check_device_prop_runtime(const char* fn) {
     const size_t v = cudnnGetVersion();
     SF_CHECK(v >= kCudnnDevicePropMinRuntime,
-             "%s: the cuDNN library loaded is %zu.%zu.%zu; device property descriptors (plans without a device) "
-             "need cuDNN >= 9.8",
-             fn, v / 10000, v / 100 % 100, v % 100);
+             "%s: the cuDNN library loaded is %s; device property descriptors (plans without a device) need cuDNN "
+             ">= 9.8",
+             fn, cudnn_version_string(v).c_str());
 }
 
 }  // namespace
@@ -217,9 +219,10 @@ CudnnDesc cudnn_device_prop_from_json(const std::string& json) {
     d.set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<int64_t>(json.size()), json.data());
     std::string why;
     if (d.try_finalize(&why) != CUDNN_STATUS_SUCCESS)
-        SF_FAIL("cuDNN refuses this device property JSON (%zu bytes): %s (run with CUDNN_LOGERR_DBG=1 "
-                "CUDNN_LOGDEST_DBG=stderr to see the key it misses; configs/devices/README.md lists them)",
-                json.size(), why.c_str());
+        SF_FAIL(
+            "cuDNN refuses this device property JSON (%zu bytes): %s (run with CUDNN_LOGERR_DBG=1 "
+            "CUDNN_LOGDEST_DBG=stderr to see the key it misses; configs/devices/README.md lists them)",
+            json.size(), why.c_str());
     return d;
 }
 
@@ -397,8 +400,8 @@ std::vector<CudnnEngineConfig> cudnn_engine_configs(const CudnnTarget& target, c
 
 // ---- execution plans ----
 
-bool cudnn_try_plan(const CudnnTarget& target, const CudnnEngineConfig& cfg, CudnnDesc* plan,
-                    int64_t* workspace_bytes, std::string* why) {
+bool cudnn_try_plan(const CudnnTarget& target, const CudnnEngineConfig& cfg, CudnnDesc* plan, int64_t* workspace_bytes,
+                    std::string* why) {
     target.validate("cudnn_try_plan");
     SF_CHECK(plan != nullptr && workspace_bytes != nullptr && cfg.cfg.valid(),
              "cudnn_try_plan: null plan/workspace_bytes or empty engine config");

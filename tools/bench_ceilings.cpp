@@ -3,12 +3,14 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 
 #include "kernels/bf16.h"
+#include "runtime/arena.h"
 #include "runtime/cuda_check.h"
 #include "runtime/device_info.h"
 #include "runtime/error.h"
@@ -19,20 +21,6 @@ namespace tools {
 const char* const kCeilingsSchema = "slidefuse.ceilings/1";
 
 namespace {
-
-// Device buffers freed on scope exit.
-struct DeviceBuffers {
-    std::vector<void*> p;
-    void* alloc(size_t bytes) {
-        void* q = nullptr;
-        SF_CUDA_CHECK(cudaMalloc(&q, bytes));
-        p.push_back(q);
-        return q;
-    }
-    ~DeviceBuffers() {
-        for (void* q : p) cudaFree(q);
-    }
-};
 
 // Mean ms of `iters` runs of `body` on `stream` after `warmup` untimed ones.
 template <class F>
@@ -110,11 +98,13 @@ double gemm_bf16_ms(const rt::Exec& ex, int n, const void* a, const void* b, voi
                                                          sizeof(ws_bytes)));
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
-    SF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ex.cublaslt, g.op, g.layout, g.layout, g.layout, g.layout, g.pref,
-                                                   1, &res, &found));
+    SF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ex.cublaslt, g.op, g.layout, g.layout, g.layout, g.layout, g.pref, 1,
+                                                   &res, &found));
     SF_CHECK(found > 0, "gemm_bf16_ms: cuBLASLt offers no algorithm for a %dx%dx%d bf16 GEMM", n, n, n);
-    DeviceBuffers ws;
-    void* workspace = res.workspaceSize ? ws.alloc(res.workspaceSize) : nullptr;
+    rt::Arena ws("gemm workspace", rt::MemKind::Device);
+    const size_t ws_off = ws.reserve(std::max<size_t>(res.workspaceSize, 1), 256, "cuBLASLt workspace");
+    ws.allocate();
+    void* workspace = res.workspaceSize ? ws.at(ws_off) : nullptr;
     if (algo) {
         int id = -1, tile = -1;
         size_t got = 0;
@@ -135,9 +125,12 @@ Ceilings measure_ceilings(const rt::Exec& ex, const std::string& device_name, co
     Ceilings c;
     c.device = device_name;
     {
-        DeviceBuffers buf;
-        void* src = buf.alloc(o.copy_bytes);
-        void* dst = buf.alloc(o.copy_bytes);
+        rt::Arena buf("copy ceiling", rt::MemKind::Device);
+        const size_t src_off = buf.reserve(o.copy_bytes, 256, "copy source");
+        const size_t dst_off = buf.reserve(o.copy_bytes, 256, "copy destination");
+        buf.allocate();
+        void* src = buf.at(src_off);
+        void* dst = buf.at(dst_off);
         SF_CUDA_CHECK(cudaMemsetAsync(src, 0x3C, o.copy_bytes, ex.stream));
         c.copy_bytes = o.copy_bytes;
         c.copy_iters = o.iters;
@@ -160,10 +153,13 @@ Ceilings measure_ceilings(const rt::Exec& ex, const std::string& device_name, co
         state = state * 6364136223846793005ull + 1442695040888963407ull;
         v = kern::float_to_bf16(static_cast<float>(static_cast<int64_t>(state >> 40) - (1 << 23)) / (1 << 23));
     }
-    DeviceBuffers buf;
-    void* a = buf.alloc(elems * sizeof(kern::bf16));
-    void* b = buf.alloc(elems * sizeof(kern::bf16));
-    void* d = buf.alloc(elems * sizeof(kern::bf16));
+    rt::Arena buf("GEMM ceiling", rt::MemKind::Device);
+    size_t off[3];
+    for (size_t& x : off) x = buf.reserve(elems * sizeof(kern::bf16), 256, "GEMM operand");
+    buf.allocate();
+    void* a = buf.at(off[0]);
+    void* b = buf.at(off[1]);
+    void* d = buf.at(off[2]);
     SF_CUDA_CHECK(cudaMemcpy(a, host.data(), elems * sizeof(kern::bf16), cudaMemcpyHostToDevice));
     SF_CUDA_CHECK(cudaMemcpy(b, host.data(), elems * sizeof(kern::bf16), cudaMemcpyHostToDevice));
     c.gemm_n = n;
@@ -181,9 +177,12 @@ nlohmann::json ceilings_json(const Ceilings& c, const DevicePeaks& p) {
     auto share = [](double got, double peak) { return peak > 0 ? nlohmann::json(got / peak) : nlohmann::json(); };
     nlohmann::json gemm;
     if (c.gemm_error.empty())
-        gemm = {{"n", c.gemm_n},        {"iters", c.gemm_iters},
-                {"ms", c.gemm_ms},      {"tflops", c.gemm_tflops},
-                {"of_datasheet", share(c.gemm_tflops, p.tensor_tflops)}, {"algo", c.gemm_algo}};
+        gemm = {{"n", c.gemm_n},
+                {"iters", c.gemm_iters},
+                {"ms", c.gemm_ms},
+                {"tflops", c.gemm_tflops},
+                {"of_datasheet", share(c.gemm_tflops, p.tensor_tflops)},
+                {"algo", c.gemm_algo}};
     else
         gemm = {{"error", c.gemm_error}};
     return {{"schema", kCeilingsSchema},

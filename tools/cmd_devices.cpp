@@ -11,6 +11,7 @@
 #include "runtime/device_info.h"
 #include "runtime/device_report.h"
 #include "runtime/error.h"
+#include "runtime/exec.h"
 #include "tools/commands.h"
 
 namespace tools {
@@ -19,17 +20,8 @@ namespace {
 
 // Device 0's cuDNN device property JSON into `path`.
 void write_cudnn_json(const std::string& path) {
-    SF_CUDA_CHECK(cudaSetDevice(0));
-    cudnnHandle_t h = nullptr;
-    SF_CUDNN_CHECK(cudnnCreate(&h));
-    std::string json;
-    try {
-        json = rt::cudnn_device_prop_json(h);
-    } catch (...) {
-        cudnnDestroy(h);
-        throw;
-    }
-    SF_CUDNN_CHECK(cudnnDestroy(h));
+    const rt::CudaContext ctx(0);
+    const std::string json = rt::cudnn_device_prop_json(ctx.exec().cudnn);
     std::ofstream f(path, std::ios::binary);
     SF_CHECK(f.good(), "devices: cannot write '%s'", path.c_str());
     f << json << "\n";

@@ -10,10 +10,10 @@
 #include "kernels/stemconv_cuda.h"
 #include "model/gpu_ops.h"
 #include "model/net.h"
-#include "runtime/cuda_check.h"
 #include "runtime/cudnn_graph.h"
 #include "runtime/device_info.h"
 #include "runtime/error.h"
+#include "runtime/exec.h"
 
 namespace tools {
 
@@ -29,10 +29,6 @@ std::string read_device_json(const std::string& path) {
 
 namespace {
 
-std::string conv_string(const kern::ConvShape& s) {
-    return rt::format("n%d %dx%d c%d->%d k%d s%d g%d", s.n, s.h, s.w, s.cin, s.cout, s.k, s.stride, s.groups);
-}
-
 struct Job {
     kern::ConvOp op;
     bool overwrite;
@@ -46,7 +42,7 @@ namespace {
 // One key's record: the conv, the job, and the probe's plan (or error).
 nlohmann::json plan_entry(const kern::ConvPlanProbe& p, const kern::ConvShape& s, const Job& j, const char* custom,
                           bool prepared_by_run) {
-    nlohmann::json e = {{"conv", conv_string(s)},
+    nlohmann::json e = {{"conv", s.describe()},
                         {"key", p.key.to_string()},
                         {"op", kern::conv_op_name(j.op)},
                         {"mode", j.mode},
@@ -89,8 +85,8 @@ nlohmann::json plans_for(const PlanArgs& a, const rt::CudnnTarget& target, const
         const bool has_custom = cand.size() > 1;
         if (has_custom)
             custom_ws = std::max(custom_ws, sizeof(float) * (cand[1] == model::ConvImpl::CustomStem
-                                                                  ? kern::stemconv_workspace_floats(u.shape)
-                                                                  : kern::dwconv3x3_workspace_floats(u.shape)));
+                                                                 ? kern::stemconv_workspace_floats(u.shape)
+                                                                 : kern::dwconv3x3_workspace_floats(u.shape)));
         // Without autotuning a shape with a custom kernel runs it and cuDNN is never asked; with
         // autotuning cuDNN's plans are built and timed against it (a refusal lets the custom one run).
         const bool asked = !has_custom || policy.autotune;
@@ -103,7 +99,8 @@ nlohmann::json plans_for(const PlanArgs& a, const rt::CudnnTarget& target, const
             nlohmann::json e = plan_entry(p, u.shape, j, has_custom ? model::conv_impl_name(cand[1]) : nullptr, asked);
             if (p.ok) {
                 ++planned;
-                variants[e["variant"].get<std::string>()] = variants.value(e["variant"].get<std::string>(), 0) + 1;
+                const std::string v = e["variant"];
+                variants[v] = variants.value(v, 0) + 1;
                 if (asked) ws = std::max(ws, policy.autotune ? p.max_workspace : p.workspace);
                 if (asked && j.overwrite && p.accum != kern::ConvAccum::Overwrite)
                     zeroed += u.shape.in().numel() * sizeof(kern::bf16);
@@ -145,22 +142,14 @@ nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_jso
     } catch (const rt::Error& e) {
         SF_FAIL("plan: %s: %s", device_path.c_str(), e.what());
     }
-    return plans_for(a, rt::CudnnTarget::of(device), parsed.value("deviceName", std::string("?")), device_path,
-                     policy);
+    return plans_for(a, rt::CudnnTarget::of(device), parsed.value("deviceName", std::string("?")), device_path, policy);
 }
 
 nlohmann::json cudnn_plans_json_gpu(const PlanArgs& a, const kern::ConvPolicy& policy) {
     const rt::DeviceInfo d = rt::query_device_info(0);
     SF_CHECK(d.available, "plan: --cudnn-device gpu needs a usable CUDA device here: %s", d.reason.c_str());
-    SF_CUDA_CHECK(cudaSetDevice(0));
-    struct Handle {
-        cudnnHandle_t h = nullptr;
-        ~Handle() {
-            if (h) cudnnDestroy(h);
-        }
-    } handle;
-    SF_CUDNN_CHECK(cudnnCreate(&handle.h));
-    return plans_for(a, rt::CudnnTarget::of(handle.h), d.name, "gpu 0 (cuDNN handle)", policy);
+    const rt::CudaContext ctx(0);
+    return plans_for(a, rt::CudnnTarget::of(ctx.exec().cudnn), d.name, "gpu 0 (cuDNN handle)", policy);
 }
 
 std::string cudnn_plans_text(const nlohmann::json& c, bool verbose) {

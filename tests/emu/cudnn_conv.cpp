@@ -100,6 +100,16 @@ struct Geometry {
         *w = q * cv.stride[1] - cv.pre[1] + ss * cv.dilation[1];
         return *h >= 0 && *h < H && *w >= 0 && *w < W;
     }
+    // Indices into the dense (N,C,H,W) / (K,CG,R,S) / (N,K,P,Q) copies that dense() makes.
+    size_t xi(int64_t n, int64_t c, int64_t h, int64_t w) const {
+        return static_cast<size_t>(((n * C + c) * H + h) * W + w);
+    }
+    size_t wi(int64_t k, int64_t c, int64_t r, int64_t s) const {
+        return static_cast<size_t>(((k * CG + c) * R + r) * S + s);
+    }
+    size_t yi(int64_t n, int64_t k, int64_t p, int64_t q) const {
+        return static_cast<size_t>(((n * K + k) * P + p) * Q + q);
+    }
     static int64_t off(const Tensor& t, int64_t a, int64_t b, int64_t c, int64_t d) {
         return a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3];
     }
@@ -126,9 +136,7 @@ void fprop(const Geometry& g) {
                             int64_t h, w;
                             if (!g.tap(p, q, r, s, &h, &w)) continue;
                             for (int64_t c = 0; c < g.CG; ++c)
-                                a.terms.push_back(
-                                    xs[static_cast<size_t>(((n * g.C + grp * g.CG + c) * g.H + h) * g.W + w)] *
-                                    ws[static_cast<size_t>(((k * g.CG + c) * g.R + r) * g.S + s)]);
+                                a.terms.push_back(xs[g.xi(n, grp * g.CG + c, h, w)] * ws[g.wi(k, c, r, s)]);
                         }
                     g.finish(g.op.y, g.j.y, Geometry::off(g.op.y, n, k, p, q), a.finish());
                 }
@@ -156,8 +164,7 @@ void dgrad(const Geometry& g) {
                             if (p >= g.P || q >= g.Q) continue;
                             for (int64_t kk = 0; kk < g.KG; ++kk) {
                                 const int64_t k = grp * g.KG + kk;
-                                a.terms.push_back(dy[static_cast<size_t>(((n * g.K + k) * g.P + p) * g.Q + q)] *
-                                                  ws[static_cast<size_t>(((k * g.CG + cl) * g.R + r) * g.S + s)]);
+                                a.terms.push_back(dy[g.yi(n, k, p, q)] * ws[g.wi(k, cl, r, s)]);
                             }
                         }
                     g.finish(g.op.x, g.j.x, Geometry::off(g.op.x, n, c, h, w), a.finish());
@@ -180,9 +187,7 @@ void wgrad(const Geometry& g) {
                             for (int64_t q = 0; q < g.Q; ++q) {
                                 int64_t h, w;
                                 if (!g.tap(p, q, r, s, &h, &w)) continue;
-                                a.terms.push_back(
-                                    xs[static_cast<size_t>(((n * g.C + grp * g.CG + c) * g.H + h) * g.W + w)] *
-                                    dy[static_cast<size_t>(((n * g.K + k) * g.P + p) * g.Q + q)]);
+                                a.terms.push_back(xs[g.xi(n, grp * g.CG + c, h, w)] * dy[g.yi(n, k, p, q)]);
                             }
                     g.finish(g.op.w, g.j.w, Geometry::off(g.op.w, k, c, r, s), a.finish());
                 }

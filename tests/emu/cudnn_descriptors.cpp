@@ -152,32 +152,10 @@ cudnnStatus_t finalize_conv(Desc& d) {
 
 const Desc& ref(const Desc& d, AttrName a) { return *attr(d, a)->descs.at(0); }
 
-// The attribute names of each convolution operation: x is dx for dgrad, w is dw for wgrad, y is dy
-// for both.
-struct OpAttrs {
-    DescType type;
-    OpKind kind;
-    AttrName alpha, beta, conv, x, w, y;
-};
-
 const OpAttrs& op_attrs(DescType t) {
-    static const OpAttrs table[3] = {
-        {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, OpKind::Fprop,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
-        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, OpKind::Dgrad,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY},
-        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, OpKind::Wgrad,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY},
-    };
-    for (const OpAttrs& o : table)
+    for (const OpAttrs& o : conv_op_attrs())
         if (o.type == t) return o;
-    return table[0];  // unreachable: finalize() dispatches only these three types
+    return conv_op_attrs().front();  // unreachable: finalize() dispatches only these three types
 }
 
 cudnnStatus_t finalize_op(Desc& d) {

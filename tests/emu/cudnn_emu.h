@@ -91,13 +91,13 @@ struct Desc {
     ConvOp op;
     std::shared_ptr<const Graph> graph;
     std::vector<std::shared_ptr<Desc>> results;  // ENGINEHEUR: finalized ENGINECFGs
-    int64_t counted_only = 0;  // ENGINEHEUR of a graph no engine supports: the count cuDNN reports anyway
-    int64_t engine = -1;                         // ENGINE, ENGINECFG, EXECUTION_PLAN
-    std::vector<Knob> knobs;                     // ENGINECFG, EXECUTION_PLAN
-    int64_t workspace = 0;                       // ENGINECFG, EXECUTION_PLAN
-    cudnnContext* handle = nullptr;              // EXECUTION_PLAN
-    Knob knob{CUDNN_KNOB_TYPE_COUNTS, 0};        // KNOB_CHOICE
-    std::vector<int64_t> uids;                   // VARIANT_PACK
+    int64_t counted_only = 0;              // ENGINEHEUR of a graph no engine supports: the count cuDNN reports anyway
+    int64_t engine = -1;                   // ENGINE, ENGINECFG, EXECUTION_PLAN
+    std::vector<Knob> knobs;               // ENGINECFG, EXECUTION_PLAN
+    int64_t workspace = 0;                 // ENGINECFG, EXECUTION_PLAN
+    cudnnContext* handle = nullptr;        // EXECUTION_PLAN
+    Knob knob{CUDNN_KNOB_TYPE_COUNTS, 0};  // KNOB_CHOICE
+    std::vector<int64_t> uids;             // VARIANT_PACK
     std::vector<void*> ptrs;
     void* ws = nullptr;
     explicit Desc(DescType t) : type(t) {}
@@ -120,6 +120,15 @@ struct AttrRule {
     DescType ref = CUDNN_BACKEND_POINTWISE_DESCRIPTOR;  // BACKEND_DESCRIPTOR: the type it must be
 };
 const AttrRule* rule_for(DescType d, AttrName a);  // null: not an attribute of d (or not emulated)
+
+// The attribute names of each convolution operation: x is dx for dgrad, w is dw for wgrad, y is dy
+// for both. The attribute rules and finalize both read them from here.
+struct OpAttrs {
+    DescType type;
+    OpKind kind;
+    AttrName alpha, beta, conv, x, w, y;
+};
+const std::vector<OpAttrs>& conv_op_attrs();  // fprop, dgrad, wgrad
 bool emulated_type(DescType t);
 size_t attr_size(AttrType t);
 const Value* attr(const Desc& d, AttrName a);
