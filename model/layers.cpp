@@ -24,10 +24,14 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
                         int groups, kern::Act a, bool with_bias) {
     cs = kern::ConvShape{in.n, in.h, in.w, in.c, cout, k, stride, (k - 1) / 2, groups, with_bias};
     cs.validate();
+    SF_CHECK(upsample >= 1, "%s: upsample factor %d must be >= 1", name.c_str(), upsample);
+    SF_CHECK(upsample == 1 || (!with_bias && k == 1),
+             "%s: an upsampled conv output must come from a 1x1 conv without bias (the order swap is exact only then)",
+             name.c_str());
     act = a;
     fwd_scope = name + " fwd";
     bwd_scope = name + " bwd";
-    p.layer({name, cs, true, a, input_grad});
+    p.layer({name, cs, true, a, input_grad, upsample});
     weight = p.param(name + ".conv.weight", {cout, in.c / groups, k, k}, true);
     if (with_bias) bias = p.param(name + ".conv.bias", {cout}, false);
     gamma = p.param(name + ".bn.weight", {cout}, false);
@@ -39,14 +43,21 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
     save_invstd = p.scratch(static_cast<size_t>(cout), "bn invstd");
     // conv.g lives only inside backward() (BN backward writes it, the conv's backward reads it);
     // the planner's liveness plan gives it that lifetime like every other gradient.
-    conv = p.act<T>(cs.out(), "conv");
+    // With upsample > 1 the same holds for conv_lo.g (the upsample's backward writes it).
+    kern::Shape4 bn_shape = cs.out();
+    if (upsample > 1) {
+        conv_lo = p.act<T>(cs.out(), "conv (before upsample)");
+        bn_shape.h *= upsample;
+        bn_shape.w *= upsample;
+    }
+    conv = p.act<T>(bn_shape, upsample > 1 ? "conv upsampled" : "conv");
     if constexpr (kIsCpu<T>) {
-        bn = p.act<T>(cs.out(), "bn");
-        out = act == kern::Act::None ? bn : p.act<T>(cs.out(), "act");
+        bn = p.act<T>(bn_shape, "bn");
+        out = act == kern::Act::None ? bn : p.act<T>(bn_shape, "act");
     } else {
-        out = p.act<T>(cs.out(), "bn+act");  // fused: BN output is never stored
+        out = p.act<T>(bn_shape, "bn+act");  // fused: BN output is never stored
         bn = out;
-        const size_t rows = cs.out().pixels();
+        const size_t rows = bn_shape.pixels();
         ws_floats = kern::bn_act_workspace_floats(rows, cout);
         if (with_bias) ws_floats = std::max(ws_floats, kern::column_sum_workspace_floats(rows, cout));
         ws = p.workspace(ws_floats);
@@ -60,7 +71,8 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const 
     const rt::Scope scope(ex, fwd_scope);
     const size_t rows = conv.shape.pixels();
     if constexpr (kIsCpu<T>) {
-        kern::conv_forward(ex, cs, x.v, weight.w, bias.w, conv.v);
+        kern::conv_forward(ex, cs, x.v, weight.w, bias.w, conv_out().v);
+        if (upsample > 1) ops::upsample_forward(ex, conv_lo.shape, upsample, conv_lo.v, conv.v);
         if (train) {
             kern::batchnorm_forward_train(ex, rows, cs.cout, conv.v, gamma.w, beta.w, bn.v, save_mean, save_invstd,
                                           running_mean, running_var, kBnMomentum, kBnEps);
@@ -71,8 +83,9 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const 
         }
         if (act != kern::Act::None) kern::act_forward(ex, act, bn.numel(), bn.v, out.v);
     } else {
-        ops->conv_forward(ex, cs, x.v, weight.h, conv.v);
-        if (cs.bias) kern::bias_add_bf16_cuda(ex, rows, cs.cout, bias.w, conv.v);
+        ops->conv_forward(ex, cs, x.v, weight.h, conv_out().v);
+        if (cs.bias) kern::bias_add_bf16_cuda(ex, rows, cs.cout, bias.w, conv.v);  // never with upsample > 1
+        if (upsample > 1) ops::upsample_forward(ex, conv_lo.shape, upsample, conv_lo.v, conv.v);
         // num_batches_tracked: every counter of the network is advanced by one launch per
         // train forward (SiderNetT::forward), not per layer.
         if (train)
@@ -93,14 +106,16 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         if (act != kern::Act::None) ops::act_backward(ex, act, bn.numel(), bn.v, out.g, bn.g);
         ops::batchnorm_backward(ex, rows, cs.cout, conv.v, bn.g, gamma.w, save_mean, save_invstd, conv.g, gamma.g,
                                 beta.g);
-        if (x.g) ops::conv_backward_data(ex, cs, conv.g, weight.w, x.g);
-        ops::conv_backward_filter(ex, cs, x.v, conv.g, weight.g, bias.g);
+        if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);
+        if (x.g) ops::conv_backward_data(ex, cs, conv_out().g, weight.w, x.g);
+        ops::conv_backward_filter(ex, cs, x.v, conv_out().g, weight.g, bias.g);
     } else {
         ops::bn_act_backward(ex, act, rows, cs.cout, conv.v, out.g, gamma.w, beta.w, save_mean, save_invstd, conv.g,
                              gamma.g, beta.g, ws, ws_floats);
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
-        if (x.g) ops::conv_backward_data(ops, ex, cs, conv.g, weight.h, x.g);
-        ops::conv_backward_filter(ops, ex, cs, x.v, conv.g, weight.g);
+        if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);
+        if (x.g) ops::conv_backward_data(ops, ex, cs, conv_out().g, weight.h, x.g);
+        ops::conv_backward_filter(ops, ex, cs, x.v, conv_out().g, weight.g);
     }
 }
 
@@ -195,13 +210,18 @@ void DSConv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
 
 template <class T>
 void FusePath<T>::declare(Planner& p, const std::string& name, const kern::Shape4& src, int src_level, int dst_level,
-                          int dst_channels) {
+                          int dst_channels, UpOrder order) {
     SF_CHECK(src_level != dst_level, "fusion path from level %d to itself", src_level);
     const std::string base =
         name + (src_level > dst_level ? ".up_" : ".down_") + scale_name(src_level) + "_to_" + scale_name(dst_level);
     up = src_level > dst_level;
     if (up) {
         factor = 1 << (src_level - dst_level);
+        if (order == UpOrder::ConvFirst) {  // 1x1 conv at the source resolution, then the upsample
+            cb.upsample = factor;
+            cb.declare(p, base + ".1", src, dst_channels, 1, 1, 1, kern::Act::None);
+            return;
+        }
         upsampled = p.act<T>({src.n, src.h * factor, src.w * factor, src.c}, "upsampled");
         cb.declare(p, base + ".1", upsampled.shape, dst_channels, 1, 1, 1, kern::Act::None);  // .0 is the Upsample
         return;
@@ -219,9 +239,13 @@ void FusePath<T>::declare(Planner& p, const std::string& name, const kern::Shape
 
 template <class T>
 void FusePath<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
-    if (up) {
+    if (upsample_first()) {
         ops::upsample_forward(ex, x.shape, factor, x.v, upsampled.v);
         cb.forward(ex, upsampled, train);
+        return;
+    }
+    if (up) {  // ConvFirst: the ConvBN upsamples its conv output
+        cb.forward(ex, x, train);
         return;
     }
     const ActT<T>* in = &x;
@@ -233,9 +257,13 @@ void FusePath<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) cons
 
 template <class T>
 void FusePath<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
-    if (up) {
+    if (upsample_first()) {
         cb.backward(ex, upsampled);
         ops::upsample_backward(ex, x.shape, factor, upsampled.g, x.g);
+        return;
+    }
+    if (up) {
+        cb.backward(ex, x);
         return;
     }
     for (size_t k = down.size(); k-- > 0;) down[k].backward(ex, k == 0 ? x : down[k - 1].out());
@@ -244,7 +272,7 @@ void FusePath<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
 // ---- Fusion ----
 
 template <class T>
-void Fusion<T>::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in) {
+void Fusion<T>::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, UpOrder up_order) {
     const int nb = static_cast<int>(in.size());
     paths.resize(in.size());
     sum.resize(in.size());
@@ -253,7 +281,7 @@ void Fusion<T>::declare(Planner& p, const std::string& name, const std::vector<k
         const size_t ui = static_cast<size_t>(i);
         paths[ui].resize(in.size());
         for (int j = 0; j < nb; ++j)
-            if (j != i) paths[ui][static_cast<size_t>(j)].declare(p, name, in[static_cast<size_t>(j)], j, i, in[ui].c);
+            if (j != i) paths[ui][static_cast<size_t>(j)].declare(p, name, in[static_cast<size_t>(j)], j, i, in[ui].c, up_order);
         sum[ui] = p.act<T>(in[ui], "fusion sum");
         smooth[ui].declare(p, name + ".smooth_" + scale_name(i), in[ui], in[ui].c, 3, 1, 1, kern::Act::Silu);
     }

@@ -11,6 +11,7 @@
 
 #include "kernels/conv.h"
 #include "model/planner.h"
+#include "model/up_order.h"
 #include "runtime/exec.h"
 
 namespace model {
@@ -26,6 +27,8 @@ constexpr bool kIsCpu = std::is_same_v<T, float>;
 
 // ConvBNAct: conv (optional bias) -> BatchNorm2d -> SiLU / ReLU / none.
 // x (N,H,W,Cin) -> out (N,P,Q,Cout). Names: <name>.conv.{weight,bias}, <name>.bn.*
+// With upsample = f > 1 (a fusion up path in UpOrder::ConvFirst): conv -> bilinear xf -> BN -> act,
+// x (N,H,W,Cin) -> out (N,fP,fQ,Cout); the conv writes conv_lo, the upsample writes conv.
 // CUDA: BN and the activation are one fused pass (kernels/bn_act_cuda.h), so `bn` is not stored
 // (bn == out); the backward recomputes the activation's input from `conv`.
 template <class T>
@@ -33,6 +36,7 @@ struct ConvBN {
     kern::ConvShape cs;
     kern::Act act = kern::Act::None;
     bool input_grad = true;  // set false before declare() for the network's first conv
+    int upsample = 1;        // set before declare(): > 1 upsamples the conv output (no bias allowed)
     std::string fwd_scope, bwd_scope;  // "<name> fwd" / "<name> bwd" (rt::Scope)
     Param weight, bias, gamma, beta;
     float* running_mean = nullptr;
@@ -43,7 +47,8 @@ struct ConvBN {
     float* ws = nullptr;  // shared reduction workspace (CUDA)
     size_t ws_floats = 0;
     GpuOps* ops = nullptr;  // CUDA conv dispatch
-    ActT<T> conv;           // conv output (BN input); its g lives only inside backward()
+    ActT<T> conv_lo;        // upsample > 1: the conv output at the input's resolution
+    ActT<T> conv;           // conv output (BN input), upsampled when upsample > 1; its g lives only inside backward()
     ActT<T> bn;             // BN output (activation input); CPU only
     ActT<T> out;            // activation output; the same tensor as bn when act == None
 
@@ -51,6 +56,7 @@ struct ConvBN {
                  kern::Act act, bool with_bias = false);
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
     void backward(const rt::Exec& ex, const ActT<T>& x) const;  // x.g may be null: no input gradient
+    const ActT<T>& conv_out() const { return upsample > 1 ? conv_lo : conv; }  // what the convolution writes
 };
 
 // Plain 1x1 conv with bias (the heads' final conv); its output (the logits) is fp32 on both
@@ -91,21 +97,24 @@ struct DSConv {
     const ActT<T>& out() const { return pw.out; }
 };
 
-// Fusion path between HRNet branches: up = bilinear x f then 1x1 ConvBN (linear);
-// down = a chain of stride-2 DSConvs (all but the last keep the source channels).
+// Fusion path between HRNet branches: up = bilinear x f then 1x1 ConvBN (linear), or with
+// UpOrder::ConvFirst the 1x1 conv at the source resolution then the upsample inside the ConvBN
+// (cb.upsample = f; no `upsampled` tensor); down = a chain of stride-2 DSConvs (all but the last keep
+// the source channels).
 template <class T>
 struct FusePath {
     bool up = false;
     int factor = 1;
-    ActT<T> upsampled;            // up: (N, f*H, f*W, Csrc)
+    ActT<T> upsampled;            // up, UpsampleFirst: (N, f*H, f*W, Csrc)
     ConvBN<T> cb;                 // up: 1x1 Csrc -> Cdst, no activation
     std::vector<DSConv<T>> down;  // down: 1..3 DSConvs
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& src, int src_level, int dst_level,
-                 int dst_channels);
+                 int dst_channels, UpOrder order);
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
     void backward(const rt::Exec& ex, const ActT<T>& x) const;
     const ActT<T>& out() const { return up ? cb.out : down.back().out(); }
+    bool upsample_first() const { return up && cb.upsample == 1; }
 };
 
 // Cross-resolution fusion of an HRNet stage: out_i = smooth_i( x_i + sum_{j != i} path_ji(x_j) ),
@@ -117,7 +126,7 @@ struct Fusion {
     std::vector<ActT<T>> sum;
     std::vector<ConvBN<T>> smooth;
 
-    void declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in);
+    void declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, UpOrder up_order);
     void forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& x, bool train) const;
     void backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& x) const;
     const ActT<T>& out(int i) const { return smooth[static_cast<size_t>(i)].out; }

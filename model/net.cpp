@@ -40,7 +40,8 @@ void NetShape::validate_for_training() const {
 // ---- Stage ----
 
 template <class T>
-void Stage<T>::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks) {
+void Stage<T>::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks,
+                       UpOrder up_order) {
     branches.resize(in.size());
     for (size_t i = 0; i < in.size(); ++i) {
         branches[i].resize(static_cast<size_t>(blocks));
@@ -48,7 +49,7 @@ void Stage<T>::declare(Planner& p, const std::string& name, const std::vector<ke
             branches[i][static_cast<size_t>(b)].declare(
                 p, name + ".branch_" + scale_name(static_cast<int>(i)) + "." + std::to_string(b), in[i]);
     }
-    fusion.declare(p, name + ".fusion", in);
+    fusion.declare(p, name + ".fusion", in, up_order);
 }
 
 template <class T>
@@ -174,15 +175,16 @@ void SiderNetT<T>::declare(Planner& p) {
     // Stage 2: keep 1/4, new 1/8 branch.
     t2_keep_.declare(p, "stage2.t2_b1_keep", stem_.out().shape, 32, 1, 1, 1, kern::Act::Silu);
     t2_down_.declare(p, "stage2.t2_b2_down", stem_.out().shape, 64, 2);
-    stage2_.declare(p, "stage2", {level_shape(s, 0), level_shape(s, 1)}, 2);
+    stage2_.declare(p, "stage2", {level_shape(s, 0), level_shape(s, 1)}, 2, s.up_order);
 
     // Stage 3: new 1/16 branch from the 1/8 fusion output.
     t3_new_.declare(p, "stage3.t3_b3_from_1_8", level_shape(s, 1), 128, 2);
-    stage3_.declare(p, "stage3", {level_shape(s, 0), level_shape(s, 1), level_shape(s, 2)}, 3);
+    stage3_.declare(p, "stage3", {level_shape(s, 0), level_shape(s, 1), level_shape(s, 2)}, 3, s.up_order);
 
     // Stage 4: new 1/32 branch from the 1/16 fusion output.
     t4_new_.declare(p, "stage4.t4_b4_from_1_16", level_shape(s, 2), 256, 2);
-    stage4_.declare(p, "stage4", {level_shape(s, 0), level_shape(s, 1), level_shape(s, 2), level_shape(s, 3)}, 2);
+    stage4_.declare(p, "stage4", {level_shape(s, 0), level_shape(s, 1), level_shape(s, 2), level_shape(s, 3)}, 2,
+                    s.up_order);
 
     // LiteFPN: laterals from 1/32 down to 1/4 (state_dict order), P5 smooth, three weighted fuses.
     for (int level = 3; level >= 0; --level)

@@ -7,6 +7,7 @@
 
 #include "model/layers.h"
 #include "model/loss.h"
+#include "model/up_order.h"
 
 namespace kern {
 struct ConvPolicy;  // kernels/conv_cudnn.h
@@ -19,6 +20,9 @@ struct NetShape {
     int channels = 2;
     int height = 256;
     int width = 512;
+    // The fusion up paths' order (model/up_order.h); the parameters and their names are the same in
+    // both, so weights and checkpoints move freely between them.
+    UpOrder up_order = UpOrder::UpsampleFirst;
     void validate() const;  // throws naming the offending value
     // validate() and: train-mode BatchNorm has >= 2 values per channel at the coarsest level.
     void validate_for_training() const;
@@ -40,7 +44,8 @@ template <class T>
 struct Stage {
     std::vector<std::vector<LiteBlock<T>>> branches;
     Fusion<T> fusion;
-    void declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks);
+    void declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks,
+                 UpOrder up_order);
     void forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train) const;
     void backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in) const;
     const ActT<T>& branch_out(size_t i) const { return branches[i].back().out; }

@@ -87,6 +87,7 @@ struct LayerUse {
     bool batchnorm = true;  // conv -> BN (+ activation); false for the heads' last 1x1
     kern::Act act = kern::Act::None;
     bool input_grad = true;  // the backward computes the input's gradient
+    int upsample = 1;        // > 1: bilinear xupsample between the conv and the BN (UpOrder::ConvFirst)
 };
 
 // Bytes per region of a plan. activation_grads is the region after sharing; the grad_* fields

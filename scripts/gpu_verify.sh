@@ -13,6 +13,9 @@
 #   tests    scripts/gpu_test.sh: every gpu test (JSON report) + compute-sanitizer memcheck of one step
 #   bench    slidefuse bench ceilings (ceilings.json), then bench step: batch sizes 64..512 at 256x512,
 #            160x320, batch search, per-layer table
+#   uporder  bench step at batch 128, 256x512, in both fusion up-path orders (model.fusion_up_order:
+#            upsample_first, conv_first), each with its per-layer table: the A/B of
+#            docs/perf/OPTIMIZATION_LOG.md entry 1 (bench_up_<order>.json, uporder.log)
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px); stops
 #            with a checkpoint after SF_T_TRAIN seconds (500) and resumes on the next call
@@ -28,10 +31,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export SF_SOURCE_DIR=${SF_SOURCE_DIR:-$PWD}  # the tests find configs/ here, not at the build machine's path
-usage="usage: scripts/gpu_verify.sh first|tests|bench|compare|train|e2e [build-dir]"
+usage="usage: scripts/gpu_verify.sh first|tests|bench|uporder|compare|train|e2e [build-dir]"
 STAGE=${1:-}
 case "$STAGE" in
-  first|tests|bench|compare|train|e2e) ;;
+  first|tests|bench|uporder|compare|train|e2e) ;;
   -h|--help) echo "$usage"; exit 0 ;;
   *) echo "gpu_verify: unknown stage '$STAGE'; $usage" >&2; exit 64 ;;
 esac
@@ -205,6 +208,11 @@ case "$STAGE" in
       --ceilings "$OUT_DIR/ceilings.json" \
       --json "$OUT_DIR/bench_256x512.json" 2>&1 | tee -a "$OUT_DIR/bench.log"
     "$SF" bench step --batch-sizes 128,256 --size 160x320 --json "$OUT_DIR/bench_160x320.json" 2>&1 | tee -a "$OUT_DIR/bench.log" ;;
+  uporder)
+    for order in upsample_first conv_first; do
+      "$SF" bench step --batch-sizes 128 --size 256x512 --up-order "$order" --layers --layers-batch 128 \
+        --json "$OUT_DIR/bench_up_$order.json" 2>&1 | tee -a "$OUT_DIR/uporder.log"
+    done ;;
   compare)
     python3 tools/compare.py --slidefuse "$SF" --no-build --batch-sizes 64,128,256 --out-dir "$OUT_DIR" \
       --work-dir "$(mktemp -d)/compare-work" 2>&1 | tee "$OUT_DIR/compare.log" ;;

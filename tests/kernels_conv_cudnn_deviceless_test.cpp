@@ -117,11 +117,23 @@ TEST(CudnnDeviceless, EveryStepConvHasAPlanAtTheGpuQuickSize) {
     a.batch = 128;  // configs/gpu_quick.yaml
     a.height = 256;
     a.width = 512;
+    // Both policies in the default fusion up-path order; the conv_first order (its 1x1 up-path convs
+    // at the source resolution: new shapes) with the deterministic one.
+    struct Case {
+        bool deterministic;
+        model::UpOrder order;
+    };
+    const Case cases[] = {{true, model::UpOrder::UpsampleFirst},
+                          {false, model::UpOrder::UpsampleFirst},
+                          {true, model::UpOrder::ConvFirst}};
     for (const char* f : kDevices)
-        for (bool deterministic : {true, false}) {
+        for (const Case& k : cases) {
+            const bool deterministic = k.deterministic;
+            a.up_order = k.order;
             const nlohmann::json c = tools::cudnn_plans_json(a, tools::read_device_json(device_path(f)),
                                                              device_path(f), kern::run_conv_policy(deterministic));
-            SCOPED_TRACE(std::string(f) + (deterministic ? " deterministic" : " autotune"));
+            SCOPED_TRACE(std::string(f) + (deterministic ? " deterministic " : " autotune ") +
+                         model::up_order_name(k.order));
             EXPECT_EQ(c["failed"].get<size_t>(), 0u) << tools::cudnn_plans_text(c, true);
             EXPECT_EQ(c["failed_custom_covered"].get<size_t>(), 0u);
             EXPECT_EQ(c["planned"].get<size_t>(), c["keys"].get<size_t>());

@@ -80,6 +80,37 @@ TEST(ToolsBench, RooflineBatchNormAndOthersHandChecked) {
     EXPECT_EQ(cb.bwd.flops(), want_bwd.flops());
     EXPECT_EQ(conv_bn_act_cost(s, kern::Act::Silu, false).bwd.bytes,
               want_bwd.bytes - conv_backward_data_cost(s, true).bytes);
+    // A fusion up path in ConvFirst order: 1x1 conv at 8x8, bilinear x4, BatchNorm over 32x32.
+    const kern::ConvShape up{2, 8, 8, 64, 16, 1, 1, 0, 1, false};
+    const FwdBwd cu = conv_bn_act_cost(up, kern::Act::None, true, 4);
+    const size_t lo = 2 * 8 * 8 * 16;  // conv output elements before the upsample
+    EXPECT_EQ(cu.fwd.bytes, conv_forward_cost(up).bytes + upsample_forward_cost(lo, 4, 2).bytes +
+                                bn_act_forward_cost(2 * 32 * 32, 16, kern::Act::None).bytes);
+    EXPECT_EQ(cu.bwd.bytes, bn_act_backward_cost(2 * 32 * 32, 16, kern::Act::None).bytes +
+                                upsample_backward_cost(lo, 4, 2).bytes + conv_backward_filter_cost(up, true).bytes +
+                                conv_backward_data_cost(up, true).bytes);
+    EXPECT_EQ(cu.fwd.tensor_flops, conv_forward_cost(up).tensor_flops);  // the conv at the low resolution
+    SF_EXPECT_ERROR(conv_bn_act_cost(up, kern::Act::None, true, 0), "upsample factor 0");
+    // The whole up path in either order, hand-counted (bf16 activations, bf16 weights, fp32 dW).
+    // x 2x8x8x64 -> 16 channels, x4 -> 2x32x32. lo: 8192 in, 2048 out; hi: 131072 in, 32768 out.
+    const FwdBwd cf = up_path_cost(up, 4, model::UpOrder::ConvFirst);
+    EXPECT_EQ(cf.fwd.bytes, cu.fwd.bytes);
+    EXPECT_EQ(cf.bwd.bytes, cu.bwd.bytes);
+    const FwdBwd uf = up_path_cost(up, 4, model::UpOrder::UpsampleFirst);
+    const double w = 16 * 64 * 2, dw = 16 * 64 * 4;
+    const double fwd = (8192 + 131072) * 2.0      // upsample: read x, write the x4 tensor
+                       + 131072 * 2.0 + w + 32768 * 2.0  // conv: read it and w, write y
+                       + 3 * 32768 * 2.0 + 8 * 16 * 4;   // BN: stats read, apply read + write
+    const double bwd = 5 * 32768 * 2.0 + 8 * 16 * 4     // BN backward
+                       + 131072 * 2.0 + 32768 * 2.0 + 2 * dw  // wgrad: read x, dy; dW read + written
+                       + 32768 * 2.0 + w + 131072 * 2.0       // dgrad: read dy, w; write dx (overwrite)
+                       + 131072 * 2.0 + 2 * 8192 * 2.0;       // upsample backward: read dy, dx += (r + w)
+    EXPECT_EQ(uf.fwd.bytes, fwd);
+    EXPECT_EQ(uf.bwd.bytes, bwd);
+    EXPECT_EQ(uf.fwd.tensor_flops, 16.0 * cf.fwd.tensor_flops);  // the conv at 16x the pixels
+    EXPECT_LT(cf.fwd.bytes + cf.bwd.bytes, 0.5 * (fwd + bwd));
+    SF_EXPECT_ERROR(up_path_cost(up, 1, model::UpOrder::ConvFirst), "factor 1");
+    SF_EXPECT_ERROR(up_path_cost(s, 2, model::UpOrder::ConvFirst), "plain 1x1");
 
     EXPECT_EQ(upsample_forward_cost(100, 2, 2).bytes, (100 + 400) * 2);
     EXPECT_EQ(upsample_forward_cost(100, 2, 2).simt_flops, 7 * 400);

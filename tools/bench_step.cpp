@@ -161,7 +161,9 @@ struct Events {
     cudaEvent_t operator[](size_t i) const { return ev[i]; }
 };
 
-model::NetShape shape_of(int batch, const StepBenchOptions& o) { return {batch, o.channels, o.height, o.width}; }
+model::NetShape shape_of(int batch, const StepBenchOptions& o) {
+    return {batch, o.channels, o.height, o.width, o.up_order};
+}
 
 model::LrSchedule bench_schedule() {
     model::LrSchedule s;
@@ -262,7 +264,8 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"activation_bytes", mp.activations + mp.activation_grads},
                    {"workspace_bytes", mp.workspace},
                    {"workspace_bytes_planned", rig.net.plan().memory().workspace},
-                   {"plan_seconds", plan_s}};
+                   {"plan_seconds", plan_s},
+                   {"fusion_up_order", model::up_order_name(o.up_order)}};
         if (nccl) {  // the allreduce alone, after the timed steps, on the step's stream
             const model::Planner& p = rig.net.plan();
             const AllreduceTiming a =
@@ -309,7 +312,7 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
     for (const model::LayerUse& l : plan.layers()) {
         FwdBwd c;
         if (l.batchnorm) {
-            c = conv_bn_act_cost(l.shape, l.act, l.input_grad);
+            c = conv_bn_act_cost(l.shape, l.act, l.input_grad, l.upsample);
         } else {  // the heads' last 1x1 conv: bf16 in, fp32 logits out
             c.fwd = conv_forward_cost(l.shape);
             c.bwd = conv_backward_data_cost(l.shape, true) + conv_backward_filter_cost(l.shape, true);

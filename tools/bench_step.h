@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "model/up_order.h"
+
 namespace tools {
 
 struct StepBenchOptions {
@@ -21,6 +23,7 @@ struct StepBenchOptions {
     double peak_tflops = 0, peak_gbps = 0;  // roofline overrides (0 = the device table)
     std::string ceilings;                   // --ceilings FILE: the overrides came from it (when not given)
     int world = 0;                          // --world N: NCCL allreduce over the job's N ranks; 0: none
+    model::UpOrder up_order = model::UpOrder::UpsampleFirst;  // --up-order (model/up_order.h)
     std::string json;                       // output file ("" = none)
 };
 

@@ -137,6 +137,7 @@ CheckSetup make_setup(const CheckOptions& o) {
     s.shape.channels = cfg.model.input_channels;
     s.shape.height = o.height ? o.height : cfg.model.input_height;
     s.shape.width = o.width ? o.width : cfg.model.input_width;
+    s.shape.up_order = cfg.model.fusion_up_order;
     s.shape.validate_for_training();
     s.loss = loss_config(cfg);
     s.optim = optim_config(cfg);

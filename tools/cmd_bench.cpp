@@ -45,11 +45,13 @@ const char* kBenchUsage =
     "                                [--steps 50] [--warmup 10] [--eager] [--deterministic]\n"
     "                                [--conv-candidates 4]\n"
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
-    "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N] [--json OUT]\n"
+    "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
+    "                                [--up-order upsample_first|conv_first] [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
     "           --world N: NCCL gradient allreduce in every step over the job's N ranks\n"
     "           (mpirun -np N slidefuse bench step --world N; 1: one rank, no MPI)\n"
+    "           --up-order: the fusion up paths' order (model.fusion_up_order; default upsample_first)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
     "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -333,6 +335,9 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             o.ceilings = v;
         } else if (s == "--world") {
             o.world = parse_int_at_least(s, v, 1);
+        } else if (s == "--up-order") {
+            SF_CHECK(model::parse_up_order(v, &o.up_order),
+                     "bench step: --up-order expects upsample_first or conv_first, got '%s'", v.c_str());
         } else if (s == "--json") {
             o.json = v;
         } else {

@@ -15,7 +15,7 @@ namespace tools {
 
 const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
-           "[--json FILE]\n"
+           "[--up-order upsample_first|conv_first] [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]]\n"
            "  the memory plan (parameters, optimizer state, activations, activation gradients, workspace, bytes\n"
            "  zeroed per micro-step) for an input size and batch, without a GPU.\n"
@@ -24,7 +24,8 @@ const char* plan_usage() {
            "  on the GPU by `slidefuse devices --cudnn-json FILE`); no GPU needed. `--cudnn-device gpu`: the same\n"
            "  through a cuDNN handle on this machine's GPU 0. The workspace then includes the conv workspace;\n"
            "  exit 1 when a convolution the step needs has no cuDNN plan.\n"
-           "  defaults: 256x512, batch 8, 2 channels, cuda (bf16 activations; cpu: fp32)\n";
+           "  --up-order: the fusion up paths' order (model.fusion_up_order, docs/MODEL.md)\n"
+           "  defaults: 256x512, batch 8, 2 channels, cuda (bf16 activations; cpu: fp32), upsample_first\n";
 }
 
 PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
@@ -41,7 +42,7 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
             continue;
         }
         SF_CHECK(s == "--height" || s == "--width" || s == "--batch" || s == "--channels" || s == "--backend" ||
-                     s == "--json" || s == "--cudnn-device" || s == "--conv-policy",
+                     s == "--json" || s == "--cudnn-device" || s == "--conv-policy" || s == "--up-order",
                  "plan: unexpected argument '%s'\n%s", s.c_str(), plan_usage());
         SF_CHECK(i + 1 < args.size(), "plan: %s needs a value\n%s", s.c_str(), plan_usage());
         const std::string& v = args[++i];
@@ -51,6 +52,9 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
         if (s == "--channels") a.channels = parse_positive_int(s, v);
         if (s == "--json") a.json = v;
         if (s == "--cudnn-device") a.cudnn_device = v;
+        if (s == "--up-order")
+            SF_CHECK(model::parse_up_order(v, &a.up_order), "plan: --up-order expects upsample_first or conv_first, got "
+                     "'%s'", v.c_str());
         if (s == "--conv-policy") {
             SF_CHECK(v == "deterministic" || v == "autotune", "plan: --conv-policy expects deterministic or autotune, "
                      "got '%s'", v.c_str());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/loss.h"
+#include "model/up_order.h"
 
 namespace tools {
 
@@ -31,6 +32,9 @@ struct ModelSection {
     int input_channels = 2;                      // 2 (gray + mask, 1.1.1) or 4 (RGB + mask, early 1.1.0)
     int input_height = 256;                      // letterbox canvas, multiple of 32
     int input_width = 512;
+    // slidefuse: the fusion up paths' order (model/up_order.h; docs/CONFIG.md). The same parameters;
+    // conv_first runs the 1x1 conv before the upsample (equal in exact arithmetic, less work).
+    model::UpOrder fusion_up_order = model::UpOrder::UpsampleFirst;
 };
 
 struct OptimizerSection {

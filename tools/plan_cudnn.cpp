@@ -74,6 +74,7 @@ nlohmann::json plans_for(const PlanArgs& a, const rt::CudnnTarget& target, const
     shape.height = a.height;
     shape.width = a.width;
     shape.channels = a.channels;
+    shape.up_order = a.up_order;
     const model::SiderNetT<kern::bf16> net(shape, model::DryRun{});
 
     nlohmann::json plans = nlohmann::json::array();

@@ -4,6 +4,7 @@
 
 #include "model/net.h"
 #include "runtime/error.h"
+#include "tools/roofline.h"
 
 namespace tools {
 
@@ -24,6 +25,7 @@ model::MemoryPlan dry_plan(const PlanArgs& a, size_t* flat_params, size_t* param
     s.height = a.height;
     s.width = a.width;
     s.channels = a.channels;
+    s.up_order = a.up_order;
     const model::SiderNetT<T> net(s, model::DryRun{});
     *flat_params = net.table().flat_size;
     *params = net.table().num_parameters();
@@ -33,6 +35,34 @@ model::MemoryPlan dry_plan(const PlanArgs& a, size_t* flat_params, size_t* param
         (o && acc ? modes->both : (o ? modes->overwrite : modes->accumulate)) += 1;
     }
     return net.plan().memory();
+}
+
+// The fusion up paths' modelled work in both orders (tools/roofline.h up_path_cost), per sample: their
+// geometry from the ConvFirst plan, whose up layers record the 1x1 conv at the source resolution.
+nlohmann::json up_paths_json(const PlanArgs& a) {
+    model::NetShape s;
+    s.batch = a.batch;
+    s.height = a.height;
+    s.width = a.width;
+    s.channels = a.channels;
+    s.up_order = model::UpOrder::ConvFirst;
+    const model::SiderNetT<kern::bf16> net(s, model::DryRun{});
+    Precision p;
+    if (!a.cuda) p.act = p.weight = 4;
+    OpCost up, cf;
+    int count = 0;
+    for (const model::LayerUse& l : net.plan().layers()) {
+        if (l.upsample == 1) continue;
+        ++count;
+        const FwdBwd u = up_path_cost(l.shape, l.upsample, model::UpOrder::UpsampleFirst, p);
+        const FwdBwd c = up_path_cost(l.shape, l.upsample, model::UpOrder::ConvFirst, p);
+        up += u.fwd + u.bwd;
+        cf += c.fwd + c.bwd;
+    }
+    auto per_sample = [&](const OpCost& c) {
+        return nlohmann::json{{"bytes", c.bytes / a.batch}, {"flops", c.flops() / a.batch}};
+    };
+    return {{"count", count}, {"upsample_first", per_sample(up)}, {"conv_first", per_sample(cf)}};
 }
 
 nlohmann::json region(size_t bytes, int batch, bool per_sample) {
@@ -58,7 +88,12 @@ nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
         {"schema", kPlanSchema},
         {"backend", a.cuda ? "cuda" : "cpu"},
         {"activation_element_bytes", a.cuda ? 2 : 4},
-        {"shape", {{"batch", a.batch}, {"channels", a.channels}, {"height", a.height}, {"width", a.width}}},
+        {"shape",
+         {{"batch", a.batch},
+          {"channels", a.channels},
+          {"height", a.height},
+          {"width", a.width},
+          {"fusion_up_order", model::up_order_name(a.up_order)}}},
         {"parameters_count", count},
         {"regions",
          {{"parameters", region(params, a.batch, false)},
@@ -82,7 +117,8 @@ nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
           {"dgrad_first_write_zeroed_bound_bytes", m.grad_dgrad_first},
           {"conv_dgrad_modes",
            {{"overwrite_only", dm.overwrite}, {"accumulate_only", dm.accumulate}, {"both", dm.both}}}}},
-        {"workspace", {{"bytes", workspace}, {"includes_conv_workspace", conv_workspace_bytes > 0}}}};
+        {"workspace", {{"bytes", workspace}, {"includes_conv_workspace", conv_workspace_bytes > 0}}},
+        {"fusion_up_paths", up_paths_json(a)}};
     return doc;
 }
 
@@ -90,9 +126,11 @@ std::string plan_text(const nlohmann::json& d) {
     std::string out;
     char line[512];
     const nlohmann::json& s = d["shape"];
-    std::snprintf(line, sizeof(line), "memory plan: %s backend (%d-byte activations), batch %d, input %dx%dx%d\n",
+    std::snprintf(line, sizeof(line),
+                  "memory plan: %s backend (%d-byte activations), batch %d, input %dx%dx%d, fusion up paths %s\n",
                   d["backend"].get<std::string>().c_str(), d["activation_element_bytes"].get<int>(),
-                  s["batch"].get<int>(), s["channels"].get<int>(), s["height"].get<int>(), s["width"].get<int>());
+                  s["batch"].get<int>(), s["channels"].get<int>(), s["height"].get<int>(), s["width"].get<int>(),
+                  s.value("fusion_up_order", "upsample_first").c_str());
     out += line;
     std::snprintf(line, sizeof(line), "  %-20s %14s %14s\n", "region", "total MB", "per sample MB");
     out += line;
@@ -135,6 +173,16 @@ std::string plan_text(const nlohmann::json& d) {
                       "conv backward-data plans per shape: %zu overwrite only, %zu accumulate only, %zu both modes\n",
                       cm["overwrite_only"].get<size_t>(), cm["accumulate_only"].get<size_t>(),
                       cm["both"].get<size_t>());
+        out += line;
+    }
+    if (d.contains("fusion_up_paths")) {
+        const nlohmann::json& u = d["fusion_up_paths"];
+        std::snprintf(line, sizeof(line),
+                      "fusion up paths (%d; modelled traffic and FLOPs of a step, forward + backward, per sample): "
+                      "upsample_first %.1f MB %.3f GFLOP, conv_first %.1f MB %.3f GFLOP\n",
+                      u["count"].get<int>(), u["upsample_first"]["bytes"].get<double>() / 1e6,
+                      u["upsample_first"]["flops"].get<double>() / 1e9, u["conv_first"]["bytes"].get<double>() / 1e6,
+                      u["conv_first"]["flops"].get<double>() / 1e9);
         out += line;
     }
     if (!d["workspace"]["includes_conv_workspace"].get<bool>())

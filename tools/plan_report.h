@@ -2,7 +2,7 @@
 // planner (model/planner.h): nothing is allocated and no GPU is needed.
 // JSON (schema "slidefuse.plan/1"):
 //   {"schema", "backend": "cuda"|"cpu", "activation_element_bytes": 2|4,
-//    "shape": {batch, channels, height, width}, "parameters_count",
+//    "shape": {batch, channels, height, width, fusion_up_order}, "parameters_count",
 //    "regions": {parameters, parameter_grads, optimizer_state, buffers, activations,
 //                activation_grads, workspace: {"bytes", "per_sample" (null: independent of the batch)}},
 //    "total": {"bytes", "per_sample"},
@@ -12,12 +12,16 @@
 //                         beta = 0 plans), dgrad_first_write_zeroed_bound_bytes (zeroed if no shape had
 //                         a beta = 0 engine: a dry run builds no plans), conv_dgrad_modes: {overwrite_only,
 //                         accumulate_only, both} (conv shapes by the dgrad modes the backward needs)},
-//    "workspace": {"bytes", "includes_conv_workspace"}}
+//    "workspace": {"bytes", "includes_conv_workspace"},
+//    "fusion_up_paths": {count, upsample_first: {bytes, flops}, conv_first: {bytes, flops}} (per sample,
+//                        forward + backward, the roofline model's: tools/roofline.h up_path_cost)}
 #pragma once
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "model/up_order.h"
 
 namespace tools {
 
@@ -33,6 +37,7 @@ struct PlanArgs {
     std::string cudnn_device;
     bool autotune = false;
     bool verbose = false;
+    model::UpOrder up_order = model::UpOrder::UpsampleFirst;  // --up-order (model/up_order.h)
 };
 
 // Throws rt::Error naming the bad option (and the usage).

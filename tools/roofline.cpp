@@ -178,13 +178,38 @@ OpCost adamw_cost(size_t n_params) {
     return o;
 }
 
-FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad, const Precision& p) {
+FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad, int upsample, const Precision& p) {
     s.validate();
-    const size_t rows = s.out().numel() / static_cast<size_t>(s.cout);
+    SF_CHECK(upsample >= 1, "conv_bn_act_cost: upsample factor %d must be >= 1", upsample);
+    const size_t conv_out = s.out().numel();
+    const size_t rows = conv_out / static_cast<size_t>(s.cout) * static_cast<size_t>(upsample) * upsample;
     FwdBwd r;
     r.fwd = conv_forward_cost(s, p) + bn_act_forward_cost(rows, s.cout, act, p);
     r.bwd = bn_act_backward_cost(rows, s.cout, act, p) + conv_backward_filter_cost(s, true, p);
     if (input_grad) r.bwd += conv_backward_data_cost(s, true, p);
+    if (upsample > 1) {
+        r.fwd += upsample_forward_cost(conv_out, upsample, p.act);
+        r.bwd += upsample_backward_cost(conv_out, upsample, p.act);
+    }
+    return r;
+}
+
+FwdBwd up_path_cost(const kern::ConvShape& lo, int factor, model::UpOrder order, const Precision& p) {
+    SF_CHECK(lo.k == 1 && lo.groups == 1 && lo.stride == 1 && !lo.bias,
+             "up_path_cost: the up path's conv is a plain 1x1 without bias, got %s", lo.describe().c_str());
+    SF_CHECK(factor >= 2, "up_path_cost: upsample factor %d must be >= 2", factor);
+    if (order == model::UpOrder::ConvFirst) return conv_bn_act_cost(lo, kern::Act::None, true, factor, p);
+    kern::ConvShape hi = lo;
+    hi.h *= factor;
+    hi.w *= factor;
+    const size_t rows = hi.out().numel() / static_cast<size_t>(hi.cout);
+    FwdBwd r;
+    r.fwd = upsample_forward_cost(lo.in().numel(), factor, p.act) + conv_forward_cost(hi, p) +
+            bn_act_forward_cost(rows, hi.cout, kern::Act::None, p);
+    // The conv's backward-data is the first write of the upsampled tensor's gradient (overwrite);
+    // the upsample's backward accumulates into the source branch's gradient.
+    r.bwd = bn_act_backward_cost(rows, hi.cout, kern::Act::None, p) + conv_backward_filter_cost(hi, true, p) +
+            conv_backward_data_cost(hi, false, p) + upsample_backward_cost(lo.in().numel(), factor, p.act);
     return r;
 }
 

@@ -21,6 +21,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/tensor.h"
+#include "model/up_order.h"
 
 namespace tools {
 
@@ -94,8 +95,18 @@ OpCost adamw_cost(size_t n_params);
 // ---- layer composites ----
 // conv -> BatchNorm -> act (model::ConvBN). Backward: bn_act backward, conv dgrad (accumulated
 // into the input's gradient, as the layers do; skipped when !input_grad, the first conv) and wgrad
-// (accumulated into the flat gradient buffer).
-FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad, const Precision& p = {});
+// (accumulated into the flat gradient buffer). upsample > 1 (a fusion up path in ConvFirst order):
+// conv -> bilinear xupsample -> BatchNorm, the upsample's forward and backward included, the
+// BatchNorm over the upsampled rows.
+FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad, int upsample = 1,
+                        const Precision& p = {});
+// One HRNet fusion up path (model::FusePath) whole: `lo` is its 1x1 conv at the source resolution
+// (N,h,w,Csrc -> Cdst), `factor` the upsample. UpsampleFirst: upsample of the Csrc input (forward;
+// backward accumulated into the source's gradient) + the conv -> BN at f*h x f*w (its backward-data
+// overwriting the upsampled tensor's gradient); ConvFirst: conv_bn_act_cost(lo, None, true, factor)
+// (which charges its upsample's backward as accumulating: the model leans against the swap). The two orders' difference is the modelled gain of
+// model.fusion_up_order: conv_first (docs/perf/OPTIMIZATION_LOG.md).
+FwdBwd up_path_cost(const kern::ConvShape& lo, int factor, model::UpOrder order, const Precision& p = {});
 
 // ---- device peaks ----
 struct DevicePeaks {

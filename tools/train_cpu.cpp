@@ -15,7 +15,8 @@ namespace {
 class CpuBackend : public TrainBackend {
 public:
     CpuBackend(const TrainConfig& c, bool deferred_stats)
-        : net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height, c.model.input_width},
+        : net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height, c.model.input_width,
+                               c.model.fusion_up_order},
                rt::MemKind::Host),
           step_(net_, loss_config(c), optim_config(c)),
           eval_(net_),

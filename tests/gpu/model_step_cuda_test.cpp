@@ -1,7 +1,8 @@
 // The whole CUDA training step (model/train_step_cuda.h over SiderNetCuda) against the CPU
 // reference step (model/train_step.h over SiderNet), from the same initial weights on the same
 // generated batches (bf16-rounded input given to both):
-//   - one micro-step at batch 4: loss terms within 1e-2, every parameter gradient tensor within a
+//   - one micro-step at batch 4 (the CUDA network in either fusion up-path order, the CPU reference
+//     in the original's): loss terms within 1e-2, every parameter gradient tensor within a
 //     few times the error that rounding the conv weights to bf16 alone makes on the CPU (cosine
 //     deficit <= 36x, relative L2 <= 6x that floor's; a fixed cosine 0.999 is beyond any bf16
 //     step at initialisation, docs/CHECK.md; a conv bias before BN, whose true gradient is 0, is checked for being
@@ -17,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "data/generator.h"
@@ -85,23 +87,53 @@ double cosine(const float* a, const float* b, size_t n) {
     return ab / std::sqrt(aa * bb);
 }
 
-TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
-    SF_REQUIRE_GPU();
-    const HostBatches b = make_batches(1, full_shape());  // at full size under emulation too (~1.5 min)
-    model::SiderNet cpu(full_shape(), rt::MemKind::Host);
-    init_cpu(cpu);
-    GpuRig gpu(cpu);
+// The CPU reference micro-step (the oracle, in the original's order: MODEL_SPEC §1.2) and its
+// precision floor (the same step with its conv weights rounded to bf16), shared by both orders.
+struct CpuReference {
+    HostBatches b = make_batches(1, full_shape());  // at full size under emulation too (~1.5 min a step)
+    model::SiderNet init{full_shape(), rt::MemKind::Host};  // the initial state the GPU rigs upload
+    model::SiderNet cpu{full_shape(), rt::MemKind::Host};   // after its micro-step (BN state moved)
+    model::LossTerms loss;
+    std::vector<float> floor_grad;
+    CpuReference() {
+        init_cpu(init);
+        init_cpu(cpu);
+        cpu_input(cpu, b.pixels[0], b.labels[0], cpu.input());
+        model::TrainStep cstep(cpu, model::LossConfig{}, optim());
+        loss = cstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
+        model::SiderNet fl(full_shape(), rt::MemKind::Host);
+        init_cpu(fl);
+        tools::round_conv_weights_bf16(fl);
+        cpu_input(fl, b.pixels[0], b.labels[0], fl.input());
+        model::TrainStep fstep(fl, model::LossConfig{}, optim());
+        fstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
+        floor_grad.assign(fl.plan().grad(), fl.plan().grad() + cpu.table().flat_size);
+    }
+};
 
-    cpu_input(cpu, b.pixels[0], b.labels[0], cpu.input());
-    model::TrainStep cstep(cpu, model::LossConfig{}, optim());
-    const model::LossTerms ct = cstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
+// Per parameter tensor: relative L2 error and cosine against the CPU reference (NaN where the
+// tensor is judged by another rule: conv biases before BN, tiny tensors, no gradient).
+struct GradErrors {
+    std::vector<double> rel, cos;
+};
+
+// One micro-step of the CUDA network in `order` against the CPU reference. `baseline` (the original
+// order's errors, when given): a tensor may also be within 2x that order's relative L2 error (4x its
+// cosine deficit), since the two orders round differently and the step at initialisation is
+// chaotic enough that one rounding realisation sits near the floor bound (docs/MODEL.md).
+GradErrors one_micro_step_matches_the_cpu_reference(const CpuReference& r, model::UpOrder order,
+                                                    const GradErrors* baseline = nullptr) {
+    const HostBatches& b = r.b;
+    const model::SiderNet& cpu = r.cpu;
+    GpuRig gpu(r.init, true, 1, order);
+    const model::LossTerms& ct = r.loss;
 
     gpu.load(b.pixels[0], b.labels[0]);
     gpu.step.set_use_graphs(false);
     gpu.step.micro_step(0);
     const model::CudaStepStats gs = gpu.step.read_stats();
     const model::LossTerms& gt = gs.loss;
-    std::printf("[step] loss cpu %.6f gpu %.6f\n", ct.total, gt.total);
+    std::printf("[step] %s: loss cpu %.6f gpu %.6f\n", model::up_order_name(order), ct.total, gt.total);
     const double terms_c[] = {ct.focal_gap, ct.focal_slider, ct.offset, ct.hard_negative,
                               ct.angle,     ct.padding_bce,  ct.y_axis, ct.total};
     const double terms_g[] = {gt.focal_gap, gt.focal_slider, gt.offset, gt.hard_negative,
@@ -111,21 +143,16 @@ TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
 
     const model::ParamTable& t = cpu.table();
     const std::vector<float> gg = gpu.fetch(gpu.net.plan().grad(), t.flat_size);
-    // The precision floor: the CPU step again with its conv weights rounded to bf16.
-    std::vector<float> floor_grad;
-    {
-        model::SiderNet fl(full_shape(), rt::MemKind::Host);
-        init_cpu(fl);
-        tools::round_conv_weights_bf16(fl);
-        cpu_input(fl, b.pixels[0], b.labels[0], fl.input());
-        model::TrainStep fstep(fl, model::LossConfig{}, optim());
-        fstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
-        floor_grad.assign(fl.plan().grad(), fl.plan().grad() + t.flat_size);
-    }
+    const std::vector<float>& floor_grad = r.floor_grad;
+    GradErrors errs;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
     const double global_norm = norm2(cpu.plan().grad(), t.flat_size);
     double worst = 1.0;
     std::string worst_name;
-    for (const model::ParamInfo& p : t.params) {
+    for (size_t pi = 0; pi < t.params.size(); ++pi) {
+        const model::ParamInfo& p = t.params[pi];
+        errs.rel.push_back(nan);
+        errs.cos.push_back(nan);
         const float* g_gpu = gg.data() + p.offset;
         const float* g_cpu = cpu.plan().grad() + p.offset;
         // A conv bias followed by train-mode BatchNorm (the heads' conv1.conv.bias) has an exactly
@@ -135,7 +162,10 @@ TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
         if (p.name.size() > suffix.size() &&
             p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
             const model::ParamInfo* beta = t.find(p.name.substr(0, p.name.size() - suffix.size()) + ".bn.bias");
-            ASSERT_NE(beta, nullptr) << p.name;
+            if (!beta) {
+                ADD_FAILURE() << p.name << ": no matching .bn.bias";
+                continue;
+            }
             double nb = 0, ng = 0;
             for (size_t i = 0; i < p.numel; ++i) ng += static_cast<double>(g_gpu[i]) * g_gpu[i];
             for (size_t i = 0; i < beta->numel; ++i)
@@ -164,22 +194,41 @@ TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
         }
         const double rel = diff_norm2(g_gpu, g_cpu, p.numel) / ref_norm;
         const double rel_floor = diff_norm2(g_floor, g_cpu, p.numel) / ref_norm;
-        EXPECT_GE(c, 1.0 - std::max(1e-3, kFloorCos * (1.0 - c_floor)))
-            << p.name << ": cosine " << c << ", bf16-weights floor " << c_floor;
-        EXPECT_LE(rel, std::max(5e-2, kFloorRel * rel_floor))
-            << p.name << ": rel L2 " << rel << ", bf16-weights floor " << rel_floor;
+        errs.rel.back() = rel;
+        errs.cos.back() = c;
+        double cos_bound = std::max(1e-3, kFloorCos * (1.0 - c_floor));
+        double rel_bound = std::max(5e-2, kFloorRel * rel_floor);
+        if (baseline) {
+            cos_bound = std::max(cos_bound, 4 * (1.0 - baseline->cos[pi]));
+            rel_bound = std::max(rel_bound, 2 * baseline->rel[pi]);
+        }
+        EXPECT_GE(c, 1.0 - cos_bound) << p.name << ": cosine " << c << ", bf16-weights floor " << c_floor
+                                      << (baseline ? ", upsample_first order " + std::to_string(baseline->cos[pi]) : "");
+        EXPECT_LE(rel, rel_bound) << p.name << ": rel L2 " << rel << ", bf16-weights floor " << rel_floor
+                                  << (baseline ? ", upsample_first order " + std::to_string(baseline->rel[pi]) : "");
         if (c < worst) {
             worst = c;
             worst_name = p.name;
         }
     }
-    std::printf("[step] worst gradient cosine %.6f (%s)\n", worst, worst_name.c_str());
+    std::printf("[step] %s: worst gradient cosine %.6f (%s)\n", model::up_order_name(order), worst, worst_name.c_str());
     const std::vector<float> rs = gpu.fetch(gpu.net.plan().buffers(), t.buffer_floats);
     EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(rs), sftest::to_double(cpu.plan().buffers(), t.buffer_floats),
                                      1e-2, "running statistics"));
     const std::vector<int64_t> cnt = gpu.fetch(gpu.net.plan().counters(), t.counters);
     for (size_t i = 0; i < t.counters; ++i) EXPECT_EQ(cnt[i], 1) << "num_batches_tracked #" << i;
+    return errs;
 }
+
+// Both fusion up-path orders of the CUDA network against the one CPU reference; conv_first
+// (model.fusion_up_order, docs/MODEL.md) also within 2x the original order's own error.
+TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
+    SF_REQUIRE_GPU();
+    const CpuReference r;
+    const GradErrors uf = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::UpsampleFirst);
+    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &uf);
+}
+
 
 TEST(CudaStep, FiftyStepTrajectoryFollowsTheCpuReference) {
     SF_REQUIRE_GPU();

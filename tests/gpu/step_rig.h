@@ -82,8 +82,10 @@ struct GpuRig {
     uint8_t* pixels = nullptr;
     data::Label* labels = nullptr;
 
-    explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1)
-        : net(init.shape(), ctx.exec(), policy(deterministic)),
+    // order: the CUDA network's fusion up-path order (the CPU network's own may differ: same weights).
+    explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
+                    model::UpOrder order = model::UpOrder::UpsampleFirst)
+        : net(with_order(init.shape(), order), ctx.exec(), policy(deterministic)),
           step(net, ctx.exec(), model::LossConfig{}, optim(), constant_lr(1e-3), accum) {
         const model::NetShape& sh = init.shape();
         const size_t po = slots.reserve(static_cast<size_t>(sh.batch) * sh.height * sh.width, 256, "pixels");
@@ -100,6 +102,10 @@ struct GpuRig {
     // Deterministic engines and no autotuning (as train.deterministic): two rigs then pick the same
     // cuDNN engines and custom kernels, which the bitwise comparison of two rigs needs.
     static kern::ConvPolicy policy(bool deterministic) { return kern::run_conv_policy(deterministic); }
+    static model::NetShape with_order(model::NetShape s, model::UpOrder o) {
+        s.up_order = o;
+        return s;
+    }
     // On the compute stream (non-blocking: a legacy-stream cudaMemcpy would not be ordered against
     // the step), after the arena's zero fill and the previous step, finished before returning.
     void load(const std::vector<uint8_t>& px, const std::vector<data::Label>& lb) {
