@@ -85,6 +85,26 @@ TEST(PlanCommand, BatchDependentRegionsAreLinearInTheBatch) {
     }
 }
 
+// --up-order: the network of that order is planned; both orders' up-path work is reported.
+TEST(PlanCommand, UpOrderPlansThatNetworkAndReportsBothOrdersUpPaths) {
+    const nlohmann::json d =
+        tools::plan_json(parse({"--height", "128", "--width", "256", "--batch", "4", "--up-order", "conv_first"}));
+    EXPECT_EQ(d["shape"]["fusion_up_order"], "conv_first");
+    model::NetShape s{4, 2, 128, 256, model::UpOrder::ConvFirst};
+    const model::SiderNetCuda cf(s, model::DryRun{});
+    EXPECT_EQ(d["regions"]["activations"]["bytes"].get<size_t>(), cf.plan().memory().activations);
+    const nlohmann::json& u = d["fusion_up_paths"];
+    EXPECT_EQ(u["count"], 10);
+    EXPECT_LT(u["conv_first"]["bytes"].get<double>(), u["upsample_first"]["bytes"].get<double>());
+    EXPECT_LT(u["conv_first"]["flops"].get<double>(), u["upsample_first"]["flops"].get<double>());
+    // The same figures whichever order is planned.
+    const nlohmann::json e = tools::plan_json(parse({"--height", "128", "--width", "256", "--batch", "4"}));
+    EXPECT_EQ(e["shape"]["fusion_up_order"], "upsample_first");
+    EXPECT_EQ(e["fusion_up_paths"], u);
+    EXPECT_GT(e["regions"]["activations"]["bytes"].get<size_t>(), cf.plan().memory().activations);
+    EXPECT_NE(tools::plan_text(d).find("fusion up paths conv_first"), std::string::npos);
+}
+
 TEST(PlanCommand, BadArgumentsAreNamed) {
     bool help = false;
     SF_EXPECT_ERROR(tools::parse_plan_args({"--batch", "0"}, &help), "--batch", "positive integer", "'0'");
@@ -98,6 +118,7 @@ TEST(PlanCommand, BadArgumentsAreNamed) {
                     "deterministic or autotune", "'fast'");
     SF_EXPECT_ERROR(tools::parse_plan_args({"--verbose"}, &help), "give --cudnn-device FILE too");
     SF_EXPECT_ERROR(tools::parse_plan_args({"--conv-policy", "autotune"}, &help), "give --cudnn-device FILE too");
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--up-order", "late"}, &help), "upsample_first or conv_first", "'late'");
     SF_EXPECT_ERROR(tools::parse_plan_args({"--cudnn-device", "d.json", "--backend", "cpu"}, &help),
                     "does not go with --backend cpu");
     const tools::PlanArgs c = parse({"--cudnn-device", "d.json", "--conv-policy", "autotune", "--verbose"});

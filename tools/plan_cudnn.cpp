@@ -69,13 +69,7 @@ nlohmann::json plan_entry(const kern::ConvPlanProbe& p, const kern::ConvShape& s
 // Every key of the dry-run network of `a`, planned for the target (named `device`, from `source`).
 nlohmann::json plans_for(const PlanArgs& a, const rt::CudnnTarget& target, const std::string& device,
                          const std::string& source, const kern::ConvPolicy& policy) {
-    model::NetShape shape;
-    shape.batch = a.batch;
-    shape.height = a.height;
-    shape.width = a.width;
-    shape.channels = a.channels;
-    shape.up_order = a.up_order;
-    const model::SiderNetT<kern::bf16> net(shape, model::DryRun{});
+    const model::SiderNetT<kern::bf16> net(plan_shape(a), model::DryRun{});
 
     nlohmann::json plans = nlohmann::json::array();
     nlohmann::json variants = nlohmann::json::object();

@@ -20,13 +20,7 @@ struct DgradModes {
 
 template <class T>
 model::MemoryPlan dry_plan(const PlanArgs& a, size_t* flat_params, size_t* params, DgradModes* modes) {
-    model::NetShape s;
-    s.batch = a.batch;
-    s.height = a.height;
-    s.width = a.width;
-    s.channels = a.channels;
-    s.up_order = a.up_order;
-    const model::SiderNetT<T> net(s, model::DryRun{});
+    const model::SiderNetT<T> net(plan_shape(a), model::DryRun{});
     *flat_params = net.table().flat_size;
     *params = net.table().num_parameters();
     for (const model::ConvUse& u : net.plan().convs()) {
@@ -40,11 +34,7 @@ model::MemoryPlan dry_plan(const PlanArgs& a, size_t* flat_params, size_t* param
 // The fusion up paths' modelled work in both orders (tools/roofline.h up_path_cost), per sample: their
 // geometry from the ConvFirst plan, whose up layers record the 1x1 conv at the source resolution.
 nlohmann::json up_paths_json(const PlanArgs& a) {
-    model::NetShape s;
-    s.batch = a.batch;
-    s.height = a.height;
-    s.width = a.width;
-    s.channels = a.channels;
+    model::NetShape s = plan_shape(a);
     s.up_order = model::UpOrder::ConvFirst;
     const model::SiderNetT<kern::bf16> net(s, model::DryRun{});
     Precision p;
@@ -71,6 +61,8 @@ nlohmann::json region(size_t bytes, int batch, bool per_sample) {
 }
 
 }  // namespace
+
+model::NetShape plan_shape(const PlanArgs& a) { return {a.batch, a.channels, a.height, a.width, a.up_order}; }
 
 nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
     size_t flat = 0, count = 0;
@@ -160,11 +152,11 @@ std::string plan_text(const nlohmann::json& d) {
                   g["dgrad_first_write_zeroed_bound_bytes"].get<double>() / 1e6);
     out += line;
     if (d.contains("cudnn")) {
-        std::snprintf(line, sizeof(line),
-                      "  (with the cuDNN plans built above for %s: %.2f MB of dx zeroed per micro-step, by overwrite-mode "
-                      "backward-data without a beta=0 plan)\n",
-                      d["cudnn"]["device"].get<std::string>().c_str(),
-                      d["cudnn"]["dgrad_zeroed_bytes"].get<double>() / 1e6);
+        std::snprintf(
+            line, sizeof(line),
+            "  (with the cuDNN plans built above for %s: %.2f MB of dx zeroed per micro-step, by overwrite-mode "
+            "backward-data without a beta=0 plan)\n",
+            d["cudnn"]["device"].get<std::string>().c_str(), d["cudnn"]["dgrad_zeroed_bytes"].get<double>() / 1e6);
         out += line;
     }
     const nlohmann::json& cm = g["conv_dgrad_modes"];

@@ -23,6 +23,10 @@
 
 #include "model/up_order.h"
 
+namespace model {
+struct NetShape;  // model/net.h
+}
+
 namespace tools {
 
 extern const char* const kPlanSchema;  // "slidefuse.plan/1"
@@ -40,6 +44,8 @@ struct PlanArgs {
     model::UpOrder up_order = model::UpOrder::UpsampleFirst;  // --up-order (model/up_order.h)
 };
 
+// The network shape the arguments describe (batch, channels, size, fusion up-path order).
+model::NetShape plan_shape(const PlanArgs& a);
 // Throws rt::Error naming the bad option (and the usage).
 PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help);
 const char* plan_usage();
