@@ -281,7 +281,9 @@ void Fusion<T>::declare(Planner& p, const std::string& name, const std::vector<k
         const size_t ui = static_cast<size_t>(i);
         paths[ui].resize(in.size());
         for (int j = 0; j < nb; ++j)
-            if (j != i) paths[ui][static_cast<size_t>(j)].declare(p, name, in[static_cast<size_t>(j)], j, i, in[ui].c, up_order);
+            if (j != i)
+                paths[ui][static_cast<size_t>(j)].declare(p, name, in[static_cast<size_t>(j)], j, i, in[ui].c,
+                                                          up_order);
         sum[ui] = p.act<T>(in[ui], "fusion sum");
         smooth[ui].declare(p, name + ".smooth_" + scale_name(i), in[ui], in[ui].c, 3, 1, 1, kern::Act::Silu);
     }

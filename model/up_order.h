@@ -5,6 +5,8 @@
 // the Csrc-channel input. Equal in exact arithmetic; the rounding differs (docs/MODEL.md).
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace model {
 
@@ -13,6 +15,8 @@ enum class UpOrder {
     ConvFirst,      // 1x1 conv at the source resolution -> Up -> BN: f^2 fewer MACs, no Csrc x f^2 tensor
 };
 
+// Every order with its name, the spelling of the config key and the command lines.
+const std::vector<std::pair<std::string, UpOrder>>& up_order_choices();
 const char* up_order_name(UpOrder o);  // "upsample_first" | "conv_first"
 // Parses a name up_order_name gives; false for anything else.
 bool parse_up_order(const std::string& name, UpOrder* out);
