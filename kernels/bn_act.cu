@@ -198,12 +198,14 @@ __global__ void bn_act_stats_finalize_kernel(size_t rows, int c, int chunks, con
     running_var[ch] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_var[ch]) + momentum * unbiased);
 }
 
-// y = act((x - mean) * gamma * invstd + beta), one pass. grid (grid_x, apply_grid_y), block
+// y = act((x - mean) * gamma * invstd + beta) [+ res], one pass. grid (grid_x, apply_grid_y), block
 // (block_x, block_y), grid-stride over rows. kEval: `invstd` holds running_var, inverted here.
-template <Act A, bool kEval>
+// kRes: the residual `res` (which may be y itself: each thread reads its 8 values before writing
+// them, with a coherent load) is added in fp32 before the one rounding to bf16.
+template <Act A, bool kEval, bool kRes>
 __global__ void bn_act_apply_kernel(size_t rows, int c, const bfloat* __restrict__ x, const float* __restrict__ gamma,
                                     const float* __restrict__ beta, const float* __restrict__ mean,
-                                    const float* __restrict__ invstd, double eps, bfloat* __restrict__ y) {
+                                    const float* __restrict__ invstd, double eps, const bfloat* res, bfloat* y) {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= c / 8) return;  // no block-wide synchronisation in this kernel
     float m[8], scale[8], b[8];
@@ -216,12 +218,16 @@ __global__ void bn_act_apply_kernel(size_t rows, int c, const bfloat* __restrict
         scale[j] = __ldg(gamma + ch) * inv;  // the product load_chan8 forms: same z in the backward
         b[j] = __ldg(beta + ch);
     }
-    float v[8];
+    float v[8], rv[8];
     for (size_t r = static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
          r += static_cast<size_t>(gridDim.y) * blockDim.y) {
         load8(x + r * c + 8 * g, v);
+        if constexpr (kRes) load8_rw(res + r * c + 8 * g, rv);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = act_fwd<A>(fmaf(v[j] - m[j], scale[j], b[j]));
+        for (int j = 0; j < 8; ++j) {
+            v[j] = act_fwd<A>(fmaf(v[j] - m[j], scale[j], b[j]));
+            if constexpr (kRes) v[j] = rv[j] + v[j];
+        }
         store8(y + r * c + 8 * g, v);
     }
 }
@@ -328,21 +334,36 @@ void check_workspace(const char* op, const BnActPlan& plan, const float* ws, siz
 
 template <Act A, bool kEval>
 void launch_apply(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, const float* gamma, const float* beta,
-                  const float* mean, const float* invstd_or_var, double eps, bf16* y) {
+                  const float* mean, const float* invstd_or_var, double eps, const bf16* res, bf16* y) {
     const dim3 grid(pl.grid_x, pl.apply_grid_y), block(pl.block_x, pl.block_y);
-    bn_act_apply_kernel<A, kEval>
-        <<<grid, block, 0, ex.stream>>>(pl.rows, pl.c, dev(x), gamma, beta, mean, invstd_or_var, eps, dev(y));
+    if (res)
+        bn_act_apply_kernel<A, kEval, true><<<grid, block, 0, ex.stream>>>(pl.rows, pl.c, dev(x), gamma, beta, mean,
+                                                                           invstd_or_var, eps, dev(res), dev(y));
+    else
+        bn_act_apply_kernel<A, kEval, false><<<grid, block, 0, ex.stream>>>(pl.rows, pl.c, dev(x), gamma, beta, mean,
+                                                                            invstd_or_var, eps, nullptr, dev(y));
     SF_CUDA_CHECK_LAUNCH();
 }
 
 template <bool kEval>
 void apply(const rt::Exec& ex, Act act, const BnActPlan& pl, const bf16* x, const float* gamma, const float* beta,
-           const float* mean, const float* invstd_or_var, double eps, bf16* y) {
+           const float* mean, const float* invstd_or_var, double eps, const bf16* res, bf16* y) {
     switch (act) {
-        case Act::None: launch_apply<Act::None, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, y); break;
-        case Act::Silu: launch_apply<Act::Silu, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, y); break;
-        case Act::Relu: launch_apply<Act::Relu, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, y); break;
+        case Act::None: launch_apply<Act::None, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, res, y); break;
+        case Act::Silu: launch_apply<Act::Silu, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, res, y); break;
+        case Act::Relu: launch_apply<Act::Relu, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, res, y); break;
     }
+}
+
+// The residual of a forward: null, or 16-byte aligned, not x, and either y itself or disjoint from it.
+void check_residual(const char* op, size_t rows, int c, const bf16* x, const bf16* res, const bf16* y) {
+    if (!res) return;
+    SF_CHECK(rt::aligned(res, 16), "%s: the residual must be 16-byte aligned (%p)", op, static_cast<const void*>(res));
+    const size_t n = rows * static_cast<size_t>(c);
+    SF_CHECK(res != x, "%s: the residual must not alias x", op);
+    SF_CHECK(res == y || res + n <= y || y + n <= res,
+             "%s: the residual must be the output itself or not overlap it (res=%p y=%p, %zu elements)", op,
+             static_cast<const void*>(res), static_cast<const void*>(y), n);
 }
 
 template <Act A>
@@ -391,9 +412,11 @@ size_t bn_act_workspace_floats(size_t rows, int c) { return bn_act_plan(rows, c,
 
 void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                           const float* beta, bf16* y, float* save_mean, float* save_invstd, float* running_mean,
-                          float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats) {
+                          float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats,
+                          const bf16* residual) {
     const char* op = "bn_act_forward_train";
     const BnActPlan pl = check_common(op, ex, rows, c, true, x, y);
+    check_residual(op, rows, c, x, residual, y);
     check_vec(op, "gamma", gamma);
     check_vec(op, "beta", beta);
     check_vec(op, "save_mean", save_mean);
@@ -407,18 +430,20 @@ void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const
     bn_act_stats_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(
         rows, c, pl.chunks, dev(x), workspace, save_mean, save_invstd, running_mean, running_var, momentum, eps);
     SF_CUDA_CHECK_LAUNCH();
-    apply<false>(ex, act, pl, x, gamma, beta, save_mean, save_invstd, eps, y);
+    apply<false>(ex, act, pl, x, gamma, beta, save_mean, save_invstd, eps, residual, y);
 }
 
 void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
-                         const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y) {
+                         const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y,
+                         const bf16* residual) {
     const char* op = "bn_act_forward_eval";
     const BnActPlan pl = check_common(op, ex, rows, c, false, x, y);
+    check_residual(op, rows, c, x, residual, y);
     check_vec(op, "gamma", gamma);
     check_vec(op, "beta", beta);
     check_vec(op, "running_mean", running_mean);
     check_vec(op, "running_var", running_var);
-    apply<true>(ex, act, pl, x, gamma, beta, running_mean, running_var, eps, y);
+    apply<true>(ex, act, pl, x, gamma, beta, running_mean, running_var, eps, residual, y);
 }
 
 void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy, const float* gamma,

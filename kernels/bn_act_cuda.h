@@ -6,6 +6,8 @@
 //   forward train: mean, invstd from the batch (fp32 partials, fp64 combine, deterministic);
 //                  running_mean/var updated (momentum, unbiased variance); y = act(bn(x)) as bf16.
 //   forward eval:  y = act(gamma * (x - running_mean) / sqrt(running_var + eps) + beta).
+//   either forward with a residual r: y = r + act(...), summed in fp32 and rounded once (r may be
+//                  y itself: a sum accumulated in place; otherwise it must not overlap y or x).
 //   backward:      g = dy * act'(bn(x)) recomputed from x; dbeta += sum g, dgamma += sum g*xhat;
 //                  dx = gamma*invstd*(g - sum(g)/rows - xhat*sum(g*xhat)/rows), OVERWRITTEN.
 // Requirements checked by the launchers: CUDA Exec, C a positive multiple of 8, rows >= 2 in train
@@ -51,13 +53,16 @@ size_t bn_act_workspace_floats(size_t rows, int c);
 
 // x (rows, C) bf16; gamma, beta (C); y (rows, C) bf16; save_mean, save_invstd (C) written;
 // running_mean, running_var (C) updated in place: r = (1 - momentum) * r + momentum * batch value.
+// residual (rows, C) bf16 or null: added to the output (see the header comment).
 void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                           const float* beta, bf16* y, float* save_mean, float* save_invstd, float* running_mean,
-                          float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats);
+                          float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats,
+                          const bf16* residual = nullptr);
 
 // x (rows, C) bf16; gamma, beta, running_mean, running_var (C); y (rows, C) bf16. No workspace.
 void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
-                         const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y);
+                         const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y,
+                         const bf16* residual = nullptr);
 
 // x (rows, C) bf16 conv output; dy (rows, C) bf16 gradient of the activation output; gamma, beta,
 // save_mean, save_invstd (C) from the forward; dx (rows, C) bf16 overwritten; dgamma, dbeta (C) fp32

@@ -30,13 +30,13 @@ void GradTape::set_replay(std::vector<const void*> targets, std::vector<bool> ac
 }
 
 bool GradTape::op(std::initializer_list<const void*> reads, std::initializer_list<const void*> writes, bool* acc,
-                  const kern::ConvShape* dgrad) {
+                  const kern::ConvShape* dgrad, bool copy) {
     bool* a = acc;
     if (mode_ == Mode::Trace) {
         for (const void* r : reads)
-            if (r) events_.push_back({ops_, r, false, false, {}});
+            if (r) events_.push_back({ops_, r, false, false, {}, false});
         for (const void* w : writes) {
-            if (w) events_.push_back({ops_, w, true, dgrad != nullptr, dgrad ? *dgrad : kern::ConvShape{}});
+            if (w) events_.push_back({ops_, w, true, dgrad != nullptr, dgrad ? *dgrad : kern::ConvShape{}, copy});
             *a++ = true;
         }
         ++ops_;
@@ -84,8 +84,8 @@ void GradTape::Active::finish() {
 }
 
 bool grad_op(std::initializer_list<const void*> reads, std::initializer_list<const void*> writes, bool* acc,
-             const kern::ConvShape* dgrad) {
-    if (g_active) return g_active->op(reads, writes, acc, dgrad);
+             const kern::ConvShape* dgrad, bool copy) {
+    if (g_active) return g_active->op(reads, writes, acc, dgrad, copy);
     for (size_t i = 0; i < writes.size(); ++i) acc[i] = true;
     return true;
 }

@@ -26,13 +26,16 @@ public:
     enum class Mode { Idle, Trace, Replay };
     // One traced access: op index (ops in backward order), the placeholder pointer, write or read,
     // and for a write by a convolution's backward-data whether it was that op kind, and its conv
-    // shape (the planner records per conv which dgrad modes the step needs: model::ConvUse).
+    // shape (the planner records per conv which dgrad modes the step needs: model::ConvUse); for a
+    // write by an element-wise y (+)= x, `copy` (its first contribution is a plain copy of x: the
+    // planner counts those bytes, MemoryPlan::grad_copied).
     struct Event {
         int op = 0;
         const void* ptr = nullptr;
         bool write = false;
         bool conv_dgrad = false;
         kern::ConvShape conv;  // valid when conv_dgrad
+        bool copy = false;
     };
 
     void begin_trace();
@@ -47,9 +50,9 @@ public:
     Mode mode() const { return mode_; }
     // One op: reads `reads`, writes `writes` (null entries skipped). acc[i] receives whether
     // writes[i] must accumulate. Returns false when the op must not run (tracing). dgrad: the conv
-    // shape when the op is a convolution's backward-data.
+    // shape when the op is a convolution's backward-data; copy: the op is y (+)= x (model::ops::accumulate).
     bool op(std::initializer_list<const void*> reads, std::initializer_list<const void*> writes, bool* acc,
-            const kern::ConvShape* dgrad = nullptr);
+            const kern::ConvShape* dgrad = nullptr, bool copy = false);
 
     // Makes this tape the active one for the current thread for the lifetime of the guard; a tape
     // that is not tracing starts a replay, and finish() checks every traced write happened.
@@ -79,6 +82,6 @@ private:
 // The op reporting entry point of model/layer_ops.h: the active tape's op(), or (no tape) every
 // write accumulates and the op runs.
 bool grad_op(std::initializer_list<const void*> reads, std::initializer_list<const void*> writes, bool* acc,
-             const kern::ConvShape* dgrad = nullptr);
+             const kern::ConvShape* dgrad = nullptr, bool copy = false);
 
 }  // namespace model

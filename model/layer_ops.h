@@ -35,11 +35,11 @@ inline void add(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, bf16
 // y += x (y = x for y's first contribution).
 inline void accumulate(const rt::Exec& ex, size_t n, const float* x, float* y) {
     bool acc;
-    if (grad_op({x}, {y}, &acc)) kern::accumulate(ex, n, x, y, acc);
+    if (grad_op({x}, {y}, &acc, nullptr, true)) kern::accumulate(ex, n, x, y, acc);
 }
 inline void accumulate(const rt::Exec& ex, size_t n, const bf16* x, bf16* y) {
     bool acc;
-    if (grad_op({x}, {y}, &acc)) kern::accumulate_bf16_cuda(ex, n, x, y, acc);
+    if (grad_op({x}, {y}, &acc, nullptr, true)) kern::accumulate_bf16_cuda(ex, n, x, y, acc);
 }
 
 inline void upsample_forward(const rt::Exec& ex, const kern::Shape4& in, int f, const float* x, float* y) {

@@ -98,19 +98,24 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const 
 }
 
 template <class T>
-void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
+void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x, const T* dy) const {
     const rt::Scope scope(ex, bwd_scope);
     const size_t rows = conv.shape.pixels();
+    if (!dy) dy = out.g;
     // model/layer_ops.h: each op reports the gradients it reads and writes to the backward's tape.
     if constexpr (kIsCpu<T>) {
-        if (act != kern::Act::None) ops::act_backward(ex, act, bn.numel(), bn.v, out.g, bn.g);
-        ops::batchnorm_backward(ex, rows, cs.cout, conv.v, bn.g, gamma.w, save_mean, save_invstd, conv.g, gamma.g,
+        const T* dbn = dy;  // the BN output's gradient: dy itself without an activation (bn == out)
+        if (act != kern::Act::None) {
+            ops::act_backward(ex, act, bn.numel(), bn.v, dy, bn.g);
+            dbn = bn.g;
+        }
+        ops::batchnorm_backward(ex, rows, cs.cout, conv.v, dbn, gamma.w, save_mean, save_invstd, conv.g, gamma.g,
                                 beta.g);
         if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);
         if (x.g) ops::conv_backward_data(ex, cs, conv_out().g, weight.w, x.g);
         ops::conv_backward_filter(ex, cs, x.v, conv_out().g, weight.g, bias.g);
     } else {
-        ops::bn_act_backward(ex, act, rows, cs.cout, conv.v, out.g, gamma.w, beta.w, save_mean, save_invstd, conv.g,
+        ops::bn_act_backward(ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, conv.g,
                              gamma.g, beta.g, ws, ws_floats);
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
         if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);
@@ -179,8 +184,7 @@ void LiteBlock<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) con
 
 template <class T>
 void LiteBlock<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
-    ops::accumulate(ex, out.numel(), out.g, project.out.g);
-    project.backward(ex, dw.out);
+    project.backward(ex, dw.out, out.g);  // out = x + project.out: project.out's gradient is out.g itself
     dw.backward(ex, expand.out);
     expand.backward(ex, x);
     ops::accumulate(ex, out.numel(), out.g, x.g);
@@ -201,8 +205,8 @@ void DSConv<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const 
 }
 
 template <class T>
-void DSConv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
-    pw.backward(ex, dw.out);
+void DSConv<T>::backward(const rt::Exec& ex, const ActT<T>& x, const T* dy) const {
+    pw.backward(ex, dw.out, dy);
     dw.backward(ex, x);
 }
 
@@ -256,17 +260,18 @@ void FusePath<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) cons
 }
 
 template <class T>
-void FusePath<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
+void FusePath<T>::backward(const rt::Exec& ex, const ActT<T>& x, const T* dy) const {
     if (upsample_first()) {
-        cb.backward(ex, upsampled);
+        cb.backward(ex, upsampled, dy);
         ops::upsample_backward(ex, x.shape, factor, upsampled.g, x.g);
         return;
     }
     if (up) {
-        cb.backward(ex, x);
+        cb.backward(ex, x, dy);
         return;
     }
-    for (size_t k = down.size(); k-- > 0;) down[k].backward(ex, k == 0 ? x : down[k - 1].out());
+    for (size_t k = down.size(); k-- > 0;)
+        down[k].backward(ex, k == 0 ? x : down[k - 1].out(), k + 1 == down.size() ? dy : nullptr);
 }
 
 // ---- Fusion ----
@@ -315,9 +320,8 @@ void Fusion<T>::backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& 
         ops::accumulate(ex, s.numel(), s.g, x[i]->g);
         for (size_t j = nb; j-- > 0;) {
             if (j == i) continue;
-            const FusePath<T>& fp = paths[i][j];
-            ops::accumulate(ex, s.numel(), s.g, fp.out().g);
-            fp.backward(ex, *x[j]);
+            // s = x_i + sum_j path_j(x_j): every path's output gradient is s.g itself (no copy).
+            paths[i][j].backward(ex, *x[j], s.g);
         }
     }
 }

@@ -55,7 +55,9 @@ struct ConvBN {
     void declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int k, int stride, int groups,
                  kern::Act act, bool with_bias = false);
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
-    void backward(const rt::Exec& ex, const ActT<T>& x) const;  // x.g may be null: no input gradient
+    // x.g may be null: no input gradient. dy: the output's gradient, out.g unless given (a layer
+    // whose output only feeds a sum passes the sum's gradient, which equals it: no copy).
+    void backward(const rt::Exec& ex, const ActT<T>& x, const T* dy = nullptr) const;
     const ActT<T>& conv_out() const { return upsample > 1 ? conv_lo : conv; }  // what the convolution writes
 };
 
@@ -93,7 +95,7 @@ struct DSConv {
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int stride);
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
-    void backward(const rt::Exec& ex, const ActT<T>& x) const;
+    void backward(const rt::Exec& ex, const ActT<T>& x, const T* dy = nullptr) const;  // dy: ConvBN::backward
     const ActT<T>& out() const { return pw.out; }
 };
 
@@ -112,7 +114,9 @@ struct FusePath {
     void declare(Planner& p, const std::string& name, const kern::Shape4& src, int src_level, int dst_level,
                  int dst_channels, UpOrder order);
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
-    void backward(const rt::Exec& ex, const ActT<T>& x) const;
+    // dy: the gradient of out(); the fusion passes its sum's gradient (ConvBN::backward), so out().g
+    // is never written.
+    void backward(const rt::Exec& ex, const ActT<T>& x, const T* dy) const;
     const ActT<T>& out() const { return up ? cb.out : down.back().out(); }
     bool upsample_first() const { return up && cb.upsample == 1; }
 };

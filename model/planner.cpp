@@ -182,6 +182,8 @@ MemoryPlan Planner::memory() const {
     m.activation_grads = grads_planned_ ? act_grad_bytes_ : m.grad_unshared;
     m.grad_zeroed = grads_planned_ ? act_grad_zero_bytes() : m.activation_grads;
     m.grad_dgrad_first = grad_dgrad_first_;
+    m.grad_copies = grad_copies_;
+    m.grad_copied = grad_copied_;
     m.workspace = std::max(workspace_floats_ * sizeof(float), extra_workspace_bytes_);
     return m;
 }

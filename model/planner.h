@@ -98,6 +98,8 @@ struct MemoryPlan {
     size_t grad_unshared = 0;     // their bytes with a region each (256-byte aligned)
     size_t grad_zeroed = 0;       // bytes zero_activation_grads clears per micro-step
     size_t grad_dgrad_first = 0;  // bytes first written by a conv backward-data (see GPU_STEP.md)
+    size_t grad_copies = 0;       // backward ops whose write is a plain copy of another gradient
+    size_t grad_copied = 0;       // their bytes (each read once and written once per micro-step)
     size_t total() const { return params + buffers + activations + activation_grads + workspace; }
 };
 
@@ -194,6 +196,7 @@ private:
     std::vector<GradSlot> grads_;  // in declaration order (act() calls)
     bool grads_planned_ = false;
     size_t grad_dgrad_first_ = 0;
+    size_t grad_copies_ = 0, grad_copied_ = 0;
     std::vector<int> write_slot_;  // per traced write: its slot (for the replay's targets)
     std::vector<bool> write_acc_;  // per traced write: accumulate (false: first contribution)
     size_t workspace_floats_ = 0, extra_workspace_bytes_ = 0;

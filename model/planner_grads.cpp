@@ -54,7 +54,7 @@ void Planner::plan_grads() {
     std::vector<bool> touched(n, false), written(n, false);
     write_slot_.clear();
     write_acc_.clear();
-    grad_dgrad_first_ = 0;
+    grad_dgrad_first_ = grad_copies_ = grad_copied_ = 0;
     for (ConvUse& u : convs_) u.dgrad_overwrite = u.dgrad_accumulate = false;
     for (const GradTape::Event& e : tape_.events()) {
         const uintptr_t p = reinterpret_cast<uintptr_t>(e.ptr);
@@ -73,6 +73,10 @@ void Planner::plan_grads() {
         write_slot_.push_back(static_cast<int>(i));
         write_acc_.push_back(written[i]);
         if (!written[i] && e.conv_dgrad) grad_dgrad_first_ += g.bytes;
+        if (!written[i] && e.copy) {  // y = x: the first contribution of an element-wise accumulate
+            ++grad_copies_;
+            grad_copied_ += g.bytes;
+        }
         if (e.conv_dgrad) record_dgrad_mode(e.conv, !written[i] && layout_ != GradLayout::Separate);
         written[i] = true;
     }

@@ -127,6 +127,28 @@ TEST(GradPlan, GradientsThatLiveTogetherNeverShareBytes) {
     EXPECT_EQ(real.plan().memory().activation_grads, cpu.plan().memory().activation_grads);
 }
 
+// A layer whose output only feeds a sum (a LiteBlock's project conv, every fusion path) reads the
+// sum's gradient itself: the only gradient copies left are each fusion's into its last branch's
+// input gradient (the first contribution to it; the other branches' already hold a path's). Both
+// backends, both up-path orders.
+TEST(GradPlan, OnlyTheFusionsLastBranchGradientIsCopied) {
+    for (const model::UpOrder order : {model::UpOrder::UpsampleFirst, model::UpOrder::ConvFirst}) {
+        model::NetShape s = kSmall;
+        s.up_order = order;
+        auto level_numel = [&](int level) {  // branch `level`: (N, H/(4*2^L), W/(4*2^L), 32*2^L)
+            return static_cast<size_t>(s.batch) * (s.height / (4 << level)) * (s.width / (4 << level)) * (32 << level);
+        };
+        const size_t last_branches = level_numel(1) + level_numel(2) + level_numel(3);  // stages 2, 3, 4
+        const model::MemoryPlan cpu = model::SiderNet(s, model::DryRun{}).plan().memory();
+        const model::MemoryPlan gpu = model::SiderNetCuda(s, model::DryRun{}).plan().memory();
+        const char* o = model::up_order_name(order);
+        EXPECT_EQ(cpu.grad_copies, 3u) << o;
+        EXPECT_EQ(gpu.grad_copies, 3u) << o;
+        EXPECT_EQ(cpu.grad_copied, last_branches * sizeof(float)) << o;
+        EXPECT_EQ(gpu.grad_copied, last_branches * sizeof(kern::bf16)) << o;
+    }
+}
+
 // The targets at 256x512, against the previous layout: every gradient its own region
 // except the ConvBN conv-output gradients, which shared one region sized for the largest.
 TEST(GradPlan, Bf16PlanMeetsTheMemoryTargetsAt256x512) {

@@ -55,6 +55,9 @@ TEST(PlanCommand, JsonFieldsMatchThePlanner) {
     // every byte first written by a backward-data. The per-shape modes are the planner's ConvUse.
     EXPECT_EQ(g["dgrad_first_write_bytes"].get<size_t>(), m.grad_dgrad_first);
     EXPECT_GT(m.grad_dgrad_first, 0u);
+    EXPECT_EQ(g["copies_per_micro_step"].get<size_t>(), m.grad_copies);
+    EXPECT_EQ(g["copied_per_micro_step_bytes"].get<size_t>(), m.grad_copied);
+    EXPECT_GT(m.grad_copied, 0u);
     EXPECT_EQ(g["dgrad_first_write_zeroed_bytes"].get<size_t>(), 0u);
     EXPECT_EQ(g["dgrad_first_write_zeroed_bound_bytes"].get<size_t>(), m.grad_dgrad_first);
     size_t o = 0, acc = 0, both = 0;

@@ -103,6 +103,8 @@ nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
           {"zeroed_per_micro_step_bytes", m.grad_zeroed},
           {"zeroed_per_sample_bytes", static_cast<double>(m.grad_zeroed) / a.batch},
           {"dgrad_first_write_bytes", m.grad_dgrad_first},
+          {"copies_per_micro_step", m.grad_copies},
+          {"copied_per_micro_step_bytes", m.grad_copied},
           // Overwrite-mode dgrad runs beta = 0 plans: nothing zeroed. Only a shape without a beta = 0
           // cuDNN engine falls back to zeroing dx, which a dry run cannot know (no plans): the bound.
           {"dgrad_first_write_zeroed_bytes", 0},
@@ -151,6 +153,12 @@ std::string plan_text(const nlohmann::json& d) {
                   g["dgrad_first_write_zeroed_bytes"].get<double>() / 1e6,
                   g["dgrad_first_write_zeroed_bound_bytes"].get<double>() / 1e6);
     out += line;
+    if (g.contains("copies_per_micro_step")) {
+        std::snprintf(line, sizeof(line), "gradient copies per micro-step (y = x, read and written once): %zu, %.2f MB\n",
+                      g["copies_per_micro_step"].get<size_t>(),
+                      g["copied_per_micro_step_bytes"].get<double>() / 1e6);
+        out += line;
+    }
     if (d.contains("cudnn")) {
         std::snprintf(
             line, sizeof(line),

@@ -7,9 +7,14 @@
 //   - eval mode (running statistics) within 1e-2.
 //   - small-integer inputs with 2^k rows: mean and invstd bit-exact, dbeta exact (= initial + sum dy).
 //   - two identical runs give bitwise-identical outputs (deterministic reductions).
+//   - a residual (train and eval): y = r + act(bn(x)) against the references within 1e-2; in place
+//     (r = y) bitwise equal to a separate r; r = 0 equal to no residual; guards intact; a residual
+//     aliasing x or overlapping y in part is refused.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,6 +25,7 @@
 #include "kernels/bn_act_cuda.h"
 #include "runtime/arena.h"
 #include "runtime/cuda_check.h"
+#include "runtime/error.h"
 #include "runtime/exec.h"
 #include "tests/support/compare.h"
 #include "tests/support/gpu_buffers.h"
@@ -266,6 +272,124 @@ TEST(KernelsBnActGpu, Deterministic) {
             EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta)) << what << " dbeta";
         }
     }
+}
+
+// One forward with a residual r: in place (y holds r first) or from a separate buffer; returns y.
+// Train mode uses batch statistics, eval the running ones.
+std::vector<float> run_forward_residual(const rt::CudaContext& ctx, kern::Act act, const Inputs& in,
+                                        const std::vector<float>* r, bool in_place, bool train, bool* guards) {
+    const size_t n = in.rows * in.c, c = static_cast<size_t>(in.c);
+    const size_t wsn = kern::bn_act_workspace_floats(in.rows, in.c);
+    rt::Arena arena("bn_act_residual_test", rt::MemKind::Device);
+    const size_t o_x = arena.reserve(n * 2, 256, "x"), o_r = arena.reserve(n * 2, 256, "r");
+    const size_t o_y = arena.reserve((n + kGuard) * 2, 256, "y");
+    size_t o_vec[6];
+    for (size_t& o : o_vec) o = arena.reserve(c * 4, 256, "vector");
+    const size_t o_ws = arena.reserve(wsn * 4, 256, "workspace");
+    arena.allocate();
+    arena.seal();
+    kern::bf16* x = arena.ptr<kern::bf16>(o_x);
+    kern::bf16* rb = arena.ptr<kern::bf16>(o_r);
+    kern::bf16* y = arena.ptr<kern::bf16>(o_y);
+    float* v[6];
+    for (int i = 0; i < 6; ++i) v[i] = arena.ptr<float>(o_vec[i]);
+    upload_bf16(x, in.x);
+    std::vector<float> y0(n + kGuard, kSentinel);
+    if (r && in_place) std::copy(r->begin(), r->end(), y0.begin());
+    upload_bf16(y, y0);
+    if (r && !in_place) upload_bf16(rb, *r);
+    upload(v[0], in.gamma);
+    upload(v[1], in.beta);
+    upload(v[2], in.rm);
+    upload(v[3], in.rv);
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
+    const kern::bf16* res = r ? (in_place ? y : rb) : nullptr;
+    const rt::Exec& ex = ctx.exec();
+    if (train)
+        kern::bn_act_forward_train(ex, act, in.rows, in.c, x, v[0], v[1], y, v[4], v[5], v[2], v[3], kMomentum, kEps,
+                                   arena.ptr<float>(o_ws), wsn, res);
+    else
+        kern::bn_act_forward_eval(ex, act, in.rows, in.c, x, v[0], v[1], v[2], v[3], kEps, y, res);
+    ctx.synchronize();
+    std::vector<float> got = download_bf16(y, n + kGuard);
+    for (size_t i = n; i < n + kGuard; ++i) *guards &= got[i] == kSentinel;
+    got.resize(n);
+    return got;
+}
+
+TEST(KernelsBnActGpu, ResidualIsAddedInFp32BeforeTheOneRounding) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    for (const bool train : {true, false}) {
+        for (const Shape& s : {Shape{2 * 16 * 32, 64}, Shape{1000, 40}}) {
+            for (kern::Act act : {kern::Act::None, kern::Act::Silu, kern::Act::Relu}) {
+                const std::string what = std::string(kern::act_name(act)) + (train ? " train" : " eval") +
+                                         " rows=" + std::to_string(s.rows) + " C=" + std::to_string(s.c);
+                const Inputs in = random_inputs(s.rows, s.c, 5100 + s.c + static_cast<int>(act));
+                const size_t n = s.rows * s.c;
+                const std::vector<float> r = bf16_exact(sftest::random_uniform(n, 5200 + n, -2, 2));
+                const std::vector<float> zero(n, 0.0f);
+                bool guards = true;
+                const std::vector<float> plain = run_forward_residual(ctx, act, in, nullptr, false, train, &guards);
+                const std::vector<float> sep = run_forward_residual(ctx, act, in, &r, false, train, &guards);
+                const std::vector<float> inplace = run_forward_residual(ctx, act, in, &r, true, train, &guards);
+                const std::vector<float> with_zero = run_forward_residual(ctx, act, in, &zero, true, train, &guards);
+                EXPECT_TRUE(guards) << what << ": wrote past y";
+                EXPECT_TRUE(bitwise_equal(sep, inplace)) << what << ": in place differs from a separate residual";
+                EXPECT_EQ(with_zero, plain) << what << ": a zero residual changed y";  // == : +0 and -0 agree
+                // The reference: r + act(bn(x)) in fp32 (batch statistics in train, running ones in eval).
+                std::vector<float> z(n), want(n);
+                if (train) {
+                    std::vector<float> mean(s.c), invstd(s.c), rm = in.rm, rv = in.rv;
+                    kern::batchnorm_forward_train_ref<float>(s.rows, s.c, in.x.data(), in.gamma.data(), in.beta.data(),
+                                                             z.data(), mean.data(), invstd.data(), rm.data(), rv.data(),
+                                                             kMomentum, kEps);
+                } else {
+                    kern::batchnorm_forward_eval_ref<float>(s.rows, s.c, in.x.data(), in.gamma.data(), in.beta.data(),
+                                                            in.rm.data(), in.rv.data(), kEps, z.data());
+                }
+                kern::act_forward_ref<float>(act, n, z.data(), want.data());
+                for (size_t i = 0; i < n; ++i) want[i] += r[i];
+                EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(sep), sftest::to_double(want), 1e-2, what + " y"));
+                // One rounding: within half a bf16 ulp of the fp32 sum plus the fp32 BN's own error.
+                size_t far = 0;
+                for (size_t i = 0; i < n; ++i)
+                    far += std::fabs(sep[i] - want[i]) > std::ldexp(std::fabs(want[i]), -8) + 1e-3f;
+                EXPECT_EQ(far, 0u) << what << ": values further than one bf16 rounding from r + act(bn(x))";
+            }
+        }
+    }
+}
+
+TEST(KernelsBnActGpu, ResidualAliasingXOrPartOfYIsRefused) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const size_t rows = 64;
+    const int c = 16;
+    const size_t n = rows * c;
+    rt::Arena arena("bn_act_residual_refusal", rt::MemKind::Device);
+    const size_t o_x = arena.reserve(n * 2, 256, "x"), o_y = arena.reserve(2 * n * 2, 256, "y");
+    const size_t o_v = arena.reserve(c * 4 * 4, 256, "vectors");
+    arena.allocate();
+    arena.seal();
+    kern::bf16* x = arena.ptr<kern::bf16>(o_x);
+    kern::bf16* y = arena.ptr<kern::bf16>(o_y);
+    float* v = arena.ptr<float>(o_v);
+    const rt::Exec& ex = ctx.exec();
+    auto eval = [&](const kern::bf16* res) {
+        kern::bn_act_forward_eval(ex, kern::Act::None, rows, c, x, v, v + c, v + 2 * c, v + 3 * c, kEps, y, res);
+    };
+    auto expect_refused = [&](const kern::bf16* res, const char* needle) {
+        try {
+            eval(res);
+            ADD_FAILURE() << "accepted a residual that should be refused: " << needle;
+        } catch (const rt::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    expect_refused(x, "must not alias x");
+    expect_refused(y + 8, "must be the output itself or not overlap it");
+    expect_refused(y + 4, "16-byte aligned");
 }
 
 }  // namespace
