@@ -31,7 +31,7 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
     act = a;
     fwd_scope = name + " fwd";
     bwd_scope = name + " bwd";
-    p.layer({name, cs, true, a, input_grad, upsample});
+    p.layer({name, cs, true, a, input_grad, upsample, sum_into != nullptr});
     weight = p.param(name + ".conv.weight", {cout, in.c / groups, k, k}, true);
     if (with_bias) bias = p.param(name + ".conv.bias", {cout}, false);
     gamma = p.param(name + ".bn.weight", {cout}, false);
@@ -51,11 +51,19 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         bn_shape.w *= upsample;
     }
     conv = p.act<T>(bn_shape, upsample > 1 ? "conv upsampled" : "conv");
+    sums = sum_into != nullptr;
+    if (sums) {
+        const kern::Shape4& t = sum_into->shape;
+        SF_CHECK(t.n == bn_shape.n && t.h == bn_shape.h && t.w == bn_shape.w && t.c == bn_shape.c,
+                 "%s: its output (%d,%d,%d,%d) cannot be added into a sum of shape (%d,%d,%d,%d)", name.c_str(),
+                 bn_shape.n, bn_shape.h, bn_shape.w, bn_shape.c, t.n, t.h, t.w, t.c);
+        sum = *sum_into;
+    }
     if constexpr (kIsCpu<T>) {
         bn = p.act<T>(bn_shape, "bn");
         out = act == kern::Act::None ? bn : p.act<T>(bn_shape, "act");
     } else {
-        out = p.act<T>(bn_shape, "bn+act");  // fused: BN output is never stored
+        out = sums ? sum : p.act<T>(bn_shape, "bn+act");  // fused: BN output is never stored (nor, summing, out)
         bn = out;
         const size_t rows = bn_shape.pixels();
         ws_floats = kern::bn_act_workspace_floats(rows, cout);
@@ -67,9 +75,12 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
 }
 
 template <class T>
-void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
+void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual) const {
     const rt::Scope scope(ex, fwd_scope);
     const size_t rows = conv.shape.pixels();
+    SF_CHECK(!sums || residual, "%s: a layer that adds into a sum needs the residual",
+             fwd_scope.substr(0, fwd_scope.size() - 4).c_str());
+    if (!sums) residual = nullptr;
     if constexpr (kIsCpu<T>) {
         kern::conv_forward(ex, cs, x.v, weight.w, bias.w, conv_out().v);
         if (upsample > 1) ops::upsample_forward(ex, conv_lo.shape, upsample, conv_lo.v, conv.v);
@@ -82,26 +93,28 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const 
                                          kBnEps, bn.v);
         }
         if (act != kern::Act::None) kern::act_forward(ex, act, bn.numel(), bn.v, out.v);
+        if (sums) ops::add(ex, sum.numel(), residual, out.v, sum.v);
     } else {
         ops->conv_forward(ex, cs, x.v, weight.h, conv_out().v);
         if (cs.bias) kern::bias_add_bf16_cuda(ex, rows, cs.cout, bias.w, conv.v);  // never with upsample > 1
         if (upsample > 1) ops::upsample_forward(ex, conv_lo.shape, upsample, conv_lo.v, conv.v);
         // num_batches_tracked: every counter of the network is advanced by one launch per
         // train forward (SiderNetT::forward), not per layer.
+        // With sum_into, out is the sum: out = residual + act(bn(conv)) in the same pass.
         if (train)
             kern::bn_act_forward_train(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, out.v, save_mean, save_invstd,
-                                       running_mean, running_var, kBnMomentum, kBnEps, ws, ws_floats);
+                                       running_mean, running_var, kBnMomentum, kBnEps, ws, ws_floats, residual);
         else
             kern::bn_act_forward_eval(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, running_mean, running_var,
-                                      kBnEps, out.v);
+                                      kBnEps, out.v, residual);
     }
 }
 
 template <class T>
-void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x, const T* dy) const {
+void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     const rt::Scope scope(ex, bwd_scope);
     const size_t rows = conv.shape.pixels();
-    if (!dy) dy = out.g;
+    const T* dy = result().g;  // with sum_into, the sum's gradient: the output's, as the sum is out + residual
     // model/layer_ops.h: each op reports the gradients it reads and writes to the backward's tape.
     if constexpr (kIsCpu<T>) {
         const T* dbn = dy;  // the BN output's gradient: dy itself without an activation (bn == out)
@@ -170,21 +183,21 @@ void LiteBlock<T>::declare(Planner& p, const std::string& name, const kern::Shap
     const int c = in.c, hidden = 2 * in.c;
     expand.declare(p, name + ".pw_expand", in, hidden, 1, 1, 1, kern::Act::Silu);
     dw.declare(p, name + ".dw_conv", expand.out.shape, hidden, 3, 1, hidden, kern::Act::Silu);
-    project.declare(p, name + ".pw_project", dw.out.shape, c, 1, 1, 1, kern::Act::None);
     out = p.act<T>(in, "liteblock out");
+    project.sum_into = &out;  // out = x + project's output, written by the project layer
+    project.declare(p, name + ".pw_project", dw.out.shape, c, 1, 1, 1, kern::Act::None);
 }
 
 template <class T>
 void LiteBlock<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
     expand.forward(ex, x, train);
     dw.forward(ex, expand.out, train);
-    project.forward(ex, dw.out, train);
-    ops::add(ex, out.numel(), x.v, project.out.v, out.v);
+    project.forward(ex, dw.out, train, x.v);
 }
 
 template <class T>
 void LiteBlock<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
-    project.backward(ex, dw.out, out.g);  // out = x + project.out: project.out's gradient is out.g itself
+    project.backward(ex, dw.out);  // reads out.g: the gradient of project's output, as out = x + it
     dw.backward(ex, expand.out);
     expand.backward(ex, x);
     ops::accumulate(ex, out.numel(), out.g, x.g);
@@ -199,14 +212,14 @@ void DSConv<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
 }
 
 template <class T>
-void DSConv<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
+void DSConv<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual) const {
     dw.forward(ex, x, train);
-    pw.forward(ex, dw.out, train);
+    pw.forward(ex, dw.out, train, residual);
 }
 
 template <class T>
-void DSConv<T>::backward(const rt::Exec& ex, const ActT<T>& x, const T* dy) const {
-    pw.backward(ex, dw.out, dy);
+void DSConv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
+    pw.backward(ex, dw.out);
     dw.backward(ex, x);
 }
 
@@ -214,13 +227,14 @@ void DSConv<T>::backward(const rt::Exec& ex, const ActT<T>& x, const T* dy) cons
 
 template <class T>
 void FusePath<T>::declare(Planner& p, const std::string& name, const kern::Shape4& src, int src_level, int dst_level,
-                          int dst_channels, UpOrder order) {
+                          int dst_channels, UpOrder order, const ActT<T>* sum) {
     SF_CHECK(src_level != dst_level, "fusion path from level %d to itself", src_level);
     const std::string base =
         name + (src_level > dst_level ? ".up_" : ".down_") + scale_name(src_level) + "_to_" + scale_name(dst_level);
     up = src_level > dst_level;
     if (up) {
         factor = 1 << (src_level - dst_level);
+        cb.sum_into = sum;
         if (order == UpOrder::ConvFirst) {  // 1x1 conv at the source resolution, then the upsample
             cb.upsample = factor;
             cb.declare(p, base + ".1", src, dst_channels, 1, 1, 1, kern::Act::None);
@@ -236,42 +250,42 @@ void FusePath<T>::declare(Planner& p, const std::string& name, const kern::Shape
     for (int k = 0; k < steps; ++k) {
         const bool last = k == steps - 1;
         const std::string n = steps == 1 ? base : base + "." + std::to_string(k);
+        down[static_cast<size_t>(k)].pw.sum_into = last ? sum : nullptr;
         down[static_cast<size_t>(k)].declare(p, n, s, last ? dst_channels : src.c, 2);
         s = down[static_cast<size_t>(k)].out().shape;
     }
 }
 
 template <class T>
-void FusePath<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
+void FusePath<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual) const {
     if (upsample_first()) {
         ops::upsample_forward(ex, x.shape, factor, x.v, upsampled.v);
-        cb.forward(ex, upsampled, train);
+        cb.forward(ex, upsampled, train, residual);
         return;
     }
     if (up) {  // ConvFirst: the ConvBN upsamples its conv output
-        cb.forward(ex, x, train);
+        cb.forward(ex, x, train, residual);
         return;
     }
     const ActT<T>* in = &x;
-    for (const DSConv<T>& d : down) {
-        d.forward(ex, *in, train);
-        in = &d.out();
+    for (size_t k = 0; k < down.size(); ++k) {
+        down[k].forward(ex, *in, train, k + 1 == down.size() ? residual : nullptr);
+        in = &down[k].out();
     }
 }
 
 template <class T>
-void FusePath<T>::backward(const rt::Exec& ex, const ActT<T>& x, const T* dy) const {
+void FusePath<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     if (upsample_first()) {
-        cb.backward(ex, upsampled, dy);
+        cb.backward(ex, upsampled);
         ops::upsample_backward(ex, x.shape, factor, upsampled.g, x.g);
         return;
     }
     if (up) {
-        cb.backward(ex, x, dy);
+        cb.backward(ex, x);
         return;
     }
-    for (size_t k = down.size(); k-- > 0;)
-        down[k].backward(ex, k == 0 ? x : down[k - 1].out(), k + 1 == down.size() ? dy : nullptr);
+    for (size_t k = down.size(); k-- > 0;) down[k].backward(ex, k == 0 ? x : down[k - 1].out());
 }
 
 // ---- Fusion ----
@@ -285,11 +299,11 @@ void Fusion<T>::declare(Planner& p, const std::string& name, const std::vector<k
     for (int i = 0; i < nb; ++i) {
         const size_t ui = static_cast<size_t>(i);
         paths[ui].resize(in.size());
+        sum[ui] = p.act<T>(in[ui], "fusion sum");  // each path's last layer adds into it
         for (int j = 0; j < nb; ++j)
             if (j != i)
                 paths[ui][static_cast<size_t>(j)].declare(p, name, in[static_cast<size_t>(j)], j, i, in[ui].c,
-                                                          up_order);
-        sum[ui] = p.act<T>(in[ui], "fusion sum");
+                                                          up_order, &sum[ui]);
         smooth[ui].declare(p, name + ".smooth_" + scale_name(i), in[ui], in[ui].c, 3, 1, 1, kern::Act::Silu);
     }
 }
@@ -302,9 +316,7 @@ void Fusion<T>::forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& x
         bool first = true;
         for (size_t j = 0; j < nb; ++j) {
             if (j == i) continue;
-            const FusePath<T>& fp = paths[i][j];
-            fp.forward(ex, *x[j], train);
-            ops::add(ex, s.numel(), first ? x[i]->v : s.v, fp.out().v, s.v);
+            paths[i][j].forward(ex, *x[j], train, first ? x[i]->v : s.v);  // s = x_i + path, then s += path
             first = false;
         }
         smooth[i].forward(ex, s, train);
@@ -320,8 +332,7 @@ void Fusion<T>::backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& 
         ops::accumulate(ex, s.numel(), s.g, x[i]->g);
         for (size_t j = nb; j-- > 0;) {
             if (j == i) continue;
-            // s = x_i + sum_j path_j(x_j): every path's output gradient is s.g itself (no copy).
-            paths[i][j].backward(ex, *x[j], s.g);
+            paths[i][j].backward(ex, *x[j]);  // its last layer reads s.g: s = x_i + sum_j path_j(x_j)
         }
     }
 }

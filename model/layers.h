@@ -31,12 +31,19 @@ constexpr bool kIsCpu = std::is_same_v<T, float>;
 // x (N,H,W,Cin) -> out (N,fP,fQ,Cout); the conv writes conv_lo, the upsample writes conv.
 // CUDA: BN and the activation are one fused pass (kernels/bn_act_cuda.h), so `bn` is not stored
 // (bn == out); the backward recomputes the activation's input from `conv`.
+// With sum_into (a layer whose output only feeds a sum: a LiteBlock's project conv, a fusion
+// path's last layer) the forward adds its output to a residual and writes the sum (sum = residual +
+// out; the residual may be the sum itself), and the backward reads the sum's gradient, which is its
+// output's. CUDA: one pass, BN + activation + add (the layer's own output is never stored: out is
+// the sum). CPU: out is stored, then added, inside the layer's profiling scope.
 template <class T>
 struct ConvBN {
     kern::ConvShape cs;
     kern::Act act = kern::Act::None;
     bool input_grad = true;  // set false before declare() for the network's first conv
     int upsample = 1;        // set before declare(): > 1 upsamples the conv output (no bias allowed)
+    const ActT<T>* sum_into = nullptr;  // set before each declare(): the sum the output is added into
+    bool sums = false;                  // declare() bound sum_into (read this, not the pointer, afterwards)
     std::string fwd_scope, bwd_scope;  // "<name> fwd" / "<name> bwd" (rt::Scope)
     Param weight, bias, gamma, beta;
     float* running_mean = nullptr;
@@ -50,15 +57,17 @@ struct ConvBN {
     ActT<T> conv_lo;        // upsample > 1: the conv output at the input's resolution
     ActT<T> conv;           // conv output (BN input), upsampled when upsample > 1; its g lives only inside backward()
     ActT<T> bn;             // BN output (activation input); CPU only
-    ActT<T> out;            // activation output; the same tensor as bn when act == None
+    ActT<T> out;            // activation output; the same tensor as bn when act == None (CUDA with sum_into: sum)
+    ActT<T> sum;            // with sum_into: that tensor (bound at declare)
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int k, int stride, int groups,
                  kern::Act act, bool with_bias = false);
-    void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
-    // x.g may be null: no input gradient. dy: the output's gradient, out.g unless given (a layer
-    // whose output only feeds a sum passes the sum's gradient, which equals it: no copy).
-    void backward(const rt::Exec& ex, const ActT<T>& x, const T* dy = nullptr) const;
+    // residual: with sum_into, what the output is added to (required then, else ignored).
+    void forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual = nullptr) const;
+    void backward(const rt::Exec& ex, const ActT<T>& x) const;  // x.g may be null: no input gradient
     const ActT<T>& conv_out() const { return upsample > 1 ? conv_lo : conv; }  // what the convolution writes
+    // What the layer leaves for its consumers: the sum with sum_into, else out.
+    const ActT<T>& result() const { return sums ? sum : out; }
 };
 
 // Plain 1x1 conv with bias (the heads' final conv); its output (the logits) is fp32 on both
@@ -94,15 +103,16 @@ struct DSConv {
     ConvBN<T> dw, pw;
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int stride);
-    void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
-    void backward(const rt::Exec& ex, const ActT<T>& x, const T* dy = nullptr) const;  // dy: ConvBN::backward
-    const ActT<T>& out() const { return pw.out; }
+    void forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual = nullptr) const;
+    void backward(const rt::Exec& ex, const ActT<T>& x) const;
+    const ActT<T>& out() const { return pw.result(); }
 };
 
 // Fusion path between HRNet branches: up = bilinear x f then 1x1 ConvBN (linear), or with
 // UpOrder::ConvFirst the 1x1 conv at the source resolution then the upsample inside the ConvBN
 // (cb.upsample = f; no `upsampled` tensor); down = a chain of stride-2 DSConvs (all but the last keep
-// the source channels).
+// the source channels). The path's last ConvBN adds its output into the destination's sum
+// (ConvBN::sum_into): forward takes the residual (x_dst for the first path, else the sum itself).
 template <class T>
 struct FusePath {
     bool up = false;
@@ -112,12 +122,10 @@ struct FusePath {
     std::vector<DSConv<T>> down;  // down: 1..3 DSConvs
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& src, int src_level, int dst_level,
-                 int dst_channels, UpOrder order);
-    void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
-    // dy: the gradient of out(); the fusion passes its sum's gradient (ConvBN::backward), so out().g
-    // is never written.
-    void backward(const rt::Exec& ex, const ActT<T>& x, const T* dy) const;
-    const ActT<T>& out() const { return up ? cb.out : down.back().out(); }
+                 int dst_channels, UpOrder order, const ActT<T>* sum);
+    void forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual) const;
+    void backward(const rt::Exec& ex, const ActT<T>& x) const;
+    const ConvBN<T>& last() const { return up ? cb : down.back().pw; }  // the layer that writes the sum
     bool upsample_first() const { return up && cb.upsample == 1; }
 };
 

@@ -329,28 +329,25 @@ template class SiderNetT<kern::bf16>;
 
 namespace {
 
-// dy: the gradient the layer's backward reads in place of out.g (ConvBN::backward), if any.
 template <class T>
-void collect_layers(std::vector<LayerOutput<T>>& v, const ConvBN<T>& c, T* dy = nullptr) {
-    v.push_back({c.fwd_scope.substr(0, c.fwd_scope.size() - 4), &c.out, nullptr, dy ? dy : c.out.g});  // strip " fwd"
+void collect_layers(std::vector<LayerOutput<T>>& v, const ConvBN<T>& c) {
+    v.push_back({c.fwd_scope.substr(0, c.fwd_scope.size() - 4), &c.result(), nullptr});  // strip " fwd"
 }
 
 template <class T>
 void collect_layers(std::vector<LayerOutput<T>>& v, const Conv<T>& c) {
-    v.push_back({c.fwd_scope.substr(0, c.fwd_scope.size() - 4), nullptr, &c.out, nullptr});
+    v.push_back({c.fwd_scope.substr(0, c.fwd_scope.size() - 4), nullptr, &c.out});
 }
 
 template <class T>
 void collect_layers(std::vector<LayerOutput<T>>& v, const LiteBlock<T>& b) {
-    collect_layers(v, b.expand);
-    collect_layers(v, b.dw);
-    collect_layers(v, b.project, b.out.g);  // LiteBlock::backward
+    for (const ConvBN<T>* c : {&b.expand, &b.dw, &b.project}) collect_layers(v, *c);
 }
 
 template <class T>
-void collect_layers(std::vector<LayerOutput<T>>& v, const DSConv<T>& d, T* dy = nullptr) {
+void collect_layers(std::vector<LayerOutput<T>>& v, const DSConv<T>& d) {
     collect_layers(v, d.dw);
-    collect_layers(v, d.pw, dy);
+    collect_layers(v, d.pw);
 }
 
 // Fusion::forward order: per destination, its paths in source order, then its smooth.
@@ -363,10 +360,8 @@ void collect_layers(std::vector<LayerOutput<T>>& v, const Stage<T>& s) {
         for (size_t j = 0; j < f.sum.size(); ++j) {
             if (j == i) continue;
             const FusePath<T>& fp = f.paths[i][j];
-            T* dy = f.sum[i].g;  // Fusion::backward: every path's output gradient is its sum's
-            if (fp.up) collect_layers(v, fp.cb, dy);
-            for (size_t k = 0; k < fp.down.size(); ++k)
-                collect_layers(v, fp.down[k], k + 1 == fp.down.size() ? dy : nullptr);
+            if (fp.up) collect_layers(v, fp.cb);
+            for (const DSConv<T>& d : fp.down) collect_layers(v, d);
         }
         collect_layers(v, f.smooth[i]);
     }

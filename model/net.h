@@ -81,15 +81,13 @@ struct Head {
 
 // A layer's output for per-layer diagnostics. name is the layer's parameter prefix (its profiling
 // scopes are "<name> fwd" / "<name> bwd"); exactly one of out (a ConvBN: after BatchNorm and the
-// activation) and logits (a Conv, the heads' last 1x1: fp32 on both backends) is set. out_grad is
-// the output's gradient as the layer's backward reads it: out->g, or the gradient of the sum the
-// output feeds (a LiteBlock's project conv, a fusion path's last layer: ConvBN::backward's dy).
+// activation; for a layer that adds into a sum, the sum after its addition: ConvBN::result()) and
+// logits (a Conv, the heads' last 1x1: fp32 on both backends) is set.
 template <class T>
 struct LayerOutput {
     std::string name;
     const ActT<T>* out = nullptr;
     const ActT<float>* logits = nullptr;
-    T* out_grad = nullptr;  // set with out
 };
 
 struct DryRun {};  // constructor tag: plan only (model/planner.h)

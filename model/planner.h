@@ -88,6 +88,7 @@ struct LayerUse {
     kern::Act act = kern::Act::None;
     bool input_grad = true;  // the backward computes the input's gradient
     int upsample = 1;        // > 1: bilinear xupsample between the conv and the BN (UpOrder::ConvFirst)
+    bool residual = false;   // the output is added to a residual in the same pass (ConvBN::sum_into)
 };
 
 // Bytes per region of a plan. activation_grads is the region after sharing; the grad_* fields

@@ -80,6 +80,11 @@ TEST(ToolsBench, RooflineBatchNormAndOthersHandChecked) {
     EXPECT_EQ(cb.bwd.flops(), want_bwd.flops());
     EXPECT_EQ(conv_bn_act_cost(s, kern::Act::Silu, false).bwd.bytes,
               want_bwd.bytes - conv_backward_data_cost(s, true).bytes);
+    // Adding into a sum (ConvBN::sum_into): the apply pass reads the residual (128 x 32 bf16) and adds.
+    const FwdBwd cr = conv_bn_act_cost(s, kern::Act::Silu, true, 1, true);
+    EXPECT_EQ(cr.fwd.bytes, cb.fwd.bytes + 128 * 32 * 2);
+    EXPECT_EQ(cr.fwd.simt_flops, cb.fwd.simt_flops + 128 * 32);
+    EXPECT_EQ(cr.bwd.bytes, cb.bwd.bytes);
     // A fusion up path in ConvFirst order: 1x1 conv at 8x8, bilinear x4, BatchNorm over 32x32.
     const kern::ConvShape up{2, 8, 8, 64, 16, 1, 1, 0, 1, false};
     const FwdBwd cu = conv_bn_act_cost(up, kern::Act::None, true, 4);

@@ -312,7 +312,7 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
     for (const model::LayerUse& l : plan.layers()) {
         FwdBwd c;
         if (l.batchnorm) {
-            c = conv_bn_act_cost(l.shape, l.act, l.input_grad, l.upsample);
+            c = conv_bn_act_cost(l.shape, l.act, l.input_grad, l.upsample, l.residual);
         } else {  // the heads' last 1x1 conv: bf16 in, fp32 logits out
             c.fwd = conv_forward_cost(l.shape);
             c.bwd = conv_backward_data_cost(l.shape, true) + conv_backward_filter_cost(l.shape, true);

@@ -75,14 +75,13 @@ void CaptureObserver<T>::begin(const rt::Exec& ex, const char* name) {
     if (it == bwd_.end()) return;
     const model::LayerOutput<T>& l = layers_[it->second];
     LayerCapture& c = cap_.layers[it->second];
-    c.grad_out = l.out ? to_host_f32(ex, l.out_grad, l.out->numel(), name)
-                       : to_host_f32(ex, l.logits->g, l.logits->numel(), name);
+    c.grad_out =
+        l.out ? to_host_f32(ex, l.out->g, l.out->numel(), name) : to_host_f32(ex, l.logits->g, l.logits->numel(), name);
     cap_.backward_order.push_back(it->second);
     if constexpr (model::kIsCpu<T>) {
         if (forced_) {
             const std::vector<float>& f = forced_->layers[it->second].grad_out;
-            l.out ? overwrite(l.out_grad, f, l.out->numel(), name)
-                  : overwrite(l.logits->g, f, l.logits->numel(), name);
+            l.out ? overwrite(l.out->g, f, l.out->numel(), name) : overwrite(l.logits->g, f, l.logits->numel(), name);
         }
     }
 }

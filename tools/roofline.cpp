@@ -178,7 +178,8 @@ OpCost adamw_cost(size_t n_params) {
     return o;
 }
 
-FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad, int upsample, const Precision& p) {
+FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad, int upsample, bool residual,
+                        const Precision& p) {
     s.validate();
     SF_CHECK(upsample >= 1, "conv_bn_act_cost: upsample factor %d must be >= 1", upsample);
     const size_t conv_out = s.out().numel();
@@ -187,6 +188,7 @@ FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad
     r.fwd = conv_forward_cost(s, p) + bn_act_forward_cost(rows, s.cout, act, p);
     r.bwd = bn_act_backward_cost(rows, s.cout, act, p) + conv_backward_filter_cost(s, true, p);
     if (input_grad) r.bwd += conv_backward_data_cost(s, true, p);
+    if (residual) r.fwd += eltwise_cost(rows * static_cast<size_t>(s.cout), 1, 0, 1, p.act);
     if (upsample > 1) {
         r.fwd += upsample_forward_cost(conv_out, upsample, p.act);
         r.bwd += upsample_backward_cost(conv_out, upsample, p.act);
@@ -198,7 +200,7 @@ FwdBwd up_path_cost(const kern::ConvShape& lo, int factor, model::UpOrder order,
     SF_CHECK(lo.k == 1 && lo.groups == 1 && lo.stride == 1 && !lo.bias,
              "up_path_cost: the up path's conv is a plain 1x1 without bias, got %s", lo.describe().c_str());
     SF_CHECK(factor >= 2, "up_path_cost: upsample factor %d must be >= 2", factor);
-    if (order == model::UpOrder::ConvFirst) return conv_bn_act_cost(lo, kern::Act::None, true, factor, p);
+    if (order == model::UpOrder::ConvFirst) return conv_bn_act_cost(lo, kern::Act::None, true, factor, false, p);
     kern::ConvShape hi = lo;
     hi.h *= factor;
     hi.w *= factor;

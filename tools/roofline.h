@@ -97,9 +97,10 @@ OpCost adamw_cost(size_t n_params);
 // into the input's gradient, as the layers do; skipped when !input_grad, the first conv) and wgrad
 // (accumulated into the flat gradient buffer). upsample > 1 (a fusion up path in ConvFirst order):
 // conv -> bilinear xupsample -> BatchNorm, the upsample's forward and backward included, the
-// BatchNorm over the upsampled rows.
+// BatchNorm over the upsampled rows. residual: the apply pass also reads a residual and adds it
+// (ConvBN::sum_into; one more tensor read, one add per element; the backward is the same).
 FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad, int upsample = 1,
-                        const Precision& p = {});
+                        bool residual = false, const Precision& p = {});
 // One HRNet fusion up path (model::FusePath) whole: `lo` is its 1x1 conv at the source resolution
 // (N,h,w,Csrc -> Cdst), `factor` the upsample. UpsampleFirst: upsample of the Csrc input (forward;
 // backward accumulated into the source's gradient) + the conv -> BN at f*h x f*w (its backward-data
