@@ -125,7 +125,6 @@ struct FusePath {
                  int dst_channels, UpOrder order, const ActT<T>* sum);
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual) const;
     void backward(const rt::Exec& ex, const ActT<T>& x) const;
-    const ConvBN<T>& last() const { return up ? cb : down.back().pw; }  // the layer that writes the sum
     bool upsample_first() const { return up && cb.upsample == 1; }
 };
 
