@@ -12,11 +12,32 @@ void GradTape::begin_trace() {
     SF_CHECK(mode_ == Mode::Idle, "GradTape::begin_trace() while a backward is recorded or replayed");
     mode_ = Mode::Trace;
     events_.clear();
+    scope_names_.clear();
+    scope_stack_.clear();
     ops_ = 0;
+}
+
+void GradTape::enter_scope(const char* name) {
+    if (mode_ != Mode::Trace) return;
+    int id = -1;
+    for (size_t i = 0; i < scope_names_.size() && id < 0; ++i)
+        if (scope_names_[i] == name) id = static_cast<int>(i);
+    if (id < 0) {
+        id = static_cast<int>(scope_names_.size());
+        scope_names_.emplace_back(name);
+    }
+    scope_stack_.push_back(id);
+}
+
+void GradTape::leave_scope() {
+    if (mode_ != Mode::Trace) return;
+    SF_CHECK(!scope_stack_.empty(), "GradTape::leave_scope() without enter_scope()");
+    scope_stack_.pop_back();
 }
 
 void GradTape::end_trace() {
     SF_CHECK(mode_ == Mode::Trace, "GradTape::end_trace() without begin_trace()");
+    SF_CHECK(scope_stack_.empty(), "GradTape::end_trace() with %zu scope(s) still open", scope_stack_.size());
     mode_ = Mode::Idle;
 }
 
@@ -33,10 +54,11 @@ bool GradTape::op(std::initializer_list<const void*> reads, std::initializer_lis
                   const kern::ConvShape* dgrad, bool copy) {
     bool* a = acc;
     if (mode_ == Mode::Trace) {
+        const int sc = scope_stack_.empty() ? -1 : scope_stack_.back();
         for (const void* r : reads)
-            if (r) events_.push_back({ops_, r, false, false, {}, false});
+            if (r) events_.push_back({ops_, r, false, false, {}, false, sc});
         for (const void* w : writes) {
-            if (w) events_.push_back({ops_, w, true, dgrad != nullptr, dgrad ? *dgrad : kern::ConvShape{}, copy});
+            if (w) events_.push_back({ops_, w, true, dgrad != nullptr, dgrad ? *dgrad : kern::ConvShape{}, copy, sc});
             *a++ = true;
         }
         ++ops_;

@@ -17,7 +17,10 @@
 #include <initializer_list>
 #include <vector>
 
+#include <string>
+
 #include "kernels/conv.h"
+#include "runtime/profile.h"
 
 namespace model {
 
@@ -28,7 +31,9 @@ public:
     // and for a write by a convolution's backward-data whether it was that op kind, and its conv
     // shape (the planner records per conv which dgrad modes the step needs: model::ConvUse); for a
     // write by an element-wise y (+)= x, `copy` (its first contribution is a plain copy of x: the
-    // planner counts those bytes, MemoryPlan::grad_copied).
+    // planner counts those bytes, MemoryPlan::grad_copied); `scope`: the innermost rt::Scope open
+    // around the op while tracing (an index into scope_names(); -1: none, or traced without a
+    // TraceScopes observer), which ties each write to the layer or op that made it.
     struct Event {
         int op = 0;
         const void* ptr = nullptr;
@@ -36,12 +41,17 @@ public:
         bool conv_dgrad = false;
         kern::ConvShape conv;  // valid when conv_dgrad
         bool copy = false;
+        int scope = -1;
     };
 
     void begin_trace();
     void end_trace();  // back to Idle; events() holds the schedule
     const std::vector<Event>& events() const { return events_; }
     int ops() const { return ops_; }
+    // The profiling scopes seen while tracing (TraceScopes below), in order of first appearance.
+    const std::vector<std::string>& scope_names() const { return scope_names_; }
+    void enter_scope(const char* name);  // tracing only: later events carry this scope
+    void leave_scope();
 
     // After the plan is bound: per traced write (in order), the real pointer it targets and whether
     // it accumulates. accumulate_all: every write accumulates (the reference layout).
@@ -75,8 +85,21 @@ private:
     int ops_ = 0;
     size_t next_write_ = 0;
     std::vector<Event> events_;
+    std::vector<std::string> scope_names_;
+    std::vector<int> scope_stack_;
     std::vector<const void*> targets_;
     std::vector<bool> accumulate_;
+};
+
+// Passes the rt::Scopes a traced backward opens to its tape (an Exec observer for the trace only).
+class TraceScopes final : public rt::ScopeObserver {
+public:
+    explicit TraceScopes(GradTape& tape) : tape_(tape) {}
+    void begin(const rt::Exec&, const char* name) override { tape_.enter_scope(name); }
+    void end(const rt::Exec&, const char*) override { tape_.leave_scope(); }
+
+private:
+    GradTape& tape_;
 };
 
 // The op reporting entry point of model/layer_ops.h: the active tape's op(), or (no tape) every

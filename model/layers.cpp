@@ -186,6 +186,8 @@ void LiteBlock<T>::declare(Planner& p, const std::string& name, const kern::Shap
     out = p.act<T>(in, "liteblock out");
     project.sum_into = &out;  // out = x + project's output, written by the project layer
     project.declare(p, name + ".pw_project", dw.out.shape, c, 1, 1, 1, kern::Act::None);
+    sum_bwd_scope = name + ".residual bwd";
+    p.op_use({name + ".residual", OpUse::Kind::GradSum, in});
 }
 
 template <class T>
@@ -200,6 +202,7 @@ void LiteBlock<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     project.backward(ex, dw.out);  // reads out.g: the gradient of project's output, as out = x + it
     dw.backward(ex, expand.out);
     expand.backward(ex, x);
+    const rt::Scope scope(ex, sum_bwd_scope);
     ops::accumulate(ex, out.numel(), out.g, x.g);
 }
 
@@ -241,7 +244,10 @@ void FusePath<T>::declare(Planner& p, const std::string& name, const kern::Shape
             return;
         }
         upsampled = p.act<T>({src.n, src.h * factor, src.w * factor, src.c}, "upsampled");
-        cb.declare(p, base + ".1", upsampled.shape, dst_channels, 1, 1, 1, kern::Act::None);  // .0 is the Upsample
+        up_fwd_scope = base + ".0 fwd";  // .0 is the Upsample
+        up_bwd_scope = base + ".0 bwd";
+        p.op_use({base + ".0", OpUse::Kind::Upsample, src, factor});
+        cb.declare(p, base + ".1", upsampled.shape, dst_channels, 1, 1, 1, kern::Act::None);
         return;
     }
     const int steps = dst_level - src_level;
@@ -259,7 +265,10 @@ void FusePath<T>::declare(Planner& p, const std::string& name, const kern::Shape
 template <class T>
 void FusePath<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual) const {
     if (upsample_first()) {
-        ops::upsample_forward(ex, x.shape, factor, x.v, upsampled.v);
+        {
+            const rt::Scope scope(ex, up_fwd_scope);
+            ops::upsample_forward(ex, x.shape, factor, x.v, upsampled.v);
+        }
         cb.forward(ex, upsampled, train, residual);
         return;
     }
@@ -278,6 +287,7 @@ template <class T>
 void FusePath<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     if (upsample_first()) {
         cb.backward(ex, upsampled);
+        const rt::Scope scope(ex, up_bwd_scope);
         ops::upsample_backward(ex, x.shape, factor, upsampled.g, x.g);
         return;
     }
@@ -296,6 +306,7 @@ void Fusion<T>::declare(Planner& p, const std::string& name, const std::vector<k
     paths.resize(in.size());
     sum.resize(in.size());
     smooth.resize(in.size());
+    sum_bwd_scope.resize(in.size());
     for (int i = 0; i < nb; ++i) {
         const size_t ui = static_cast<size_t>(i);
         paths[ui].resize(in.size());
@@ -305,6 +316,8 @@ void Fusion<T>::declare(Planner& p, const std::string& name, const std::vector<k
                 paths[ui][static_cast<size_t>(j)].declare(p, name, in[static_cast<size_t>(j)], j, i, in[ui].c,
                                                           up_order, &sum[ui]);
         smooth[ui].declare(p, name + ".smooth_" + scale_name(i), in[ui], in[ui].c, 3, 1, 1, kern::Act::Silu);
+        sum_bwd_scope[ui] = name + ".sum_" + scale_name(i) + " bwd";
+        p.op_use({name + ".sum_" + scale_name(i), OpUse::Kind::GradSum, in[ui]});
     }
 }
 
@@ -329,7 +342,10 @@ void Fusion<T>::backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& 
     for (size_t i = nb; i-- > 0;) {
         const ActT<T>& s = sum[i];
         smooth[i].backward(ex, s);
-        ops::accumulate(ex, s.numel(), s.g, x[i]->g);
+        {
+            const rt::Scope scope(ex, sum_bwd_scope[i]);
+            ops::accumulate(ex, s.numel(), s.g, x[i]->g);
+        }
         for (size_t j = nb; j-- > 0;) {
             if (j == i) continue;
             paths[i][j].backward(ex, *x[j]);  // its last layer reads s.g: s = x_i + sum_j path_j(x_j)

@@ -91,6 +91,7 @@ template <class T>
 struct LiteBlock {
     ConvBN<T> expand, dw, project;
     ActT<T> out;
+    std::string sum_bwd_scope;  // "<name>.residual bwd": x.g (+)= out.g (OpUse::Kind::GradSum)
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& in);
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
@@ -120,6 +121,7 @@ struct FusePath {
     ActT<T> upsampled;            // up, UpsampleFirst: (N, f*H, f*W, Csrc)
     ConvBN<T> cb;                 // up: 1x1 Csrc -> Cdst, no activation
     std::vector<DSConv<T>> down;  // down: 1..3 DSConvs
+    std::string up_fwd_scope, up_bwd_scope;  // UpsampleFirst: "<path>.0 fwd|bwd", the Upsample (OpUse)
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& src, int src_level, int dst_level,
                  int dst_channels, UpOrder order, const ActT<T>* sum);
@@ -136,6 +138,7 @@ struct Fusion {
     std::vector<std::vector<FusePath<T>>> paths;  // [dst][src]; paths[i][i] unused
     std::vector<ActT<T>> sum;
     std::vector<ConvBN<T>> smooth;
+    std::vector<std::string> sum_bwd_scope;  // "<name>.sum_<dst> bwd": x_i.g (+)= sum_i.g (OpUse GradSum)
 
     void declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, UpOrder up_order);
     void forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& x, bool train) const;

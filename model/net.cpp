@@ -9,6 +9,7 @@
 #include "model/layer_ops.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
+#include "runtime/profile.h"
 
 namespace model {
 
@@ -18,6 +19,24 @@ constexpr int kHeadChannels[4] = {1, 1, 4, 2};
 
 kern::Shape4 level_shape(const NetShape& s, int level) {
     return {s.batch, s.height / (4 << level), s.width / (4 << level), kBranchChannels[level]};
+}
+
+// LiteFPN's top-down x2 upsamples (P5s -> 1/16, P4td -> 1/8, P3td -> 1/4), each in its own profiling
+// scope (model::OpUse, the per-layer bench table).
+constexpr const char* kFpnUp[3] = {"lite_fpn.up_p5", "lite_fpn.up_p4", "lite_fpn.up_p3"};
+constexpr const char* kFpnUpFwd[3] = {"lite_fpn.up_p5 fwd", "lite_fpn.up_p4 fwd", "lite_fpn.up_p3 fwd"};
+constexpr const char* kFpnUpBwd[3] = {"lite_fpn.up_p5 bwd", "lite_fpn.up_p4 bwd", "lite_fpn.up_p3 bwd"};
+
+template <class T>
+void fpn_upsample_forward(const rt::Exec& ex, int k, const ActT<T>& src, const ActT<T>& dst) {
+    const rt::Scope scope(ex, kFpnUpFwd[k]);
+    ops::upsample_forward(ex, src.shape, 2, src.v, dst.v);
+}
+
+template <class T>
+void fpn_upsample_backward(const rt::Exec& ex, int k, const ActT<T>& src, const ActT<T>& dst) {
+    const rt::Scope scope(ex, kFpnUpBwd[k]);
+    ops::upsample_backward(ex, src.shape, 2, dst.g, src.g);
 }
 }  // namespace
 
@@ -83,6 +102,9 @@ void WeightedFuse<T>::declare(Planner& p, const std::string& name, const kern::S
     weight_a = p.param(name + ".weight_a", {1}, false);
     weight_b = p.param(name + ".weight_b", {1}, false);
     fused = p.act<T>(s, "weighted fuse");
+    fwd_scope = name + " fwd";
+    bwd_scope = name + " bwd";
+    p.op_use({name, OpUse::Kind::WeightedFuse, s});
     smooth.declare(p, name + ".smooth", s, s.c, 3, 1, 1, kern::Act::Silu);
     if constexpr (!kIsCpu<T>) {
         ws_floats = kern::fusion_backward_workspace_floats(s.numel());
@@ -92,13 +114,17 @@ void WeightedFuse<T>::declare(Planner& p, const std::string& name, const kern::S
 
 template <class T>
 void WeightedFuse<T>::forward(const rt::Exec& ex, const ActT<T>& a, const ActT<T>& b, bool train) const {
-    ops::fusion_forward(ex, fused.numel(), a.v, b.v, weight_a.w, weight_b.w, fused.v);
+    {
+        const rt::Scope scope(ex, fwd_scope);
+        ops::fusion_forward(ex, fused.numel(), a.v, b.v, weight_a.w, weight_b.w, fused.v);
+    }
     smooth.forward(ex, fused, train);
 }
 
 template <class T>
 void WeightedFuse<T>::backward(const rt::Exec& ex, const ActT<T>& a, const ActT<T>& b) const {
     smooth.backward(ex, fused);
+    const rt::Scope scope(ex, bwd_scope);
     ops::fusion_backward(ex, fused.numel(), a.v, b.v, weight_a.w, weight_b.w, fused.g, a.g, b.g, weight_a.g,
                          weight_b.g, ws, ws_floats);
 }
@@ -146,11 +172,15 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun)
 
 // The backward runs once on the sizing pass's placeholders with the tape tracing: every op reports
 // the gradients it reads and writes and launches nothing (model/layer_ops.h). So the schedule the
-// planner sees is backward() itself.
+// planner sees is backward() itself. Its profiling scopes are recorded with it, so each write is
+// known by the layer or op that made it.
 template <class T>
 void SiderNetT<T>::plan_grads() {
     plan_.tape().begin_trace();
-    backward(rt::Exec::cpu());
+    TraceScopes scopes(plan_.tape());  // ties each traced write to its layer's scope (LayerUse, OpUse)
+    rt::Exec ex = rt::Exec::cpu();
+    ex.observer = &scopes;
+    backward(ex);
     plan_.tape().end_trace();
     plan_.plan_grads();
 }
@@ -194,11 +224,15 @@ void SiderNetT<T>::declare(Planner& p) {
     auto fpn_shape = [&](int level) {
         return kern::Shape4{s.batch, s.height / (4 << level), s.width / (4 << level), kFpnChannels};
     };
+    // The top-down upsamples' profiling scopes: kFpnUp below (OpUse).
     fpn_.up_p5 = p.act<T>(fpn_shape(2), "fpn up p5");
+    p.op_use({kFpnUp[0], OpUse::Kind::Upsample, fpn_shape(3), 2});
     fpn_.fuse16.declare(p, "lite_fpn.fuse_1_16", fpn_shape(2));
     fpn_.up_p4 = p.act<T>(fpn_shape(1), "fpn up p4");
+    p.op_use({kFpnUp[1], OpUse::Kind::Upsample, fpn_shape(2), 2});
     fpn_.fuse8.declare(p, "lite_fpn.fuse_1_8", fpn_shape(1));
     fpn_.up_p3 = p.act<T>(fpn_shape(0), "fpn up p3");
+    p.op_use({kFpnUp[2], OpUse::Kind::Upsample, fpn_shape(1), 2});
     fpn_.fuse4.declare(p, "lite_fpn.fuse_1_4", fpn_shape(0));
 
     // Dual head: four independent heads on Hf.
@@ -230,11 +264,11 @@ void SiderNetT<T>::forward(const rt::Exec& ex, bool train) {
     // LiteFPN
     for (int level = 3; level >= 0; --level) fpn_.lateral[level].forward(ex, stage4_.fusion.out(level), train);
     fpn_.smooth_p5.forward(ex, fpn_.lateral[3].out, train);
-    ops::upsample_forward(ex, fpn_.smooth_p5.out.shape, 2, fpn_.smooth_p5.out.v, fpn_.up_p5.v);
+    fpn_upsample_forward(ex, 0, fpn_.smooth_p5.out, fpn_.up_p5);
     fpn_.fuse16.forward(ex, fpn_.up_p5, fpn_.lateral[2].out, train);
-    ops::upsample_forward(ex, fpn_.fuse16.smooth.out.shape, 2, fpn_.fuse16.smooth.out.v, fpn_.up_p4.v);
+    fpn_upsample_forward(ex, 1, fpn_.fuse16.smooth.out, fpn_.up_p4);
     fpn_.fuse8.forward(ex, fpn_.up_p4, fpn_.lateral[1].out, train);
-    ops::upsample_forward(ex, fpn_.fuse8.smooth.out.shape, 2, fpn_.fuse8.smooth.out.v, fpn_.up_p3.v);
+    fpn_upsample_forward(ex, 2, fpn_.fuse8.smooth.out, fpn_.up_p3);
     fpn_.fuse4.forward(ex, fpn_.lateral[0].out, fpn_.up_p3, train);
     // Heads
     for (const Head<T>& h : heads_) {
@@ -255,11 +289,11 @@ void SiderNetT<T>::backward(const rt::Exec& ex) {
         heads_[i].conv1.backward(ex, fpn_.out());
     }
     fpn_.fuse4.backward(ex, fpn_.lateral[0].out, fpn_.up_p3);
-    ops::upsample_backward(ex, fpn_.fuse8.smooth.out.shape, 2, fpn_.up_p3.g, fpn_.fuse8.smooth.out.g);
+    fpn_upsample_backward(ex, 2, fpn_.fuse8.smooth.out, fpn_.up_p3);
     fpn_.fuse8.backward(ex, fpn_.up_p4, fpn_.lateral[1].out);
-    ops::upsample_backward(ex, fpn_.fuse16.smooth.out.shape, 2, fpn_.up_p4.g, fpn_.fuse16.smooth.out.g);
+    fpn_upsample_backward(ex, 1, fpn_.fuse16.smooth.out, fpn_.up_p4);
     fpn_.fuse16.backward(ex, fpn_.up_p5, fpn_.lateral[2].out);
-    ops::upsample_backward(ex, fpn_.smooth_p5.out.shape, 2, fpn_.up_p5.g, fpn_.smooth_p5.out.g);
+    fpn_upsample_backward(ex, 0, fpn_.smooth_p5.out, fpn_.up_p5);
     fpn_.smooth_p5.backward(ex, fpn_.lateral[3].out);
     for (int level = 0; level <= 3; ++level) fpn_.lateral[level].backward(ex, stage4_.fusion.out(level));
 

@@ -59,6 +59,7 @@ struct WeightedFuse {
     ConvBN<T> smooth;
     float* ws = nullptr;  // CUDA reduction workspace of the fusion backward
     size_t ws_floats = 0;
+    std::string fwd_scope, bwd_scope;  // "<name> fwd|bwd" around the weighted sum alone (OpUse)
     void declare(Planner& p, const std::string& name, const kern::Shape4& s);
     void forward(const rt::Exec& ex, const ActT<T>& a, const ActT<T>& b, bool train) const;
     void backward(const rt::Exec& ex, const ActT<T>& a, const ActT<T>& b) const;

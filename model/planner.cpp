@@ -101,6 +101,10 @@ void Planner::layer(const LayerUse& l) {
     if (!binding_) layers_.push_back(l);
 }
 
+void Planner::op_use(const OpUse& o) {
+    if (!binding_) op_uses_.push_back(o);
+}
+
 float* Planner::workspace(size_t floats) {
     if (!binding_) {
         workspace_floats_ = std::max(workspace_floats_, floats);

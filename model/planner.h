@@ -89,6 +89,30 @@ struct LayerUse {
     bool input_grad = true;  // the backward computes the input's gradient
     int upsample = 1;        // > 1: bilinear xupsample between the conv and the BN (UpOrder::ConvFirst)
     bool residual = false;   // the output is added to a residual in the same pass (ConvBN::sum_into)
+    // From the traced backward (Planner::plan_grads; true until then): whether the input gradient's
+    // write (the conv's backward-data, the layer's last gradient write) adds into what an earlier op
+    // wrote (false: the first contribution overwrites it).
+    bool input_grad_accumulates = true;
+};
+
+// An op of the step outside the convolution layers, in execution order (sizing pass), for the
+// step's cost model (tools/step_model.h). Its profiling scopes are "<name> fwd" (none for GradSum)
+// and "<name> bwd".
+//   Upsample      bilinear x`factor` of `in` (the fusion up paths in UpOrder::UpsampleFirst, LiteFPN's
+//                 top-down path); backward: the input's gradient from the output's.
+//   WeightedFuse  LiteFPN's w_a*a + w_b*b of two `in`-shaped tensors; backward: both operands'
+//                 gradients and the two weights'.
+//   GradSum       backward only: an `in`-shaped gradient added into an operand's gradient (a LiteBlock's
+//                 residual, a fusion sum's own branch): x.g (+)= sum.g.
+struct OpUse {
+    enum class Kind { Upsample, WeightedFuse, GradSum };
+    std::string name;
+    Kind kind = Kind::Upsample;
+    kern::Shape4 in;
+    int factor = 1;  // Upsample
+    // From the traced backward (plan_grads): the activation-gradient writes made in "<name> bwd" and
+    // how many of them add into an earlier op's contribution (the others are first writes).
+    int grad_writes = 0, grad_accumulates = 0;
 };
 
 // Bytes per region of a plan. activation_grads is the region after sharing; the grad_* fields
@@ -143,6 +167,8 @@ public:
     const std::vector<ConvUse>& convs() const { return convs_; }
     void layer(const LayerUse& l);
     const std::vector<LayerUse>& layers() const { return layers_; }
+    void op_use(const OpUse& o);
+    const std::vector<OpUse>& op_uses() const { return op_uses_; }
     // Shared fp32 scratch for reductions (one op at a time on one stream): the region is the max
     // over every request and over extra_workspace_bytes(). Binding pass: returns the region.
     float* workspace(size_t floats);
@@ -184,6 +210,7 @@ public:
 
 private:
     size_t reserve(size_t& cursor, size_t bytes);
+    void record_traced_modes();
     void record_dgrad_mode(const kern::ConvShape& s, bool overwrite);
     void* bind(uint8_t* base, size_t& cursor, size_t bytes);
 
@@ -203,6 +230,7 @@ private:
     size_t workspace_floats_ = 0, extra_workspace_bytes_ = 0;
     std::vector<ConvUse> convs_;
     std::vector<LayerUse> layers_;
+    std::vector<OpUse> op_uses_;
     GpuOps* ops_ = nullptr;
     // binding-pass cursors (must end where the sizing pass ended)
     size_t bind_param_ = 0, bind_act_ = 0, bind_grad_ = 0;  // bind_grad_: next slot

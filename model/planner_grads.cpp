@@ -47,6 +47,41 @@ void Planner::record_dgrad_mode(const kern::ConvShape& s, bool overwrite) {
     SF_FAIL("the backward trace runs a backward-data of conv %s, which no layer declared", s.describe().c_str());
 }
 
+// The layers' and ops' gradient-write modes from the traced scopes (LayerUse::input_grad_accumulates,
+// OpUse::grad_writes/grad_accumulates): a write in "<name> bwd" belongs to that layer or op. A trace
+// without scopes (no TraceScopes observer) leaves the defaults.
+void Planner::record_traced_modes() {
+    const std::vector<std::string>& names = tape_.scope_names();
+    if (names.empty()) return;
+    std::vector<int> writes(names.size(), 0), accs(names.size(), 0);
+    std::vector<int> last_acc(names.size(), -1);  // the scope's last write: 1 accumulates, 0 overwrites
+    size_t k = 0;                                 // index into write_acc_ (one per traced write)
+    for (const GradTape::Event& e : tape_.events()) {
+        if (!e.write) continue;
+        const bool acc = layout_ == GradLayout::Separate || write_acc_[k++];
+        if (e.scope < 0) continue;
+        const size_t sc = static_cast<size_t>(e.scope);
+        ++writes[sc];
+        accs[sc] += acc ? 1 : 0;
+        last_acc[sc] = acc ? 1 : 0;
+    }
+    auto find = [&](const std::string& scope) {
+        for (size_t i = 0; i < names.size(); ++i)
+            if (names[i] == scope) return static_cast<int>(i);
+        return -1;
+    };
+    for (LayerUse& l : layers_) {
+        const int sc = find(l.name + " bwd");
+        if (l.input_grad && sc >= 0 && last_acc[static_cast<size_t>(sc)] >= 0)
+            l.input_grad_accumulates = last_acc[static_cast<size_t>(sc)] == 1;
+    }
+    for (OpUse& o : op_uses_) {
+        const int sc = find(o.name + " bwd");
+        o.grad_writes = sc < 0 ? 0 : writes[static_cast<size_t>(sc)];
+        o.grad_accumulates = sc < 0 ? 0 : accs[static_cast<size_t>(sc)];
+    }
+}
+
 void Planner::plan_grads() {
     SF_CHECK(!binding_ && !grads_planned_, "plan_grads() must run once, between the sizing and binding passes");
     SF_CHECK(tape_.mode() == GradTape::Mode::Idle, "plan_grads() while the backward is being traced");
@@ -80,6 +115,7 @@ void Planner::plan_grads() {
         if (e.conv_dgrad) record_dgrad_mode(e.conv, !written[i] && layout_ != GradLayout::Separate);
         written[i] = true;
     }
+    record_traced_modes();
     act_grad_bytes_ = 0;
     if (layout_ == GradLayout::Separate) {
         for (GradSlot& g : grads_)

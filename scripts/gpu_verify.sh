@@ -11,7 +11,8 @@
 #            short table. At most 8 files, flat, in OUT: env.txt gpu_tests.json gpu_tests.log
 #            check.json memcheck.log bench.json run.log summary.txt.
 #   tests    scripts/gpu_test.sh: every gpu test (JSON report) + compute-sanitizer memcheck of one step
-#   bench    slidefuse bench ceilings (ceilings.json), then bench step: batch sizes 64..512 at 256x512,
+#   bench    slidefuse bench ceilings (ceilings.json), the step's modelled floor at those ceilings
+#            (plan --roofline: plan_roofline_128.json), then bench step: batch sizes 64..512 at 256x512,
 #            160x320, batch search, per-layer table
 #   uporder  bench step at batch 128, 256x512, in both fusion up-path orders (model.fusion_up_order:
 #            upsample_first, conv_first), each with its per-layer table: the A/B of
@@ -204,6 +205,10 @@ case "$STAGE" in
     scripts/gpu_test.sh "$BUILD_DIR" --gtest_output="json:$OUT_DIR/gpu_tests.json" 2>&1 | tee "$OUT_DIR/gpu_tests.log" ;;
   bench)
     "$SF" bench ceilings --json "$OUT_DIR/ceilings.json" 2>&1 | tee "$OUT_DIR/bench.log"
+    # The step's modelled floor at those measured ceilings (no GPU work; docs/BENCH.md), to read the
+    # per-layer table and the samples/s against.
+    "$SF" plan --batch 128 --roofline --ceilings "$OUT_DIR/ceilings.json" --json "$OUT_DIR/plan_roofline_128.json" \
+      2>&1 | tee -a "$OUT_DIR/bench.log"
     "$SF" bench step --batch-sizes 64,128,256,512 --size 256x512 --search --layers --layers-batch 128 \
       --ceilings "$OUT_DIR/ceilings.json" \
       --json "$OUT_DIR/bench_256x512.json" 2>&1 | tee -a "$OUT_DIR/bench.log"

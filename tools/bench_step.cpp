@@ -44,6 +44,7 @@
 #include "tools/bench_step.h"
 #include "tools/layer_table.h"
 #include "tools/roofline.h"
+#include "tools/step_model.h"
 #include "tools/train_cuda.h"
 
 namespace tools {
@@ -308,24 +309,12 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
         auto it = ms.find(name);
         return it == ms.end() ? std::vector<double>{} : it->second;
     };
-    const model::Planner& plan = rig.net.plan();
-    for (const model::LayerUse& l : plan.layers()) {
-        FwdBwd c;
-        if (l.batchnorm) {
-            c = conv_bn_act_cost(l.shape, l.act, l.input_grad, l.upsample, l.residual);
-        } else {  // the heads' last 1x1 conv: bf16 in, fp32 logits out
-            c.fwd = conv_forward_cost(l.shape);
-            c.bwd = conv_backward_data_cost(l.shape, true) + conv_backward_filter_cost(l.shape, true);
-        }
-        rep.rows.push_back(layer_row(l.name, samples(l.name + " fwd"), samples(l.name + " bwd"), c.fwd, c.bwd));
-    }
-    const model::NetShape s = rig.net.shape();
-    const size_t n = plan.table().flat_size;
-    rep.rows.push_back(layer_row("loss", samples("loss"), {}, loss_cost(s.batch, s.height / 4, s.width / 4), {}));
-    rep.rows.push_back(layer_row("optimizer", samples("optimizer"), {}, grad_norm_cost(n) + adamw_cost(n), {}));
-    rep.rows.push_back(layer_row("data: preprocess", samples("data: preprocess"), {},
-                                 eltwise_cost(static_cast<size_t>(s.batch) * s.height * s.width, 1, s.channels, 2, 1),
-                                 {}));
+    // Every layer and op of the step with its modelled work (tools/step_model.h), the times of its
+    // scopes beside it.
+    for (const StepModelRow& m : step_model(rig.net.plan(), rig.net.shape()))
+        rep.rows.push_back(layer_row(m.name, m.fwd_scope.empty() ? std::vector<double>{} : samples(m.fwd_scope),
+                                     m.bwd_scope.empty() ? std::vector<double>{} : samples(m.bwd_scope), m.fwd(),
+                                     m.bwd()));
     // The whole eager step on its own, for the "outside any row" share: the same rig (same plans,
     // no second network in memory) with the per-scope events switched off.
     std::vector<double> whole;

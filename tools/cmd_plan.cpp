@@ -10,6 +10,8 @@
 #include "tools/eval_model.h"  // parse_positive_int
 #include "tools/plan_cudnn.h"
 #include "tools/plan_report.h"
+#include "tools/plan_roofline.h"
+#include "tools/cli_numbers.h"
 
 namespace tools {
 
@@ -17,6 +19,7 @@ const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
            "[--up-order upsample_first|conv_first] [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]]\n"
+           "                      [--roofline [--device NAME] [--ceilings FILE] [--peak-tflops T] [--peak-gbps G]]\n"
            "  the memory plan (parameters, optimizer state, activations, activation gradients, workspace, bytes\n"
            "  zeroed per micro-step) for an input size and batch, without a GPU.\n"
            "  --cudnn-device: also build every cuDNN convolution plan of the CUDA step with the cuDNN library\n"
@@ -25,6 +28,9 @@ const char* plan_usage() {
            "  through a cuDNN handle on this machine's GPU 0. The workspace then includes the conv workspace;\n"
            "  exit 1 when a convolution the step needs has no cuDNN plan.\n"
            "  --up-order: the fusion up paths' order (model.fusion_up_order, docs/MODEL.md)\n"
+           "  --roofline: the training step's modelled floor (bytes and FLOPs of every pass, by class and by pass)\n"
+           "  at the peaks of --device NAME (datasheet table, default \"H100 SXM\"), or of a `bench ceilings --json`\n"
+           "  FILE measured on the GPU, or --peak-tflops/--peak-gbps; no GPU needed (docs/BENCH.md)\n"
            "  defaults: 256x512, batch 8, 2 channels, cuda (bf16 activations; cpu: fp32), upsample_first\n";
 }
 
@@ -41,8 +47,13 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
             a.verbose = true;
             continue;
         }
+        if (s == "--roofline") {
+            a.roofline = true;
+            continue;
+        }
         SF_CHECK(s == "--height" || s == "--width" || s == "--batch" || s == "--channels" || s == "--backend" ||
-                     s == "--json" || s == "--cudnn-device" || s == "--conv-policy" || s == "--up-order",
+                     s == "--json" || s == "--cudnn-device" || s == "--conv-policy" || s == "--up-order" ||
+                     s == "--device" || s == "--ceilings" || s == "--peak-tflops" || s == "--peak-gbps",
                  "plan: unexpected argument '%s'\n%s", s.c_str(), plan_usage());
         SF_CHECK(i + 1 < args.size(), "plan: %s needs a value\n%s", s.c_str(), plan_usage());
         const std::string& v = args[++i];
@@ -52,6 +63,10 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
         if (s == "--channels") a.channels = parse_positive_int(s, v);
         if (s == "--json") a.json = v;
         if (s == "--cudnn-device") a.cudnn_device = v;
+        if (s == "--device") a.device = v;
+        if (s == "--ceilings") a.ceilings = v;
+        if (s == "--peak-tflops") a.peak_tflops = parse_nonnegative(s, v);
+        if (s == "--peak-gbps") a.peak_gbps = parse_nonnegative(s, v);
         if (s == "--up-order")
             SF_CHECK(model::parse_up_order(v, &a.up_order), "plan: --up-order expects upsample_first or conv_first, got "
                      "'%s'", v.c_str());
@@ -67,6 +82,11 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
     }
     SF_CHECK(a.cudnn_device.empty() || a.cuda, "plan: --cudnn-device plans the CUDA backend's convolutions; it does "
              "not go with --backend cpu");
+    bool peaks_given = false;
+    for (const std::string& s : args)
+        peaks_given = peaks_given || s == "--device" || s == "--ceilings" || s == "--peak-tflops" || s == "--peak-gbps";
+    SF_CHECK(a.roofline || !peaks_given, "plan: --device, --ceilings, --peak-tflops and --peak-gbps set the peaks of "
+             "--roofline: give --roofline too");
     SF_CHECK(!a.cudnn_device.empty() || (!a.autotune && !a.verbose),
              "plan: --conv-policy and --verbose describe cuDNN plans: give --cudnn-device FILE too");
     return a;
@@ -99,6 +119,10 @@ int cmd_plan(const std::vector<std::string>& args) {
         doc["workspace"]["includes_conv_workspace"] = true;  // even when every plan chosen needs none
     }
     std::fputs(plan_text(doc).c_str(), stdout);
+    if (a.roofline) {
+        doc["roofline"] = plan_roofline_json(a);
+        std::fputs(plan_roofline_text(doc["roofline"]).c_str(), stdout);
+    }
     if (!a.json.empty()) {
         std::ofstream f(a.json);
         SF_CHECK(f.good(), "plan: cannot write '%s'", a.json.c_str());

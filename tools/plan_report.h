@@ -14,7 +14,8 @@
 //                         accumulate_only, both} (conv shapes by the dgrad modes the backward needs)},
 //    "workspace": {"bytes", "includes_conv_workspace"},
 //    "fusion_up_paths": {count, upsample_first: {bytes, flops}, conv_first: {bytes, flops}} (per sample,
-//                        forward + backward, the roofline model's: tools/roofline.h up_path_cost)}
+//                        forward + backward, the roofline model's: tools/roofline.h up_path_cost),
+//    "roofline": (--roofline only) the step's modelled floor, tools/plan_roofline.h}
 #pragma once
 #include <cstddef>
 #include <nlohmann/json.hpp>
@@ -42,6 +43,13 @@ struct PlanArgs {
     bool autotune = false;
     bool verbose = false;
     model::UpOrder up_order = model::UpOrder::UpsampleFirst;  // --up-order (model/up_order.h)
+    // --roofline: the step's modelled floor (tools/plan_roofline.h) at the peaks of --device NAME
+    // (the datasheet table, tools/roofline.h; default "H100 SXM"), overridden by --ceilings FILE
+    // (`bench ceilings --json`) and --peak-tflops / --peak-gbps.
+    bool roofline = false;
+    std::string device = "H100 SXM";
+    std::string ceilings;
+    double peak_tflops = 0, peak_gbps = 0;
 };
 
 // The network shape the arguments describe (batch, channels, size, fusion up-path order).

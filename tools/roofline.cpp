@@ -150,12 +150,12 @@ OpCost upsample_forward_cost(size_t n_in, int factor, double elem_bytes) {
     return o;
 }
 
-OpCost upsample_backward_cost(size_t n_in, int factor, double elem_bytes) {
+OpCost upsample_backward_cost(size_t n_in, int factor, double elem_bytes, bool accumulate) {
     SF_CHECK(factor >= 1, "upsample_backward_cost: factor %d must be >= 1", factor);
     const double n_out = dbl(n_in) * factor * factor;
     OpCost o;
     o.simt_flops = 8 * n_out;
-    o.bytes = (n_out + 2 * dbl(n_in)) * elem_bytes;
+    o.bytes = (n_out + (accumulate ? 2 : 1) * dbl(n_in)) * elem_bytes;
     return o;
 }
 

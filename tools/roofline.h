@@ -79,8 +79,9 @@ OpCost eltwise_cost(size_t n, int reads, int writes, double flops_per_elem, doub
 // Bilinear x factor, n_in = N*H*W*C input elements: reads n_in, writes n_in*f^2 (7 FLOPs per output:
 // 4 multiplies, 3 adds).
 OpCost upsample_forward_cost(size_t n_in, int factor, double elem_bytes);
-// Reads dy (n_in*f^2), accumulates into dx (n_in, read + written); 8 FLOPs per dy element.
-OpCost upsample_backward_cost(size_t n_in, int factor, double elem_bytes);
+// Reads dy (n_in*f^2), accumulates into dx (n_in, read + written; written only with !accumulate, the
+// first contribution); 8 FLOPs per dy element.
+OpCost upsample_backward_cost(size_t n_in, int factor, double elem_bytes, bool accumulate = true);
 // Fused loss over the heads' logits (N, grid_h, grid_w, channels) fp32: reads the logits, writes
 // their gradients (targets are rendered on the GPU from label records, which are negligible);
 // kLossFlopsPerElem nominal FLOPs per logit.

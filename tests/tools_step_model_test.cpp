@@ -1,0 +1,235 @@
+// The step's cost model (tools/step_model.h) and `slidefuse plan --roofline` (tools/plan_roofline.h):
+// rows for every layer and op with their scopes, the traced write modes against the planner's own
+// counts, a hand-counted row, the floor's arithmetic, and the command's document and errors.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "model/net.h"
+#include "tests/support/compare.h"
+#include "tools/bench_ceilings.h"
+#include "tools/plan_roofline.h"
+#include "tools/step_model.h"
+
+namespace {
+
+using tools::StepModelRow;
+using tools::StepPart;
+
+model::NetShape small(model::UpOrder order = model::UpOrder::UpsampleFirst) { return {2, 2, 128, 256, order}; }
+
+const StepModelRow& row(const std::vector<StepModelRow>& rows, const std::string& name) {
+    for (const StepModelRow& r : rows)
+        if (r.name == name) return r;
+    ADD_FAILURE() << "no row " << name;
+    return rows.front();
+}
+
+TEST(StepModel, EveryLayerAndOpHasARowWithItsOwnScopes) {
+    for (model::UpOrder order : {model::UpOrder::UpsampleFirst, model::UpOrder::ConvFirst}) {
+        const model::SiderNetCuda net(small(order), model::DryRun{});
+        const std::vector<StepModelRow> rows = tools::step_model(net.plan(), small(order));
+        ASSERT_EQ(rows.size(), net.plan().layers().size() + net.plan().op_uses().size() + 3);
+        std::set<std::string> names, scopes;
+        for (const StepModelRow& r : rows) {
+            EXPECT_TRUE(names.insert(r.name).second) << "duplicate row " << r.name;
+            for (const std::string& sc : {r.fwd_scope, r.bwd_scope})
+                if (!sc.empty()) {
+                    EXPECT_TRUE(scopes.insert(sc).second) << "scope " << sc << " in two rows";
+                }
+            EXPECT_GT(r.fwd().bytes + r.bwd().bytes, 0) << r.name;
+        }
+        for (const model::LayerUse& l : net.plan().layers()) EXPECT_EQ(names.count(l.name), 1u) << l.name;
+        // The ops outside the layers: 3 LiteFPN upsamples (+ 10 up-path ones in UpsampleFirst), 3
+        // weighted fuses, and a gradient sum per LiteBlock and per fusion destination.
+        int up = 0, fuse = 0, sums = 0;
+        for (const model::OpUse& o : net.plan().op_uses()) {
+            up += o.kind == model::OpUse::Kind::Upsample;
+            fuse += o.kind == model::OpUse::Kind::WeightedFuse;
+            sums += o.kind == model::OpUse::Kind::GradSum;
+        }
+        EXPECT_EQ(up, order == model::UpOrder::UpsampleFirst ? 13 : 3);
+        EXPECT_EQ(fuse, 3);
+        EXPECT_GT(sums, 0);
+        EXPECT_EQ(row(rows, "loss").fwd_scope, "loss");
+        EXPECT_EQ(row(rows, "optimizer").fwd_scope, "optimizer");
+        EXPECT_EQ(row(rows, "data: preprocess").fwd_scope, "data: preprocess");
+    }
+}
+
+// The write modes the model reads from the traced scopes agree with what the planner counts from the
+// same trace by tensor: bytes first written by a conv backward-data, and the gradient copies.
+TEST(StepModel, TracedWriteModesAgreeWithThePlannersCounts) {
+    {
+        const model::SiderNetCuda net(small(), model::DryRun{});
+        const model::MemoryPlan m = net.plan().memory();
+        size_t first = 0;
+        for (const model::LayerUse& l : net.plan().layers())  // the CUDA heads' 1x1 is no conv dgrad op
+            if (l.batchnorm && l.input_grad && !l.input_grad_accumulates) first += l.shape.in().numel() * 2;
+        EXPECT_EQ(first, m.grad_dgrad_first);
+        size_t copies = 0, copied = 0;
+        for (const model::OpUse& o : net.plan().op_uses()) {
+            const int writes = o.kind == model::OpUse::Kind::WeightedFuse ? 2 : 1;
+            EXPECT_EQ(o.grad_writes, writes) << o.name;
+            if (o.kind == model::OpUse::Kind::GradSum && o.grad_accumulates == 0) {
+                ++copies;
+                copied += o.in.numel() * 2;
+            }
+            // A LiteBlock's input gradient is first written by its expand conv's backward-data.
+            if (o.name.find(".residual") != std::string::npos) {
+                EXPECT_EQ(o.grad_accumulates, 1) << o.name;
+            }
+        }
+        EXPECT_EQ(copies, m.grad_copies);
+        EXPECT_EQ(copied, m.grad_copied);
+        EXPECT_GT(copies, 0u);
+    }
+    {  // the CPU network: its heads' dgrad is a conv backward-data too
+        const model::SiderNetT<float> net(small(), model::DryRun{});
+        size_t first = 0;
+        for (const model::LayerUse& l : net.plan().layers())
+            if (l.input_grad && !l.input_grad_accumulates) first += l.shape.in().numel() * 4;
+        EXPECT_EQ(first, net.plan().memory().grad_dgrad_first);
+    }
+}
+
+// One depthwise layer counted by hand: stage2.branch_1_4.0.dw_conv at batch 2, 128x256 input:
+// x, y (2,32,64,64) bf16 = 262144 elements, weights 64x3x3 = 576. Its input (the expand's output)
+// has no other reader, so the backward-data's write is that gradient's only one: no read of dx.
+TEST(StepModel, HandCountedDepthwiseRow) {
+    const StepModelRow r = row(tools::step_model(small()), "stage2.branch_1_4.0.dw_conv");
+    EXPECT_EQ(r.kind, "conv 3x3 depthwise");
+    const double n = 262144;
+    EXPECT_DOUBLE_EQ(r.at(StepPart::ConvFwd).bytes, n * 2 + 576 * 2 + n * 2);
+    EXPECT_DOUBLE_EQ(r.at(StepPart::ConvDgrad).bytes, n * 2 + 576 * 2 + n * 2);
+    EXPECT_DOUBLE_EQ(r.at(StepPart::ConvWgrad).bytes, n * 2 + n * 2 + 576 * 4 * 2);
+    EXPECT_DOUBLE_EQ(r.at(StepPart::ConvFwd).simt_flops, 2 * n * 9);  // on CUDA cores, 9 MACs per output
+    EXPECT_DOUBLE_EQ(r.at(StepPart::ConvFwd).tensor_flops, 0);
+    EXPECT_DOUBLE_EQ(r.at(StepPart::NormFwd).bytes, 3 * n * 2 + 8 * 64 * 4);  // stats read, apply read + write
+    EXPECT_DOUBLE_EQ(r.at(StepPart::NormBwd).bytes, 5 * n * 2 + 8 * 64 * 4);  // two passes over x, dy; dx written
+    EXPECT_DOUBLE_EQ(r.at(StepPart::OtherFwd).bytes + r.at(StepPart::OtherBwd).bytes, 0);
+    // The LiteBlock's project writes the block's sum: its apply pass reads the residual too
+    // (2,32,64,32) = 131072 elements.
+    const StepModelRow p = row(tools::step_model(small()), "stage2.branch_1_4.0.pw_project");
+    EXPECT_DOUBLE_EQ(p.at(StepPart::NormFwd).bytes, 4 * 131072.0 * 2 + 8 * 32 * 4);
+    // ConvFirst up path (stage2 1/8 -> 1/4: (2,16,32,64) -> 32 channels, x2): the upsample's backward
+    // is the only write of the low-resolution gradient: dy (2,32,64,32) read, dx (2,16,32,32) written.
+    const StepModelRow u = row(tools::step_model(small(model::UpOrder::ConvFirst)), "stage2.fusion.up_1_8_to_1_4.1");
+    EXPECT_EQ(u.kind, "conv 1x1 up path");
+    EXPECT_DOUBLE_EQ(u.at(StepPart::OtherBwd).bytes, (131072.0 + 32768.0) * 2);
+}
+
+TEST(StepModel, FloorSumsEveryPassBoundOnItsOwn) {
+    tools::DevicePeaks pk;
+    pk.device = "test";
+    pk.tensor_tflops = 1000;  // 1e12 FLOPs: 1 ms
+    pk.simt_tflops = 50;      // 5e10 FLOPs: 1 ms
+    pk.hbm_gbps = 1000;       // 1e9 bytes: 1 ms
+    std::vector<StepModelRow> rows(2);
+    rows[0].name = "a";
+    rows[0].kind = "conv 3x3 dense";
+    rows[0].at(StepPart::ConvFwd) = {1e12, 0, 1e9};  // 1 ms either way
+    rows[0].at(StepPart::NormFwd) = {0, 0, 2e9};      // 2 ms of memory
+    rows[1].name = "b";
+    rows[1].kind = "loss";
+    rows[1].at(StepPart::Step) = {0, 5e10, 1e6};  // 1 ms of compute, 0.001 ms of memory
+    const tools::StepFloor f = tools::step_floor(rows, pk);
+    EXPECT_DOUBLE_EQ(f.floor_ms, 4.0);
+    EXPECT_DOUBLE_EQ(f.memory_ms, 3.001);
+    EXPECT_DOUBLE_EQ(f.compute_ms, 2.0);
+    ASSERT_EQ(f.by_kind.size(), 2u);
+    EXPECT_EQ(f.by_kind[0].name, "conv 3x3 dense");
+    EXPECT_DOUBLE_EQ(f.by_kind[0].floor_ms, 3.0);
+    EXPECT_EQ(f.by_kind[1].name, "loss");
+    EXPECT_DOUBLE_EQ(f.by_kind[1].floor_ms, 1.0);
+    EXPECT_DOUBLE_EQ(f.by_part[static_cast<int>(StepPart::NormFwd)].floor_ms, 2.0);
+    EXPECT_EQ(f.by_part[static_cast<int>(StepPart::ConvDgrad)].rows, 0);
+    rows[1].kind = "matmul";
+    SF_EXPECT_ERROR(tools::step_floor(rows, pk), "row b", "unknown class 'matmul'");
+}
+
+tools::PlanArgs parse(const std::vector<std::string>& args) {
+    bool help = false;
+    const tools::PlanArgs a = tools::parse_plan_args(args, &help);
+    EXPECT_FALSE(help);
+    return a;
+}
+
+TEST(PlanRoofline, DocumentAddsUpAndNamesItsPeaks) {
+    const tools::PlanArgs a = parse({"--roofline", "--height", "128", "--width", "256", "--batch", "4"});
+    const nlohmann::json r = tools::plan_roofline_json(a);
+    EXPECT_EQ(r["peaks"]["entry"], "H100 SXM");
+    EXPECT_EQ(r["peaks"]["hbm_gbps"].get<double>(), 3350);
+    const double floor = r["floor_ms"].get<double>();
+    double kinds = 0, parts = 0, share = 0, bytes = 0;
+    for (const nlohmann::json& g : r["by_kind"]) {
+        kinds += g["floor_ms"].get<double>();
+        share += g["share"].get<double>();
+        bytes += g["bytes"].get<double>();
+    }
+    for (const nlohmann::json& g : r["by_part"]) parts += g["floor_ms"].get<double>();
+    EXPECT_NEAR(kinds, floor, 1e-9 * floor);
+    EXPECT_NEAR(parts, floor, 1e-9 * floor);
+    EXPECT_NEAR(share, 1.0, 1e-9);
+    EXPECT_NEAR(bytes / 4, r["per_sample"]["bytes"].get<double>(), 1e-6 * bytes);
+    EXPECT_NEAR(r["samples_per_s_bound"].get<double>(), 4 / (floor * 1e-3), 1e-9 * 4 / (floor * 1e-3));
+    EXPECT_GE(floor, r["memory_ms"].get<double>());
+    EXPECT_GE(floor, r["compute_ms"].get<double>());
+    const std::string t = tools::plan_roofline_text(r);
+    for (const char* k : {"H100 SXM", "by class", "by pass", "conv 3x3 depthwise", "bn+act bwd", "samples/s"})
+        EXPECT_NE(t.find(k), std::string::npos) << k << "\n" << t;
+    // ConvFirst moves less (OPTIMIZATION_LOG entry 1); the CPU backend's fp32 activations move more.
+    const nlohmann::json cf = tools::plan_roofline_json(
+        parse({"--roofline", "--height", "128", "--width", "256", "--batch", "4", "--up-order", "conv_first"}));
+    EXPECT_LT(cf["per_sample"]["bytes"].get<double>(), r["per_sample"]["bytes"].get<double>());
+    const nlohmann::json cpu = tools::plan_roofline_json(
+        parse({"--roofline", "--height", "128", "--width", "256", "--batch", "4", "--backend", "cpu"}));
+    EXPECT_GT(cpu["per_sample"]["bytes"].get<double>(), 1.5 * r["per_sample"]["bytes"].get<double>());
+}
+
+TEST(PlanRoofline, PeaksFromDeviceCeilingsAndOverrides) {
+    EXPECT_EQ(tools::plan_roofline_peaks(parse({"--roofline", "--device", "NVIDIA H200"})).hbm_gbps, 4800);
+    tools::Ceilings c;
+    c.device = "NVIDIA H100 80GB HBM3";
+    c.copy_bytes = 1 << 20;
+    c.copy_ms = 0.001;
+    c.copy_gbps = 2950.5;
+    c.gemm_n = 8192;
+    c.gemm_ms = 1.5;
+    c.gemm_tflops = 733.25;
+    const std::string path = ::testing::TempDir() + "sf_plan_roofline_ceilings.json";
+    {
+        std::ofstream f(path);
+        f << tools::ceilings_json(c, tools::peaks_for_device(c.device)).dump();
+    }
+    tools::DevicePeaks p = tools::plan_roofline_peaks(parse({"--roofline", "--ceilings", path}));
+    EXPECT_EQ(p.hbm_gbps, 2950.5);
+    EXPECT_EQ(p.tensor_tflops, 733.25);
+    EXPECT_EQ(p.simt_tflops, 67);  // not measured: the datasheet's
+    p = tools::plan_roofline_peaks(parse({"--roofline", "--ceilings", path, "--peak-gbps", "3000"}));
+    EXPECT_EQ(p.hbm_gbps, 3000);
+    EXPECT_EQ(p.tensor_tflops, 733.25);
+    const nlohmann::json r =
+        tools::plan_roofline_json(parse({"--roofline", "--batch", "2", "--height", "64", "--width", "128",
+                                         "--ceilings", path}));
+    EXPECT_EQ(r["peaks"]["hbm_gbps"].get<double>(), 2950.5);
+}
+
+TEST(PlanRoofline, BadArgumentsAreNamed) {
+    bool help = false;
+    SF_EXPECT_ERROR(tools::plan_roofline_json(parse({"--roofline", "--device", "Some Future GPU"})),
+                    "peaks of \"Some Future GPU\" are unknown", "--peak-tflops and --peak-gbps");
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--peak-gbps", "3000"}, &help), "give --roofline too");
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--device", "H200"}, &help), "give --roofline too");
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--roofline", "--peak-tflops", "-1"}, &help), "--peak-tflops");
+    SF_EXPECT_ERROR(tools::plan_roofline_peaks(parse({"--roofline", "--ceilings", "/nonexistent/c.json"})),
+                    "/nonexistent/c.json");
+    // Known device, explicit peaks: the overrides are used and said.
+    const tools::DevicePeaks p =
+        tools::plan_roofline_peaks(parse({"--roofline", "--device", "H100", "--peak-tflops", "500"}));
+    EXPECT_EQ(p.tensor_tflops, 500);
+    EXPECT_NE(p.source.find("tensor peak given"), std::string::npos) << p.source;
+}
+
+}  // namespace

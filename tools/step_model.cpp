@@ -1,0 +1,181 @@
+// The training step's modelled work op by op (tools/step_model.h).
+#include "tools/step_model.h"
+
+#include <cmath>
+#include <limits>
+
+#include "runtime/error.h"
+
+namespace tools {
+
+namespace {
+
+constexpr int kParts = static_cast<int>(StepPart::kCount);
+
+double dbl(size_t v) { return static_cast<double>(v); }
+
+const char* conv_kind(const model::LayerUse& l) {
+    if (!l.batchnorm) return "head 1x1 (fp32 logits)";
+    if (l.upsample > 1 || l.name.find(".up_") != std::string::npos) return "conv 1x1 up path";
+    SF_CHECK(l.shape.k == 1 || l.shape.k == 3, "step model: layer %s has a %dx%d convolution; the model knows 1x1 "
+             "and 3x3", l.name.c_str(), l.shape.k, l.shape.k);
+    if (l.shape.groups > 1) return "conv 3x3 depthwise";
+    return l.shape.k == 1 ? "conv 1x1" : "conv 3x3 dense";
+}
+
+StepModelRow layer_row_model(const model::LayerUse& l, const Precision& p) {
+    const kern::ConvShape& s = l.shape;
+    StepModelRow r;
+    r.name = l.name;
+    r.kind = conv_kind(l);
+    r.fwd_scope = l.name + " fwd";
+    r.bwd_scope = l.name + " bwd";
+    r.at(StepPart::ConvFwd) = conv_forward_cost(s, p);
+    if (l.input_grad) r.at(StepPart::ConvDgrad) = conv_backward_data_cost(s, l.input_grad_accumulates, p);
+    r.at(StepPart::ConvWgrad) = conv_backward_filter_cost(s, true, p);
+    if (!l.batchnorm) {  // the heads' last 1x1: fp32 logits written, their fp32 gradients read twice
+        const double extra = dbl(s.out().numel()) * (4 - p.act);
+        r.at(StepPart::ConvFwd).bytes += extra;
+        if (l.input_grad) r.at(StepPart::ConvDgrad).bytes += extra;
+        r.at(StepPart::ConvWgrad).bytes += extra;
+        return r;
+    }
+    const size_t conv_out = s.out().numel();
+    const size_t rows = conv_out / static_cast<size_t>(s.cout) * static_cast<size_t>(l.upsample) * l.upsample;
+    r.at(StepPart::NormFwd) = bn_act_forward_cost(rows, s.cout, l.act, p);
+    if (l.residual) r.at(StepPart::NormFwd) += eltwise_cost(rows * static_cast<size_t>(s.cout), 1, 0, 1, p.act);
+    r.at(StepPart::NormBwd) = bn_act_backward_cost(rows, s.cout, l.act, p);
+    if (l.upsample > 1) {  // conv -> upsample -> BN: the upsample's backward is the only write of conv_lo.g
+        r.at(StepPart::OtherFwd) = upsample_forward_cost(conv_out, l.upsample, p.act);
+        r.at(StepPart::OtherBwd) = upsample_backward_cost(conv_out, l.upsample, p.act, false);
+    }
+    return r;
+}
+
+StepModelRow op_row_model(const model::OpUse& o, const Precision& p) {
+    const size_t n = o.in.numel();
+    const int acc = o.grad_accumulates;
+    StepModelRow r;
+    r.name = o.name;
+    r.bwd_scope = o.name + " bwd";
+    switch (o.kind) {
+        case model::OpUse::Kind::Upsample:
+            r.kind = "upsample";
+            r.fwd_scope = o.name + " fwd";
+            r.at(StepPart::OtherFwd) = upsample_forward_cost(n, o.factor, p.act);
+            r.at(StepPart::OtherBwd) = upsample_backward_cost(n, o.factor, p.act, acc > 0);
+            break;
+        case model::OpUse::Kind::WeightedFuse:
+            // y = wa*a + wb*b (3 FLOPs); backward: reads a, b, dy, writes da and db (each read first when
+            // it accumulates) and reduces dwa = sum(dy*a), dwb = sum(dy*b) (2 x 2 FLOPs, 2 for da, db).
+            r.kind = "weighted fuse";
+            r.fwd_scope = o.name + " fwd";
+            r.at(StepPart::OtherFwd) = eltwise_cost(n, 2, 1, 3, p.act);
+            r.at(StepPart::OtherBwd) = eltwise_cost(n, 3 + acc, 2, 6, p.act);
+            break;
+        case model::OpUse::Kind::GradSum:  // x.g (+)= sum.g: a copy when it is the first contribution
+            r.kind = "gradient sum";
+            r.at(StepPart::OtherBwd) = eltwise_cost(n, 1 + (acc > 0 ? 1 : 0), 1, acc > 0 ? 1 : 0, p.act);
+            break;
+    }
+    return r;
+}
+
+StepModelRow step_row(const char* name, const char* kind, const OpCost& c) {
+    StepModelRow r;
+    r.name = name;
+    r.kind = kind;
+    r.fwd_scope = name;
+    r.at(StepPart::Step) = c;
+    return r;
+}
+
+}  // namespace
+
+const char* step_part_name(StepPart p) {
+    switch (p) {
+        case StepPart::ConvFwd: return "conv fwd";
+        case StepPart::ConvDgrad: return "conv dgrad";
+        case StepPart::ConvWgrad: return "conv wgrad";
+        case StepPart::NormFwd: return "bn+act fwd";
+        case StepPart::NormBwd: return "bn+act bwd";
+        case StepPart::OtherFwd: return "resample/eltwise fwd";
+        case StepPart::OtherBwd: return "resample/eltwise bwd";
+        case StepPart::Step: return "loss/optimizer/input";
+        case StepPart::kCount: break;
+    }
+    return "?";
+}
+
+OpCost StepModelRow::fwd() const {
+    return at(StepPart::ConvFwd) + at(StepPart::NormFwd) + at(StepPart::OtherFwd) + at(StepPart::Step);
+}
+
+OpCost StepModelRow::bwd() const {
+    return at(StepPart::ConvDgrad) + at(StepPart::ConvWgrad) + at(StepPart::NormBwd) + at(StepPart::OtherBwd);
+}
+
+const std::vector<std::string>& step_kinds() {
+    static const std::vector<std::string> kinds = {
+        "conv 3x3 dense", "conv 3x3 depthwise", "conv 1x1",     "conv 1x1 up path", "head 1x1 (fp32 logits)",
+        "upsample",       "weighted fuse",      "gradient sum", "loss",             "optimizer",
+        "data"};
+    return kinds;
+}
+
+std::vector<StepModelRow> step_model(const model::Planner& plan, const model::NetShape& shape, const Precision& p) {
+    std::vector<StepModelRow> rows;
+    for (const model::LayerUse& l : plan.layers()) rows.push_back(layer_row_model(l, p));
+    for (const model::OpUse& o : plan.op_uses()) rows.push_back(op_row_model(o, p));
+    const size_t n = plan.table().flat_size;
+    rows.push_back(step_row("loss", "loss", loss_cost(shape.batch, shape.height / 4, shape.width / 4)));
+    rows.push_back(step_row("optimizer", "optimizer", grad_norm_cost(n) + adamw_cost(n)));
+    // The input's preprocessing: one byte per pixel read, `channels` bytes written per pixel (as the
+    // per-layer table has always charged it; the bf16 copy is counted in elements of one byte).
+    rows.push_back(step_row("data: preprocess", "data",
+                            eltwise_cost(static_cast<size_t>(shape.batch) * shape.height * shape.width, 1,
+                                         shape.channels, 2, 1)));
+    return rows;
+}
+
+std::vector<StepModelRow> step_model(const model::NetShape& shape, const Precision& p) {
+    const model::SiderNetT<kern::bf16> net(shape, model::DryRun{});
+    return step_model(net.plan(), shape, p);
+}
+
+StepFloor step_floor(const std::vector<StepModelRow>& rows, const DevicePeaks& peaks) {
+    StepFloor f;
+    const std::vector<std::string>& kinds = step_kinds();
+    std::vector<StepFloor::Group> by_kind(kinds.size());
+    for (size_t k = 0; k < kinds.size(); ++k) by_kind[k].name = kinds[k];
+    f.by_part.resize(kParts);
+    for (int q = 0; q < kParts; ++q) f.by_part[static_cast<size_t>(q)].name = step_part_name(static_cast<StepPart>(q));
+    for (const StepModelRow& r : rows) {
+        size_t k = 0;
+        while (k < kinds.size() && kinds[k] != r.kind) ++k;
+        SF_CHECK(k < kinds.size(), "step model: row %s has an unknown class '%s'", r.name.c_str(), r.kind.c_str());
+        StepFloor::Group& g = by_kind[k];
+        ++g.rows;
+        for (int q = 0; q < kParts; ++q) {
+            const OpCost& c = r.part[q];
+            if (c.bytes == 0 && c.flops() == 0) continue;
+            const Roofline rl = roofline(c, 0, peaks);
+            g.cost += c;
+            g.floor_ms += rl.floor_ms;
+            StepFloor::Group& pg = f.by_part[static_cast<size_t>(q)];
+            pg.cost += c;
+            pg.floor_ms += rl.floor_ms;
+            ++pg.rows;
+            f.cost += c;
+            f.floor_ms += rl.floor_ms;
+        }
+    }
+    for (StepFloor::Group& g : by_kind)
+        if (g.rows > 0) f.by_kind.push_back(g);
+    const Roofline whole = roofline(f.cost, 0, peaks);
+    f.memory_ms = whole.memory_ms;
+    f.compute_ms = whole.compute_ms;
+    return f;
+}
+
+}  // namespace tools
