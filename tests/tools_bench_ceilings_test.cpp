@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/support/compare.h"
+#include "tests/support/ceilings_fixture.h"
 #include "tools/bench_ceilings.h"
 #include "tools/bench_step.h"
 
@@ -83,19 +84,9 @@ TEST(BenchCeilings, DocumentAndTable) {
 }
 
 TEST(BenchCeilings, MeasuredCeilingsBecomeTheRooflinePeaks) {
-    tools::Ceilings c;
-    c.device = "NVIDIA H100 80GB HBM3";
-    c.copy_bytes = 1 << 20;
-    c.copy_ms = 0.001;
-    c.copy_gbps = 2950.5;
-    c.gemm_n = 8192;
-    c.gemm_ms = 1.5;
-    c.gemm_tflops = 733.25;
+    tools::Ceilings c = sftest::measured_h100_ceilings();
     const std::string path = ::testing::TempDir() + "sf_ceilings_test.json";
-    {
-        std::ofstream f(path);
-        f << tools::ceilings_json(c, tools::peaks_for_device(c.device)).dump();
-    }
+    sftest::write_ceilings(path, c);
     const tools::MeasuredPeaks m = tools::read_ceilings(path);
     EXPECT_EQ(m.tensor_tflops, 733.25);
     EXPECT_EQ(m.hbm_gbps, 2950.5);
@@ -109,10 +100,7 @@ TEST(BenchCeilings, MeasuredCeilingsBecomeTheRooflinePeaks) {
     EXPECT_NE(p.source.find("--ceilings"), std::string::npos) << p.source;
 
     c.gemm_error = "cublasLtMatmul: CUBLAS_STATUS_EXECUTION_FAILED";
-    {
-        std::ofstream f(path);
-        f << tools::ceilings_json(c, tools::peaks_for_device(c.device)).dump();
-    }
+    sftest::write_ceilings(path, c);
     SF_EXPECT_ERROR(tools::read_ceilings(path), "has no measured GEMM", "EXECUTION_FAILED");
     {
         std::ofstream f(path);

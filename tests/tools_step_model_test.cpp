@@ -3,12 +3,11 @@
 // counts, a hand-counted row, the floor's arithmetic, and the command's document and errors.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <set>
 
 #include "model/net.h"
 #include "tests/support/compare.h"
-#include "tools/bench_ceilings.h"
+#include "tests/support/ceilings_fixture.h"
 #include "tools/plan_roofline.h"
 #include "tools/step_model.h"
 
@@ -190,19 +189,8 @@ TEST(PlanRoofline, DocumentAddsUpAndNamesItsPeaks) {
 
 TEST(PlanRoofline, PeaksFromDeviceCeilingsAndOverrides) {
     EXPECT_EQ(tools::plan_roofline_peaks(parse({"--roofline", "--device", "NVIDIA H200"})).hbm_gbps, 4800);
-    tools::Ceilings c;
-    c.device = "NVIDIA H100 80GB HBM3";
-    c.copy_bytes = 1 << 20;
-    c.copy_ms = 0.001;
-    c.copy_gbps = 2950.5;
-    c.gemm_n = 8192;
-    c.gemm_ms = 1.5;
-    c.gemm_tflops = 733.25;
     const std::string path = ::testing::TempDir() + "sf_plan_roofline_ceilings.json";
-    {
-        std::ofstream f(path);
-        f << tools::ceilings_json(c, tools::peaks_for_device(c.device)).dump();
-    }
+    sftest::write_ceilings(path, sftest::measured_h100_ceilings());
     tools::DevicePeaks p = tools::plan_roofline_peaks(parse({"--roofline", "--ceilings", path}));
     EXPECT_EQ(p.hbm_gbps, 2950.5);
     EXPECT_EQ(p.tensor_tflops, 733.25);
