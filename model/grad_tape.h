@@ -15,9 +15,8 @@
 #pragma once
 #include <cstddef>
 #include <initializer_list>
-#include <vector>
-
 #include <string>
+#include <vector>
 
 #include "kernels/conv.h"
 #include "runtime/profile.h"

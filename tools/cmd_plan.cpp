@@ -36,6 +36,7 @@ const char* plan_usage() {
 
 PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
     PlanArgs a;
+    bool peaks_given = false;  // --device, --ceilings, --peak-*: only with --roofline
     *help = false;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& s = args[i];
@@ -63,6 +64,7 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
         if (s == "--channels") a.channels = parse_positive_int(s, v);
         if (s == "--json") a.json = v;
         if (s == "--cudnn-device") a.cudnn_device = v;
+        peaks_given = peaks_given || s == "--device" || s == "--ceilings" || s == "--peak-tflops" || s == "--peak-gbps";
         if (s == "--device") a.device = v;
         if (s == "--ceilings") a.ceilings = v;
         if (s == "--peak-tflops") a.peak_tflops = parse_nonnegative(s, v);
@@ -82,9 +84,6 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
     }
     SF_CHECK(a.cudnn_device.empty() || a.cuda, "plan: --cudnn-device plans the CUDA backend's convolutions; it does "
              "not go with --backend cpu");
-    bool peaks_given = false;
-    for (const std::string& s : args)
-        peaks_given = peaks_given || s == "--device" || s == "--ceilings" || s == "--peak-tflops" || s == "--peak-gbps";
     SF_CHECK(a.roofline || !peaks_given, "plan: --device, --ceilings, --peak-tflops and --peak-gbps set the peaks of "
              "--roofline: give --roofline too");
     SF_CHECK(!a.cudnn_device.empty() || (!a.autotune && !a.verbose),

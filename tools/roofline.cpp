@@ -178,22 +178,30 @@ OpCost adamw_cost(size_t n_params) {
     return o;
 }
 
-FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad, int upsample, bool residual,
-                        const Precision& p) {
+ConvBnParts conv_bn_act_parts(const kern::ConvShape& s, kern::Act act, bool input_grad, bool dgrad_accumulates,
+                              int upsample, bool upsample_bwd_accumulates, bool residual, const Precision& p) {
     s.validate();
     SF_CHECK(upsample >= 1, "conv_bn_act_cost: upsample factor %d must be >= 1", upsample);
     const size_t conv_out = s.out().numel();
     const size_t rows = conv_out / static_cast<size_t>(s.cout) * static_cast<size_t>(upsample) * upsample;
-    FwdBwd r;
-    r.fwd = conv_forward_cost(s, p) + bn_act_forward_cost(rows, s.cout, act, p);
-    r.bwd = bn_act_backward_cost(rows, s.cout, act, p) + conv_backward_filter_cost(s, true, p);
-    if (input_grad) r.bwd += conv_backward_data_cost(s, true, p);
-    if (residual) r.fwd += eltwise_cost(rows * static_cast<size_t>(s.cout), 1, 0, 1, p.act);
+    ConvBnParts r;
+    r.conv_fwd = conv_forward_cost(s, p);
+    if (input_grad) r.conv_dgrad = conv_backward_data_cost(s, dgrad_accumulates, p);
+    r.conv_wgrad = conv_backward_filter_cost(s, true, p);
+    r.norm_fwd = bn_act_forward_cost(rows, s.cout, act, p);
+    if (residual) r.norm_fwd += eltwise_cost(rows * static_cast<size_t>(s.cout), 1, 0, 1, p.act);
+    r.norm_bwd = bn_act_backward_cost(rows, s.cout, act, p);
     if (upsample > 1) {
-        r.fwd += upsample_forward_cost(conv_out, upsample, p.act);
-        r.bwd += upsample_backward_cost(conv_out, upsample, p.act);
+        r.resample_fwd = upsample_forward_cost(conv_out, upsample, p.act);
+        r.resample_bwd = upsample_backward_cost(conv_out, upsample, p.act, upsample_bwd_accumulates);
     }
     return r;
+}
+
+FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad, int upsample, bool residual,
+                        const Precision& p) {
+    const ConvBnParts c = conv_bn_act_parts(s, act, input_grad, true, upsample, true, residual, p);
+    return {c.conv_fwd + c.norm_fwd + c.resample_fwd, c.norm_bwd + c.conv_wgrad + c.conv_dgrad + c.resample_bwd};
 }
 
 FwdBwd up_path_cost(const kern::ConvShape& lo, int factor, model::UpOrder order, const Precision& p) {

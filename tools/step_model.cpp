@@ -30,25 +30,26 @@ StepModelRow layer_row_model(const model::LayerUse& l, const Precision& p) {
     r.kind = conv_kind(l);
     r.fwd_scope = l.name + " fwd";
     r.bwd_scope = l.name + " bwd";
-    r.at(StepPart::ConvFwd) = conv_forward_cost(s, p);
-    if (l.input_grad) r.at(StepPart::ConvDgrad) = conv_backward_data_cost(s, l.input_grad_accumulates, p);
-    r.at(StepPart::ConvWgrad) = conv_backward_filter_cost(s, true, p);
     if (!l.batchnorm) {  // the heads' last 1x1: fp32 logits written, their fp32 gradients read twice
+        r.at(StepPart::ConvFwd) = conv_forward_cost(s, p);
+        if (l.input_grad) r.at(StepPart::ConvDgrad) = conv_backward_data_cost(s, l.input_grad_accumulates, p);
+        r.at(StepPart::ConvWgrad) = conv_backward_filter_cost(s, true, p);
         const double extra = dbl(s.out().numel()) * (4 - p.act);
         r.at(StepPart::ConvFwd).bytes += extra;
         if (l.input_grad) r.at(StepPart::ConvDgrad).bytes += extra;
         r.at(StepPart::ConvWgrad).bytes += extra;
         return r;
     }
-    const size_t conv_out = s.out().numel();
-    const size_t rows = conv_out / static_cast<size_t>(s.cout) * static_cast<size_t>(l.upsample) * l.upsample;
-    r.at(StepPart::NormFwd) = bn_act_forward_cost(rows, s.cout, l.act, p);
-    if (l.residual) r.at(StepPart::NormFwd) += eltwise_cost(rows * static_cast<size_t>(s.cout), 1, 0, 1, p.act);
-    r.at(StepPart::NormBwd) = bn_act_backward_cost(rows, s.cout, l.act, p);
-    if (l.upsample > 1) {  // conv -> upsample -> BN: the upsample's backward is the only write of conv_lo.g
-        r.at(StepPart::OtherFwd) = upsample_forward_cost(conv_out, l.upsample, p.act);
-        r.at(StepPart::OtherBwd) = upsample_backward_cost(conv_out, l.upsample, p.act, false);
-    }
+    // With upsample > 1 the upsample's backward is the only write of conv_lo.g: no read of it.
+    const ConvBnParts c =
+        conv_bn_act_parts(s, l.act, l.input_grad, l.input_grad_accumulates, l.upsample, false, l.residual, p);
+    r.at(StepPart::ConvFwd) = c.conv_fwd;
+    r.at(StepPart::ConvDgrad) = c.conv_dgrad;
+    r.at(StepPart::ConvWgrad) = c.conv_wgrad;
+    r.at(StepPart::NormFwd) = c.norm_fwd;
+    r.at(StepPart::NormBwd) = c.norm_bwd;
+    r.at(StepPart::OtherFwd) = c.resample_fwd;
+    r.at(StepPart::OtherBwd) = c.resample_bwd;
     return r;
 }
 
