@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/bn_act_cuda.h"
+#include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/launch_check.h"
@@ -28,27 +29,6 @@ constexpr int kFinalizeX = 32;  // channels per finalize block
 constexpr int kFinalizeY = 8;   // chunk lanes per finalize block
 
 // ---- device helpers (load8, store8: kernels/cuda_util.cuh) ----
-
-// The activations as activation_ref.cpp defines them. ReLU lets NaN through (torch's clamp_min);
-// its derivative is 0 at z <= 0 (threshold_backward). SiLU' = s * (1 + z * (1 - s)).
-__device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + __expf(-z)); }
-
-template <Act A>
-__device__ __forceinline__ float act_fwd(float z) {
-    if constexpr (A == Act::Silu) return z * sigmoid(z);
-    if constexpr (A == Act::Relu) return (z > 0.0f || isnan(z)) ? z : 0.0f;
-    return z;
-}
-
-template <Act A>
-__device__ __forceinline__ float act_grad(float z) {
-    if constexpr (A == Act::Silu) {
-        const float s = sigmoid(z);
-        return s * (1.0f + z * (1.0f - s));
-    }
-    if constexpr (A == Act::Relu) return z <= 0.0f ? 0.0f : 1.0f;
-    return 1.0f;
-}
 
 // Per-thread parameters of the 8 channels of group g: z = (x - mean) * scale + beta, scale = gamma*invstd.
 // The forward apply and both backward kernels compute z with exactly these operations, so the
@@ -208,16 +188,7 @@ __global__ void bn_act_apply_kernel(size_t rows, int c, const bfloat* __restrict
                                     const float* __restrict__ invstd, double eps, const bfloat* res, bfloat* y) {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= c / 8) return;  // no block-wide synchronisation in this kernel
-    float m[8], scale[8], b[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int ch = 8 * g + j;
-        const float inv =
-            kEval ? static_cast<float>(1.0 / sqrt(static_cast<double>(__ldg(invstd + ch)) + eps)) : __ldg(invstd + ch);
-        m[j] = __ldg(mean + ch);
-        scale[j] = __ldg(gamma + ch) * inv;  // the product load_chan8 forms: same z in the backward
-        b[j] = __ldg(beta + ch);
-    }
+    const BnApply8 p = load_bn_apply8(g, gamma, beta, mean, invstd, kEval, eps);  // the z load_chan8 forms
     float v[8], rv[8];
     for (size_t r = static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
          r += static_cast<size_t>(gridDim.y) * blockDim.y) {
@@ -225,7 +196,7 @@ __global__ void bn_act_apply_kernel(size_t rows, int c, const bfloat* __restrict
         if constexpr (kRes) load8_rw(res + r * c + 8 * g, rv);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            v[j] = act_fwd<A>(fmaf(v[j] - m[j], scale[j], b[j]));
+            v[j] = bn_act_value<A>(p, j, v[j]);
             if constexpr (kRes) v[j] = rv[j] + v[j];
         }
         store8(y + r * c + 8 * g, v);
@@ -410,6 +381,29 @@ BnActPlan bn_act_plan(size_t rows, int c, bool train) {
 
 size_t bn_act_workspace_floats(size_t rows, int c) { return bn_act_plan(rows, c, false).workspace_floats; }
 
+namespace {
+
+// Batch statistics of x into save_mean/save_invstd and the running statistics (two launches).
+void launch_stats(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, float* save_mean, float* save_invstd,
+                  float* running_mean, float* running_var, double momentum, double eps, float* workspace) {
+    bn_act_stats_kernel<<<dim3(pl.grid_x, pl.chunks), dim3(pl.block_x, pl.block_y), 0, ex.stream>>>(
+        pl.rows, pl.c, pl.chunks, dev(x), workspace);
+    SF_CUDA_CHECK_LAUNCH();
+    bn_act_stats_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(
+        pl.rows, pl.c, pl.chunks, dev(x), workspace, save_mean, save_invstd, running_mean, running_var, momentum, eps);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+void check_stats_vectors(const char* op, const float* save_mean, const float* save_invstd, const float* running_mean,
+                         const float* running_var) {
+    check_vec(op, "save_mean", save_mean);
+    check_vec(op, "save_invstd", save_invstd);
+    check_vec(op, "running_mean", running_mean);
+    check_vec(op, "running_var", running_var);
+}
+
+}  // namespace
+
 void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                           const float* beta, bf16* y, float* save_mean, float* save_invstd, float* running_mean,
                           float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats,
@@ -419,18 +413,23 @@ void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const
     check_residual(op, rows, c, x, residual, y);
     check_vec(op, "gamma", gamma);
     check_vec(op, "beta", beta);
-    check_vec(op, "save_mean", save_mean);
-    check_vec(op, "save_invstd", save_invstd);
-    check_vec(op, "running_mean", running_mean);
-    check_vec(op, "running_var", running_var);
+    check_stats_vectors(op, save_mean, save_invstd, running_mean, running_var);
     check_workspace(op, pl, workspace, workspace_floats);
-    bn_act_stats_kernel<<<dim3(pl.grid_x, pl.chunks), dim3(pl.block_x, pl.block_y), 0, ex.stream>>>(rows, c, pl.chunks,
-                                                                                                    dev(x), workspace);
-    SF_CUDA_CHECK_LAUNCH();
-    bn_act_stats_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(
-        rows, c, pl.chunks, dev(x), workspace, save_mean, save_invstd, running_mean, running_var, momentum, eps);
-    SF_CUDA_CHECK_LAUNCH();
+    launch_stats(ex, pl, x, save_mean, save_invstd, running_mean, running_var, momentum, eps, workspace);
     apply<false>(ex, act, pl, x, gamma, beta, save_mean, save_invstd, eps, residual, y);
+}
+
+void bn_stats_train(const rt::Exec& ex, size_t rows, int c, const bf16* x, float* save_mean, float* save_invstd,
+                    float* running_mean, float* running_var, double momentum, double eps, float* workspace,
+                    size_t workspace_floats) {
+    const char* op = "bn_stats_train";
+    rt::check_cuda_exec(op, ex);
+    const BnActPlan pl = bn_act_plan(rows, c, true);
+    SF_CHECK(rt::aligned(x, 16), "%s: x must be non-null and 16-byte aligned (got %p)", op,
+             static_cast<const void*>(x));
+    check_stats_vectors(op, save_mean, save_invstd, running_mean, running_var);
+    check_workspace(op, pl, workspace, workspace_floats);
+    launch_stats(ex, pl, x, save_mean, save_invstd, running_mean, running_var, momentum, eps, workspace);
 }
 
 void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,

@@ -59,6 +59,13 @@ void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const
                           float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats,
                           const bf16* residual = nullptr);
 
+// The statistics half of bn_act_forward_train alone: save_mean, save_invstd written and the running
+// statistics updated exactly as bn_act_forward_train does (bitwise), no output written. For a BN
+// whose apply a consumer does on load (the depthwise conv's prologue, kernels/dwconv_cuda.h).
+void bn_stats_train(const rt::Exec& ex, size_t rows, int c, const bf16* x, float* save_mean, float* save_invstd,
+                    float* running_mean, float* running_var, double momentum, double eps, float* workspace,
+                    size_t workspace_floats);
+
 // x (rows, C) bf16; gamma, beta, running_mean, running_var (C); y (rows, C) bf16. No workspace.
 void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                          const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y,

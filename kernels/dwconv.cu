@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
 #include "kernels/dwconv_cuda.h"
 #include "runtime/cuda_check.h"
@@ -36,6 +37,30 @@ __device__ __forceinline__ void load8_or_zero(const bfloat* __restrict__ base, b
 #pragma unroll
         for (int k = 0; k < 8; ++k) v[k] = 0.0f;
     }
+}
+
+// The input pixel of a kernel with a prologue (kPro): the producer's BN + activation applied to a
+// loaded pixel, rounded to bf16 as its apply pass would have stored it; padding stays zero.
+// Without kPro, load8_or_zero itself. `bn` is unused (and eliminated) then.
+template <Act A, bool kPro>
+__device__ __forceinline__ void load8_input(const bfloat* __restrict__ base, bool valid, size_t pix, int c,
+                                            const BnApply8& bn, float (&v)[8]) {
+    load8_or_zero(base, valid, pix, c, v);
+    if constexpr (kPro) {
+        if (valid) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) v[k] = bn_act_value_bf16<A>(bn, k, v[k]);
+        }
+    }
+}
+
+// The prologue's per-channel constants of group g (kPro), else an unused value.
+template <bool kPro>
+__device__ __forceinline__ BnApply8 load_prologue(const DwPrologue& pro, int g) {
+    if constexpr (kPro)
+        return load_bn_apply8(g, pro.gamma, pro.beta, pro.mean, pro.invstd, pro.eval, pro.eps);
+    else
+        return BnApply8{};
 }
 
 __device__ __forceinline__ bool in_range(int i, int n) { return static_cast<unsigned>(i) < static_cast<unsigned>(n); }
@@ -111,11 +136,12 @@ __device__ __forceinline__ void block_reduce72(float (&acc)[72]) {
 // y = dwconv(x, w). 1-D grid pl.fwd.grid x kDwThreads, one item of pl.fwd per thread: channel group g,
 // output rows [p0, p0 + TH), columns [q0, q0 + TW) of image n. Input row h0 + i (h0 = S*p0 - 1) feeds
 // tile row a through tap r = i - S*a; likewise columns. Per output the taps are added in (r, s)
-// row-major order, padding taps as fma(0, w, acc) = acc.
-template <int S>
+// row-major order, padding taps as fma(0, w, acc) = acc. kPro: x is the producer's pre-BN output and
+// each loaded pixel goes through its BN + activation A first (DwPrologue).
+template <int S, Act A, bool kPro>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_forward_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ w,
-                             bfloat* __restrict__ y) {
+                             bfloat* __restrict__ y, DwPrologue pro) {
     constexpr int TH = kDwTileH, TW = kDwTileW;
     constexpr int IR = S * (TH - 1) + 3, IC = S * (TW - 1) + 3;  // input rows / columns under the tile
     const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;    // < 2^31 + kDwThreads: no wrap
@@ -123,6 +149,7 @@ __global__ void __launch_bounds__(kDwThreads)
     const TileItem it = tile_item(t, pl.groups, pl.fwd);
     float wt[9][8];
     load_weights(w, it.g, wt);
+    const BnApply8 bn = load_prologue<kPro>(pro, it.g);
     const int p0 = it.th * TH, q0 = it.tw * TW;
     const int h0 = S * p0 - 1, w0 = S * q0 - 1;
     const bfloat* xn = x + static_cast<size_t>(it.n) * pl.h * pl.w * pl.c + 8 * it.g;
@@ -135,7 +162,7 @@ __global__ void __launch_bounds__(kDwThreads)
         for (int j = 0; j < IC; ++j) {
             const int wi = w0 + j;
             float v[8];
-            load8_or_zero(xn, hv && in_range(wi, pl.w), static_cast<size_t>(h) * pl.w + wi, pl.c, v);
+            load8_input<A, kPro>(xn, hv && in_range(wi, pl.w), static_cast<size_t>(h) * pl.w + wi, pl.c, bn, v);
 #pragma unroll
             for (int a = 0; a < TH; ++a) {
                 const int r = i - S * a;
@@ -227,9 +254,11 @@ __global__ void __launch_bounds__(kDwThreads)
 // wgrad sums acc[j*9 + r*3 + s] (channel 8g + j, the layout of dw): the tile's dy is held in
 // registers, then every input pixel under the tile is loaded once and multiplied into each
 // (tile pixel, tap) pair it reaches. dy outside (P, Q) is zero, so partial tiles add nothing extra.
-template <int S>
+// kPro: the x pixels go through the prologue as in the forward.
+template <int S, Act A, bool kPro>
 __device__ __forceinline__ void wgrad_tile(const DwConvPlan& pl, const bfloat* __restrict__ xn,
-                                           const bfloat* __restrict__ dyn, int p0, int q0, float (&acc)[72]) {
+                                           const bfloat* __restrict__ dyn, int p0, int q0, const BnApply8& bn,
+                                           float (&acc)[72]) {
     constexpr int TH = kDwWgradTileH, TW = kDwWgradTileW;
     constexpr int IR = S * (TH - 1) + 3, IC = S * (TW - 1) + 3;
     float d[TH][TW][8];
@@ -248,7 +277,7 @@ __device__ __forceinline__ void wgrad_tile(const DwConvPlan& pl, const bfloat* _
         for (int j = 0; j < IC; ++j) {
             const int wi = w0 + j;
             float v[8];
-            load8_or_zero(xn, hv && in_range(wi, pl.w), static_cast<size_t>(h) * pl.w + wi, pl.c, v);
+            load8_input<A, kPro>(xn, hv && in_range(wi, pl.w), static_cast<size_t>(h) * pl.w + wi, pl.c, bn, v);
 #pragma unroll
             for (int a = 0; a < TH; ++a) {
                 const int r = i - S * a;
@@ -269,16 +298,18 @@ __device__ __forceinline__ void wgrad_tile(const DwConvPlan& pl, const bfloat* _
 // group g = blockIdx.x * blockDim.x + threadIdx.x; chunk k = blockIdx.y covers the output tiles
 // [items*k/chunks, items*(k+1)/chunks) (each non-empty), tile lane threadIdx.y takes every
 // blockDim.y-th of them in increasing order (adjacent lanes: adjacent tiles along a row). The lanes
-// are added with a fixed tree and part[k][c*9 + tap] (k-major, C*9 per chunk) is written.
-template <int S>
+// are added with a fixed tree and part[k][c*9 + tap] (k-major, C*9 per chunk) is written. kPro: as in
+// the forward.
+template <int S, Act A, bool kPro>
 __global__ void __launch_bounds__(kDwWgradThreads)
     dwconv3x3_wgrad_partial_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
-                                   float* __restrict__ part) {
+                                   float* __restrict__ part, DwPrologue pro) {
     const DwWgradGrid& wg = pl.wgrad;
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = g < pl.groups;
     float acc[72] = {};
     if (active) {
+        const BnApply8 bn = load_prologue<kPro>(pro, g);
         // items <= INT_MAX (plan), so the bounds and the tile index fit in 32-bit unsigned arithmetic.
         const unsigned lo = static_cast<unsigned>(wg.items * blockIdx.y / wg.chunks);
         const unsigned hi = static_cast<unsigned>(wg.items * (blockIdx.y + 1) / wg.chunks);
@@ -289,7 +320,7 @@ __global__ void __launch_bounds__(kDwWgradThreads)
             const int th = static_cast<int>(rest % tiles_h), n = static_cast<int>(rest / tiles_h);
             const bfloat* xn = x + static_cast<size_t>(n) * pl.h * pl.w * pl.c + 8 * g;
             const bfloat* dyn = dy + static_cast<size_t>(n) * pl.p * pl.q * pl.c + 8 * g;
-            wgrad_tile<S>(pl, xn, dyn, th * kDwWgradTileH, tw * kDwWgradTileW, acc);
+            wgrad_tile<S, A, kPro>(pl, xn, dyn, th * kDwWgradTileH, tw * kDwWgradTileW, bn, acc);
         }
     }
     block_reduce72(acc);  // all threads, active or not
@@ -342,6 +373,59 @@ size_t in_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.h 
 size_t out_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.p * pl.q * pl.c * sizeof(bf16); }
 size_t w_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.c) * 9 * sizeof(bf16); }
 
+// A prologue (or null): a known activation, its four C-vectors non-null, 4-byte aligned and apart from
+// the output `out` (out_bytes long), a finite eps > 0 in eval mode.
+void check_prologue(const char* op, const DwPrologue* pro, const DwConvPlan& pl, const void* out, size_t out_len) {
+    if (!pro) return;
+    SF_CHECK(pro->act == Act::None || pro->act == Act::Silu || pro->act == Act::Relu,
+             "%s: prologue activation %d is not one of none, silu, relu", op, static_cast<int>(pro->act));
+    const char* names[4] = {"prologue gamma", "prologue beta", "prologue mean", "prologue invstd"};
+    const float* vecs[4] = {pro->gamma, pro->beta, pro->mean, pro->invstd};
+    for (int i = 0; i < 4; ++i) {
+        rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
+        SF_CHECK(!rt::overlap(out, out_len, vecs[i], static_cast<size_t>(pl.c) * sizeof(float)),
+                 "%s: the output must not alias the %s vector", op, names[i]);
+    }
+    SF_CHECK(!pro->eval || (pro->eps > 0 && pro->eps < 1e300), "%s: eval-mode prologue needs eps > 0, got %g", op,
+             pro->eps);
+}
+
+template <int S, Act A, bool kPro>
+void launch_forward(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
+                    const DwPrologue& pro) {
+    const unsigned grid = static_cast<unsigned>(pl.fwd.grid);
+    dwconv3x3_forward_kernel<S, A, kPro><<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y), pro);
+}
+
+template <int S>
+void forward_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
+                    const DwPrologue* pro) {
+    if (!pro) return launch_forward<S, Act::None, false>(ex, pl, x, w, y, DwPrologue{});
+    switch (pro->act) {
+        case Act::None: return launch_forward<S, Act::None, true>(ex, pl, x, w, y, *pro);
+        case Act::Silu: return launch_forward<S, Act::Silu, true>(ex, pl, x, w, y, *pro);
+        case Act::Relu: return launch_forward<S, Act::Relu, true>(ex, pl, x, w, y, *pro);
+    }
+}
+
+template <int S, Act A, bool kPro>
+void launch_wgrad(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* dy, float* part,
+                  const DwPrologue& pro) {
+    const dim3 grid(pl.wgrad.grid_x, pl.wgrad.chunks), block(pl.wgrad.block_x, pl.wgrad.block_y);
+    dwconv3x3_wgrad_partial_kernel<S, A, kPro><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), part, pro);
+}
+
+template <int S>
+void wgrad_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* dy, float* part,
+                  const DwPrologue* pro) {
+    if (!pro) return launch_wgrad<S, Act::None, false>(ex, pl, x, dy, part, DwPrologue{});
+    switch (pro->act) {
+        case Act::None: return launch_wgrad<S, Act::None, true>(ex, pl, x, dy, part, *pro);
+        case Act::Silu: return launch_wgrad<S, Act::Silu, true>(ex, pl, x, dy, part, *pro);
+        case Act::Relu: return launch_wgrad<S, Act::Relu, true>(ex, pl, x, dy, part, *pro);
+    }
+}
+
 }  // namespace
 
 // ---- launchers ----
@@ -356,7 +440,8 @@ DwConvPlan dwconv3x3_plan(const ConvShape& s) {
 
 size_t dwconv3x3_workspace_floats(const ConvShape& s) { return dwconv3x3_plan(s).workspace_floats; }
 
-void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y) {
+void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
+                            const DwPrologue* pro) {
     const char* op = "dwconv3x3_forward_cuda";
     rt::check_cuda_exec(op, ex);
     const DwConvPlan pl = dwconv3x3_plan(s);
@@ -365,12 +450,11 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
     check_bf16(op, "y", y);
     SF_CHECK(!rt::overlap(y, out_bytes(pl), x, in_bytes(pl)) && !rt::overlap(y, out_bytes(pl), w, w_bytes(pl)),
              "%s: y must not alias x or w", op);
-    const unsigned grid = static_cast<unsigned>(pl.fwd.grid);
-    if (pl.stride == 1) {
-        dwconv3x3_forward_kernel<1><<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y));
-    } else {
-        dwconv3x3_forward_kernel<2><<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y));
-    }
+    check_prologue(op, pro, pl, y, out_bytes(pl));
+    if (pl.stride == 1)
+        forward_stride<1>(ex, pl, x, w, y, pro);
+    else
+        forward_stride<2>(ex, pl, x, w, y, pro);
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -394,7 +478,7 @@ void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const 
 }
 
 void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
-                                    float* workspace, size_t workspace_floats) {
+                                    float* workspace, size_t workspace_floats, const DwPrologue* pro) {
     const char* op = "dwconv3x3_backward_filter_cuda";
     rt::check_cuda_exec(op, ex);
     const DwConvPlan pl = dwconv3x3_plan(s);
@@ -413,14 +497,14 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
              "%s: dw must not alias x, dy or the workspace", op);
     SF_CHECK(!rt::overlap(workspace, ws_bytes, x, in_bytes(pl)) && !rt::overlap(workspace, ws_bytes, dy, out_bytes(pl)),
              "%s: the workspace must not alias x or dy", op);
-    const DwWgradGrid& wg = pl.wgrad;
-    const dim3 grid(wg.grid_x, wg.chunks), block(wg.block_x, wg.block_y);
-    if (pl.stride == 1) {
-        dwconv3x3_wgrad_partial_kernel<1><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), workspace);
-    } else {
-        dwconv3x3_wgrad_partial_kernel<2><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), workspace);
-    }
+    check_prologue(op, pro, pl, dw, dw_bytes);
+    check_prologue(op, pro, pl, workspace, ws_bytes);
+    if (pl.stride == 1)
+        wgrad_stride<1>(ex, pl, x, dy, workspace, pro);
+    else
+        wgrad_stride<2>(ex, pl, x, dy, workspace, pro);
     SF_CUDA_CHECK_LAUNCH();
+    const DwWgradGrid& wg = pl.wgrad;
     dwconv3x3_wgrad_finalize_kernel<<<wg.finalize_blocks, dim3(kDwFinalizeX, kDwFinalizeY), 0, ex.stream>>>(
         pl.c * 9, wg.chunks, workspace, dw);
     SF_CUDA_CHECK_LAUNCH();

@@ -9,6 +9,10 @@
 //   forward:  y  = dwconv(x, w)                      overwritten
 //   dgrad:    dx += dwconv^T(dy, w)                  read, added in fp32, rounded to bf16 once
 //   wgrad:    dw += sum over N, P, Q of dy * x-patch  deterministic two-pass reduction, no atomics
+//   prologue (forward and wgrad, optional): x is the pre-BatchNorm output of the producing layer,
+//             and the kernel reads bf16(act(bn(x))) in its place, the value bn_act_forward_* would
+//             have stored, bit for bit; the padding stays zero. The producer's activation is then
+//             never written to memory (the fused LiteBlock, docs/KERNELS_DWCONV.md).
 //
 // Every kernel gives each thread one group of 8 channels (one 128-bit load of 8 bf16 per pixel) and a
 // small tile of destination pixels, so each loaded pixel feeds every tap that reaches into the tile.
@@ -128,6 +132,20 @@ constexpr DwConvPlan dwconv3x3_geometry(int n, int h, int w, int c, int stride) 
     return pl;
 }
 
+// The producer's BatchNorm + activation, applied to every input pixel on load (see the header comment):
+// x' = bf16(act(fmaf(x - mean, gamma * inv, beta))) per channel, inv = invstd (train: the batch
+// statistics bn_stats_train saved) or 1/sqrt(running_var + eps) (eval: `invstd` holds running_var).
+// All four vectors have C fp32 entries.
+struct DwPrologue {
+    Act act = Act::None;
+    const float* gamma = nullptr;
+    const float* beta = nullptr;
+    const float* mean = nullptr;    // train: save_mean; eval: running_mean
+    const float* invstd = nullptr;  // train: save_invstd; eval: running_var
+    bool eval = false;
+    double eps = 0;  // eval only
+};
+
 // k == 3, pad == 1, stride 1 or 2, groups == cin == cout, C % 8 == 0, no bias, positive dims, and
 // the launch fits (at most 2^40 input elements, thread tiles countable in 32 bits). Never throws.
 bool dwconv3x3_supported(const ConvShape& s);
@@ -138,8 +156,10 @@ DwConvPlan dwconv3x3_plan(const ConvShape& s);
 // fp32 workspace backward_filter needs: chunks * C * 9 floats (scratch, no initialisation needed).
 size_t dwconv3x3_workspace_floats(const ConvShape& s);
 
-// x (N,H,W,C), w (C*9), y (N,P,Q,C), all bf16. y overwritten.
-void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y);
+// x (N,H,W,C), w (C*9), y (N,P,Q,C), all bf16. y overwritten. pro: null, or the producer's BN +
+// activation applied to x on load (DwPrologue).
+void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
+                            const DwPrologue* pro = nullptr);
 
 // dy (N,P,Q,C), w (C*9), dx (N,H,W,C), all bf16. dx += dwconv^T(dy, w): every dx element read once,
 // the fp32 sum added in fp32 and rounded to bf16 once. A gather for both strides: deterministic.
@@ -149,8 +169,8 @@ void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const 
 
 // x (N,H,W,C), dy (N,P,Q,C) bf16; dw (C*9) fp32 accumulated (+=). Per-chunk partials go to the
 // workspace (at least dwconv3x3_workspace_floats(s) floats), then a fixed-order combine: no atomics,
-// two runs are bitwise equal.
+// two runs are bitwise equal. pro: as in the forward (the same x' the forward read).
 void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
-                                    float* workspace, size_t workspace_floats);
+                                    float* workspace, size_t workspace_floats, const DwPrologue* pro = nullptr);
 
 }  // namespace kern

@@ -13,6 +13,7 @@
 #include "kernels/bf16.h"
 #include "kernels/bn_act_cuda.h"
 #include "kernels/conv.h"
+#include "kernels/dwconv_cuda.h"
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
 #include "kernels/head_conv_cuda.h"
@@ -127,6 +128,13 @@ inline void conv_backward_filter(const GpuOps* gpu, const rt::Exec& ex, const ke
                                  const bf16* dy, float* dw) {
     bool none;
     if (grad_op({dy}, {}, &none)) gpu->conv_backward_filter(ex, s, x, dy, dw);
+}
+// CUDA: the depthwise conv's backward-filter with its input's BN prologue (the fused LiteBlock):
+// the custom kernel, whatever GpuOps picked for the shape's other passes.
+inline void dwconv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const bf16* x_pre, const bf16* dy,
+                                   float* dw, float* ws, size_t ws_floats, const kern::DwPrologue& pro) {
+    bool none;
+    if (grad_op({dy}, {}, &none)) kern::dwconv3x3_backward_filter_cuda(ex, s, x_pre, dy, dw, ws, ws_floats, &pro);
 }
 // CUDA: the heads' last 1x1 conv (fp32 dy, the logits' gradient).
 inline void head_conv_backward(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,

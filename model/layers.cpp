@@ -5,6 +5,7 @@
 #include "kernels/activation.h"
 #include "kernels/batchnorm.h"
 #include "kernels/bn_act_cuda.h"
+#include "kernels/dwconv_cuda.h"
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
 #include "kernels/head_conv_cuda.h"
@@ -29,9 +30,20 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
              "%s: an upsampled conv output must come from a 1x1 conv without bias (the order swap is exact only then)",
              name.c_str());
     act = a;
+    SF_CHECK(!apply_in_consumer || (!kIsCpu<T> && upsample == 1 && !with_bias && sum_into == nullptr),
+             "%s: only a CUDA layer without bias, upsample or sum can leave its BN to its consumer", name.c_str());
+    SF_CHECK(!prologue || (!kIsCpu<T> && prologue->apply_in_consumer && kern::dwconv3x3_supported(cs) &&
+                           prologue->conv.shape.n == in.n && prologue->conv.shape.h == in.h &&
+                           prologue->conv.shape.w == in.w && prologue->conv.shape.c == in.c),
+             "%s: a BN prologue needs a CUDA depthwise 3x3 conv the custom kernel supports (%s), reading the "
+             "conv output of a layer that leaves its BN to it",
+             name.c_str(), cs.describe().c_str());
     fwd_scope = name + " fwd";
     bwd_scope = name + " bwd";
-    p.layer({name, cs, true, a, input_grad, upsample, sum_into != nullptr});
+    LayerUse use{name, cs, true, a, input_grad, upsample, sum_into != nullptr};
+    use.bn_applied_by_consumer = apply_in_consumer;
+    use.input_bn_prologue = prologue != nullptr;
+    p.layer(use);
     weight = p.param(name + ".conv.weight", {cout, in.c / groups, k, k}, true);
     if (with_bias) bias = p.param(name + ".conv.bias", {cout}, false);
     gamma = p.param(name + ".bn.weight", {cout}, false);
@@ -63,11 +75,15 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         bn = p.act<T>(bn_shape, "bn");
         out = act == kern::Act::None ? bn : p.act<T>(bn_shape, "act");
     } else {
-        out = sums ? sum : p.act<T>(bn_shape, "bn+act");  // fused: BN output is never stored (nor, summing, out)
+        if (apply_in_consumer)
+            out = p.grad_only<T>(bn_shape, "bn+act (applied by its consumer)");
+        else
+            out = sums ? sum : p.act<T>(bn_shape, "bn+act");  // fused: BN output is never stored (nor, summing, out)
         bn = out;
         const size_t rows = bn_shape.pixels();
         ws_floats = kern::bn_act_workspace_floats(rows, cout);
         if (with_bias) ws_floats = std::max(ws_floats, kern::column_sum_workspace_floats(rows, cout));
+        if (prologue) ws_floats = std::max(ws_floats, kern::dwconv3x3_workspace_floats(cs));
         ws = p.workspace(ws_floats);
         ops = p.gpu_ops();
         p.conv(cs, input_grad);
@@ -95,7 +111,18 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
         if (act != kern::Act::None) kern::act_forward(ex, act, bn.numel(), bn.v, out.v);
         if (sums) ops::add(ex, sum.numel(), residual, out.v, sum.v);
     } else {
-        ops->conv_forward(ex, cs, x.v, weight.h, conv_out().v);
+        if (prologue) {
+            const kern::DwPrologue pro = prologue->dw_prologue(train);
+            kern::dwconv3x3_forward_cuda(ex, cs, prologue->conv.v, weight.h, conv.v, &pro);
+        } else {
+            ops->conv_forward(ex, cs, x.v, weight.h, conv_out().v);
+        }
+        if (apply_in_consumer) {  // the consumer applies BN + activation: only the statistics here
+            if (train)
+                kern::bn_stats_train(ex, rows, cs.cout, conv.v, save_mean, save_invstd, running_mean, running_var,
+                                     kBnMomentum, kBnEps, ws, ws_floats);
+            return;
+        }
         if (cs.bias) kern::bias_add_bf16_cuda(ex, rows, cs.cout, bias.w, conv.v);  // never with upsample > 1
         if (upsample > 1) ops::upsample_forward(ex, conv_lo.shape, upsample, conv_lo.v, conv.v);
         // num_batches_tracked: every counter of the network is advanced by one launch per
@@ -133,8 +160,26 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
         if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);
         if (x.g) ops::conv_backward_data(ops, ex, cs, conv_out().g, weight.h, x.g);
-        ops::conv_backward_filter(ops, ex, cs, x.v, conv_out().g, weight.g);
+        if (prologue) {
+            const kern::DwPrologue pro = prologue->dw_prologue(true);
+            ops::dwconv_backward_filter(ex, cs, prologue->conv.v, conv.g, weight.g, ws, ws_floats, pro);
+        } else {
+            ops::conv_backward_filter(ops, ex, cs, x.v, conv_out().g, weight.g);
+        }
     }
+}
+
+template <class T>
+kern::DwPrologue ConvBN<T>::dw_prologue(bool train) const {
+    kern::DwPrologue pro;
+    pro.act = act;
+    pro.gamma = gamma.w;
+    pro.beta = beta.w;
+    pro.mean = train ? save_mean : running_mean;
+    pro.invstd = train ? save_invstd : running_var;
+    pro.eval = !train;
+    pro.eps = kBnEps;
+    return pro;
 }
 
 // ---- Conv (heads' last 1x1, fp32 logits) ----
@@ -179,8 +224,11 @@ void Conv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
 // ---- LiteBlock ----
 
 template <class T>
-void LiteBlock<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in) {
+void LiteBlock<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in, bool fuse_expand_dw) {
     const int c = in.c, hidden = 2 * in.c;
+    const bool fused = fuse_expand_dw && !kIsCpu<T>;
+    expand.apply_in_consumer = fused;
+    dw.prologue = fused ? &expand : nullptr;
     expand.declare(p, name + ".pw_expand", in, hidden, 1, 1, 1, kern::Act::Silu);
     dw.declare(p, name + ".dw_conv", expand.out.shape, hidden, 3, 1, hidden, kern::Act::Silu);
     out = p.act<T>(in, "liteblock out");

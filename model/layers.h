@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/dwconv_cuda.h"
 #include "model/planner.h"
 #include "model/up_order.h"
 #include "runtime/exec.h"
@@ -45,6 +46,14 @@ struct ConvBN {
     const ActT<T>* sum_into = nullptr;  // set before each declare(): the sum the output is added into
     bool sums = false;                  // declare() bound sum_into (read this, not the pointer, afterwards)
     std::string fwd_scope, bwd_scope;  // "<name> fwd" / "<name> bwd" (rt::Scope)
+    // The fused LiteBlock (CUDA only, NetShape::fuse_expand_dw; set before declare()):
+    // apply_in_consumer: the BN + activation is applied by the consumer as it loads the conv output,
+    //   so the train forward computes the batch statistics only and `out` has no values (v null; its
+    //   gradient is planned as usual: the consumer's backward-data writes it).
+    // prologue: this (depthwise) conv applies that layer's BN + activation to its input on load: it
+    //   reads prologue->conv, never x.v (kernels/dwconv_cuda.h, DwPrologue); custom kernel only.
+    bool apply_in_consumer = false;
+    const ConvBN* prologue = nullptr;
     Param weight, bias, gamma, beta;
     float* running_mean = nullptr;
     float* running_var = nullptr;
@@ -66,6 +75,9 @@ struct ConvBN {
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual = nullptr) const;
     void backward(const rt::Exec& ex, const ActT<T>& x) const;  // x.g may be null: no input gradient
     const ActT<T>& conv_out() const { return upsample > 1 ? conv_lo : conv; }  // what the convolution writes
+    // The DwPrologue a consumer applies (apply_in_consumer; CUDA): batch statistics when train, else
+    // the running ones. Declared for both element types; the CPU backend never fuses.
+    kern::DwPrologue dw_prologue(bool train) const;
     // What the layer leaves for its consumers: the sum with sum_into, else out.
     const ActT<T>& result() const { return sums ? sum : out; }
 };
@@ -87,13 +99,16 @@ struct Conv {
 };
 
 // Inverted residual: 1x1 expand (SiLU) -> 3x3 depthwise (SiLU) -> 1x1 project (linear) -> + x.
+// fuse_expand_dw (CUDA only; the CPU reference ignores it): the expand's BN + SiLU runs inside the
+// depthwise conv's loads (forward and backward-filter) instead of as its own pass, so the expanded
+// activation is never written (ConvBN::apply_in_consumer / prologue; docs/GPU_STEP.md).
 template <class T>
 struct LiteBlock {
     ConvBN<T> expand, dw, project;
     ActT<T> out;
     std::string sum_bwd_scope;  // "<name>.residual bwd": x.g (+)= out.g (OpUse::Kind::GradSum)
 
-    void declare(Planner& p, const std::string& name, const kern::Shape4& in);
+    void declare(Planner& p, const std::string& name, const kern::Shape4& in, bool fuse_expand_dw = false);
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
     void backward(const rt::Exec& ex, const ActT<T>& x) const;
 };

@@ -60,13 +60,14 @@ void NetShape::validate_for_training() const {
 
 template <class T>
 void Stage<T>::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks,
-                       UpOrder up_order) {
+                       UpOrder up_order, bool fuse_expand_dw) {
     branches.resize(in.size());
     for (size_t i = 0; i < in.size(); ++i) {
         branches[i].resize(static_cast<size_t>(blocks));
         for (int b = 0; b < blocks; ++b)
             branches[i][static_cast<size_t>(b)].declare(
-                p, name + ".branch_" + scale_name(static_cast<int>(i)) + "." + std::to_string(b), in[i]);
+                p, name + ".branch_" + scale_name(static_cast<int>(i)) + "." + std::to_string(b), in[i],
+                fuse_expand_dw);
     }
     fusion.declare(p, name + ".fusion", in, up_order);
 }
@@ -199,22 +200,22 @@ void SiderNetT<T>::declare(Planner& p) {
     stem_.conv1.input_grad = false;
     stem_.conv1.declare(p, "stem.conv1", input_.shape, 32, 3, 2, 1, kern::Act::Silu);
     stem_.conv2.declare(p, "stem.conv2", stem_.conv1.out.shape, 32, 3, 2, 1, kern::Act::Silu);
-    stem_.blocks[0].declare(p, "stem.lite_blocks.0", stem_.conv2.out.shape);
-    stem_.blocks[1].declare(p, "stem.lite_blocks.1", stem_.blocks[0].out.shape);
+    stem_.blocks[0].declare(p, "stem.lite_blocks.0", stem_.conv2.out.shape, s.fuse_expand_dw);
+    stem_.blocks[1].declare(p, "stem.lite_blocks.1", stem_.blocks[0].out.shape, s.fuse_expand_dw);
 
     // Stage 2: keep 1/4, new 1/8 branch.
     t2_keep_.declare(p, "stage2.t2_b1_keep", stem_.out().shape, 32, 1, 1, 1, kern::Act::Silu);
     t2_down_.declare(p, "stage2.t2_b2_down", stem_.out().shape, 64, 2);
-    stage2_.declare(p, "stage2", {level_shape(s, 0), level_shape(s, 1)}, 2, s.up_order);
+    stage2_.declare(p, "stage2", {level_shape(s, 0), level_shape(s, 1)}, 2, s.up_order, s.fuse_expand_dw);
 
     // Stage 3: new 1/16 branch from the 1/8 fusion output.
     t3_new_.declare(p, "stage3.t3_b3_from_1_8", level_shape(s, 1), 128, 2);
-    stage3_.declare(p, "stage3", {level_shape(s, 0), level_shape(s, 1), level_shape(s, 2)}, 3, s.up_order);
+    stage3_.declare(p, "stage3", {level_shape(s, 0), level_shape(s, 1), level_shape(s, 2)}, 3, s.up_order, s.fuse_expand_dw);
 
     // Stage 4: new 1/32 branch from the 1/16 fusion output.
     t4_new_.declare(p, "stage4.t4_b4_from_1_16", level_shape(s, 2), 256, 2);
     stage4_.declare(p, "stage4", {level_shape(s, 0), level_shape(s, 1), level_shape(s, 2), level_shape(s, 3)}, 2,
-                    s.up_order);
+                    s.up_order, s.fuse_expand_dw);
 
     // LiteFPN: laterals from 1/32 down to 1/4 (state_dict order), P5 smooth, three weighted fuses.
     for (int level = 3; level >= 0; --level)

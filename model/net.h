@@ -23,6 +23,10 @@ struct NetShape {
     // The fusion up paths' order (model/up_order.h); the parameters and their names are the same in
     // both, so weights and checkpoints move freely between them.
     UpOrder up_order = UpOrder::UpsampleFirst;
+    // CUDA only: every LiteBlock's expand BN + SiLU applied inside its depthwise conv's loads, the
+    // expanded activation never stored (model.fuse_expand_dw; LiteBlock). Same parameters, same
+    // checkpoints, bitwise the same step; the CPU reference ignores it.
+    bool fuse_expand_dw = false;
     void validate() const;  // throws naming the offending value
     // validate() and: train-mode BatchNorm has >= 2 values per channel at the coarsest level.
     void validate_for_training() const;
@@ -45,7 +49,7 @@ struct Stage {
     std::vector<std::vector<LiteBlock<T>>> branches;
     Fusion<T> fusion;
     void declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks,
-                 UpOrder up_order);
+                 UpOrder up_order, bool fuse_expand_dw);
     void forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train) const;
     void backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in) const;
     const ActT<T>& branch_out(size_t i) const { return branches[i].back().out; }

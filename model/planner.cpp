@@ -54,6 +54,27 @@ template ActT<float> Planner::act<float>(const kern::Shape4&, const char*, bool)
 template ActT<kern::bf16> Planner::act<kern::bf16>(const kern::Shape4&, const char*, bool);
 
 template <class T>
+ActT<T> Planner::grad_only(const kern::Shape4& s, const char* what) {
+    SF_CHECK(s.n > 0 && s.h > 0 && s.w > 0 && s.c > 0, "activation '%s' has an empty shape (%d,%d,%d,%d)", what, s.n,
+             s.h, s.w, s.c);
+    ActT<T> a;
+    a.shape = s;
+    const size_t bytes = s.numel() * sizeof(T);
+    if (!binding_) {
+        SF_CHECK(!grads_planned_, "activation '%s' declared after the gradients were planned", what);
+        a.g = reinterpret_cast<T*>(kGradPlaceholderBase + grads_.size() * kActAlign);
+        grads_.push_back({what, bytes});
+        return a;
+    }
+    SF_CHECK(bind_grad_ < grads_.size(), "binding pass declared more activations than the sizing pass");
+    const GradSlot& g = grads_[bind_grad_++];
+    a.g = g.used() ? reinterpret_cast<T*>(act_grads_ + g.offset) : nullptr;
+    return a;
+}
+template ActT<float> Planner::grad_only<float>(const kern::Shape4&, const char*);
+template ActT<kern::bf16> Planner::grad_only<kern::bf16>(const kern::Shape4&, const char*);
+
+template <class T>
 T* Planner::scratch_as(size_t numel, const char* what) {
     SF_CHECK(numel > 0, "scratch '%s' is empty", what);
     if (!binding_) {

@@ -93,6 +93,10 @@ struct LayerUse {
     // write (the conv's backward-data, the layer's last gradient write) adds into what an earlier op
     // wrote (false: the first contribution overwrites it).
     bool input_grad_accumulates = true;
+    // The fused LiteBlock (ConvBN::apply_in_consumer / prologue): the BN + activation is applied by the
+    // consumer on load (the output is never stored), or this depthwise conv applies its producer's.
+    bool bn_applied_by_consumer = false;
+    bool input_bn_prologue = false;
 };
 
 // An op of the step outside the convolution layers, in execution order (sizing pass), for the
@@ -155,6 +159,10 @@ public:
     // local_grad is accepted for compatibility: the liveness plan finds every lifetime itself.
     template <class T>
     ActT<T> act(const kern::Shape4& s, const char* what, bool local_grad = false);
+    // An activation whose values are never stored (v stays null: its consumer recomputes them on
+    // load, the fused LiteBlock's expand output) but whose gradient is planned like act()'s.
+    template <class T>
+    ActT<T> grad_only(const kern::Shape4& s, const char* what);
     float* scratch(size_t numel, const char* what);  // fp32 values only (saved statistics, ...)
     template <class T>
     T* scratch_as(size_t numel, const char* what);  // values of type T (the network input, ...)
