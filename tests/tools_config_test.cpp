@@ -217,6 +217,9 @@ TEST(ToolsConfig, OutOfRangeNamesPathAndBound) {
     EXPECT_TRUE(contains(parse_error("model:\n  fusion_up_order: conv\n"), "config key 'model.fusion_up_order'"));
     EXPECT_EQ(parse("model:\n  fusion_up_order: conv_first\n").model.fusion_up_order, model::UpOrder::ConvFirst);
     EXPECT_EQ(parse("model: {}\n").model.fusion_up_order, model::UpOrder::UpsampleFirst);
+    EXPECT_TRUE(parse("model:\n  fuse_expand_dw: true\n").model.fuse_expand_dw);
+    EXPECT_FALSE(parse("model: {}\n").model.fuse_expand_dw);
+    EXPECT_TRUE(contains(parse_error("model:\n  fuse_expand_dw: sometimes\n"), "config key 'model.fuse_expand_dw'"));
     EXPECT_TRUE(contains(parse_error("model:\n  input_channels: 3\n"),
                          "config key 'model.input_channels': expected 2 or 4, got 3"));
     EXPECT_TRUE(contains(parse_error("sched:\n  cosine_min_lr: 0.001\n"),

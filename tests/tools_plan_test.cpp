@@ -108,6 +108,35 @@ TEST(PlanCommand, UpOrderPlansThatNetworkAndReportsBothOrdersUpPaths) {
     EXPECT_NE(tools::plan_text(d).find("fusion up paths conv_first"), std::string::npos);
 }
 
+// --fuse-expand-dw: every LiteBlock's expand output has no values (its gradient is still planned), so
+// the activations shrink by exactly those tensors (256-byte aligned each); nothing else moves.
+TEST(PlanCommand, FusedLiteBlockStoresNoExpandOutput) {
+    const nlohmann::json d =
+        tools::plan_json(parse({"--height", "128", "--width", "256", "--batch", "4", "--fuse-expand-dw"}));
+    const nlohmann::json e = tools::plan_json(parse({"--height", "128", "--width", "256", "--batch", "4"}));
+    EXPECT_EQ(d["shape"]["fuse_expand_dw"], true);
+    EXPECT_EQ(e["shape"]["fuse_expand_dw"], false);
+    model::NetShape s{4, 2, 128, 256};
+    s.fuse_expand_dw = true;
+    const model::SiderNetCuda fused(s, model::DryRun{});
+    size_t expand = 0;
+    int blocks = 0;
+    for (const model::LayerUse& l : fused.plan().layers()) {
+        if (!l.bn_applied_by_consumer) continue;
+        ++blocks;
+        expand += (l.shape.out().numel() * 2 + 255) / 256 * 256;
+    }
+    EXPECT_EQ(blocks, 23);  // every LiteBlock: 2 in the stem, 2*2 + 3*3 + 4*2 in the stages
+    EXPECT_EQ(d["regions"]["activations"]["bytes"].get<size_t>() + expand,
+              e["regions"]["activations"]["bytes"].get<size_t>());
+    EXPECT_EQ(d["regions"]["activation_grads"], e["regions"]["activation_grads"]);
+    EXPECT_EQ(d["activation_grads"]["tensors"], e["activation_grads"]["tensors"]);
+    EXPECT_NE(tools::plan_text(d).find("fused LiteBlock expand+depthwise"), std::string::npos);
+    bool help = false;
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--backend", "cpu", "--fuse-expand-dw"}, &help), "--fuse-expand-dw",
+                    "--backend cpu");
+}
+
 TEST(PlanCommand, BadArgumentsAreNamed) {
     bool help = false;
     SF_EXPECT_ERROR(tools::parse_plan_args({"--batch", "0"}, &help), "--batch", "positive integer", "'0'");

@@ -119,6 +119,47 @@ TEST(StepModel, HandCountedDepthwiseRow) {
     EXPECT_DOUBLE_EQ(u.at(StepPart::OtherBwd).bytes, (131072.0 + 32768.0) * 2);
 }
 
+// The fused LiteBlock (NetShape::fuse_expand_dw): the expand keeps only its statistics pass (x read
+// once, no output written), its depthwise consumer reads the same bytes and applies BN + SiLU to every
+// input element it loads in the forward and in the backward-filter; nothing else changes. Per
+// LiteBlock, 2 x the expand output's bytes less: stage2.branch_1_4.0 (2,32,64,64) bf16.
+TEST(StepModel, FusedLiteBlockRows) {
+    model::NetShape fs = small();
+    fs.fuse_expand_dw = true;
+    const std::vector<StepModelRow> plain = tools::step_model(small()), fused = tools::step_model(fs);
+    ASSERT_EQ(plain.size(), fused.size());
+    const double n = 262144;
+    const StepModelRow& ep = row(plain, "stage2.branch_1_4.0.pw_expand");
+    const StepModelRow& ef = row(fused, "stage2.branch_1_4.0.pw_expand");
+    EXPECT_DOUBLE_EQ(ef.at(StepPart::NormFwd).bytes, n * 2 + 8 * 64 * 4);
+    EXPECT_DOUBLE_EQ(ep.at(StepPart::NormFwd).bytes - ef.at(StepPart::NormFwd).bytes, 2 * n * 2);
+    EXPECT_DOUBLE_EQ(ef.at(StepPart::NormBwd).bytes, ep.at(StepPart::NormBwd).bytes);
+    const StepModelRow& dp = row(plain, "stage2.branch_1_4.0.dw_conv");
+    const StepModelRow& df = row(fused, "stage2.branch_1_4.0.dw_conv");
+    for (StepPart part : {StepPart::ConvFwd, StepPart::ConvDgrad, StepPart::ConvWgrad})
+        EXPECT_DOUBLE_EQ(df.at(part).bytes, dp.at(part).bytes);
+    const double apply = n * tools::bn_apply_flops(kern::Act::Silu);
+    EXPECT_GT(apply, 0);
+    EXPECT_DOUBLE_EQ(df.at(StepPart::ConvFwd).simt_flops, dp.at(StepPart::ConvFwd).simt_flops + apply);
+    EXPECT_DOUBLE_EQ(df.at(StepPart::ConvWgrad).simt_flops, dp.at(StepPart::ConvWgrad).simt_flops + apply);
+    EXPECT_DOUBLE_EQ(df.at(StepPart::ConvDgrad).simt_flops, dp.at(StepPart::ConvDgrad).simt_flops);
+    // Over the step: exactly 2 x every expand output less, in the BN forward pass only.
+    const model::SiderNetCuda net(fs, model::DryRun{});
+    double expand_bytes = 0;
+    for (const model::LayerUse& l : net.plan().layers())
+        if (l.bn_applied_by_consumer) expand_bytes += 2.0 * l.shape.out().numel() * 2;
+    double bp = 0, bf = 0, other_p = 0, other_f = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+        EXPECT_EQ(plain[i].name, fused[i].name);
+        bp += plain[i].at(StepPart::NormFwd).bytes;
+        bf += fused[i].at(StepPart::NormFwd).bytes;
+        other_p += plain[i].fwd().bytes + plain[i].bwd().bytes - plain[i].at(StepPart::NormFwd).bytes;
+        other_f += fused[i].fwd().bytes + fused[i].bwd().bytes - fused[i].at(StepPart::NormFwd).bytes;
+    }
+    EXPECT_DOUBLE_EQ(bp - bf, expand_bytes);
+    EXPECT_DOUBLE_EQ(other_p, other_f);
+}
+
 TEST(StepModel, FloorSumsEveryPassBoundOnItsOwn) {
     tools::DevicePeaks pk;
     pk.device = "test";

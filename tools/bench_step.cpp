@@ -163,7 +163,7 @@ struct Events {
 };
 
 model::NetShape shape_of(int batch, const StepBenchOptions& o) {
-    return {batch, o.channels, o.height, o.width, o.up_order};
+    return {batch, o.channels, o.height, o.width, o.up_order, o.fuse_expand_dw};
 }
 
 model::LrSchedule bench_schedule() {
@@ -266,7 +266,8 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"workspace_bytes", mp.workspace},
                    {"workspace_bytes_planned", rig.net.plan().memory().workspace},
                    {"plan_seconds", plan_s},
-                   {"fusion_up_order", model::up_order_name(o.up_order)}};
+                   {"fusion_up_order", model::up_order_name(o.up_order)},
+                   {"fuse_expand_dw", o.fuse_expand_dw}};
         if (nccl) {  // the allreduce alone, after the timed steps, on the step's stream
             const model::Planner& p = rig.net.plan();
             const AllreduceTiming a =

@@ -17,7 +17,7 @@ namespace tools {
 
 const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
-           "[--up-order upsample_first|conv_first] [--json FILE]\n"
+           "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]]\n"
            "                      [--roofline [--device NAME] [--ceilings FILE] [--peak-tflops T] [--peak-gbps G]]\n"
            "  the memory plan (parameters, optimizer state, activations, activation gradients, workspace, bytes\n"
@@ -28,6 +28,7 @@ const char* plan_usage() {
            "  through a cuDNN handle on this machine's GPU 0. The workspace then includes the conv workspace;\n"
            "  exit 1 when a convolution the step needs has no cuDNN plan.\n"
            "  --up-order: the fusion up paths' order (model.fusion_up_order, docs/MODEL.md)\n"
+           "  --fuse-expand-dw: the fused LiteBlock (model.fuse_expand_dw, CUDA only; docs/GPU_STEP.md)\n"
            "  --roofline: the training step's modelled floor (bytes and FLOPs of every pass, by class and by pass)\n"
            "  at the peaks of --device NAME (datasheet table, default \"H100 SXM\"), or of a `bench ceilings --json`\n"
            "  FILE measured on the GPU, or --peak-tflops/--peak-gbps; no GPU needed (docs/BENCH.md)\n"
@@ -50,6 +51,10 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
         }
         if (s == "--roofline") {
             a.roofline = true;
+            continue;
+        }
+        if (s == "--fuse-expand-dw") {
+            a.fuse_expand_dw = true;
             continue;
         }
         SF_CHECK(s == "--height" || s == "--width" || s == "--batch" || s == "--channels" || s == "--backend" ||
@@ -84,6 +89,8 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
     }
     SF_CHECK(a.cudnn_device.empty() || a.cuda, "plan: --cudnn-device plans the CUDA backend's convolutions; it does "
              "not go with --backend cpu");
+    SF_CHECK(!a.fuse_expand_dw || a.cuda, "plan: --fuse-expand-dw fuses CUDA kernels; the CPU reference has no such "
+             "variant (it does not go with --backend cpu)");
     SF_CHECK(a.roofline || !peaks_given, "plan: --device, --ceilings, --peak-tflops and --peak-gbps set the peaks of "
              "--roofline: give --roofline too");
     SF_CHECK(!a.cudnn_device.empty() || (!a.autotune && !a.verbose),

@@ -35,6 +35,10 @@ struct ModelSection {
     // slidefuse: the fusion up paths' order (model/up_order.h; docs/CONFIG.md). The same parameters;
     // conv_first runs the 1x1 conv before the upsample (equal in exact arithmetic, less work).
     model::UpOrder fusion_up_order = model::UpOrder::UpsampleFirst;
+    // slidefuse, CUDA only: every LiteBlock's expand BN + SiLU applied inside its depthwise conv's
+    // loads, the expanded activation never stored (model::NetShape::fuse_expand_dw). Bitwise the same
+    // step with the deterministic policy; the CPU backend ignores it.
+    bool fuse_expand_dw = false;
 };
 
 struct OptimizerSection {

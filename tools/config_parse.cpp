@@ -35,6 +35,7 @@ void read_model(Section s, ModelSection& m) {
     if (s.integer("input_width", m.input_width, at_least(32)) && m.input_width % 32 != 0)
         s.error("input_width", "expected a multiple of 32, got " + std::to_string(m.input_width));
     s.choice<model::UpOrder>("fusion_up_order", m.fusion_up_order, model::up_order_choices());
+    s.boolean("fuse_expand_dw", m.fuse_expand_dw);
     s.ignore("model_path");
     s.finish();
 }

@@ -205,7 +205,7 @@ bool use_cuda(const TrainConfig& cfg) {
 InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt) {
     SF_CHECK(batch >= 1, "inference batch size must be >= 1, got %d", batch);
     const model::NetShape shape{batch, cfg.model.input_channels, cfg.model.input_height, cfg.model.input_width,
-                                cfg.model.fusion_up_order};
+                                cfg.model.fusion_up_order, cfg.model.fuse_expand_dw};
     shape.validate();
     if (use_cuda(cfg))
         impl_ = std::make_unique<CudaInference>(shape, ckpt.path);

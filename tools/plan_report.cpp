@@ -62,7 +62,9 @@ nlohmann::json region(size_t bytes, int batch, bool per_sample) {
 
 }  // namespace
 
-model::NetShape plan_shape(const PlanArgs& a) { return {a.batch, a.channels, a.height, a.width, a.up_order}; }
+model::NetShape plan_shape(const PlanArgs& a) {
+    return {a.batch, a.channels, a.height, a.width, a.up_order, a.fuse_expand_dw};
+}
 
 nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
     size_t flat = 0, count = 0;
@@ -85,7 +87,8 @@ nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
           {"channels", a.channels},
           {"height", a.height},
           {"width", a.width},
-          {"fusion_up_order", model::up_order_name(a.up_order)}}},
+          {"fusion_up_order", model::up_order_name(a.up_order)},
+          {"fuse_expand_dw", a.fuse_expand_dw && a.cuda}}},
         {"parameters_count", count},
         {"regions",
          {{"parameters", region(params, a.batch, false)},
@@ -121,10 +124,11 @@ std::string plan_text(const nlohmann::json& d) {
     char line[512];
     const nlohmann::json& s = d["shape"];
     std::snprintf(line, sizeof(line),
-                  "memory plan: %s backend (%d-byte activations), batch %d, input %dx%dx%d, fusion up paths %s\n",
+                  "memory plan: %s backend (%d-byte activations), batch %d, input %dx%dx%d, fusion up paths %s%s\n",
                   d["backend"].get<std::string>().c_str(), d["activation_element_bytes"].get<int>(),
                   s["batch"].get<int>(), s["channels"].get<int>(), s["height"].get<int>(), s["width"].get<int>(),
-                  s.value("fusion_up_order", "upsample_first").c_str());
+                  s.value("fusion_up_order", "upsample_first").c_str(),
+                  s.value("fuse_expand_dw", false) ? ", fused LiteBlock expand+depthwise" : "");
     out += line;
     std::snprintf(line, sizeof(line), "  %-20s %14s %14s\n", "region", "total MB", "per sample MB");
     out += line;

@@ -43,6 +43,7 @@ struct PlanArgs {
     bool autotune = false;
     bool verbose = false;
     model::UpOrder up_order = model::UpOrder::UpsampleFirst;  // --up-order (model/up_order.h)
+    bool fuse_expand_dw = false;  // --fuse-expand-dw (model.fuse_expand_dw; CUDA only)
     // --roofline: the step's modelled floor (tools/plan_roofline.h) at the peaks of --device NAME
     // (the datasheet table, tools/roofline.h; default "H100 SXM"), overridden by --ceilings FILE
     // (`bench ceilings --json`) and --peak-tflops / --peak-gbps.

@@ -120,6 +120,17 @@ OpCost bn_act_forward_cost(size_t rows, int c, kern::Act act, const Precision& p
     return o;
 }
 
+OpCost bn_stats_forward_cost(size_t rows, int c, const Precision& p) {
+    SF_CHECK(rows > 0 && c > 0, "bn_stats_forward_cost: rows %zu and C %d must be positive", rows, c);
+    const double n = dbl(rows) * c;
+    OpCost o;
+    o.simt_flops = n * kBnStatsFlops;
+    o.bytes = n * p.act + kBnVectorsFwd * c * 4.0;
+    return o;
+}
+
+double bn_apply_flops(kern::Act act) { return kBnApplyFlops + act_forward_flops(act); }
+
 OpCost bn_act_backward_cost(size_t rows, int c, kern::Act act, const Precision& p) {
     SF_CHECK(rows > 0 && c > 0, "bn_act_backward_cost: rows %zu and C %d must be positive", rows, c);
     const double n = dbl(rows) * c;

@@ -69,6 +69,11 @@ OpCost bn_act_forward_cost(size_t rows, int c, kern::Act act, const Precision& p
 // backward: a reduction pass reads x, dy; an apply pass reads x, dy and writes dx (overwritten)
 // -> 5 * rows*C elements, plus 8 fp32 vectors of C (gamma, beta, saved stats; dgamma, dbeta +=).
 OpCost bn_act_backward_cost(size_t rows, int c, kern::Act act, const Precision& p = {});
+// The statistics pass alone (bn_stats_train: the fused LiteBlock's expand, whose apply its depthwise
+// consumer does on load): reads x once -> rows*C elements, plus the same 8 fp32 vectors of C.
+OpCost bn_stats_forward_cost(size_t rows, int c, const Precision& p = {});
+// FLOPs per element of a BN apply + activation done on load by a consumer (the depthwise prologue).
+double bn_apply_flops(kern::Act act);
 // Nominal FLOPs per element of an activation (forward) and of its derivative.
 double act_forward_flops(kern::Act act);
 double act_backward_flops(kern::Act act);

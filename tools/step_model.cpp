@@ -23,7 +23,8 @@ const char* conv_kind(const model::LayerUse& l) {
     return l.shape.k == 1 ? "conv 1x1" : "conv 3x3 dense";
 }
 
-StepModelRow layer_row_model(const model::LayerUse& l, const Precision& p) {
+// producer: the layer before l, whose BN + activation l applies on load when l.input_bn_prologue.
+StepModelRow layer_row_model(const model::LayerUse& l, const model::LayerUse* producer, const Precision& p) {
     const kern::ConvShape& s = l.shape;
     StepModelRow r;
     r.name = l.name;
@@ -50,6 +51,19 @@ StepModelRow layer_row_model(const model::LayerUse& l, const Precision& p) {
     r.at(StepPart::NormBwd) = c.norm_bwd;
     r.at(StepPart::OtherFwd) = c.resample_fwd;
     r.at(StepPart::OtherBwd) = c.resample_bwd;
+    // The fused LiteBlock: the producer's BN keeps only its statistics pass (its output is never
+    // written nor read back); its consumer reads the pre-BN tensor (the same bytes) and applies BN +
+    // activation to every input element it loads, in the forward and again in the backward-filter.
+    if (l.bn_applied_by_consumer) r.at(StepPart::NormFwd) = bn_stats_forward_cost(s.out().pixels(), s.cout, p);
+    if (l.input_bn_prologue) {
+        SF_CHECK(producer && producer->bn_applied_by_consumer,
+                 "step model: layer %s applies its producer's BN on load, but the layer before it (%s) does not "
+                 "leave its BN to it",
+                 l.name.c_str(), producer ? producer->name.c_str() : "none");
+        const double extra = dbl(s.in().numel()) * bn_apply_flops(producer->act);
+        r.at(StepPart::ConvFwd).simt_flops += extra;
+        r.at(StepPart::ConvWgrad).simt_flops += extra;
+    }
     return r;
 }
 
@@ -126,7 +140,9 @@ const std::vector<std::string>& step_kinds() {
 
 std::vector<StepModelRow> step_model(const model::Planner& plan, const model::NetShape& shape, const Precision& p) {
     std::vector<StepModelRow> rows;
-    for (const model::LayerUse& l : plan.layers()) rows.push_back(layer_row_model(l, p));
+    const std::vector<model::LayerUse>& layers = plan.layers();
+    for (size_t i = 0; i < layers.size(); ++i)
+        rows.push_back(layer_row_model(layers[i], i > 0 ? &layers[i - 1] : nullptr, p));
     for (const model::OpUse& o : plan.op_uses()) rows.push_back(op_row_model(o, p));
     const size_t n = plan.table().flat_size;
     rows.push_back(step_row("loss", "loss", loss_cost(shape.batch, shape.height / 4, shape.width / 4)));

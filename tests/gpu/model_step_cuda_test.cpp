@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "data/generator.h"
@@ -303,6 +305,85 @@ TEST(CudaStep, GraphReplayIsBitwiseEqualToEager) {
     EXPECT_EQ(se.steps_applied + se.steps_skipped, 5);
     EXPECT_EQ(se.steps_applied, sg.steps_applied);
     EXPECT_EQ(se.grad_norm, sg.grad_norm);
+}
+
+// The fused LiteBlock (NetShape::fuse_expand_dw): every LiteBlock's expand BN + SiLU applied inside
+// its depthwise conv's loads, the expanded activation never stored. The depthwise conv reads the very
+// bf16 values the apply pass would have stored (kernels/bn_act_device.cuh), so with the deterministic
+// policy (both networks run the custom depthwise kernel) three steps agree bit for bit with the
+// unfused network: weights, optimizer moments, running statistics, counters, loss and gradient norm;
+// then the eval forward's logits (the prologue with the running statistics). The fused plan stores
+// exactly the LiteBlocks' expand outputs less.
+TEST(CudaStep, FusedExpandDepthwiseIsBitwiseEqualToUnfused) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(3);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    GpuRig plain(cpu), fused(cpu, true, 1, model::UpOrder::UpsampleFirst, true);
+    plain.step.set_use_graphs(false);  // eager against captured: the fusion must survive capture too
+    for (int k = 0; k < 3; ++k) {
+        for (GpuRig* r : {&plain, &fused}) {
+            r->load(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
+            r->step.micro_step(0);
+            r->step.optimizer_step();
+            r->ctx.synchronize();
+        }
+    }
+    const model::Planner& pp = plain.net.plan();
+    const model::Planner& pf = fused.net.plan();
+    const size_t n = pp.table().flat_size;
+    ASSERT_EQ(n, pf.table().flat_size);
+    const char* names[] = {"master weights", "adam m", "adam v"};
+    int i = 0;
+    for (auto get : {&model::Planner::master, &model::Planner::adam_m, &model::Planner::adam_v}) {
+        const std::vector<float> a = plain.fetch((pp.*get)(), n), c = fused.fetch((pf.*get)(), n);
+        EXPECT_EQ(0, std::memcmp(a.data(), c.data(), n * sizeof(float))) << names[i++];
+    }
+    const std::vector<float> ra = plain.fetch(pp.buffers(), pp.table().buffer_floats);
+    const std::vector<float> rf = fused.fetch(pf.buffers(), pf.table().buffer_floats);
+    EXPECT_EQ(0, std::memcmp(ra.data(), rf.data(), ra.size() * sizeof(float))) << "running statistics";
+    EXPECT_EQ(plain.fetch(pp.counters(), pp.table().counters), fused.fetch(pf.counters(), pf.table().counters));
+    const model::CudaStepStats sp = plain.step.read_stats(), sf = fused.step.read_stats();
+    EXPECT_EQ(sp.loss.total, sf.loss.total);
+    EXPECT_EQ(sp.grad_norm, sf.grad_norm);
+    EXPECT_EQ(sp.steps_applied, sf.steps_applied);
+
+    // Eval forward on the last batch (still the networks' input): the prologue with the running statistics.
+    for (GpuRig* r : {&plain, &fused}) {
+        r->net.forward(r->ctx.exec(), false);
+        r->ctx.synchronize();
+    }
+    const model::HeadLogits<float> lp = plain.net.logits(), lf = fused.net.logits();
+    const size_t cells = static_cast<size_t>(lp.n) * lp.h * lp.w;
+    const std::pair<const float*, const float*> heads[] = {
+        {lp.gap, lf.gap}, {lp.slider, lf.slider}, {lp.offset, lf.offset}, {lp.angle, lf.angle}};
+    const size_t widths[] = {1, 1, 4, 2};
+    for (int h = 0; h < 4; ++h) {
+        const size_t m = cells * widths[h];
+        const std::vector<float> a = plain.fetch(heads[h].first, m), c = fused.fetch(heads[h].second, m);
+        EXPECT_EQ(0, std::memcmp(a.data(), c.data(), m * sizeof(float))) << "eval logits of head " << h;
+    }
+
+    // Memory: the expand outputs (2C channels at each LiteBlock's resolution) are not stored.
+    size_t expand_bytes = 0;
+    for (const model::LayerUse& l : pf.layers())
+        if (l.bn_applied_by_consumer) expand_bytes += (l.shape.out().numel() * sizeof(kern::bf16) + 255) / 256 * 256;
+    EXPECT_GT(expand_bytes, 0u);
+    EXPECT_EQ(pp.memory().activations, pf.memory().activations + expand_bytes);
+    int fused_layers = 0, prologues = 0;
+    for (const model::LayerUse& l : pf.layers()) {
+        fused_layers += l.bn_applied_by_consumer;
+        prologues += l.input_bn_prologue;
+        if (l.bn_applied_by_consumer) {
+            EXPECT_NE(l.name.find(".pw_expand"), std::string::npos) << l.name;
+        }
+        if (l.input_bn_prologue) {
+            EXPECT_NE(l.name.find(".dw_conv"), std::string::npos) << l.name;
+        }
+    }
+    // One per LiteBlock: the stem's 2, then branches x blocks in stages 2, 3 and 4.
+    EXPECT_EQ(fused_layers, 2 + 2 * 2 + 3 * 3 + 4 * 2);
+    EXPECT_EQ(prologues, fused_layers);
 }
 
 TEST(CudaStep, OneStepForSanitizer) {

@@ -82,10 +82,11 @@ struct GpuRig {
     uint8_t* pixels = nullptr;
     data::Label* labels = nullptr;
 
-    // order: the CUDA network's fusion up-path order (the CPU network's own may differ: same weights).
+    // order: the CUDA network's fusion up-path order (the CPU network's own may differ: same weights);
+    // fuse_expand_dw: the fused LiteBlock (NetShape::fuse_expand_dw).
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
-                    model::UpOrder order = model::UpOrder::UpsampleFirst)
-        : net(with_order(init.shape(), order), ctx.exec(), policy(deterministic)),
+                    model::UpOrder order = model::UpOrder::UpsampleFirst, bool fuse_expand_dw = false)
+        : net(with_order(init.shape(), order, fuse_expand_dw), ctx.exec(), policy(deterministic)),
           step(net, ctx.exec(), model::LossConfig{}, optim(), constant_lr(1e-3), accum) {
         const model::NetShape& sh = init.shape();
         const size_t po = slots.reserve(static_cast<size_t>(sh.batch) * sh.height * sh.width, 256, "pixels");
@@ -102,8 +103,9 @@ struct GpuRig {
     // Deterministic engines and no autotuning (as train.deterministic): two rigs then pick the same
     // cuDNN engines and custom kernels, which the bitwise comparison of two rigs needs.
     static kern::ConvPolicy policy(bool deterministic) { return kern::run_conv_policy(deterministic); }
-    static model::NetShape with_order(model::NetShape s, model::UpOrder o) {
+    static model::NetShape with_order(model::NetShape s, model::UpOrder o, bool fuse_expand_dw) {
         s.up_order = o;
+        s.fuse_expand_dw = fuse_expand_dw;
         return s;
     }
     // On the compute stream (non-blocking: a legacy-stream cudaMemcpy would not be ordered against
