@@ -17,6 +17,9 @@
 #   uporder  bench step at batch 128, 256x512, in both fusion up-path orders (model.fusion_up_order:
 #            upsample_first, conv_first), each with its per-layer table: the A/B of
 #            docs/perf/OPTIMIZATION_LOG.md entry 1 (bench_up_<order>.json, uporder.log)
+#   fused    bench step at batch 128, 256x512, without and with the fused LiteBlock
+#            (model.fuse_expand_dw), each with its per-layer table: the A/B of OPTIMIZATION_LOG.md
+#            entry 4 (bench_fuse_off.json, bench_fuse_on.json, fused.log)
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px); stops
 #            with a checkpoint after SF_T_TRAIN seconds (500) and resumes on the next call
@@ -32,10 +35,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export SF_SOURCE_DIR=${SF_SOURCE_DIR:-$PWD}  # the tests find configs/ here, not at the build machine's path
-usage="usage: scripts/gpu_verify.sh first|tests|bench|uporder|compare|train|e2e [build-dir]"
+usage="usage: scripts/gpu_verify.sh first|tests|bench|uporder|fused|compare|train|e2e [build-dir]"
 STAGE=${1:-}
 case "$STAGE" in
-  first|tests|bench|uporder|compare|train|e2e) ;;
+  first|tests|bench|uporder|fused|compare|train|e2e) ;;
   -h|--help) echo "$usage"; exit 0 ;;
   *) echo "gpu_verify: unknown stage '$STAGE'; $usage" >&2; exit 64 ;;
 esac
@@ -217,6 +220,12 @@ case "$STAGE" in
     for order in upsample_first conv_first; do
       "$SF" bench step --batch-sizes 128 --size 256x512 --up-order "$order" --layers --layers-batch 128 \
         --json "$OUT_DIR/bench_up_$order.json" 2>&1 | tee -a "$OUT_DIR/uporder.log"
+    done ;;
+  fused)
+    for v in off on; do
+      flag=(); [ "$v" = on ] && flag=(--fuse-expand-dw)
+      "$SF" bench step --batch-sizes 128 --size 256x512 "${flag[@]}" --layers --layers-batch 128 \
+        --json "$OUT_DIR/bench_fuse_$v.json" 2>&1 | tee -a "$OUT_DIR/fused.log"
     done ;;
   compare)
     python3 tools/compare.py --slidefuse "$SF" --no-build --batch-sizes 64,128,256 --out-dir "$OUT_DIR" \

@@ -33,6 +33,7 @@ case "$1" in
            echo "  device-to-device copy      3001.2 GB/s  (read + written)"
            echo "  bf16 GEMM (fp32 acc.)       701.5 TFLOP/s (n = 8192)"; exit "${SF_FAKE_CEILINGS_RC:-0}"
          fi
+         echo "bench args: $*"
          shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
          echo "[slidefuse info] CUDA backend: GPU 0 Fake (sm_90), cuDNN 9.19.0 loaded"
          echo "  batch   16:   1234.5 samples/s   12.960 ms/step"; exit "${SF_FAKE_BENCH_RC:-0}" ;;
@@ -185,6 +186,21 @@ class GpuVerifyTest(unittest.TestCase):
                 self.assertIn("--resume auto", f.read())
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
+
+    def test_fused_stage_benches_both_variants(self):
+        self.fake_gpu(True)
+        r = self.run_script("fused", self.build)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(sorted(os.listdir(self.out)), ["bench_fuse_off.json", "bench_fuse_on.json", "commit.txt",
+                                                         "fused.log", "gpu.txt"])
+        with open(os.path.join(self.out, "fused.log")) as f:
+            runs = [l for l in f.read().splitlines() if l.startswith("bench args:")]
+        self.assertEqual(len(runs), 2)
+        self.assertNotIn("--fuse-expand-dw", runs[0])
+        self.assertIn("--fuse-expand-dw", runs[1])
+        for a in runs:
+            self.assertIn("--batch-sizes 128 --size 256x512", a)
+            self.assertIn("--layers --layers-batch 128", a)
 
     def test_timeout(self):
         self.fake_gpu(True)
