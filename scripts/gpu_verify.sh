@@ -17,9 +17,10 @@
 #   uporder  bench step at batch 128, 256x512, in both fusion up-path orders (model.fusion_up_order:
 #            upsample_first, conv_first), each with its per-layer table: the A/B of
 #            docs/perf/OPTIMIZATION_LOG.md entry 1 (bench_up_<order>.json, uporder.log)
-#   fused    bench step at batch 128, 256x512, without and with the fused LiteBlock
-#            (model.fuse_expand_dw), each with its per-layer table: the A/B of OPTIMIZATION_LOG.md
-#            entry 4 (bench_fuse_off.json, bench_fuse_on.json, fused.log)
+#   fused    which cuDNN BatchNorm fusion graphs have plans through the GPU's handle (plan
+#            --fusion-graphs: fusion_graphs.json), then bench step at batch 128, 256x512, without and
+#            with the fused LiteBlock (model.fuse_expand_dw), each with its per-layer table: the A/B of
+#            OPTIMIZATION_LOG.md entry 4 (bench_fuse_off.json, bench_fuse_on.json, fused.log)
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px); stops
 #            with a checkpoint after SF_T_TRAIN seconds (500) and resumes on the next call
@@ -222,6 +223,8 @@ case "$STAGE" in
         --json "$OUT_DIR/bench_up_$order.json" 2>&1 | tee -a "$OUT_DIR/uporder.log"
     done ;;
   fused)
+    "$SF" plan --batch 128 --cudnn-device gpu --fusion-graphs --json "$OUT_DIR/fusion_graphs.json" 2>&1 |
+      tee -a "$OUT_DIR/fused.log"
     for v in off on; do
       flag=(); [ "$v" = on ] && flag=(--fuse-expand-dw)
       "$SF" bench step --batch-sizes 128 --size 256x512 "${flag[@]}" --layers --layers-batch 128 \

@@ -8,10 +8,12 @@
 //     library: engines only when x, w and y share a type;
 //   - consequently the wgrad plans are the bf16-scratch variant (fp32 dW has no engine);
 //   - every convolution key of the CUDA step at the gpu_quick size (256x512, batch 128) has a plan
-//     on the H100 and the H200, under both policies; the plan command's JSON agrees.
+//     on the H100 and the H200, under both policies; the plan command's JSON agrees;
+//   - `plan --fusion-graphs`: every BatchNorm fusion graph is reported and the control convs plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "tests/support/compare.h"
 #include "tests/support/cudnn_probe.h"
 #include "tools/plan_cudnn.h"
+#include "tools/plan_fusion.h"
 
 namespace {
 
@@ -150,6 +153,45 @@ TEST(CudnnDeviceless, EveryStepConvHasAPlanAtTheGpuQuickSize) {
             EXPECT_EQ(c["variants"]["scratch-bf16+add"].get<size_t>(), wgrad);
             EXPECT_EQ(c["dgrad_zeroed_bytes"].get<size_t>(), 0u);  // every overwrite dgrad has a beta = 0 plan
         }
+}
+
+// `plan --fusion-graphs` (tools/plan_fusion.h): every graph of the 4 shapes x 10 variants is reported,
+// each control convolution (what the step plans) gets plans, and the counts add up. Whether the fused
+// graphs plan is the library's answer, printed, not asserted: without a device cuDNN 9.19 gives them
+// no plan; a GPU's handle may (scripts/gpu_verify.sh fused asks it).
+TEST(CudnnDeviceless, FusionGraphsAreReportedAndTheControlPlans) {
+    SF_REQUIRE_DEVICE_PROPS();
+    bool help = false;
+    const tools::PlanArgs a = tools::parse_plan_args(
+        {"--batch", "2", "--height", "64", "--width", "128", "--cudnn-device", device_path(kDevices[0]),
+         "--fusion-graphs"},
+        &help);
+    ASSERT_TRUE(a.fusion_graphs);
+    const nlohmann::json d = tools::cudnn_fusion_json(a, tools::read_device_json(a.cudnn_device), a.cudnn_device);
+    EXPECT_EQ(d["shapes"], 4);
+    ASSERT_EQ(d["graphs"].size(), 40u);
+    int control = 0, fused = 0;
+    for (const nlohmann::json& g : d["graphs"]) {
+        EXPECT_TRUE(g["accepted"].get<bool>()) << g.dump();  // cuDNN finalizes every graph we build
+        EXPECT_GT(g["engines"].get<int>(), 0) << g.dump();
+        EXPECT_LE(g["engines_planned"].get<int>(), g["engines_finalized"].get<int>()) << g.dump();
+        EXPECT_LE(g["engines_finalized"].get<int>(), g["engines"].get<int>()) << g.dump();
+        const bool planned = g["engines_planned"].get<int>() > 0 || g["heuristic_plans"].get<int>() > 0;
+        if (g["graph"] == "conv alone (control)") {
+            EXPECT_TRUE(planned) << g.dump();
+            control += planned;
+        } else {
+            fused += planned;
+        }
+    }
+    EXPECT_EQ(d["control_planned"], control);
+    EXPECT_EQ(d["fused_planned"], fused);
+    const std::string text = tools::cudnn_fusion_text(d);
+    EXPECT_NE(text.find("scale+bias (fp32) + silu + conv + genstats"), std::string::npos);
+    EXPECT_NE(text.find("control graphs with a plan: 4 of 4 shapes"), std::string::npos);
+    std::printf("%s", text.c_str());
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--fusion-graphs"}, &help), "--fusion-graphs",
+                    "give --cudnn-device FILE|gpu too");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "tools/commands.h"
 #include "tools/eval_model.h"  // parse_positive_int
 #include "tools/plan_cudnn.h"
+#include "tools/plan_fusion.h"
 #include "tools/plan_report.h"
 #include "tools/plan_roofline.h"
 #include "tools/cli_numbers.h"
@@ -18,7 +19,8 @@ namespace tools {
 const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
            "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--json FILE]\n"
-           "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]]\n"
+           "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]\n"
+           "                       [--fusion-graphs]]\n"
            "                      [--roofline [--device NAME] [--ceilings FILE] [--peak-tflops T] [--peak-gbps G]]\n"
            "  the memory plan (parameters, optimizer state, activations, activation gradients, workspace, bytes\n"
            "  zeroed per micro-step) for an input size and batch, without a GPU.\n"
@@ -27,6 +29,8 @@ const char* plan_usage() {
            "  on the GPU by `slidefuse devices --cudnn-json FILE`); no GPU needed. `--cudnn-device gpu`: the same\n"
            "  through a cuDNN handle on this machine's GPU 0. The workspace then includes the conv workspace;\n"
            "  exit 1 when a convolution the step needs has no cuDNN plan.\n"
+           "  --fusion-graphs: also ask cuDNN whether the BatchNorm fusion graphs (conv + genstats; scale + bias +\n"
+           "  identity/ReLU/SiLU + conv [+ genstats]) have engines and plans for that device (tools/plan_fusion.h)\n"
            "  --up-order: the fusion up paths' order (model.fusion_up_order, docs/MODEL.md)\n"
            "  --fuse-expand-dw: the fused LiteBlock (model.fuse_expand_dw, CUDA only; docs/GPU_STEP.md)\n"
            "  --roofline: the training step's modelled floor (bytes and FLOPs of every pass, by class and by pass)\n"
@@ -53,8 +57,8 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
             a.roofline = true;
             continue;
         }
-        if (s == "--fuse-expand-dw") {
-            a.fuse_expand_dw = true;
+        if (s == "--fuse-expand-dw" || s == "--fusion-graphs") {
+            (s == "--fuse-expand-dw" ? a.fuse_expand_dw : a.fusion_graphs) = true;
             continue;
         }
         SF_CHECK(s == "--height" || s == "--width" || s == "--batch" || s == "--channels" || s == "--backend" ||
@@ -93,6 +97,8 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
              "variant (it does not go with --backend cpu)");
     SF_CHECK(a.roofline || !peaks_given, "plan: --device, --ceilings, --peak-tflops and --peak-gbps set the peaks of "
              "--roofline: give --roofline too");
+    SF_CHECK(!a.fusion_graphs || !a.cudnn_device.empty(),
+             "plan: --fusion-graphs asks cuDNN about a device: give --cudnn-device FILE|gpu too");
     SF_CHECK(!a.cudnn_device.empty() || (!a.autotune && !a.verbose),
              "plan: --conv-policy and --verbose describe cuDNN plans: give --cudnn-device FILE too");
     return a;
@@ -123,6 +129,12 @@ int cmd_plan(const std::vector<std::string>& args) {
     if (!cudnn.is_null()) {
         doc["cudnn"] = cudnn;
         doc["workspace"]["includes_conv_workspace"] = true;  // even when every plan chosen needs none
+    }
+    if (a.fusion_graphs) {
+        doc["cudnn_fusion"] = a.cudnn_device == "gpu"
+                                  ? cudnn_fusion_json_gpu(a)
+                                  : cudnn_fusion_json(a, read_device_json(a.cudnn_device), a.cudnn_device);
+        std::fputs(cudnn_fusion_text(doc["cudnn_fusion"]).c_str(), stdout);
     }
     std::fputs(plan_text(doc).c_str(), stdout);
     if (a.roofline) {

@@ -192,7 +192,7 @@ class GpuVerifyTest(unittest.TestCase):
         r = self.run_script("fused", self.build)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(sorted(os.listdir(self.out)), ["bench_fuse_off.json", "bench_fuse_on.json", "commit.txt",
-                                                         "fused.log", "gpu.txt"])
+                                                         "fused.log", "fusion_graphs.json", "gpu.txt"])
         with open(os.path.join(self.out, "fused.log")) as f:
             runs = [l for l in f.read().splitlines() if l.startswith("bench args:")]
         self.assertEqual(len(runs), 2)

@@ -1,0 +1,290 @@
+// cuDNN's BatchNorm fusion graphs, built and planned, never executed (tools/plan_fusion.h).
+#include "tools/plan_fusion.h"
+
+#include <memory>
+#include <vector>
+
+#include "kernels/conv_cudnn_probe.h"
+#include "runtime/cudnn_graph.h"
+#include "runtime/device_info.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "tools/plan_cudnn.h"
+
+namespace tools {
+
+namespace {
+
+struct FusionShape {
+    const char* name;
+    int64_t n, c_in, h, w, c_out, k;
+};
+
+// Builds one graph's descriptors; each tensor gets a fresh uid.
+class GraphBuilder {
+public:
+    const rt::CudnnDesc& tensor(cudnnDataType_t t, std::vector<int64_t> dims, bool is_virtual) {
+        rt::CudnnTensorSpec s;
+        s.dtype = t;
+        s.strides = rt::channels_last_strides(dims);
+        s.dims = std::move(dims);
+        s.uid = next_uid_++;
+        s.is_virtual = is_virtual;
+        return keep(rt::cudnn_tensor(s));
+    }
+    // y = mode(x [, b]) in fp32.
+    const rt::CudnnDesc& pointwise(cudnnPointwiseMode_t mode, const rt::CudnnDesc& x, const rt::CudnnDesc* b,
+                                   const rt::CudnnDesc& y) {
+        rt::CudnnDesc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+        pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+            .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT);
+        pw.finalize();
+        rt::CudnnDesc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+        op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw).set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+        if (b) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
+        op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+        op.finalize();
+        keep(std::move(pw));
+        return op_(std::move(op));
+    }
+    // Per-channel sum and sum of squares of x (fp32 outputs of shape (1, C, 1, 1)).
+    const rt::CudnnDesc& genstats(const rt::CudnnDesc& x, int64_t c) {
+        const rt::CudnnDesc& sum = tensor(CUDNN_DATA_FLOAT, {1, c, 1, 1}, false);
+        const rt::CudnnDesc& sq = tensor(CUDNN_DATA_FLOAT, {1, c, 1, 1}, false);
+        rt::CudnnDesc op(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+        const cudnnGenStatsMode_t m = CUDNN_GENSTATS_SUM_SQSUM;
+        op.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &m)
+            .set_data_type(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_DATA_FLOAT)
+            .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, x)
+            .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum)
+            .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sq);
+        op.finalize();
+        return op_(std::move(op));
+    }
+    bool conv(const rt::CudnnDesc& x, const rt::CudnnDesc& w, const rt::CudnnDesc& y, const rt::CudnnDesc& cd,
+              std::string* why) {
+        rt::CudnnDesc op;
+        if (!kern::conv_cudnn_operation(kern::ConvOp::Fprop, x, w, y, cd, 0.0f, &op, why)) return false;
+        op_(std::move(op));
+        return true;
+    }
+    const std::vector<const rt::CudnnDesc*>& ops() const { return ops_; }
+
+private:
+    const rt::CudnnDesc& keep(rt::CudnnDesc d) {
+        descs_.push_back(std::make_unique<rt::CudnnDesc>(std::move(d)));
+        return *descs_.back();
+    }
+    const rt::CudnnDesc& op_(rt::CudnnDesc d) {
+        const rt::CudnnDesc& r = keep(std::move(d));
+        ops_.push_back(&r);
+        return r;
+    }
+    int64_t next_uid_ = 1;
+    std::vector<std::unique_ptr<rt::CudnnDesc>> descs_;
+    std::vector<const rt::CudnnDesc*> ops_;
+};
+
+enum class Variant { Control, GenStats, Prologue, PrologueGenStats };
+
+const char* act_name(cudnnPointwiseMode_t a) {
+    return a == CUDNN_POINTWISE_IDENTITY ? "identity" : a == CUDNN_POINTWISE_RELU_FWD ? "relu" : "silu";
+}
+
+// Every engine of the graph by global index (the heuristics may propose fewer), then the heuristics'
+// own proposals, each with whether it finalizes into an execution plan.
+nlohmann::json probe_graph(const rt::CudnnTarget& t, const GraphBuilder& b) {
+    nlohmann::json r;
+    rt::CudnnDesc g;
+    std::string why;
+    r["accepted"] = rt::cudnn_try_op_graph(t, b.ops(), &g, &why);
+    r["reason"] = why;
+    r["engines"] = 0;
+    r["engines_finalized"] = 0;
+    r["engines_planned"] = 0;
+    r["first_planned_engine"] = nullptr;
+    r["heuristic_configs"] = 0;
+    r["heuristic_plans"] = 0;
+    r["first_heuristic_plan"] = nullptr;
+    r["workspace_bytes"] = nullptr;
+    if (!r["accepted"].get<bool>()) return r;
+    const int64_t count = g.get_i64(CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT);
+    int finalized = 0, planned = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        rt::CudnnDesc e(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+        e.set_desc(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, g).set_i64(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, i);
+        if (t.device) e.set_desc(CUDNN_ATTR_ENGINE_DEVICEPROP, *t.device);
+        std::string w;
+        if (e.try_finalize(&w) != CUDNN_STATUS_SUCCESS) continue;
+        ++finalized;
+        rt::CudnnEngineConfig c;
+        c.engine_id = i;
+        c.cfg = rt::CudnnDesc(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+        c.cfg.set_desc(CUDNN_ATTR_ENGINECFG_ENGINE, e);
+        if (c.cfg.try_finalize(&w) != CUDNN_STATUS_SUCCESS) continue;
+        rt::CudnnDesc plan;
+        int64_t ws = 0;
+        if (!rt::cudnn_try_plan(t, c, &plan, &ws, &w)) continue;
+        if (planned++ == 0) {
+            r["first_planned_engine"] = i;
+            r["workspace_bytes"] = ws;
+        }
+    }
+    r["engines"] = count;
+    r["engines_finalized"] = finalized;
+    r["engines_planned"] = planned;
+    const std::vector<rt::CudnnEngineConfig> cfgs = rt::cudnn_engine_configs(t, g, &why);
+    int hplans = 0;
+    for (const rt::CudnnEngineConfig& c : cfgs) {
+        rt::CudnnDesc plan;
+        int64_t ws = 0;
+        std::string w;
+        if (!rt::cudnn_try_plan(t, c, &plan, &ws, &w)) continue;
+        if (hplans++ == 0) r["first_heuristic_plan"] = c.describe() + rt::format(" ws %lld", static_cast<long long>(ws));
+    }
+    r["heuristic_configs"] = cfgs.size();
+    r["heuristic_plans"] = hplans;
+    if (cfgs.empty()) r["reason"] = why;
+    return r;
+}
+
+nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std::string& device,
+                          const std::string& source) {
+    const int64_t n = a.batch, h4 = a.height / 4, w4 = a.width / 4;
+    const FusionShape shapes[] = {
+        {"1x1 32->64 at 1/4 (LiteBlock expand)", n, 32, h4, w4, 64, 1},
+        {"1x1 64->32 at 1/4 (LiteBlock project)", n, 64, h4, w4, 32, 1},
+        {"3x3 32->32 at 1/4 (fusion smooth)", n, 32, h4, w4, 32, 3},
+        {"3x3 128->128 at 1/16 (FPN smooth)", n, 128, h4 / 4, w4 / 4, 128, 3},
+    };
+    nlohmann::json graphs = nlohmann::json::array();
+    int control = 0, fused = 0;
+    for (const FusionShape& s : shapes) {
+        SF_CHECK(s.h > 0 && s.w > 0, "plan --fusion-graphs: the input %dx%d is too small for the 1/16 shapes",
+                 a.height, a.width);
+        rt::CudnnConvSpec cs;
+        const int64_t pad = (s.k - 1) / 2;
+        cs.pre_pad = {pad, pad};
+        cs.post_pad = {pad, pad};
+        cs.stride = {1, 1};
+        cs.dilation = {1, 1};
+        struct V {
+            Variant v;
+            cudnnPointwiseMode_t act;
+            cudnnDataType_t affine;
+        };
+        std::vector<V> variants = {{Variant::Control, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT},
+                                   {Variant::GenStats, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT}};
+        for (cudnnDataType_t affine : {CUDNN_DATA_FLOAT, CUDNN_DATA_BFLOAT16})
+            for (cudnnPointwiseMode_t act : {CUDNN_POINTWISE_IDENTITY, CUDNN_POINTWISE_RELU_FWD,
+                                             CUDNN_POINTWISE_SWISH_FWD})
+                variants.push_back({Variant::Prologue, act, affine});
+        for (cudnnDataType_t affine : {CUDNN_DATA_FLOAT, CUDNN_DATA_BFLOAT16})
+            variants.push_back({Variant::PrologueGenStats, CUDNN_POINTWISE_SWISH_FWD, affine});
+        for (const V& v : variants) {
+            GraphBuilder b;
+            const rt::CudnnDesc cd = rt::cudnn_conv_desc(cs);
+            const rt::CudnnDesc& x = b.tensor(CUDNN_DATA_BFLOAT16, {s.n, s.c_in, s.h, s.w}, false);
+            const rt::CudnnDesc& w = b.tensor(CUDNN_DATA_BFLOAT16, {s.c_out, s.c_in, s.k, s.k}, false);
+            const rt::CudnnDesc& y = b.tensor(CUDNN_DATA_BFLOAT16, {s.n, s.c_out, s.h, s.w}, false);
+            const bool prologue = v.v == Variant::Prologue || v.v == Variant::PrologueGenStats;
+            std::string name = "conv";
+            const rt::CudnnDesc* in = &x;
+            if (prologue) {
+                const rt::CudnnDesc& scale = b.tensor(v.affine, {1, s.c_in, 1, 1}, false);
+                const rt::CudnnDesc& bias = b.tensor(v.affine, {1, s.c_in, 1, 1}, false);
+                const rt::CudnnDesc& t1 = b.tensor(CUDNN_DATA_FLOAT, {s.n, s.c_in, s.h, s.w}, true);
+                const rt::CudnnDesc& t2 = b.tensor(CUDNN_DATA_FLOAT, {s.n, s.c_in, s.h, s.w}, true);
+                const rt::CudnnDesc& t3 = b.tensor(CUDNN_DATA_BFLOAT16, {s.n, s.c_in, s.h, s.w}, true);
+                b.pointwise(CUDNN_POINTWISE_MUL, x, &scale, t1);
+                b.pointwise(CUDNN_POINTWISE_ADD, t1, &bias, t2);
+                b.pointwise(v.act, t2, nullptr, t3);
+                in = &t3;
+                name = rt::format("scale+bias (%s) + %s + conv", v.affine == CUDNN_DATA_FLOAT ? "fp32" : "bf16",
+                                  act_name(v.act));
+            }
+            nlohmann::json r;
+            std::string why;
+            if (!b.conv(*in, w, y, cd, &why)) {
+                r = {{"accepted", false}, {"reason", "convolution operation refused: " + why}, {"engines", 0},
+                     {"engines_finalized", 0}, {"engines_planned", 0}, {"first_planned_engine", nullptr},
+                     {"heuristic_configs", 0}, {"heuristic_plans", 0}, {"first_heuristic_plan", nullptr},
+                     {"workspace_bytes", nullptr}};
+            } else {
+                if (v.v == Variant::GenStats || v.v == Variant::PrologueGenStats) {
+                    b.genstats(y, s.c_out);
+                    name += " + genstats";
+                }
+                r = probe_graph(t, b);
+            }
+            if (v.v == Variant::Control) name = "conv alone (control)";
+            r["shape"] = s.name;
+            r["graph"] = name;
+            const bool ok = r["engines_planned"].get<int>() > 0 || r["heuristic_plans"].get<int>() > 0;
+            (v.v == Variant::Control ? control : fused) += ok ? 1 : 0;
+            graphs.push_back(r);
+        }
+    }
+    return {{"device", device},
+            {"source", source},
+            {"cudnn_version", rt::cudnn_version_string(cudnnGetVersion())},
+            {"shapes", sizeof(shapes) / sizeof(shapes[0])},
+            {"graphs", graphs},
+            {"control_planned", control},
+            {"fused_planned", fused}};
+}
+
+}  // namespace
+
+nlohmann::json cudnn_fusion_json(const PlanArgs& a, const std::string& device_json, const std::string& device_path) {
+    nlohmann::json parsed;
+    try {
+        parsed = nlohmann::json::parse(device_json);
+    } catch (const nlohmann::json::exception& e) {
+        SF_FAIL("plan: '%s' is not JSON (%s)", device_path.c_str(), e.what());
+    }
+    SF_CHECK(parsed.is_object(), "plan: '%s' is not a JSON object", device_path.c_str());
+    rt::CudnnDesc device;
+    try {
+        device = rt::cudnn_device_prop_from_json(device_json);
+    } catch (const rt::Error& e) {
+        SF_FAIL("plan: %s: %s", device_path.c_str(), e.what());
+    }
+    return fusion_for(a, rt::CudnnTarget::of(device), parsed.value("deviceName", std::string("?")), device_path);
+}
+
+nlohmann::json cudnn_fusion_json_gpu(const PlanArgs& a) {
+    const rt::DeviceInfo d = rt::query_device_info(0);
+    SF_CHECK(d.available, "plan: --cudnn-device gpu needs a usable CUDA device here: %s", d.reason.c_str());
+    const rt::CudaContext ctx(0);
+    return fusion_for(a, rt::CudnnTarget::of(ctx.exec().cudnn), d.name, "gpu 0 (cuDNN handle)");
+}
+
+std::string cudnn_fusion_text(const nlohmann::json& d) {
+    std::string out = rt::format("cuDNN %s BatchNorm fusion graphs for %s (%s), built and not executed:\n",
+                                 d["cudnn_version"].get<std::string>().c_str(), d["device"].get<std::string>().c_str(),
+                                 d["source"].get<std::string>().c_str());
+    std::string shape;
+    for (const nlohmann::json& g : d["graphs"]) {
+        if (g["shape"].get<std::string>() != shape) {
+            shape = g["shape"].get<std::string>();
+            out += "  " + shape + "\n";
+        }
+        if (!g["accepted"].get<bool>()) {
+            out += rt::format("    %-46s graph refused: %s\n", g["graph"].get<std::string>().c_str(),
+                              g["reason"].get<std::string>().substr(0, 120).c_str());
+            continue;
+        }
+        out += rt::format("    %-46s engines %2d, %2d finalize, %2d plan; heuristics %2d, %2d plan%s%s\n",
+                          g["graph"].get<std::string>().c_str(), g["engines"].get<int>(),
+                          g["engines_finalized"].get<int>(), g["engines_planned"].get<int>(),
+                          g["heuristic_configs"].get<int>(), g["heuristic_plans"].get<int>(),
+                          g["first_heuristic_plan"].is_null() ? "" : ": ",
+                          g["first_heuristic_plan"].is_null() ? "" : g["first_heuristic_plan"].get<std::string>().c_str());
+    }
+    out += rt::format("control graphs with a plan: %d of %zu shapes; fused graphs with a plan: %d\n",
+                      d["control_planned"].get<int>(), d["shapes"].get<size_t>(), d["fused_planned"].get<int>());
+    return out;
+}
+
+}  // namespace tools
