@@ -122,8 +122,8 @@ nlohmann::json plans_for(const PlanArgs& a, const rt::CudnnTarget& target, const
 
 }  // namespace
 
-nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_json, const std::string& device_path,
-                                const kern::ConvPolicy& policy) {
+rt::CudnnDesc device_prop_descriptor(const std::string& device_json, const std::string& device_path,
+                                     std::string* device_name) {
     nlohmann::json parsed;
     try {
         parsed = nlohmann::json::parse(device_json);
@@ -137,7 +137,15 @@ nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_jso
     } catch (const rt::Error& e) {
         SF_FAIL("plan: %s: %s", device_path.c_str(), e.what());
     }
-    return plans_for(a, rt::CudnnTarget::of(device), parsed.value("deviceName", std::string("?")), device_path, policy);
+    *device_name = parsed.value("deviceName", std::string("?"));
+    return device;
+}
+
+nlohmann::json cudnn_plans_json(const PlanArgs& a, const std::string& device_json, const std::string& device_path,
+                                const kern::ConvPolicy& policy) {
+    std::string name;
+    const rt::CudnnDesc device = device_prop_descriptor(device_json, device_path, &name);
+    return plans_for(a, rt::CudnnTarget::of(device), name, device_path, policy);
 }
 
 nlohmann::json cudnn_plans_json_gpu(const PlanArgs& a, const kern::ConvPolicy& policy) {

@@ -18,12 +18,17 @@
 #include <string>
 
 #include "kernels/conv_cudnn.h"
+#include "runtime/cudnn_graph.h"
 #include "tools/plan_report.h"
 
 namespace tools {
 
 // The JSON text of the device property file at `path` (throws naming the file if unreadable).
 std::string read_device_json(const std::string& path);
+// The finalized cuDNN device property descriptor of that JSON (read from `device_path`) and its
+// "deviceName"; throws naming the file for text that is not a JSON object or that cuDNN refuses.
+rt::CudnnDesc device_prop_descriptor(const std::string& device_json, const std::string& device_path,
+                                     std::string* device_name);
 
 // Plans of the dry-run network of `a` (bf16, the CUDA backend's shapes) for the device of
 // `device_json` under `policy`. Throws rt::Error for a JSON cuDNN refuses (with cuDNN's reason).

@@ -237,20 +237,9 @@ nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std
 }  // namespace
 
 nlohmann::json cudnn_fusion_json(const PlanArgs& a, const std::string& device_json, const std::string& device_path) {
-    nlohmann::json parsed;
-    try {
-        parsed = nlohmann::json::parse(device_json);
-    } catch (const nlohmann::json::exception& e) {
-        SF_FAIL("plan: '%s' is not JSON (%s)", device_path.c_str(), e.what());
-    }
-    SF_CHECK(parsed.is_object(), "plan: '%s' is not a JSON object", device_path.c_str());
-    rt::CudnnDesc device;
-    try {
-        device = rt::cudnn_device_prop_from_json(device_json);
-    } catch (const rt::Error& e) {
-        SF_FAIL("plan: %s: %s", device_path.c_str(), e.what());
-    }
-    return fusion_for(a, rt::CudnnTarget::of(device), parsed.value("deviceName", std::string("?")), device_path);
+    std::string name;
+    const rt::CudnnDesc device = device_prop_descriptor(device_json, device_path, &name);
+    return fusion_for(a, rt::CudnnTarget::of(device), name, device_path);
 }
 
 nlohmann::json cudnn_fusion_json_gpu(const PlanArgs& a) {
