@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "kernels/bn_act_device.cuh"
@@ -373,9 +374,16 @@ size_t in_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.h 
 size_t out_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.p * pl.q * pl.c * sizeof(bf16); }
 size_t w_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.c) * 9 * sizeof(bf16); }
 
+// A byte range a launcher writes.
+struct Written {
+    const void* p;
+    size_t bytes;
+};
+
 // A prologue (or null): a known activation, its four C-vectors non-null, 4-byte aligned and apart from
-// the output `out` (out_bytes long), a finite eps > 0 in eval mode.
-void check_prologue(const char* op, const DwPrologue* pro, const DwConvPlan& pl, const void* out, size_t out_len) {
+// every output the launcher writes, a finite eps > 0 in eval mode.
+void check_prologue(const char* op, const DwPrologue* pro, const DwConvPlan& pl,
+                    std::initializer_list<Written> outs) {
     if (!pro) return;
     SF_CHECK(pro->act == Act::None || pro->act == Act::Silu || pro->act == Act::Relu,
              "%s: prologue activation %d is not one of none, silu, relu", op, static_cast<int>(pro->act));
@@ -383,8 +391,9 @@ void check_prologue(const char* op, const DwPrologue* pro, const DwConvPlan& pl,
     const float* vecs[4] = {pro->gamma, pro->beta, pro->mean, pro->invstd};
     for (int i = 0; i < 4; ++i) {
         rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
-        SF_CHECK(!rt::overlap(out, out_len, vecs[i], static_cast<size_t>(pl.c) * sizeof(float)),
-                 "%s: the output must not alias the %s vector", op, names[i]);
+        for (const Written& o : outs)
+            SF_CHECK(!rt::overlap(o.p, o.bytes, vecs[i], static_cast<size_t>(pl.c) * sizeof(float)),
+                     "%s: the output must not alias the %s vector", op, names[i]);
     }
     SF_CHECK(!pro->eval || (pro->eps > 0 && pro->eps < 1e300), "%s: eval-mode prologue needs eps > 0, got %g", op,
              pro->eps);
@@ -450,7 +459,7 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
     check_bf16(op, "y", y);
     SF_CHECK(!rt::overlap(y, out_bytes(pl), x, in_bytes(pl)) && !rt::overlap(y, out_bytes(pl), w, w_bytes(pl)),
              "%s: y must not alias x or w", op);
-    check_prologue(op, pro, pl, y, out_bytes(pl));
+    check_prologue(op, pro, pl, {{y, out_bytes(pl)}});
     if (pl.stride == 1)
         forward_stride<1>(ex, pl, x, w, y, pro);
     else
@@ -497,8 +506,7 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
              "%s: dw must not alias x, dy or the workspace", op);
     SF_CHECK(!rt::overlap(workspace, ws_bytes, x, in_bytes(pl)) && !rt::overlap(workspace, ws_bytes, dy, out_bytes(pl)),
              "%s: the workspace must not alias x or dy", op);
-    check_prologue(op, pro, pl, dw, dw_bytes);
-    check_prologue(op, pro, pl, workspace, ws_bytes);
+    check_prologue(op, pro, pl, {{dw, dw_bytes}, {workspace, ws_bytes}});
     if (pl.stride == 1)
         wgrad_stride<1>(ex, pl, x, dy, workspace, pro);
     else

@@ -33,8 +33,7 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
     SF_CHECK(!apply_in_consumer || (!kIsCpu<T> && upsample == 1 && !with_bias && sum_into == nullptr),
              "%s: only a CUDA layer without bias, upsample or sum can leave its BN to its consumer", name.c_str());
     SF_CHECK(!prologue || (!kIsCpu<T> && prologue->apply_in_consumer && kern::dwconv3x3_supported(cs) &&
-                           prologue->conv.shape.n == in.n && prologue->conv.shape.h == in.h &&
-                           prologue->conv.shape.w == in.w && prologue->conv.shape.c == in.c),
+                           prologue->conv.shape == in),
              "%s: a BN prologue needs a CUDA depthwise 3x3 conv the custom kernel supports (%s), reading the "
              "conv output of a layer that leaves its BN to it",
              name.c_str(), cs.describe().c_str());

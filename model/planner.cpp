@@ -30,30 +30,6 @@ size_t Planner::reserve(size_t& cursor, size_t bytes) {
 void* Planner::bind(uint8_t* base, size_t& cursor, size_t bytes) { return base + reserve(cursor, bytes); }
 
 template <class T>
-ActT<T> Planner::act(const kern::Shape4& s, const char* what, bool local_grad) {
-    SF_CHECK(s.n > 0 && s.h > 0 && s.w > 0 && s.c > 0, "activation '%s' has an empty shape (%d,%d,%d,%d)", what, s.n,
-             s.h, s.w, s.c);
-    ActT<T> a;
-    a.shape = s;
-    (void)local_grad;
-    const size_t bytes = s.numel() * sizeof(T);
-    if (!binding_) {
-        SF_CHECK(!grads_planned_, "activation '%s' declared after the gradients were planned", what);
-        reserve(act_bytes_, bytes);
-        a.g = reinterpret_cast<T*>(kGradPlaceholderBase + grads_.size() * kActAlign);
-        grads_.push_back({what, bytes});
-        return a;
-    }
-    a.v = static_cast<T*>(bind(acts_, bind_act_, bytes));
-    SF_CHECK(bind_grad_ < grads_.size(), "binding pass declared more activations than the sizing pass");
-    const GradSlot& g = grads_[bind_grad_++];
-    a.g = g.used() ? reinterpret_cast<T*>(act_grads_ + g.offset) : nullptr;
-    return a;
-}
-template ActT<float> Planner::act<float>(const kern::Shape4&, const char*, bool);
-template ActT<kern::bf16> Planner::act<kern::bf16>(const kern::Shape4&, const char*, bool);
-
-template <class T>
 ActT<T> Planner::grad_only(const kern::Shape4& s, const char* what) {
     SF_CHECK(s.n > 0 && s.h > 0 && s.w > 0 && s.c > 0, "activation '%s' has an empty shape (%d,%d,%d,%d)", what, s.n,
              s.h, s.w, s.c);
@@ -73,6 +49,21 @@ ActT<T> Planner::grad_only(const kern::Shape4& s, const char* what) {
 }
 template ActT<float> Planner::grad_only<float>(const kern::Shape4&, const char*);
 template ActT<kern::bf16> Planner::grad_only<kern::bf16>(const kern::Shape4&, const char*);
+
+// grad_only's gradient slot plus the values' bytes in the activation region.
+template <class T>
+ActT<T> Planner::act(const kern::Shape4& s, const char* what, bool local_grad) {
+    (void)local_grad;
+    ActT<T> a = grad_only<T>(s, what);
+    const size_t bytes = s.numel() * sizeof(T);
+    if (!binding_)
+        reserve(act_bytes_, bytes);
+    else
+        a.v = static_cast<T*>(bind(acts_, bind_act_, bytes));
+    return a;
+}
+template ActT<float> Planner::act<float>(const kern::Shape4&, const char*, bool);
+template ActT<kern::bf16> Planner::act<kern::bf16>(const kern::Shape4&, const char*, bool);
 
 template <class T>
 T* Planner::scratch_as(size_t numel, const char* what) {

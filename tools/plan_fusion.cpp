@@ -91,23 +91,22 @@ const char* act_name(cudnnPointwiseMode_t a) {
     return a == CUDNN_POINTWISE_IDENTITY ? "identity" : a == CUDNN_POINTWISE_RELU_FWD ? "relu" : "silu";
 }
 
+// A graph's record before any engine is tried (what stays of a refused graph).
+nlohmann::json graph_record(bool accepted, const std::string& reason) {
+    return {{"accepted", accepted},           {"reason", reason},          {"engines", 0},
+            {"engines_finalized", 0},         {"engines_planned", 0},      {"first_planned_engine", nullptr},
+            {"heuristic_configs", 0},         {"heuristic_plans", 0},      {"first_heuristic_plan", nullptr},
+            {"workspace_bytes", nullptr}};
+}
+
 // Every engine of the graph by global index (the heuristics may propose fewer), then the heuristics'
 // own proposals, each with whether it finalizes into an execution plan.
 nlohmann::json probe_graph(const rt::CudnnTarget& t, const GraphBuilder& b) {
-    nlohmann::json r;
     rt::CudnnDesc g;
     std::string why;
-    r["accepted"] = rt::cudnn_try_op_graph(t, b.ops(), &g, &why);
-    r["reason"] = why;
-    r["engines"] = 0;
-    r["engines_finalized"] = 0;
-    r["engines_planned"] = 0;
-    r["first_planned_engine"] = nullptr;
-    r["heuristic_configs"] = 0;
-    r["heuristic_plans"] = 0;
-    r["first_heuristic_plan"] = nullptr;
-    r["workspace_bytes"] = nullptr;
-    if (!r["accepted"].get<bool>()) return r;
+    const bool accepted = rt::cudnn_try_op_graph(t, b.ops(), &g, &why);
+    nlohmann::json r = graph_record(accepted, why);
+    if (!accepted) return r;
     const int64_t count = g.get_i64(CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT);
     int finalized = 0, planned = 0;
     for (int64_t i = 0; i < count; ++i) {
@@ -206,10 +205,7 @@ nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std
             nlohmann::json r;
             std::string why;
             if (!b.conv(*in, w, y, cd, &why)) {
-                r = {{"accepted", false}, {"reason", "convolution operation refused: " + why}, {"engines", 0},
-                     {"engines_finalized", 0}, {"engines_planned", 0}, {"first_planned_engine", nullptr},
-                     {"heuristic_configs", 0}, {"heuristic_plans", 0}, {"first_heuristic_plan", nullptr},
-                     {"workspace_bytes", nullptr}};
+                r = graph_record(false, "convolution operation refused: " + why);
             } else {
                 if (v.v == Variant::GenStats || v.v == Variant::PrologueGenStats) {
                     b.genstats(y, s.c_out);
