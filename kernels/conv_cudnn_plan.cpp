@@ -100,6 +100,7 @@ std::vector<ConvAccum> conv_accum_variants(ConvOp op, bool overwrite) {
 size_t conv_accum_tier0(ConvOp op, bool overwrite) {
     SF_CHECK(!overwrite || op == ConvOp::Dgrad, "conv_accum_tier0: only dgrad has an overwrite mode (got %s)",
              conv_op_name(op));
+    if (op == ConvOp::Wgrad) return 3;  // all three: the fastest wins (docs/CONV_CUDNN.md, "Wgrad variants")
     return op == ConvOp::Fprop || overwrite ? 1 : 2;
 }
 

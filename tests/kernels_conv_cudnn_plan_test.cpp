@@ -231,7 +231,7 @@ TEST(KernelsConvCudnnPlan, AccumVariants) {
               (std::vector<ConvAccum>{ConvAccum::InPlace, ConvAccum::ScratchF32, ConvAccum::ScratchBf16}));
     EXPECT_EQ(kern::conv_accum_tier0(ConvOp::Fprop), size_t(1));
     EXPECT_EQ(kern::conv_accum_tier0(ConvOp::Dgrad), size_t(2));
-    EXPECT_EQ(kern::conv_accum_tier0(ConvOp::Wgrad), size_t(2));
+    EXPECT_EQ(kern::conv_accum_tier0(ConvOp::Wgrad), size_t(3));
     // The overwrite mode: beta = 0 into dx first; the beta = 1 plan (dx zeroed first) only when no
     // beta = 0 engine exists. Neither needs scratch.
     EXPECT_EQ(kern::conv_accum_variants(ConvOp::Dgrad, true),

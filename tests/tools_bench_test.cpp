@@ -107,6 +107,7 @@ LayerReport fake_layers() {
     r.rows.push_back(layer_row("loss", {0.11, 0.1, 0.12}, {}, loss_cost(128, 64, 128), {}));
     r.rows.push_back(layer_row("adamw", {0.05, 0.05, 0.06}, {}, adamw_cost(3284270) + grad_norm_cost(3284270), {}));
     r.step_ms = 9.5;
+    r.conv_plans = {"n128 64x128 c64->64 k3 s1 g1: cudnn (cudnn 1.200 ms, custom -1.000 ms per fwd+bwd; -1 = not timed)"};
     return r;
 }
 
@@ -256,6 +257,8 @@ TEST(ToolsBench, ValidatorCatchesEachKindOfProblem) {
     expect_problem([](json& d) { d["batch_search"]["fastest"] = 8; }, {"batch_search.fastest"});
     expect_problem([](json& d) { d["batch_search"]["capped"] = true; }, {"batch_search.capped"});
     expect_problem([](json& d) { d["layers"]["rows"][0]["gb"] = 1.0; }, {"layers.rows[0].gb"});
+    expect_problem([](json& d) { d["layers"]["conv_plans"] = "engine 70"; }, {"layers.conv_plans", "array"});
+    expect_problem([](json& d) { d["layers"]["conv_plans"][0] = 3; }, {"layers.conv_plans[0]", "string"});
     expect_problem([](json& d) { d["layers"]["rows"][0]["roofline_share"] = 0.99; }, {"rows[0].roofline_share"});
     expect_problem([](json& d) { d["layers"]["rows"][0]["fwd_ms"] = 2.2; }, {"rows[0].fwd_ms", "median"});
     expect_problem([](json& d) { d["layers"]["rows"][1]["name"] = "adamw"; }, {"duplicate layer name adamw"});

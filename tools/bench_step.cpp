@@ -306,6 +306,7 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
     rep.config = {b, o.height, o.width, o.channels, "eager", o.warmup};
     rep.timed_steps = o.steps;
     rep.peaks = peaks;
+    if (const model::GpuOps* ops = rig.net.gpu_ops()) rep.conv_plans = ops->describe();
     auto samples = [&](const std::string& name) {
         auto it = ms.find(name);
         return it == ms.end() ? std::vector<double>{} : it->second;
@@ -426,7 +427,11 @@ int bench_step(const StepBenchOptions& o, const std::string& command_line) {
     if (o.layers) {
         const int b = o.layers_batch > 0 ? o.layers_batch : o.batch_sizes.front();
         const LayerReport rep = bench_layers(ctx, b, o, peaks_for_device(dev.name, o.peak_tflops, o.peak_gbps));
-        if (print) std::fputs(format_layer_table(rep).c_str(), stdout);
+        if (print) {
+            std::fputs(format_layer_table(rep).c_str(), stdout);
+            std::printf("conv plans of the per-layer run (autotuned ms per call):\n");
+            for (const std::string& line : rep.conv_plans) std::printf("  %s\n", line.c_str());
+        }
         layers_json = layer_report_json(rep);
     }
     if (print && !o.json.empty()) {

@@ -148,7 +148,7 @@ json layer_report_json(const LayerReport& r) {
     }
     const LayerTotals t = layer_totals(r);
     const bool step = r.step_ms > 0 && std::isfinite(r.step_ms);
-    return {{"config", run_config_json(r.config, static_cast<size_t>(r.timed_steps))},
+    json doc = {{"config", run_config_json(r.config, static_cast<size_t>(r.timed_steps))},
             {"peaks", peaks_json(r.peaks)},
             {"rows", rows},
             {"total",
@@ -168,6 +168,8 @@ json layer_report_json(const LayerReport& r) {
               {"floor_ms", num_or_null(t.floor_ms)},
               {"aggregate_floor_ms", num_or_null(t.aggregate.floor_ms)},
               {"times_floor", num_or_null(t.times_floor)}}}};
+    if (!r.conv_plans.empty()) doc["conv_plans"] = r.conv_plans;
+    return doc;
 }
 
 // ---- validation ----
@@ -273,7 +275,17 @@ void check_step(JsonChecker& c, const json& step, const std::string& sp, const L
 
 void validate_layers_json(JsonChecker& c, const json& j, const std::string& path) {
     if (!j.is_object()) return c.add(path, "expected an object");
-    c.known_keys(j, path, {"config", "peaks", "rows", "total", "step"});
+    c.known_keys(j, path, {"config", "peaks", "rows", "total", "step", "conv_plans"});
+    if (j.contains("conv_plans")) {
+        const json& cp = j["conv_plans"];
+        if (!cp.is_array()) {
+            c.add(path + ".conv_plans", "expected an array of strings");
+        } else {
+            for (size_t k = 0; k < cp.size(); ++k)
+                if (!cp[k].is_string() || cp[k].get<std::string>().empty())
+                    c.add(rt::format("%s.conv_plans[%zu]", path.c_str(), k), "expected a non-empty string");
+        }
+    }
     const json* o = nullptr;
     long long batch = 0, steps = 0;
     if (c.object(j, path, "config", &o)) {

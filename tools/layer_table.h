@@ -29,6 +29,9 @@ struct LayerReport {
     DevicePeaks peaks;
     std::vector<LayerRow> rows;
     double step_ms = 0;  // the whole step measured on its own (0: not measured)
+    // The conv plans the rig ran (model::GpuOps::describe(): per shape the implementation and, per
+    // cuDNN key, engine, accumulation, workspace and autotuned ms): which pass is slow, and why.
+    std::vector<std::string> conv_plans;
 };
 
 // Sums over the rows and the step-level comparison.

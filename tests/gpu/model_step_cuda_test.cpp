@@ -8,7 +8,8 @@
 //     step at initialisation, docs/CHECK.md; a conv bias before BN, whose true gradient is 0, is checked for being
 //     negligible instead; tensors of at most kSmallTensor elements by an error bound scaled to the
 //     gradient norms, see below), BN running statistics within 1e-2;
-//   - a 50-step loss trajectory: every step's loss within 10% of the CPU's, and both fall;
+//   - a 50-step loss trajectory: 10-step window means of the log-loss within twice the deviation of
+//     the CPU reference started from bf16-rounded conv weights (the floor), and both fall;
 //   - graph replay vs eager: 5 steps bitwise equal (weights, m, v, running stats, counters) in
 //     deterministic mode (no autotuning: both rigs run the same engines);
 //   - one step for compute-sanitizer (scripts/gpu_test.sh runs CudaStep.OneStepForSanitizer
@@ -16,9 +17,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -95,7 +98,7 @@ struct CpuReference {
     HostBatches b = make_batches(1, full_shape());  // at full size under emulation too (~1.5 min a step)
     model::SiderNet init{full_shape(), rt::MemKind::Host};  // the initial state the GPU rigs upload
     model::SiderNet cpu{full_shape(), rt::MemKind::Host};   // after its micro-step (BN state moved)
-    model::LossTerms loss;
+    model::LossTerms loss, floor_loss;  // the fp32 step's loss terms, and the bf16-weights floor's
     std::vector<float> floor_grad;
     CpuReference() {
         init_cpu(init);
@@ -108,7 +111,7 @@ struct CpuReference {
         tools::round_conv_weights_bf16(fl);
         cpu_input(fl, b.pixels[0], b.labels[0], fl.input());
         model::TrainStep fstep(fl, model::LossConfig{}, optim());
-        fstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
+        floor_loss = fstep.micro_step(rt::Exec::cpu(), b.labels[0].data(), 1.0);
         floor_grad.assign(fl.plan().grad(), fl.plan().grad() + cpu.table().flat_size);
     }
 };
@@ -135,13 +138,22 @@ GradErrors one_micro_step_matches_the_cpu_reference(const CpuReference& r, model
     gpu.step.micro_step(0);
     const model::CudaStepStats gs = gpu.step.read_stats();
     const model::LossTerms& gt = gs.loss;
-    std::printf("[step] %s: loss cpu %.6f gpu %.6f\n", model::up_order_name(order), ct.total, gt.total);
-    const double terms_c[] = {ct.focal_gap, ct.focal_slider, ct.offset, ct.hard_negative,
-                              ct.angle,     ct.padding_bce,  ct.y_axis, ct.total};
-    const double terms_g[] = {gt.focal_gap, gt.focal_slider, gt.offset, gt.hard_negative,
-                              gt.angle,     gt.padding_bce,  gt.y_axis, gt.total};
-    for (int k = 0; k < 8; ++k)
-        EXPECT_LE(std::abs(terms_g[k] - terms_c[k]), 1e-2 * std::abs(terms_c[k]) + 1e-6) << "loss term " << k;
+    const model::LossTerms& ft = r.floor_loss;
+    std::printf("[step] %s: loss cpu %.6f gpu %.6f (bf16-weights floor %.6f)\n", model::up_order_name(order), ct.total,
+                gt.total, ft.total);
+    auto terms = [](const model::LossTerms& t) {
+        return std::vector<double>{t.focal_gap, t.focal_slider, t.offset, t.hard_negative,
+                                   t.angle,     t.padding_bce,  t.y_axis, t.total};
+    };
+    const std::vector<double> terms_c = terms(ct), terms_g = terms(gt), terms_f = terms(ft);
+    // Each term within 1% of the fp32 step's, or within kFloorRel times the distance of the
+    // bf16-weights floor's term from it (the same floor the gradients are judged by): on an H100 the
+    // slider focal term sat 1.17% off (2.61274 vs 2.58263) with every gradient inside its bound.
+    for (size_t k = 0; k < terms_c.size(); ++k) {
+        const double bound = std::max(1e-2 * std::abs(terms_c[k]), kFloorRel * std::abs(terms_f[k] - terms_c[k])) + 1e-6;
+        EXPECT_LE(std::abs(terms_g[k] - terms_c[k]), bound)
+            << "loss term " << k << ": cpu " << terms_c[k] << ", gpu " << terms_g[k] << ", floor " << terms_f[k];
+    }
 
     const model::ParamTable& t = cpu.table();
     const std::vector<float> gg = gpu.fetch(gpu.net.plan().grad(), t.flat_size);
@@ -232,40 +244,66 @@ TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
 }
 
 
+// The loss of 50 steps (lr 1e-3, five batches of 4 in turn) against the CPU reference's. At batch 4
+// the trajectory is chaotic: the CPU reference started from its own conv weights rounded to bf16 (the
+// floor of the one-micro-step test) is up to 65% off the fp32 reference at single steps and 20% in
+// 10-step window means (measured 2026-11-24; docs/GPU_VERIFICATION.md), so a per-step bound says
+// nothing about the CUDA step. Judged as the gradients are, against that floor: per 10-step window,
+// the mean log-loss of the CUDA step may be off the reference's by at most twice the floor's worst
+// window (at least 0.1), and on average over the windows by twice the floor's average (at least
+// 0.05); and both fall.
 TEST(CudaStep, FiftyStepTrajectoryFollowsTheCpuReference) {
     SF_REQUIRE_GPU();
 #ifdef SF_EMU
-    GTEST_SKIP() << "100 emulated steps take over an hour on the CPU; a GPU runs this test";
+    GTEST_SKIP() << "150 emulated steps take over an hour on the CPU; a GPU runs this test";
 #endif
-    const int steps = 50;
+    const int steps = 50, window = 10;
     const HostBatches b = make_batches(5);
-    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host), fl(net_shape(), rt::MemKind::Host);
     init_cpu(cpu);
+    init_cpu(fl);
+    tools::round_conv_weights_bf16(fl);
     GpuRig gpu(cpu);
-    model::TrainStep cstep(cpu, model::LossConfig{}, optim());
-    std::vector<double> lc, lg;
+    model::TrainStep cstep(cpu, model::LossConfig{}, optim()), fstep(fl, model::LossConfig{}, optim());
+    std::vector<double> lc, lf, lg;
     for (int k = 0; k < steps; ++k) {
         const size_t i = static_cast<size_t>(k % 5);
         cpu_input(cpu, b.pixels[i], b.labels[i], cpu.input());
         lc.push_back(cstep.step(rt::Exec::cpu(), b.labels[i].data(), 1e-3).mean_loss);
+        cpu_input(fl, b.pixels[i], b.labels[i], fl.input());
+        lf.push_back(fstep.step(rt::Exec::cpu(), b.labels[i].data(), 1e-3).mean_loss);
         gpu.load(b.pixels[i], b.labels[i]);
         gpu.step.micro_step(0);
         gpu.step.optimizer_step();
         lg.push_back(gpu.step.read_stats().loss.total);
     }
     for (int k = 0; k < steps; ++k) {
-        std::printf("[trajectory] step %2d cpu %.4f gpu %.4f\n", k, lc[static_cast<size_t>(k)],
-                    lg[static_cast<size_t>(k)]);
-        EXPECT_LE(std::abs(lg[static_cast<size_t>(k)] - lc[static_cast<size_t>(k)]), 0.10 * lc[static_cast<size_t>(k)])
-            << "step " << k;
+        const size_t u = static_cast<size_t>(k);
+        std::printf("[trajectory] step %2d cpu %.4f floor %.4f gpu %.4f\n", k, lc[u], lf[u], lg[u]);
+        ASSERT_TRUE(std::isfinite(lg[u]) && lg[u] > 0) << "step " << k << ": loss " << lg[u];
     }
-    auto mean = [](const std::vector<double>& v, size_t a, size_t e) {
+    auto log_mean = [](const std::vector<double>& v, size_t a, size_t e) {
         double s = 0;
-        for (size_t i = a; i < e; ++i) s += v[i];
+        for (size_t i = a; i < e; ++i) s += std::log(v[i]);
         return s / static_cast<double>(e - a);
     };
-    EXPECT_LT(mean(lc, 40, 50), 0.7 * mean(lc, 0, 10));
-    EXPECT_LT(mean(lg, 40, 50), 0.7 * mean(lg, 0, 10));
+    std::vector<double> dev_f, dev_g;
+    for (size_t a = 0; a < static_cast<size_t>(steps); a += window) {
+        const double c = log_mean(lc, a, a + window);
+        dev_f.push_back(std::abs(log_mean(lf, a, a + window) - c));
+        dev_g.push_back(std::abs(log_mean(lg, a, a + window) - c));
+        std::printf("[trajectory] steps %2zu-%2zu: mean log-loss off the reference by floor %.3f, gpu %.3f\n", a,
+                    a + window - 1, dev_f.back(), dev_g.back());
+    }
+    const double worst_f = *std::max_element(dev_f.begin(), dev_f.end());
+    const double avg_f = std::accumulate(dev_f.begin(), dev_f.end(), 0.0) / dev_f.size();
+    const double avg_g = std::accumulate(dev_g.begin(), dev_g.end(), 0.0) / dev_g.size();
+    for (size_t w = 0; w < dev_g.size(); ++w)
+        EXPECT_LE(dev_g[w], std::max(0.1, 2 * worst_f)) << "window " << w << " (floor's worst " << worst_f << ")";
+    EXPECT_LE(avg_g, std::max(0.05, 2 * avg_f)) << "floor's average " << avg_f;
+    const size_t n = static_cast<size_t>(steps);
+    EXPECT_LT(log_mean(lc, n - window, n), log_mean(lc, 0, window) + std::log(0.7));
+    EXPECT_LT(log_mean(lg, n - window, n), log_mean(lg, 0, window) + std::log(0.7));
 }
 
 TEST(CudaStep, GraphReplayIsBitwiseEqualToEager) {

@@ -3,10 +3,13 @@
 // device property descriptor without one). Header-only: it is compiled into whichever suite
 // includes it, against whichever cuDNN that suite links.
 //
-// The rule it checks (kCudnnSameTypeRule): cuDNN 9.19 has an engine for a convolution only when x,
-// w and y share one data type (bf16 or fp32); bf16 x/dy with an fp32 dW has none. Measured with the
-// real library for sm_90 (docs/CONV_CUDNN.md); the emulation follows it; the CPU suite checks the
-// real library without a device, the gpu suite on one (and, under emulation, the emulation).
+// The rules it checks. Without a device (a device property descriptor), cuDNN 9.19 has an engine
+// for a convolution only when x, w and y share one data type (bf16 or fp32): cudnn_same_type_rule,
+// which the emulation follows too. Through a GPU's handle (an H100, 2026-11-24, docs/CONV_CUDNN.md)
+// it also has one when only the op's output differs from its two inputs (fprop y, dgrad dx, wgrad
+// dW: one configuration, the runtime-compiled fallback engine): cudnn_handle_type_rule. The CPU
+// suite checks the first on the real library, the gpu suite the second on a GPU (and the first
+// under emulation).
 #pragma once
 #include <cstddef>
 #include <string>
@@ -19,6 +22,16 @@ namespace sftest {
 
 inline bool cudnn_same_type_rule(cudnnDataType_t x, cudnnDataType_t w, cudnnDataType_t y) {
     return x == w && w == y;
+}
+
+// The op's two inputs share a type: fprop (x, w), dgrad (dy = y, w), wgrad (x, dy = y).
+inline bool cudnn_handle_type_rule(kern::ConvOp op, cudnnDataType_t x, cudnnDataType_t w, cudnnDataType_t y) {
+    switch (op) {
+        case kern::ConvOp::Fprop: return x == w;
+        case kern::ConvOp::Dgrad: return y == w;
+        case kern::ConvOp::Wgrad: return x == y;
+    }
+    return false;
 }
 
 // Configurations of mode A + fallback for op on n2 8x8 c16->16 k3 p1 with the given types.
