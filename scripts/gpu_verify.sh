@@ -21,6 +21,9 @@
 #            --fusion-graphs: fusion_graphs.json), then bench step at batch 128, 256x512, without and
 #            with the fused LiteBlock (model.fuse_expand_dw), each with its per-layer table: the A/B of
 #            OPTIMIZATION_LOG.md entry 4 (bench_fuse_off.json, bench_fuse_on.json, fused.log)
+#   sanitize compute-sanitizer racecheck and synccheck over the custom-kernel gpu tests (each tool
+#            under SF_T_SANITIZE seconds, 270 by default; racecheck.log, synccheck.log, sanitize.txt);
+#            exit 1 when a tool reports an error, SKIP where the sanitizer refuses the device
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px); stops
 #            with a checkpoint after SF_T_TRAIN seconds (500) and resumes on the next call
@@ -36,10 +39,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export SF_SOURCE_DIR=${SF_SOURCE_DIR:-$PWD}  # the tests find configs/ here, not at the build machine's path
-usage="usage: scripts/gpu_verify.sh first|tests|bench|uporder|fused|compare|train|e2e [build-dir]"
+usage="usage: scripts/gpu_verify.sh first|tests|bench|uporder|fused|sanitize|compare|train|e2e [build-dir]"
 STAGE=${1:-}
 case "$STAGE" in
-  first|tests|bench|uporder|fused|compare|train|e2e) ;;
+  first|tests|bench|uporder|fused|sanitize|compare|train|e2e) ;;
   -h|--help) echo "$usage"; exit 0 ;;
   *) echo "gpu_verify: unknown stage '$STAGE'; $usage" >&2; exit 64 ;;
 esac
@@ -230,6 +233,29 @@ case "$STAGE" in
       "$SF" bench step --batch-sizes 128 --size 256x512 "${flag[@]}" --layers --layers-batch 128 \
         --json "$OUT_DIR/bench_fuse_$v.json" 2>&1 | tee -a "$OUT_DIR/fused.log"
     done ;;
+  sanitize)
+    # The custom kernels' own tests (shared-memory tiles, warp reductions, block barriers): where a
+    # race or a misplaced __syncthreads would live. cuDNN/cuBLAS tests are left out (their kernels
+    # are not ours, and racecheck over them would not fit the command).
+    san=${SF_SANITIZER-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)}
+    [ -n "$san" ] && [ "$san" != none ] || { echo "gpu_verify: no compute-sanitizer" | tee "$OUT_DIR/sanitize.txt"; exit 1; }
+    filter='KernelsFillGpu.*:DataPreprocessGpu.*:KernelsAdamWGpu.*:KernelsBnActGpu.*:KernelsDwconv*:KernelsStemconvGpu.*'
+    filter+=':KernelsEltwiseGpu.*:KernelsUpsampleGpu.*:KernelsHeadConvGpu.*:ModelLossCudaGpu.*:ModelDecodeCudaGpu.*'
+    bad=0
+    for tool in racecheck synccheck; do
+      set +e
+      timeout -k 10 "${SF_T_SANITIZE:-270}" "$san" --tool "$tool" --error-exitcode 86 "$BUILD_DIR/tests/sf_gpu_tests" \
+        --gtest_filter="$filter" >"$OUT_DIR/$tool.log" 2>&1
+      rc=$?
+      set -e
+      if grep -q 'Device not supported' "$OUT_DIR/$tool.log"; then st=SKIP
+      elif [ $rc -eq 0 ]; then st=ok
+      else st=FAIL; bad=1; fi
+      printf '%-10s %-5s rc %s; %s; %s\n' "$tool" "$st" "$rc" \
+        "$(grep -Eo '(ERROR|RACECHECK) SUMMARY: [0-9]+ (errors?|hazards? displayed.*)' "$OUT_DIR/$tool.log" | tail -1 || true)" \
+        "$(grep -Eo '\[  (PASSED|FAILED)  \] [0-9]+' "$OUT_DIR/$tool.log" | paste -sd, - || true)" | tee -a "$OUT_DIR/sanitize.txt"
+    done
+    exit $bad ;;
   compare)
     python3 tools/compare.py --slidefuse "$SF" --no-build --batch-sizes 64,128,256 --out-dir "$OUT_DIR" \
       --work-dir "$(mktemp -d)/compare-work" 2>&1 | tee "$OUT_DIR/compare.log" ;;

@@ -202,6 +202,30 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertIn("--batch-sizes 128 --size 256x512", a)
             self.assertIn("--layers --layers-batch 128", a)
 
+    def test_sanitize_stage_runs_racecheck_and_synccheck(self):
+        self.fake_gpu(True)
+        san = os.path.join(self.bin, "compute-sanitizer")
+        write_exe(san, "#!/bin/sh\necho \"tool $2 filter $6\"\necho \"========= ERROR SUMMARY: ${SF_FAKE_SAN_ERRORS:-0} errors\"\n"
+                       "echo '[  PASSED  ] 12 tests.'\nexit ${SF_FAKE_SAN_RC:-0}\n")
+        r = self.run_script("sanitize", self.build, SF_SANITIZER=san)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(sorted(os.listdir(self.out)), ["commit.txt", "gpu.txt", "racecheck.log", "sanitize.txt",
+                                                         "synccheck.log"])
+        for tool in ("racecheck", "synccheck"):
+            with open(os.path.join(self.out, tool + ".log")) as f:
+                text = f.read()
+            self.assertIn("tool " + tool, text)
+            self.assertIn("KernelsDwconv*", text)
+            self.assertNotIn("Cudnn", text)
+            self.assertRegex(r.stdout, tool + r" +ok +rc 0; ERROR SUMMARY: 0 errors; \[  PASSED  \] 12")
+        r = self.run_script("sanitize", self.build, SF_SANITIZER=san, SF_FAKE_SAN_RC="86", SF_FAKE_SAN_ERRORS="3")
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stdout, r"racecheck +FAIL +rc 86; ERROR SUMMARY: 3 errors")
+        write_exe(san, "#!/bin/sh\necho '========= Error: Device not supported'\nexit 1\n")
+        r = self.run_script("sanitize", self.build, SF_SANITIZER=san)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"synccheck +SKIP")
+
     def test_timeout(self):
         self.fake_gpu(True)
         write_exe(os.path.join(self.build, "tests", "sf_gpu_tests"), "#!/bin/sh\nsleep 30\n")
