@@ -137,10 +137,10 @@ const char* conv_accum_name(ConvAccum a);
 // {InPlace, ScratchBf16} (both tier 0); dgrad overwrite: {Overwrite} (tier 0), then InPlace, whose
 // launch must zero dx first (the fallback for a shape without a beta = 0 engine, logged at warning);
 // wgrad: {InPlace, ScratchF32, ScratchBf16}, all tier 0: autotuning picks the fastest. On an H100
-// (cuDNN 9.19) the fp32-output wgrad has one engine, the runtime-compiled fallback, 15-25x slower
-// than the bf16-output engines at the step's 1/4-resolution shapes (5.0 vs ~0.2 ms); a bf16 wgrad
-// widened exactly into the fp32 gradient is what mixed-precision PyTorch does too. `overwrite` is
-// only valid for dgrad.
+// (cuDNN 9.19) the fp32-output wgrad has one engine, the runtime-compiled fallback: 5.0 ms per call
+// at the step's 1/4-resolution dense and 1x1 shapes, where the bf16-output engines took 0.06-0.38 ms
+// (docs/CONV_CUDNN.md, "Wgrad variants on a GPU"); a bf16 wgrad widened exactly into the fp32
+// gradient is what mixed-precision PyTorch does too. `overwrite` is only valid for dgrad.
 std::vector<ConvAccum> conv_accum_variants(ConvOp op, bool overwrite = false);
 size_t conv_accum_tier0(ConvOp op, bool overwrite = false);
 // The dgrad mode a launch asks for against the mode its plan was prepared for: throws (naming the
