@@ -14,8 +14,9 @@
 //             have stored, bit for bit; the padding stays zero. The producer's activation is then
 //             never written to memory (the fused LiteBlock, docs/KERNELS_DWCONV.md).
 //
-// Every kernel gives each thread one group of 8 channels (one 128-bit load of 8 bf16 per pixel) and a
-// small tile of destination pixels, so each loaded pixel feeds every tap that reaches into the tile.
+// Every kernel gives each thread one group of channels (8 by default: one 128-bit load of 8 bf16 per
+// pixel; the gather passes have variants with 4 and 2, kDwVariants) and a small tile of destination
+// pixels, so each loaded pixel feeds every tap that reaches into the tile.
 // The grid arithmetic is here (constexpr) so CPU tests check exactly what the launchers use.
 // Requirements checked by the launchers (rt::Error, before any launch): CUDA Exec; a supported shape;
 // bf16 pointers non-null and 16-byte aligned; dw 4-byte and workspace 16-byte aligned; outputs not
@@ -33,9 +34,30 @@ namespace kern {
 
 // ---- geometry constants (shared by the plan, the kernels and the tests) ----
 constexpr int kDwThreads = 128;  // threads per block of the forward and dgrad kernels (1-D blocks)
-// Destination tile per thread, forward and dgrad: 2 rows x 4 columns. Both even: the stride-2 dgrad
-// tile then starts on an even row and column, where every tile has the same tap pattern.
+// Destination tile per thread of the default gather variant (forward and dgrad): 2 rows x 4 columns.
+// Both even: the stride-2 dgrad tile then starts on an even row and column, where every tile has the
+// same tap pattern.
 constexpr int kDwTileH = 2, kDwTileW = 4;
+
+// Gather-pass variants (forward, dgrad): channels per thread (8, 4 or 2 bf16: one 128-, 64- or 32-bit
+// load per pixel) and the destination tile per thread. Index 0 is the default (the deterministic
+// policy and the fused prologue run it); with autotuning the network times every valid variant per
+// shape and direction and keeps the fastest (model::GpuOps). Fewer channels and smaller tiles need
+// fewer registers (more resident warps), larger tiles re-read fewer halo pixels. Every variant adds
+// each output's taps in the same order (forward: (r, s) row-major; dgrad: reversed), and out-of-image
+// taps are the same zeros, so all of them give bitwise-identical y and dx: the choice changes speed only.
+struct DwVariant {
+    int vec, tile_h, tile_w;  // channels per thread, destination rows x columns per thread
+};
+constexpr DwVariant kDwVariants[] = {{8, 2, 4}, {8, 1, 4}, {4, 2, 4}, {4, 1, 4}, {2, 2, 4}, {2, 4, 4}};
+constexpr int kDwVariantCount = static_cast<int>(sizeof(kDwVariants) / sizeof(kDwVariants[0]));
+// Whether variant v can run a gather pass at this stride: v in range, and the stride-2 dgrad needs
+// even tile sides (so that every tile starts on an even row and column).
+constexpr bool dw_variant_valid(int v, int stride, bool dgrad) {
+    if (v < 0 || v >= kDwVariantCount) return false;
+    if (dgrad && stride == 2) return kDwVariants[v].tile_h % 2 == 0 && kDwVariants[v].tile_w % 2 == 0;
+    return true;
+}
 // Output tile per thread in wgrad: 1 x 4 (72 fp32 accumulators are live besides the tile of dy).
 constexpr int kDwWgradTileH = 1, kDwWgradTileW = 4;
 constexpr int kDwWgradThreads = 128;  // at most, per block of the wgrad partial-sum kernel
@@ -44,9 +66,12 @@ constexpr int kDwMinLaneItems = 4;    // fewer chunks rather than fewer than thi
 constexpr int kDwFinalizeX = 32;      // (c, tap) entries per finalize block ...
 constexpr int kDwFinalizeY = 16;      // ... and chunk lanes per entry
 
-// One gather pass (forward over y, dgrad over dx): thread t of the 1-D grid owns channel group
-// t % groups and a tile_h x tile_w tile of destination pixels; items = n * tiles_h * tiles_w * groups.
+// One gather pass (forward over y, dgrad over dx) in one variant: thread t of the 1-D grid owns
+// channel group t % groups (vec channels) and a tile_h x tile_w tile of destination pixels;
+// items = n * tiles_h * tiles_w * groups.
 struct DwTileGrid {
+    int variant = 0;               // index into kDwVariants
+    int vec = 0, groups = 0;       // channels per thread, C / vec
     int tile_h = 0, tile_w = 0;    // destination pixels per thread
     int tiles_h = 0, tiles_w = 0;  // ceil(dst_h / tile_h), ceil(dst_w / tile_w)
     long long items = 0;           // threads doing work
@@ -74,7 +99,7 @@ struct DwWgradGrid {
 struct DwConvPlan {
     int n = 0, h = 0, w = 0, c = 0, stride = 0;
     int p = 0, q = 0;  // output height, width
-    int groups = 0;    // C / 8
+    int groups = 0;    // C / 8 (wgrad's channel groups)
     DwTileGrid fwd;    // over y (P, Q)
     DwTileGrid dgrad;  // over dx (H, W)
     DwWgradGrid wgrad;
@@ -83,13 +108,17 @@ struct DwConvPlan {
 
 constexpr long long dw_ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
-constexpr DwTileGrid dw_tile_grid(int n, int dst_h, int dst_w, int groups) {
+// The grid of variant v (in range; validity for the pass is the plan's check).
+constexpr DwTileGrid dw_tile_grid(int n, int dst_h, int dst_w, int c, int v) {
     DwTileGrid g;
-    g.tile_h = kDwTileH;
-    g.tile_w = kDwTileW;
-    g.tiles_h = static_cast<int>(dw_ceil_div(dst_h, kDwTileH));
-    g.tiles_w = static_cast<int>(dw_ceil_div(dst_w, kDwTileW));
-    g.items = static_cast<long long>(n) * g.tiles_h * g.tiles_w * groups;
+    g.variant = v;
+    g.vec = kDwVariants[v].vec;
+    g.groups = c / g.vec;
+    g.tile_h = kDwVariants[v].tile_h;
+    g.tile_w = kDwVariants[v].tile_w;
+    g.tiles_h = static_cast<int>(dw_ceil_div(dst_h, g.tile_h));
+    g.tiles_w = static_cast<int>(dw_ceil_div(dst_w, g.tile_w));
+    g.items = static_cast<long long>(n) * g.tiles_h * g.tiles_w * g.groups;
     g.block = kDwThreads;
     g.grid = dw_ceil_div(g.items, kDwThreads);
     return g;
@@ -115,7 +144,9 @@ constexpr DwWgradGrid dw_wgrad_grid(int n, int p, int q, int c) {
 }
 
 // The plan of a supported shape, without checks (dwconv3x3_plan checks first): a pure function.
-constexpr DwConvPlan dwconv3x3_geometry(int n, int h, int w, int c, int stride) {
+// fwd_variant, dgrad_variant: indices into kDwVariants (in range).
+constexpr DwConvPlan dwconv3x3_geometry(int n, int h, int w, int c, int stride, int fwd_variant = 0,
+                                        int dgrad_variant = 0) {
     DwConvPlan pl;
     pl.n = n;
     pl.h = h;
@@ -125,8 +156,8 @@ constexpr DwConvPlan dwconv3x3_geometry(int n, int h, int w, int c, int stride) 
     pl.p = (h - 1) / stride + 1;  // (h + 2*1 - 3)/stride + 1
     pl.q = (w - 1) / stride + 1;
     pl.groups = c / 8;
-    pl.fwd = dw_tile_grid(n, pl.p, pl.q, pl.groups);
-    pl.dgrad = dw_tile_grid(n, h, w, pl.groups);
+    pl.fwd = dw_tile_grid(n, pl.p, pl.q, c, fwd_variant);
+    pl.dgrad = dw_tile_grid(n, h, w, c, dgrad_variant);
     pl.wgrad = dw_wgrad_grid(n, pl.p, pl.q, c);
     pl.workspace_floats = static_cast<size_t>(pl.wgrad.chunks) * static_cast<size_t>(c) * 9;
     return pl;
@@ -147,25 +178,35 @@ struct DwPrologue {
 };
 
 // k == 3, pad == 1, stride 1 or 2, groups == cin == cout, C % 8 == 0, no bias, positive dims, and
-// the launch fits (at most 2^40 input elements, thread tiles countable in 32 bits). Never throws.
+// the launch fits (at most 2^40 input elements, the default variants' thread tiles countable in 32
+// bits). Never throws.
 bool dwconv3x3_supported(const ConvShape& s);
 
-// The plan for s; throws rt::Error naming what is unsupported (and its value).
-DwConvPlan dwconv3x3_plan(const ConvShape& s);
+// Whether gather variant v can run the forward (dgrad false) or dgrad pass of s: s supported, v valid
+// for the stride (dw_variant_valid) and its thread tiles countable in 32 bits. Never throws.
+bool dwconv3x3_variant_supported(const ConvShape& s, int variant, bool dgrad);
+
+// The plan for s with these gather variants; throws rt::Error naming what is unsupported (and its
+// value), or the variant that cannot run its pass (out of range; odd tile for the stride-2 dgrad).
+DwConvPlan dwconv3x3_plan(const ConvShape& s, int fwd_variant = 0, int dgrad_variant = 0);
+
+// "8ch 2x4": a variant's channels per thread and tile, for logs ("variant 9?" when out of range).
+const char* dwconv3x3_variant_name(int v);
 
 // fp32 workspace backward_filter needs: chunks * C * 9 floats (scratch, no initialisation needed).
 size_t dwconv3x3_workspace_floats(const ConvShape& s);
 
 // x (N,H,W,C), w (C*9), y (N,P,Q,C), all bf16. y overwritten. pro: null, or the producer's BN +
-// activation applied to x on load (DwPrologue).
+// activation applied to x on load (DwPrologue; only with variant 0). variant: index into kDwVariants.
 void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
-                            const DwPrologue* pro = nullptr);
+                            const DwPrologue* pro = nullptr, int variant = 0);
 
 // dy (N,P,Q,C), w (C*9), dx (N,H,W,C), all bf16. dx += dwconv^T(dy, w): every dx element read once,
 // the fp32 sum added in fp32 and rounded to bf16 once. A gather for both strides: deterministic.
-// accumulate = false: dx = dwconv^T(dy, w), overwritten (never read).
+// accumulate = false: dx = dwconv^T(dy, w), overwritten (never read). variant: index into
+// kDwVariants, valid for the stride (dw_variant_valid).
 void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
-                                  bool accumulate = true);
+                                  bool accumulate = true, int variant = 0);
 
 // x (N,H,W,C), dy (N,P,Q,C) bf16; dw (C*9) fp32 accumulated (+=). Per-chunk partials go to the
 // workspace (at least dwconv3x3_workspace_floats(s) floats), then a fixed-order combine: no atomics,

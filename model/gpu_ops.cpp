@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <mutex>
+#include <string>
 
 #include "kernels/dwconv_cuda.h"
 #include "kernels/stemconv_cuda.h"
@@ -48,6 +50,10 @@ struct GpuOps::Entry {
     bool dgrad = false;
     ConvImpl impl = ConvImpl::Cudnn;
     double ms[2] = {-1, -1};  // fwd+dgrad+wgrad per candidate (cudnn, custom), -1 = not measured
+    // CustomDepthwise: the gather variants run (kern::kDwVariants) and, when autotuned, each valid
+    // variant's time (ms; -1 = not valid for the pass or not timed).
+    int fwd_variant = 0, dgrad_variant = 0;
+    std::vector<double> fwd_variant_ms, dgrad_variant_ms;
 };
 
 namespace {
@@ -195,30 +201,52 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
                         err.what());
             e.ms[0] = -1;
         }
-        e.ms[1] = time_custom(custom, u.shape, u.dgrad);
+        e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e) : time_custom(custom, u.shape, u.dgrad);
         e.impl = pick_conv_impl(cand, {e.ms[0], e.ms[1]});
         entries_.push_back(e);
     }
 }
 
-void GpuOps::run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
+void GpuOps::run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                         const kern::bf16* w, kern::bf16* y, const kern::bf16* dy, kern::bf16* dx, float* dw, bool dgrad,
                         bool accumulate) const {
-    if (impl == ConvImpl::CustomStem) {
+    if (e.impl == ConvImpl::CustomStem) {
         SF_CHECK(!dgrad, "the custom stem conv has no input gradient (%s)", s.describe().c_str());
         if (y) kern::stemconv_forward_cuda(ex, s, x, w, y);
         if (dw) kern::stemconv_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_);
         return;
     }
-    if (y) kern::dwconv3x3_forward_cuda(ex, s, x, w, y);
-    if (dgrad) kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate);
+    if (y) kern::dwconv3x3_forward_cuda(ex, s, x, w, y, nullptr, e.fwd_variant);
+    if (dgrad) kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate, e.dgrad_variant);
     if (dw) kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_);
 }
 
-double GpuOps::time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const {
+// Mean ms of `iters` runs of run() on the stream, after one warm-up run (plan time: synchronises).
+double GpuOps::time_runs(const std::function<void()>& run, int iters) const {
+    run();  // warm-up
+    cudaEvent_t start, stop;
+    SF_CUDA_CHECK(cudaEventCreate(&start));
+    SF_CUDA_CHECK(cudaEventCreate(&stop));
+    iters = std::max(1, iters);
+    SF_CUDA_CHECK(cudaEventRecord(start, ex_.stream));
+    for (int i = 0; i < iters; ++i) run();
+    SF_CUDA_CHECK(cudaEventRecord(stop, ex_.stream));
+    SF_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    SF_CUDA_CHECK(cudaEventDestroy(start));
+    SF_CUDA_CHECK(cudaEventDestroy(stop));
+    return ms / iters;
+}
+
+// The custom depthwise kernels of e's shape: every valid gather variant of the forward and (when the
+// step needs it) the dgrad timed on its own, the fastest of each kept in e; the wgrad (one variant)
+// timed as well. Returns best forward + best dgrad + wgrad, comparable with cudnn_ms. The variants
+// give bitwise-identical results (kern::kDwVariants), so the choice changes speed only.
+double GpuOps::time_depthwise(Entry& e) const {
+    const kern::ConvShape& s = e.shape;
     const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel();
-    const size_t wsf =
-        impl == ConvImpl::CustomStem ? kern::stemconv_workspace_floats(s) : kern::dwconv3x3_workspace_floats(s);
+    const size_t wsf = kern::dwconv3x3_workspace_floats(s);
     TimingBuffers b;
     SF_CUDA_CHECK(cudaMalloc(&b.p[0], xn * sizeof(kern::bf16)));  // x
     SF_CUDA_CHECK(cudaMalloc(&b.p[1], wn * sizeof(kern::bf16)));  // w
@@ -235,31 +263,58 @@ double GpuOps::time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) 
     auto* dx = static_cast<kern::bf16*>(b.p[3]);
     auto* dw = static_cast<float*>(b.p[4]);
     auto* ws = static_cast<float*>(b.p[5]);
-    // run_custom uses the bound workspace; here the timing buffers stand in for it.
-    auto run = [&] {
-        if (impl == ConvImpl::CustomStem) {
+    // Kernels of a fraction of a millisecond: more runs than a cuDNN candidate gets, at little cost.
+    const int iters = std::max(policy_.autotune_iters, 10);
+    e.fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
+    e.dgrad_variant_ms.assign(kern::kDwVariantCount, -1.0);
+    for (int v = 0; v < kern::kDwVariantCount; ++v) {
+        if (kern::dwconv3x3_variant_supported(s, v, false))
+            e.fwd_variant_ms[v] = time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, x, w, y, nullptr, v); }, iters);
+        if (e.dgrad && kern::dwconv3x3_variant_supported(s, v, true))
+            e.dgrad_variant_ms[v] =
+                time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, y, w, dx, true, v); }, iters);
+    }
+    const double wgrad_ms = time_runs([&] { kern::dwconv3x3_backward_filter_cuda(ex_, s, x, y, dw, ws, wsf); }, iters);
+    auto fastest = [](const std::vector<double>& ms) {
+        int best = 0;
+        for (int v = 0; v < static_cast<int>(ms.size()); ++v)
+            if (ms[v] >= 0 && (ms[best] < 0 || ms[v] < ms[best])) best = v;
+        return best;
+    };
+    e.fwd_variant = fastest(e.fwd_variant_ms);
+    double total = e.fwd_variant_ms[e.fwd_variant] + wgrad_ms;
+    if (e.dgrad) {
+        e.dgrad_variant = fastest(e.dgrad_variant_ms);
+        total += e.dgrad_variant_ms[e.dgrad_variant];
+    }
+    return total;
+}
+
+double GpuOps::time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const {
+    SF_CHECK(impl == ConvImpl::CustomStem && !dgrad, "time_custom: the stem conv only (depthwise: time_depthwise)");
+    const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel();
+    const size_t wsf = kern::stemconv_workspace_floats(s);
+    TimingBuffers b;
+    SF_CUDA_CHECK(cudaMalloc(&b.p[0], xn * sizeof(kern::bf16)));  // x
+    SF_CUDA_CHECK(cudaMalloc(&b.p[1], wn * sizeof(kern::bf16)));  // w
+    SF_CUDA_CHECK(cudaMalloc(&b.p[2], yn * sizeof(kern::bf16)));  // y / dy
+    SF_CUDA_CHECK(cudaMalloc(&b.p[4], wn * sizeof(float)));       // dw
+    SF_CUDA_CHECK(cudaMalloc(&b.p[5], std::max<size_t>(wsf, 1) * sizeof(float)));
+    SF_CUDA_CHECK(cudaMemsetAsync(b.p[0], 0, xn * sizeof(kern::bf16), ex_.stream));
+    SF_CUDA_CHECK(cudaMemsetAsync(b.p[1], 0, wn * sizeof(kern::bf16), ex_.stream));
+    SF_CUDA_CHECK(cudaMemsetAsync(b.p[2], 0, yn * sizeof(kern::bf16), ex_.stream));
+    SF_CUDA_CHECK(cudaMemsetAsync(b.p[4], 0, wn * sizeof(float), ex_.stream));
+    auto* x = static_cast<kern::bf16*>(b.p[0]);
+    auto* w = static_cast<kern::bf16*>(b.p[1]);
+    auto* y = static_cast<kern::bf16*>(b.p[2]);
+    auto* dw = static_cast<float*>(b.p[4]);
+    auto* ws = static_cast<float*>(b.p[5]);
+    return time_runs(
+        [&] {
             kern::stemconv_forward_cuda(ex_, s, x, w, y);
             kern::stemconv_backward_filter_cuda(ex_, s, x, y, dw, ws, wsf);
-            return;
-        }
-        kern::dwconv3x3_forward_cuda(ex_, s, x, w, y);
-        if (dgrad) kern::dwconv3x3_backward_data_cuda(ex_, s, y, w, dx);
-        kern::dwconv3x3_backward_filter_cuda(ex_, s, x, y, dw, ws, wsf);
-    };
-    run();  // warm-up
-    cudaEvent_t start, stop;
-    SF_CUDA_CHECK(cudaEventCreate(&start));
-    SF_CUDA_CHECK(cudaEventCreate(&stop));
-    const int iters = std::max(1, policy_.autotune_iters);
-    SF_CUDA_CHECK(cudaEventRecord(start, ex_.stream));
-    for (int i = 0; i < iters; ++i) run();
-    SF_CUDA_CHECK(cudaEventRecord(stop, ex_.stream));
-    SF_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    SF_CUDA_CHECK(cudaEventDestroy(start));
-    SF_CUDA_CHECK(cudaEventDestroy(stop));
-    return ms / iters;
+        },
+        policy_.autotune_iters);
 }
 
 size_t GpuOps::workspace_bytes() const {
@@ -286,7 +341,7 @@ void GpuOps::conv_forward(const rt::Exec& ex, const kern::ConvShape& s, const ke
     if (e.impl == ConvImpl::Cudnn)
         cudnn_->forward(ex, s, x, w, y);
     else
-        run_custom(e.impl, ex, s, x, w, y, nullptr, nullptr, nullptr, false);
+        run_custom(e, ex, s, x, w, y, nullptr, nullptr, nullptr, false);
 }
 
 void GpuOps::conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy, const kern::bf16* w,
@@ -296,7 +351,7 @@ void GpuOps::conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, co
     if (e.impl == ConvImpl::Cudnn)
         cudnn_->backward_data(ex, s, dy, w, dx, accumulate);
     else
-        run_custom(e.impl, ex, s, nullptr, w, nullptr, dy, dx, nullptr, true, accumulate);
+        run_custom(e, ex, s, nullptr, w, nullptr, dy, dx, nullptr, true, accumulate);
 }
 
 void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
@@ -305,7 +360,32 @@ void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, 
     if (e.impl == ConvImpl::Cudnn)
         cudnn_->backward_filter(ex, s, x, dy, dw);
     else
-        run_custom(e.impl, ex, s, x, nullptr, nullptr, dy, nullptr, dw, false);
+        run_custom(e, ex, s, x, nullptr, nullptr, dy, nullptr, dw, false);
+}
+
+// "dwconv variants: fwd 2 (4ch 2x4) of [0.300 0.280 ...], dgrad 0 (8ch 2x4) of [...]" (ms per variant,
+// "-" = not valid for the pass or not timed).
+std::string GpuOps::depthwise_variants_line(const Entry& e) {
+    auto list = [](const std::vector<double>& ms) {
+        std::string l = "[";
+        for (size_t v = 0; v < ms.size(); ++v) {
+            char b[32];
+            if (ms[v] >= 0)
+                std::snprintf(b, sizeof(b), "%s%.4f", v ? " " : "", ms[v]);
+            else
+                std::snprintf(b, sizeof(b), "%s-", v ? " " : "");
+            l += b;
+        }
+        return l + "]";
+    };
+    std::string line = rt::format("dwconv variants: fwd %d (%s)", e.fwd_variant,
+                                  kern::dwconv3x3_variant_name(e.fwd_variant));
+    if (!e.fwd_variant_ms.empty()) line += " of " + list(e.fwd_variant_ms) + " ms";
+    if (e.dgrad) {
+        line += rt::format(", dgrad %d (%s)", e.dgrad_variant, kern::dwconv3x3_variant_name(e.dgrad_variant));
+        if (!e.dgrad_variant_ms.empty()) line += " of " + list(e.dgrad_variant_ms) + " ms";
+    }
+    return line;
 }
 
 std::vector<std::string> GpuOps::describe() const {
@@ -315,6 +395,9 @@ std::vector<std::string> GpuOps::describe() const {
         std::snprintf(buf, sizeof(buf), "%s: %s (cudnn %.3f ms, custom %.3f ms per fwd+bwd; -1 = not timed)",
                       e.shape.describe().c_str(), conv_impl_name(e.impl), e.ms[0], e.ms[1]);
         out.push_back(buf);
+        // The custom kernels' variants: the ones that run, or (cuDNN won) the ones that were timed.
+        if (e.impl == ConvImpl::CustomDepthwise || !e.fwd_variant_ms.empty())
+            out.push_back("  " + depthwise_variants_line(e));
     }
     for (const std::string& line : cudnn_->describe()) out.push_back("  cudnn plan " + line);
     return out;

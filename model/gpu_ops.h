@@ -14,6 +14,7 @@
 // cuDNN plan (overwrite: beta = 0, nothing zeroed); backward_filter accumulates into dw (fp32
 // master gradient, KRSC).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,8 +88,11 @@ private:
     void prepare_cudnn(const ConvUse& u);  // fprop, wgrad and each dgrad mode u needs
     double cudnn_ms(const ConvUse& u) const;
     const Entry& find(const kern::ConvShape& s) const;
-    double time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const;  // ms per fwd(+dgrad)+wgrad
-    void run_custom(ConvImpl impl, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
+    double time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const;  // stem: ms per fwd+wgrad
+    double time_depthwise(Entry& e) const;  // picks e's gather variants; ms per fwd(+dgrad)+wgrad
+    double time_runs(const std::function<void()>& run, int iters) const;
+    static std::string depthwise_variants_line(const Entry& e);
+    void run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                     const kern::bf16* w, kern::bf16* y, const kern::bf16* dy, kern::bf16* dx, float* dw, bool dgrad,
                     bool accumulate = true) const;
 

@@ -4,6 +4,7 @@
 // errors (raised before anything is launched, so no GPU is needed).
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -173,7 +174,9 @@ TEST(KernelsDwconvLaunch, PlanInvariants) {
                         EXPECT_LT((g.tiles_h - 1) * g.tile_h, dh) << what;
                         EXPECT_GE(g.tiles_w * g.tile_w, dw) << what;
                         EXPECT_LT((g.tiles_w - 1) * g.tile_w, dw) << what;
-                        EXPECT_EQ(g.items, static_cast<long long>(n) * g.tiles_h * g.tiles_w * p.groups) << what;
+                        EXPECT_EQ(g.items, static_cast<long long>(n) * g.tiles_h * g.tiles_w * g.groups) << what;
+                        EXPECT_EQ(g.variant, 0) << what;
+                        EXPECT_EQ(g.groups, p.groups) << what;  // variant 0: 8 channels per thread
                         EXPECT_GE(g.grid * g.block, g.items) << what;
                         EXPECT_LT((g.grid - 1) * g.block, g.items) << what;
                     }
@@ -209,6 +212,91 @@ TEST(KernelsDwconvLaunch, PlanInvariants) {
             }
         }
     }
+}
+
+// The gather variants (kDwVariants): variant 0 is the documented default, every variant's grid covers
+// the destination with whole channel groups, and a variant that cannot run its pass is refused by the
+// plan with the reason.
+TEST(KernelsDwconvLaunch, GatherVariants) {
+    ASSERT_EQ(kern::kDwVariantCount, 6);
+    EXPECT_EQ(kern::kDwVariants[0].vec, 8);
+    EXPECT_EQ(kern::kDwVariants[0].tile_h, kern::kDwTileH);
+    EXPECT_EQ(kern::kDwVariants[0].tile_w, kern::kDwTileW);
+    EXPECT_STREQ(kern::dwconv3x3_variant_name(0), "8ch 2x4");
+    EXPECT_STREQ(kern::dwconv3x3_variant_name(5), "2ch 4x4");
+    EXPECT_STREQ(kern::dwconv3x3_variant_name(6), "variant ?");
+    EXPECT_STREQ(kern::dwconv3x3_variant_name(-1), "variant ?");
+    for (int v = 0; v < kern::kDwVariantCount; ++v) {
+        const kern::DwVariant& var = kern::kDwVariants[v];
+        const std::string name = kern::dwconv3x3_variant_name(v);
+        EXPECT_EQ(name, std::to_string(var.vec) + "ch " + std::to_string(var.tile_h) + "x" + std::to_string(var.tile_w));
+        EXPECT_TRUE(var.vec == 8 || var.vec == 4 || var.vec == 2) << name;  // 128-, 64-, 32-bit accesses
+        EXPECT_TRUE(kern::dw_variant_valid(v, 1, false) && kern::dw_variant_valid(v, 1, true)) << name;
+        EXPECT_TRUE(kern::dw_variant_valid(v, 2, false)) << name;
+        const bool even = var.tile_h % 2 == 0 && var.tile_w % 2 == 0;
+        EXPECT_EQ(kern::dw_variant_valid(v, 2, true), even) << name;
+        for (int stride : {1, 2}) {
+            for (const auto& [n, h, w, c] : {std::tuple(128, 64, 128, 64), std::tuple(3, 7, 9, 24),
+                                             std::tuple(1, 1, 1, 8), std::tuple(2, 15, 33, 40)}) {
+                const std::string what = name + " " + std::to_string(h) + "x" + std::to_string(w) + "x" +
+                                         std::to_string(c) + " s" + std::to_string(stride);
+                const int dv = kern::dw_variant_valid(v, stride, true) ? v : 0;
+                const DwConvPlan p = kern::dwconv3x3_plan(dw_shape(n, h, w, c, stride), v, dv);
+                const DwConvPlan base = kern::dwconv3x3_plan(dw_shape(n, h, w, c, stride));
+                EXPECT_EQ(p.wgrad.chunks, base.wgrad.chunks) << what;  // the wgrad has no variants
+                EXPECT_EQ(p.workspace_floats, base.workspace_floats) << what;
+                for (const auto& [g, gv, dh, dw] : {std::tuple(p.fwd, v, p.p, p.q), std::tuple(p.dgrad, dv, h, w)}) {
+                    EXPECT_EQ(g.variant, gv) << what;
+                    EXPECT_EQ(g.vec, kern::kDwVariants[gv].vec) << what;
+                    EXPECT_EQ(g.groups * g.vec, c) << what;
+                    EXPECT_EQ(g.tile_h, kern::kDwVariants[gv].tile_h) << what;
+                    EXPECT_EQ(g.tile_w, kern::kDwVariants[gv].tile_w) << what;
+                    EXPECT_GE(g.tiles_h * g.tile_h, dh) << what;
+                    EXPECT_LT((g.tiles_h - 1) * g.tile_h, dh) << what;
+                    EXPECT_GE(g.tiles_w * g.tile_w, dw) << what;
+                    EXPECT_LT((g.tiles_w - 1) * g.tile_w, dw) << what;
+                    EXPECT_EQ(g.items, static_cast<long long>(n) * g.tiles_h * g.tiles_w * g.groups) << what;
+                    EXPECT_GE(g.grid * g.block, g.items) << what;
+                    EXPECT_LT((g.grid - 1) * g.block, g.items) << what;
+                }
+            }
+        }
+    }
+    // LiteBlock(32) at 1/4 in "2ch 4x4": 32 groups of 2 channels, 16 x 32 tiles of 4x4 per image.
+    const DwConvPlan p5 = kern::dwconv3x3_plan(dw_shape(128, 64, 128, 64, 1), 5, 5);
+    EXPECT_EQ(p5.fwd.groups, 32);
+    EXPECT_EQ(p5.fwd.tiles_h, 16);
+    EXPECT_EQ(p5.fwd.tiles_w, 32);
+    EXPECT_EQ(p5.fwd.items, 128LL * 16 * 32 * 32);
+    EXPECT_EQ(p5.fwd.grid, 128LL * 16 * 32 * 32 / 128);
+
+    const kern::ConvShape s1 = dw_shape(2, 16, 16, 32, 1), s2 = dw_shape(2, 16, 16, 32, 2);
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 6, 0), "dwconv3x3", "forward variant 6", "valid: 0..5");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, -1, 0), "forward variant -1");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 6), "dgrad variant 6", "valid: 0..5");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s2, 0, 1), "dgrad variant 1 (8ch 1x4) at stride 2", "even tile sides");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s2, 0, 3), "dgrad variant 3 (4ch 1x4)");
+    EXPECT_NO_THROW(kern::dwconv3x3_plan(s1, 3, 1));  // stride 1: every tile starts on any pixel
+    EXPECT_NO_THROW(kern::dwconv3x3_plan(s2, 1, 4));  // the stride-2 forward takes odd tiles
+    // A shape within 32-bit tile counts in the default variants but not in every variant: supported,
+    // and the variants that do not fit are refused (2ch variants have 4x the threads of 8ch).
+    const kern::ConvShape big = dw_shape(1, 1 << 14, 1 << 14, 256, 1);  // 2^36 elements
+    EXPECT_LE(kern::dwconv3x3_geometry(1, 1 << 14, 1 << 14, 256, 1).fwd.items, INT_MAX);      // 2^30 in 8ch 2x4
+    EXPECT_GT(kern::dwconv3x3_geometry(1, 1 << 14, 1 << 14, 256, 1, 4, 4).fwd.items, INT_MAX);  // 2^32 in 2ch 2x4
+    EXPECT_TRUE(kern::dwconv3x3_supported(big));
+    EXPECT_NO_THROW(kern::dwconv3x3_plan(big));
+    EXPECT_TRUE(kern::dwconv3x3_variant_supported(big, 0, false));
+    EXPECT_FALSE(kern::dwconv3x3_variant_supported(big, 1, false));  // 8ch 1x4: 2^31 tiles, one too many
+    EXPECT_FALSE(kern::dwconv3x3_variant_supported(big, 4, false));
+    EXPECT_FALSE(kern::dwconv3x3_variant_supported(big, 4, true));
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(big, 4, 0), "forward variant 4 (2ch 2x4)", "4294967296 thread tiles",
+                    "too large for 32-bit indexing");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(big, 0, 4), "dgrad variant 4 (2ch 2x4)", "too large");
+    // The predicate never throws, and refuses what the plan refuses.
+    EXPECT_FALSE(kern::dwconv3x3_variant_supported(s2, 1, true));
+    EXPECT_TRUE(kern::dwconv3x3_variant_supported(s2, 1, false));
+    EXPECT_FALSE(kern::dwconv3x3_variant_supported(s1, 6, false));
+    EXPECT_FALSE(kern::dwconv3x3_variant_supported(dw_shape(2, 16, 16, 12, 1), 0, false));
 }
 
 TEST(KernelsDwconvLaunch, UnsupportedShapesRejected) {
@@ -277,6 +365,11 @@ TEST(KernelsDwconvLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, bptr(0x200002), y), "w must be");
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, x), "alias");
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, bptr(0x100000 + 16384)), "alias");  // overlaps x
+    // Variants: out of range, and the prologue outside variant 0 (checked before the pointers).
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 6), "forward variant 6");
+    kern::DwPrologue pro;
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, &pro, 2), "prologue runs in variant 0 only",
+                    "variant 2, 4ch 2x4");
 
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(rt::Exec::cpu(), s, y, w, x), "backward_data", "cpu");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, bad, y, w, x), "k=5");
@@ -287,6 +380,9 @@ TEST(KernelsDwconvLaunch, LaunchersRejectBadArguments) {
     // Overwrite mode (the first contribution to dx): the same checks.
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, s, y, w, y, false), "alias");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, s, y, w, nullptr, false), "dx must be");
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, s, y, w, x, true, -1), "dgrad variant -1");
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, dw_shape(2, 16, 16, 32, 2), y, w, x, true, 3),
+                    "dgrad variant 3 (4ch 1x4) at stride 2");
 
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(rt::Exec::cpu(), s, x, y, dw, ws, wsn), "backward_filter",
                     "cpu");

@@ -7,9 +7,13 @@
 //   - small-integer inputs: y, dx, dw bit-exact (every partial result is an integer that fp32 and,
 //     for y and dx, bf16 hold exactly).
 //   - two identical runs give bitwise-identical y, dx and dw (gather dgrad, fixed-order wgrad).
+//   - every gather variant (kDwVariants: 8/4/2 channels per thread, 2x4 .. 4x4 tiles) gives y and dx
+//     bitwise equal to variant 0's, in both dgrad modes (accumulate, overwrite); overwrite vs the
+//     reference with dx0 = 0.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -101,9 +105,11 @@ Inputs integer_inputs(const kern::ConvShape& s, uint64_t seed) {
     return in;
 }
 
-// Forward, dgrad and wgrad on the GPU. y starts as sentinels (overwritten), dx as dx0 and dw as dw0
-// (accumulated); each is followed by kGuard sentinels.
-Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inputs& in) {
+// Forward, dgrad and wgrad on the GPU, the gather passes in variants fv and dv (kern::kDwVariants).
+// y starts as sentinels (overwritten), dx as dx0 (accumulated; accumulate = false: overwritten) and dw
+// as dw0 (accumulated); each is followed by kGuard sentinels.
+Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inputs& in, int fv = 0, int dv = 0,
+                bool accumulate = true) {
     const size_t nx = s.in().numel(), ny = s.out().numel(), nw = s.weight_numel();
     const size_t wsn = kern::dwconv3x3_workspace_floats(s);
     rt::Arena arena("dwconv_test", rt::MemKind::Device);
@@ -131,8 +137,8 @@ Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inpu
     SF_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may still be in flight; ctx's stream is separate
 
     const rt::Exec& ex = ctx.exec();
-    kern::dwconv3x3_forward_cuda(ex, s, x, w, y);
-    kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx);
+    kern::dwconv3x3_forward_cuda(ex, s, x, w, y, nullptr, fv);
+    kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate, dv);
     kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, arena.ptr<float>(o_ws), wsn);
     ctx.synchronize();
 
@@ -213,6 +219,43 @@ TEST(KernelsDwconvGpu, Deterministic) {
         EXPECT_TRUE(bitwise_equal(a.y, b.y)) << what << " y";
         EXPECT_TRUE(bitwise_equal(a.dx, b.dx)) << what << " dx";
         EXPECT_TRUE(bitwise_equal(a.dw, b.dw)) << what << " dw";
+    }
+}
+
+// The gather variants add each output's taps in the same order as variant 0, so y and dx are the same
+// bits; shapes with odd sizes (partial tiles of every tile size), C with odd group counts for 2, 4
+// and 8 channels per thread, both strides, and both dgrad modes.
+TEST(KernelsDwconvGpu, VariantsBitwiseEqualToVariantZero) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const Case cases[] = {{2, 7, 9, 8, 1},   {2, 7, 9, 24, 2},  {2, 15, 33, 40, 1}, {3, 9, 17, 40, 2},
+                          {1, 1, 1, 8, 1},   {1, 1, 1, 8, 2},   {2, 5, 1, 8, 2},    {2, 16, 32, 64, 1},
+                          {2, 13, 10, 256, 2}, {1, 8, 16, 512, 1}};
+    uint64_t seed = 2000;
+    for (const Case& k : cases) {
+        const kern::ConvShape s = shape_of(k);
+        const Inputs in = random_inputs(s, seed += 10);
+        Inputs zero_dx = in;
+        std::fill(zero_dx.dx0.begin(), zero_dx.dx0.end(), 0.0f);
+        const Outputs ref_overwrite = run_ref(s, zero_dx);
+        for (bool accumulate : {true, false}) {
+            const Outputs base = run_gpu(ctx, s, in, 0, 0, accumulate);
+            for (int v = 0; v < kern::kDwVariantCount; ++v) {
+                const int dv = kern::dw_variant_valid(v, k.stride, true) ? v : 0;
+                const std::string what = name_of(k) + " variant " + std::to_string(v) + " (" +
+                                         kern::dwconv3x3_variant_name(v) + ")" +
+                                         (accumulate ? "" : " overwrite");
+                const Outputs got = run_gpu(ctx, s, in, v, dv, accumulate);
+                EXPECT_TRUE(got.guards_intact) << what << ": wrote past y, dx or dw";
+                EXPECT_TRUE(bitwise_equal(got.y, base.y)) << what << " y";
+                EXPECT_TRUE(bitwise_equal(got.dx, base.dx)) << what << " dx";
+                EXPECT_TRUE(bitwise_equal(got.dw, base.dw)) << what << " dw";
+                if (!accumulate) {
+                    EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(got.dx), sftest::to_double(ref_overwrite.dx),
+                                                     1e-2, what + " dx"));
+                }
+            }
+        }
     }
 }
 

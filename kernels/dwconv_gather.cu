@@ -1,0 +1,236 @@
+// The gather passes of the depthwise 3x3 convolution (kernels/dwconv_cuda.h): the forward and the
+// backward-data, each in every variant of kDwVariants (channels per thread V, destination tile
+// TH x TW per thread). Launched through dw_launch_forward / dw_launch_backward_data
+// (kernels/dwconv_device.cuh) by the checked launchers of kernels/dwconv.cu.
+//
+// A thread owns one group of V channels (the group index is the fastest-varying thread index, so a
+// warp reads whole pixels, contiguous in memory) and a tile of destination pixels. It walks the
+// source pixels under the tile once, row by row and column by column, and adds each loaded pixel into
+// every (tile pixel, tap) pair it reaches, all indices compile-time after unrolling, so the
+// accumulators and the 9V weights of the group stay in registers. Out-of-image source pixels are read
+// as zeros (the padding), and tile pixels outside the destination are not stored. For a given output
+// the order of the additions does not depend on V or the tile: every variant gives the same bits.
+#include <cstdint>
+
+#include "kernels/dwconv_device.cuh"
+#include "runtime/cuda_check.h"
+
+namespace kern {
+
+namespace {
+
+// Item t of a DwTileGrid -> channel group g, image n, tile row th, tile column tw.
+struct TileItem {
+    int g, n, th, tw;
+};
+
+// 32-bit unsigned arithmetic: the plan keeps items <= INT_MAX.
+__device__ __forceinline__ TileItem tile_item(unsigned t, const DwTileGrid& tg) {
+    TileItem it;
+    it.g = static_cast<int>(t % static_cast<unsigned>(tg.groups));
+    unsigned rest = t / static_cast<unsigned>(tg.groups);
+    it.tw = static_cast<int>(rest % static_cast<unsigned>(tg.tiles_w));
+    rest /= static_cast<unsigned>(tg.tiles_w);
+    it.th = static_cast<int>(rest % static_cast<unsigned>(tg.tiles_h));
+    it.n = static_cast<int>(rest / static_cast<unsigned>(tg.tiles_h));
+    return it;
+}
+
+// y = dwconv(x, w). 1-D grid pl.fwd.grid x kDwThreads, one item of pl.fwd per thread: channel group g
+// (channels V*g ..), output rows [p0, p0 + TH), columns [q0, q0 + TW) of image n. Input row h0 + i
+// (h0 = S*p0 - 1) feeds tile row a through tap r = i - S*a; likewise columns. Per output the taps are
+// added in (r, s) row-major order, padding taps as fma(0, w, acc) = acc. kPro: x is the producer's
+// pre-BN output and each loaded pixel goes through its BN + activation A first (DwPrologue).
+template <int S, int V, int TH, int TW, Act A, bool kPro>
+__global__ void __launch_bounds__(kDwThreads)
+    dwconv3x3_forward_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ w,
+                             bfloat* __restrict__ y, DwPrologue pro) {
+    constexpr int IR = S * (TH - 1) + 3, IC = S * (TW - 1) + 3;  // input rows / columns under the tile
+    const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;    // < 2^31 + kDwThreads: no wrap
+    if (t >= pl.fwd.items) return;
+    const TileItem it = tile_item(t, pl.fwd);
+    float wt[9][V];
+    load_weights<V>(w, it.g, wt);
+    const BnApply8 bn = load_prologue<kPro>(pro, it.g);
+    const int p0 = it.th * TH, q0 = it.tw * TW;
+    const int h0 = S * p0 - 1, w0 = S * q0 - 1;
+    const bfloat* xn = x + static_cast<size_t>(it.n) * pl.h * pl.w * pl.c + V * it.g;
+    float acc[TH][TW][V] = {};
+#pragma unroll
+    for (int i = 0; i < IR; ++i) {
+        const int h = h0 + i;
+        const bool hv = in_range(h, pl.h);
+#pragma unroll
+        for (int j = 0; j < IC; ++j) {
+            const int wi = w0 + j;
+            float v[V];
+            loadv_input<V, A, kPro>(xn, hv && in_range(wi, pl.w), static_cast<size_t>(h) * pl.w + wi, pl.c, bn, v);
+#pragma unroll
+            for (int a = 0; a < TH; ++a) {
+                const int r = i - S * a;
+                if (r < 0 || r > 2) continue;
+#pragma unroll
+                for (int b = 0; b < TW; ++b) {
+                    const int s = j - S * b;
+                    if (s < 0 || s > 2) continue;
+                    fmav<V>(acc[a][b], v, wt[r * 3 + s]);
+                }
+            }
+        }
+    }
+    bfloat* yn = y + static_cast<size_t>(it.n) * pl.p * pl.q * pl.c + V * it.g;
+#pragma unroll
+    for (int a = 0; a < TH; ++a) {
+        if (p0 + a >= pl.p) break;
+#pragma unroll
+        for (int b = 0; b < TW; ++b) {
+            if (q0 + b >= pl.q) break;
+            storev<V>(yn + (static_cast<size_t>(p0 + a) * pl.q + (q0 + b)) * pl.c, acc[a][b]);
+        }
+    }
+}
+
+// dx += dwconv^T(dy, w) as a gather. 1-D grid pl.dgrad.grid x kDwThreads, one item of pl.dgrad per
+// thread: channel group g, dx rows [h0, h0 + TH), columns [w0, w0 + TW) of image n. Output row p
+// reads input rows h = S*p - 1 + r, so the dy rows reaching the tile are p = pb + i, i < NR, with
+// pb = h0 - 1 (S = 1) or h0 / 2 (S = 2, h0 even), and tap r of dy row pb + i lands on tile row
+// a = S*i + r - 1 - kOff, kOff = h0 - S*pb. For S = 2 the tile starts on even rows and columns, so
+// every tile has the same (compile-time) tap pattern: even dx rows get tap r = 1 only, odd ones 0 and 2.
+// Per dx pixel the taps arrive in reversed (r, s) row-major order whatever the tile.
+template <int S, int V, int TH, int TW>
+__global__ void __launch_bounds__(kDwThreads)
+    dwconv3x3_backward_data_kernel(DwConvPlan pl, const bfloat* __restrict__ dy, const bfloat* __restrict__ w,
+                                   bfloat* __restrict__ dx, bool accumulate) {
+    static_assert(S == 1 || (TH % 2 == 0 && TW % 2 == 0), "stride-2 dgrad tiles must start on even pixels");
+    constexpr int kOff = S == 1 ? 1 : 0;
+    constexpr int NR = S == 1 ? TH + 2 : TH / 2 + 1, NC = S == 1 ? TW + 2 : TW / 2 + 1;
+    const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= pl.dgrad.items) return;
+    const TileItem it = tile_item(t, pl.dgrad);
+    float wt[9][V];
+    load_weights<V>(w, it.g, wt);
+    const int h0 = it.th * TH, w0 = it.tw * TW;
+    const int pb = (h0 - kOff) / S, qb = (w0 - kOff) / S;  // S = 2: h0, w0 even, so exact
+    const bfloat* dyn = dy + static_cast<size_t>(it.n) * pl.p * pl.q * pl.c + V * it.g;
+    float acc[TH][TW][V] = {};
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+        const int p = pb + i;
+        const bool pv = in_range(p, pl.p);
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            const int q = qb + j;
+            float v[V];
+            loadv_or_zero<V>(dyn, pv && in_range(q, pl.q), static_cast<size_t>(p) * pl.q + q, pl.c, v);
+#pragma unroll
+            for (int r = 0; r < 3; ++r) {
+                const int a = S * i + r - 1 - kOff;
+                if (a < 0 || a >= TH) continue;
+#pragma unroll
+                for (int s = 0; s < 3; ++s) {
+                    const int b = S * j + s - 1 - kOff;
+                    if (b < 0 || b >= TW) continue;
+                    fmav<V>(acc[a][b], v, wt[r * 3 + s]);
+                }
+            }
+        }
+    }
+    bfloat* dxn = dx + static_cast<size_t>(it.n) * pl.h * pl.w * pl.c + V * it.g;
+#pragma unroll
+    for (int a = 0; a < TH; ++a) {
+        if (h0 + a >= pl.h) break;
+#pragma unroll
+        for (int b = 0; b < TW; ++b) {
+            if (w0 + b >= pl.w) break;
+            bfloat* d = dxn + (static_cast<size_t>(h0 + a) * pl.w + (w0 + b)) * pl.c;
+            float old[V] = {};
+            if (accumulate) loadv_rw<V>(d, old);  // dx is read and written by this thread only
+#pragma unroll
+            for (int k = 0; k < V; ++k) old[k] += acc[a][b][k];
+            storev<V>(d, old);
+        }
+    }
+}
+
+// ---- dispatch: (stride, variant index) -> template instance ----
+
+template <int S, int Vi, Act A, bool kPro>
+void forward_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
+                      const DwPrologue& pro) {
+    constexpr DwVariant v = kDwVariants[Vi];
+    const unsigned grid = static_cast<unsigned>(pl.fwd.grid);
+    dwconv3x3_forward_kernel<S, v.vec, v.tile_h, v.tile_w, A, kPro>
+        <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y), pro);
+}
+
+template <int S, int Vi>
+void backward_data_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16* dy, const bf16* w, bf16* dx,
+                            bool accumulate) {
+    constexpr DwVariant v = kDwVariants[Vi];
+    if constexpr (S == 1 || (v.tile_h % 2 == 0 && v.tile_w % 2 == 0)) {
+        const unsigned grid = static_cast<unsigned>(pl.dgrad.grid);
+        dwconv3x3_backward_data_kernel<S, v.vec, v.tile_h, v.tile_w>
+            <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
+    } else {
+        SF_FAIL("dwconv3x3: variant %d (%s) cannot run the stride-2 dgrad", Vi, dwconv3x3_variant_name(Vi));
+    }
+}
+
+template <int S>
+void forward_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
+                    const DwPrologue* pro) {
+    if (pro) {  // variant 0 only (checked by the launcher)
+        switch (pro->act) {
+            case Act::None: return forward_instance<S, 0, Act::None, true>(ex, pl, x, w, y, *pro);
+            case Act::Silu: return forward_instance<S, 0, Act::Silu, true>(ex, pl, x, w, y, *pro);
+            case Act::Relu: return forward_instance<S, 0, Act::Relu, true>(ex, pl, x, w, y, *pro);
+        }
+    }
+    static_assert(kDwVariantCount == 6, "dispatch every variant of kDwVariants");
+    const DwPrologue none{};
+    switch (pl.fwd.variant) {
+        case 0: return forward_instance<S, 0, Act::None, false>(ex, pl, x, w, y, none);
+        case 1: return forward_instance<S, 1, Act::None, false>(ex, pl, x, w, y, none);
+        case 2: return forward_instance<S, 2, Act::None, false>(ex, pl, x, w, y, none);
+        case 3: return forward_instance<S, 3, Act::None, false>(ex, pl, x, w, y, none);
+        case 4: return forward_instance<S, 4, Act::None, false>(ex, pl, x, w, y, none);
+        case 5: return forward_instance<S, 5, Act::None, false>(ex, pl, x, w, y, none);
+        default: SF_FAIL("dwconv3x3: forward variant %d out of range", pl.fwd.variant);
+    }
+}
+
+template <int S>
+void backward_data_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* dy, const bf16* w, bf16* dx,
+                          bool accumulate) {
+    switch (pl.dgrad.variant) {
+        case 0: return backward_data_instance<S, 0>(ex, pl, dy, w, dx, accumulate);
+        case 1: return backward_data_instance<S, 1>(ex, pl, dy, w, dx, accumulate);
+        case 2: return backward_data_instance<S, 2>(ex, pl, dy, w, dx, accumulate);
+        case 3: return backward_data_instance<S, 3>(ex, pl, dy, w, dx, accumulate);
+        case 4: return backward_data_instance<S, 4>(ex, pl, dy, w, dx, accumulate);
+        case 5: return backward_data_instance<S, 5>(ex, pl, dy, w, dx, accumulate);
+        default: SF_FAIL("dwconv3x3: dgrad variant %d out of range", pl.dgrad.variant);
+    }
+}
+
+}  // namespace
+
+void dw_launch_forward(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
+                       const DwPrologue* pro) {
+    if (pl.stride == 1)
+        forward_stride<1>(ex, pl, x, w, y, pro);
+    else
+        forward_stride<2>(ex, pl, x, w, y, pro);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+void dw_launch_backward_data(const rt::Exec& ex, const DwConvPlan& pl, const bf16* dy, const bf16* w, bf16* dx,
+                             bool accumulate) {
+    if (pl.stride == 1)
+        backward_data_stride<1>(ex, pl, dy, w, dx, accumulate);
+    else
+        backward_data_stride<2>(ex, pl, dy, w, dx, accumulate);
+    SF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kern

@@ -1,0 +1,169 @@
+// model::GpuOps with autotuning on depthwise shapes (model/gpu_ops.cpp): every gather variant of the
+// custom depthwise kernels valid for the shape is timed per direction (kern::kDwVariants), the
+// fastest kept and listed by describe() (also when cuDNN was faster and runs the shape); when the
+// custom kernels run, the convolutions GpuOps runs give the same bits as the default variant called
+// directly (the variants' documented property) and the same filter gradient as the direct wgrad;
+// when cuDNN runs (under the CPU emulation it can be faster), the same values to rounding.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/conv_cudnn.h"
+#include "kernels/dwconv_cuda.h"
+#include "model/gpu_ops.h"
+#include "model/planner.h"
+#include "runtime/cuda_check.h"
+#include "runtime/exec.h"
+#include "tests/support/compare.h"
+#include "tests/support/gpu_buffers.h"
+
+namespace {
+
+using kern::bf16;
+
+struct Dev {
+    void* p = nullptr;
+    explicit Dev(size_t bytes) { SF_CUDA_CHECK(cudaMalloc(&p, bytes > 0 ? bytes : 1)); }
+    ~Dev() { cudaFree(p); }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+    bf16* h() const { return static_cast<bf16*>(p); }
+    float* f() const { return static_cast<float*>(p); }
+};
+
+kern::ConvShape dw_shape(int n, int h, int w, int c, int stride) {
+    kern::ConvShape s;
+    s.n = n;
+    s.h = h;
+    s.w = w;
+    s.cin = s.cout = s.groups = c;
+    s.k = 3;
+    s.stride = stride;
+    s.pad = 1;
+    return s;
+}
+
+// The numbers of "[0.0123 - 0.0456 ...]" after `key` in line: -1 for "-".
+std::vector<double> variant_times(const std::string& line, const std::string& key) {
+    std::vector<double> ms;
+    const size_t at = line.find(key);
+    if (at == std::string::npos) return ms;
+    const size_t open = line.find('[', at), close = line.find(']', at);
+    if (open == std::string::npos || close == std::string::npos) return ms;
+    const std::string list = line.substr(open + 1, close - open - 1);
+    size_t i = 0;
+    while (i < list.size()) {
+        const size_t sp = list.find(' ', i);
+        const std::string tok = list.substr(i, sp == std::string::npos ? std::string::npos : sp - i);
+        ms.push_back(tok == "-" ? -1.0 : std::atof(tok.c_str()));
+        if (sp == std::string::npos) break;
+        i = sp + 1;
+    }
+    return ms;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    kern::ConvPolicy policy;
+    policy.autotune = true;
+    policy.autotune_iters = 1;
+    policy.max_candidates = 1;
+    std::vector<model::ConvUse> uses;
+    for (const kern::ConvShape& s : {dw_shape(2, 16, 32, 64, 1), dw_shape(2, 15, 33, 40, 2)}) {
+        model::ConvUse u;
+        u.shape = s;
+        u.dgrad = true;
+        u.dgrad_accumulate = true;
+        uses.push_back(u);
+    }
+    model::GpuOps ops(ctx.exec(), policy);
+    ops.prepare(uses);
+    Dev ws(ops.workspace_bytes());
+    ops.bind_workspace(ws.p, ops.workspace_bytes());
+    const std::vector<std::string> lines = ops.describe();
+    for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
+
+    for (const model::ConvUse& u : uses) {
+        const kern::ConvShape& s = u.shape;
+        const std::string what = s.describe();
+        // The shape's line, and its variants line when the custom kernels won.
+        size_t k = 0;
+        while (k < lines.size() && lines[k].rfind(s.describe() + ":", 0) != 0) ++k;
+        ASSERT_LT(k, lines.size()) << what << ": not in describe()";
+        // Autotuned: the variants line follows whichever implementation won.
+        const bool custom = lines[k].find("custom-depthwise") != std::string::npos;
+        ASSERT_LT(k + 1, lines.size()) << what;
+        const std::string& vl = lines[k + 1];
+        ASSERT_EQ(vl.find("  dwconv variants: fwd "), 0u) << vl;
+        const std::vector<double> fwd = variant_times(vl, "fwd "), dgrad = variant_times(vl, "dgrad ");
+        ASSERT_EQ(static_cast<int>(fwd.size()), kern::kDwVariantCount) << vl;
+        ASSERT_EQ(static_cast<int>(dgrad.size()), kern::kDwVariantCount) << vl;
+        for (int v = 0; v < kern::kDwVariantCount; ++v) {
+            EXPECT_GE(fwd[v], 0) << vl << " forward variant " << v << " not timed";
+            EXPECT_EQ(dgrad[v] >= 0, kern::dw_variant_valid(v, s.stride, true)) << vl << " dgrad variant " << v;
+        }
+        // The chosen variants are the fastest timed (ties: the first).
+        const int fv = std::atoi(vl.c_str() + vl.find("fwd ") + 4);
+        const int dv = std::atoi(vl.c_str() + vl.find("dgrad ") + 6);
+        for (int v = 0; v < kern::kDwVariantCount; ++v) {
+            EXPECT_LE(fwd[fv], fwd[v]) << vl;
+            if (dgrad[v] >= 0) {
+                EXPECT_LE(dgrad[dv], dgrad[v]) << vl;
+            }
+        }
+        EXPECT_NE(vl.find("fwd " + std::to_string(fv) + " (" + kern::dwconv3x3_variant_name(fv) + ")"),
+                  std::string::npos)
+            << vl;
+        if (!custom) std::printf("  %s: cuDNN was faster here; outputs compared to rounding\n", what.c_str());
+
+        // Outputs through GpuOps against the default variant called directly.
+        const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel();
+        const std::vector<float> x = sftest::bf16_exact(sftest::random_uniform(xn, 11, -1, 1));
+        const std::vector<float> w = sftest::bf16_exact(sftest::random_uniform(wn, 12, -0.5, 0.5));
+        const std::vector<float> dy = sftest::bf16_exact(sftest::random_uniform(yn, 13, -1, 1));
+        const std::vector<float> dx0 = sftest::bf16_exact(sftest::random_uniform(xn, 14, -0.5, 0.5));
+        Dev dx_(xn * 2), dw_(wn * 2), ddy(yn * 2), y1(yn * 2), y2(yn * 2), dx1(xn * 2), dx2(xn * 2);
+        Dev dw1(wn * 4), dw2(wn * 4), dws(kern::dwconv3x3_workspace_floats(s) * 4);
+        sftest::upload_bf16(dx_.h(), x);
+        sftest::upload_bf16(dw_.h(), w);
+        sftest::upload_bf16(ddy.h(), dy);
+        sftest::upload_bf16(dx1.h(), dx0);
+        sftest::upload_bf16(dx2.h(), dx0);
+        sftest::upload(dw1.f(), std::vector<float>(wn, 0.25f));
+        sftest::upload(dw2.f(), std::vector<float>(wn, 0.25f));
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
+        const rt::Exec& ex = ctx.exec();
+        ops.conv_forward(ex, s, dx_.h(), dw_.h(), y1.h());
+        ops.conv_backward_data(ex, s, ddy.h(), dw_.h(), dx1.h(), true);
+        ops.conv_backward_filter(ex, s, dx_.h(), ddy.h(), dw1.f());
+        kern::dwconv3x3_forward_cuda(ex, s, dx_.h(), dw_.h(), y2.h());
+        kern::dwconv3x3_backward_data_cuda(ex, s, ddy.h(), dw_.h(), dx2.h(), true);
+        kern::dwconv3x3_backward_filter_cuda(ex, s, dx_.h(), ddy.h(), dw2.f(), dws.f(),
+                                             kern::dwconv3x3_workspace_floats(s));
+        ctx.synchronize();
+        const std::vector<float> a_y = sftest::download_bf16(y1.h(), yn), b_y = sftest::download_bf16(y2.h(), yn);
+        const std::vector<float> a_dx = sftest::download_bf16(dx1.h(), xn), b_dx = sftest::download_bf16(dx2.h(), xn);
+        const std::vector<float> a_dw = sftest::download(dw1.f(), wn), b_dw = sftest::download(dw2.f(), wn);
+        if (custom) {
+            EXPECT_TRUE(bitwise_equal(a_y, b_y)) << what << " y";
+            EXPECT_TRUE(bitwise_equal(a_dx, b_dx)) << what << " dx";
+            EXPECT_TRUE(bitwise_equal(a_dw, b_dw)) << what << " dw";
+        } else {
+            using sftest::close_rel_l2, sftest::to_double;
+            EXPECT_TRUE(close_rel_l2(to_double(a_y), to_double(b_y), 1e-2, what + " y"));
+            EXPECT_TRUE(close_rel_l2(to_double(a_dx), to_double(b_dx), 1e-2, what + " dx"));
+            EXPECT_TRUE(close_rel_l2(to_double(a_dw), to_double(b_dw), 1e-2, what + " dw"));
+        }
+    }
+}
+
+}  // namespace
