@@ -30,6 +30,13 @@
 #   e2e      one epoch of gpu_quick's data at batch 128 logged every 20 steps, then bench step at the
 #            same batch and size, and tools/e2e_check.py: train samples/s within 5% of the bench,
 #            with the loader's wait share (e2e.json)
+#   evalcmp  after `train`: `slidefuse eval` (CUDA and CPU reference) of the run's best checkpoint on
+#            a held-out generated set (2,000 samples, seed 7: its val split) and `predict` on 6
+#            generated images, compared by tools/backend_compare.py (evalcmp.json, evalcmp.log,
+#            eval_cuda.json)
+#   profile  ncu over every kernel of one eager training step (step 6 of a short gpu_quick run on
+#            generated data, batch 128), summarised per kernel and per class against the measured copy
+#            ceiling by tools/ncu_summary.py (ncu_summary.md/.json, ncu_raw.csv.gz, profile.log)
 # usage: scripts/gpu_verify.sh STAGE [build-dir]
 # Exit status: 0 every part passed; 1 a part failed (the table says which); 2 no GPU; 64 usage.
 # Per-part limits of `first` (seconds; 200 + 60 + 120 + 75 by default, about 8 minutes with the
@@ -39,10 +46,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export SF_SOURCE_DIR=${SF_SOURCE_DIR:-$PWD}  # the tests find configs/ here, not at the build machine's path
-usage="usage: scripts/gpu_verify.sh first|tests|bench|uporder|fused|sanitize|compare|train|e2e [build-dir]"
+usage="usage: scripts/gpu_verify.sh first|tests|bench|uporder|fused|sanitize|compare|train|e2e|evalcmp|profile [build-dir]"
 STAGE=${1:-}
 case "$STAGE" in
-  first|tests|bench|uporder|fused|sanitize|compare|train|e2e) ;;
+  first|tests|bench|uporder|fused|sanitize|compare|train|e2e|evalcmp|profile) ;;
   -h|--help) echo "$usage"; exit 0 ;;
   *) echo "gpu_verify: unknown stage '$STAGE'; $usage" >&2; exit 64 ;;
 esac
@@ -277,4 +284,46 @@ case "$STAGE" in
     "$SF" bench step --batch-sizes 128 --size 256x512 --json "$OUT_DIR/e2e_bench.json" 2>&1 | tee -a "$OUT_DIR/e2e.log"
     python3 tools/e2e_check.py --metrics "$OUT_DIR/e2e_metrics.jsonl" --bench "$OUT_DIR/e2e_bench.json" \
       --batch 128 --json "$OUT_DIR/e2e.json" 2>&1 | tee -a "$OUT_DIR/e2e.log" ;;
+  evalcmp)
+    run_dir=runs/gpu_verify_train
+    ckpt="$run_dir/checkpoints/best.safetensors"
+    [ -f "$ckpt" ] || ckpt=$(ls -1 "$run_dir"/checkpoints/ckpt-*.safetensors 2>/dev/null | tail -1 || true)
+    [ -n "$ckpt" ] && [ -f "$ckpt" ] || { echo "gpu_verify: no checkpoint in $run_dir/checkpoints (run the train stage first)" >&2; exit 1; }
+    work="$(mktemp -d)/evalcmp"
+    log="$OUT_DIR/evalcmp.log"
+    echo "checkpoint: $ckpt" | tee "$log"
+    "$SF" generate --out "$work/data" --count 2000 --seed 7 2>&1 | tail -2 | tee -a "$log"
+    for b in cuda cpu; do
+      "$SF" eval --checkpoint "$ckpt" --data "$work/data" --split val --out "$work/eval_$b.json" \
+        --csv "$work/eval_$b.csv" train.backend=$b 2>&1 | tee -a "$log"
+    done
+    cp "$work/eval_cuda.json" "$OUT_DIR/eval_cuda.json"
+    imgs=()
+    for i in 1 2 3 4 5 6; do
+      "$SF" generate --preview "$work/img$i.png" --preview-count 1 --seed "$((100 + i))" >>"$log" 2>&1
+      imgs+=("$work/img$i.png")
+    done
+    for b in cuda cpu; do
+      "$SF" predict --checkpoint "$ckpt" --json "$work/predict_$b.json" train.backend=$b "${imgs[@]}" 2>&1 | tee -a "$log"
+    done
+    python3 tools/backend_compare.py --eval-csv "$work/eval_cuda.csv" "$work/eval_cpu.csv" \
+      --eval-json "$work/eval_cuda.json" "$work/eval_cpu.json" --predict "$work/predict_cuda.json" \
+      "$work/predict_cpu.json" --json "$OUT_DIR/evalcmp.json" 2>&1 | tee -a "$log" ;;
+  profile)
+    ncu=${SF_NCU-$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)}
+    [ -n "$ncu" ] || { echo "gpu_verify: no ncu" | tee "$OUT_DIR/profile.log"; exit 1; }
+    log="$OUT_DIR/profile.log"
+    [ -f "$OUT_DIR/ceilings.json" ] || "$SF" bench ceilings --json "$OUT_DIR/ceilings.json" 2>&1 | tee "$log"
+    run_dir="$(mktemp -d)/profile-run"
+    raw="$(dirname "$run_dir")/ncu_raw.csv"
+    # Eager calls (--no-graph: ncu profiles kernels, not graph launches), steps before 6 warm up
+    # (cuDNN plans, caches); only step 6's kernels are profiled (--profile-from-start off).
+    timeout -k 10 "${SF_T_PROFILE:-480}" "$ncu" --profile-from-start off --csv --page raw --print-units base \
+      --metrics "$(python3 tools/ncu_summary.py --print-metrics)" --log-file "$raw" \
+      "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" --no-graph --profile-steps 6:6 \
+      sched.epochs=1 data.num_samples=2000 data.processed_dir=data/gpu_profile logging.plot=false 2>&1 | tail -20 | tee -a "$log"
+    gzip -c "$raw" > "$OUT_DIR/ncu_raw.csv.gz"
+    python3 tools/ncu_summary.py "$raw" --ceilings "$OUT_DIR/ceilings.json" --md "$OUT_DIR/ncu_summary.md" \
+      --json "$OUT_DIR/ncu_summary.json" 2>&1 | tee -a "$log"
+    cat "$OUT_DIR/ncu_summary.md" ;;
 esac

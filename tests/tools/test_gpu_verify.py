@@ -42,8 +42,45 @@ case "$1" in
          mkdir -p "$out"; echo "$*" > "$out/args.txt"
          echo '{"step": 1, "grad_norm": 1.0}' >> "$out/metrics.jsonl"; echo png > "$out/metrics.png"
          echo "done: 1 steps" ;;
+  generate) prev=; for a in "$@"; do
+              [ "$prev" = --preview ] && echo png > "$a"; [ "$prev" = --out ] && mkdir -p "$a/val"; prev=$a; done
+            echo "generated" ;;
+  eval) out=; csv=; be=; prev=
+        for a in "$@"; do
+          [ "$prev" = --out ] && out=$a; [ "$prev" = --csv ] && csv=$a
+          case "$a" in train.backend=*) be=${a#train.backend=} ;; esac; prev=$a
+        done
+        shift_px=0; [ "$be" = cpu ] && shift_px=${SF_FAKE_CPU_SHIFT:-0}
+        printf '{"backend": "%s", "mae_px": 1.0, "rmse_px": 1.5, "hit_le_2px": 90.0, "hit_le_5px": 99.5, "gap_mae": 1.0, "slider_mae": 1.0}' "$be" > "$out"
+        { echo "sample,gap_x,gap_y,slider_x,slider_y,pred_gap_x,pred_gap_y,pred_slider_x,pred_slider_y,combined_err"
+          for i in 0 1 2 3; do echo "$i,10,20,30,40,$((10 + shift_px)),20,30,40,0.5"; done; } > "$csv"
+        echo "eval $be: 4 samples" ;;
+  predict) out=; be=; prev=; imgs=
+           for a in "$@"; do
+             [ "$prev" = --json ] && out=$a
+             case "$a" in train.backend=*) be=${a#train.backend=} ;; *.png) imgs="$imgs $a" ;; esac; prev=$a
+           done
+           sep=; printf '{"predictions": [' > "$out"
+           for i in $imgs; do
+             printf '%s{"image": "%s", "gap": {"x": 50.0, "y": 20.0}, "slider": {"x": 10.0, "y": 20.0}}' "$sep" "$i" >> "$out"; sep=,
+           done
+           echo ']}' >> "$out"; echo "predict $be" ;;
   *) exit 1 ;;
 esac
+"""
+
+FAKE_NCU = """#!/bin/sh
+log=; prev=; metrics=
+for a in "$@"; do [ "$prev" = --log-file ] && log=$a; [ "$prev" = --metrics ] && metrics=$a; prev=$a; done
+case "$metrics" in *gpu__time_duration.sum*dram__bytes_read.sum*) ;; *) echo "fake ncu: --metrics '$metrics'" >&2; exit 1 ;; esac
+cat > "$log" <<'CSV'
+==PROF== Connected to process 1
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum"
+"","","","","","","","","","","","nsecond","byte","byte"
+"0","1","slidefuse","h","void kern::(anonymous namespace)::dwconv3x3_forward_kernel<1, 8, 2, 4, (kern::Act)0, false>(kern::DwConvPlan, const __nv_bfloat16 *)","1","7","(128, 1, 1)","(8192, 1, 1)","0","9.0","200000","134000000","134000000"
+"1","1","slidefuse","h","sm90_xmma_fprop_implicit_gemm_bf16(Params)","1","7","(128, 1, 1)","(1024, 1, 1)","0","9.0","100000","50000000","25000000"
+CSV
+echo "fake ncu profiled"
 """
 
 FAKE_TESTS = """#!/bin/sh
@@ -225,6 +262,49 @@ class GpuVerifyTest(unittest.TestCase):
         r = self.run_script("sanitize", self.build, SF_SANITIZER=san)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertRegex(r.stdout, r"synccheck +SKIP")
+
+    def test_evalcmp_compares_cuda_and_cpu(self):
+        self.fake_gpu(True)
+        # The stage reads runs/gpu_verify_train under the repository root (where `train` leaves it).
+        run_ckpts = os.path.join(ROOT, "runs", "gpu_verify_train", "checkpoints")
+        existed = os.path.exists(run_ckpts)
+        if existed:
+            self.skipTest("runs/gpu_verify_train exists in this checkout; not touching it")
+        os.makedirs(run_ckpts)
+        try:
+            r = self.run_script("evalcmp", self.build)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("no checkpoint", r.stderr)
+            with open(os.path.join(run_ckpts, "best.safetensors"), "w") as f:
+                f.write("x")
+            r = self.run_script("evalcmp", self.build)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("backend_compare: PASS", r.stdout)
+            for name in ("evalcmp.json", "evalcmp.log", "eval_cuda.json"):
+                self.assertTrue(os.path.exists(os.path.join(self.out, name)), name)
+            # CPU predictions 5 px away from CUDA's: every sample disagrees -> exit 1.
+            r = self.run_script("evalcmp", self.build, SF_FAKE_CPU_SHIFT="5")
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("FAIL (eval_agree)", r.stdout)
+        finally:
+            shutil.rmtree(os.path.join(ROOT, "runs", "gpu_verify_train"))
+
+    def test_profile_summarises_the_ncu_csv(self):
+        self.fake_gpu(True)
+        write_exe(os.path.join(self.bin, "ncu"), FAKE_NCU)
+        os.makedirs(self.out)
+        with open(os.path.join(self.out, "ceilings.json"), "w") as f:
+            f.write('{"copy": {"gbps": 3000.0}}')
+        r = self.run_script("profile", self.build, SF_NCU=os.path.join(self.bin, "ncu"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("dwconv3x3_forward_kernel<1, 8, 2, 4, (kern::Act)0, false>", r.stdout)
+        files = sorted(os.listdir(self.out))
+        for name in ("ncu_summary.md", "ncu_summary.json", "ncu_raw.csv.gz", "profile.log", "ceilings.json"):
+            self.assertIn(name, files)
+        self.assertLessEqual(len(files), 8)
+        r = self.run_script("profile", self.build, SF_NCU="")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no ncu", r.stdout)
 
     def test_timeout(self):
         self.fake_gpu(True)
