@@ -1,5 +1,6 @@
-// Custom CUDA depthwise 3x3 convolution (kernels/dwconv.cu): NHWC bf16 activations, pad 1, stride 1
-// or 2, no bias, fp32 accumulation; forward, backward-data and backward-filter. They compete with
+// Custom CUDA depthwise 3x3 convolution (kernels/dwconv.cu: the checked launchers; the kernels in
+// dwconv_gather.cu and dwconv_wgrad.cu): NHWC bf16 activations, pad 1, stride 1 or 2, no bias, fp32
+// accumulation; forward, backward-data and backward-filter. They compete with
 // cuDNN's grouped convolution: the network times both at plan time and keeps the faster.
 // Declared without CUDA types so g++ code (layers, planner, tests) can call them; device buffers of
 // kern::bf16 are passed to the kernels as __nv_bfloat16. Design and bytes moved: docs/KERNELS_DWCONV.md.
