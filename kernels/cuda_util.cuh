@@ -1,5 +1,5 @@
-// Device-side helpers shared by the CUDA kernels: 8-wide bf16 <-> fp32 vector accesses, the bf16
-// pointer casts of the launchers, and the deterministic finalize of per-chunk partial sums.
+// Device-side helpers shared by the CUDA kernels: 8-, 4- and 2-wide bf16 <-> fp32 vector accesses,
+// the bf16 pointer casts of the launchers, and the deterministic finalize of per-chunk partial sums.
 // Included by .cu files only (g++ code uses kernels/bf16.h).
 #pragma once
 #include <cuda_bf16.h>
@@ -18,13 +18,29 @@ using bfloat = __nv_bfloat16;
 inline const bfloat* dev(const bf16* p) { return reinterpret_cast<const bfloat*>(p); }
 inline bfloat* dev(bf16* p) { return reinterpret_cast<bfloat*>(p); }
 
-// ---- 8 consecutive bf16 (16-byte aligned) <-> 8 floats, one 128-bit access ----
+// ---- V consecutive bf16 (aligned to 2V bytes) <-> V floats, one access (V = 8, 4, 2: 128, 64, 32 bits) ----
 
-// The 8 bf16 held in u (lowest address first) as floats.
-__device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) {
+template <int V>
+struct BfRaw;
+template <>
+struct BfRaw<8> {
+    using T = uint4;
+};
+template <>
+struct BfRaw<4> {
+    using T = uint2;
+};
+template <>
+struct BfRaw<2> {
+    using T = unsigned int;
+};
+
+// The V bf16 held in u (lowest address first) as floats.
+template <int V>
+__device__ __forceinline__ void unpackv(const typename BfRaw<V>::T& u, float (&v)[V]) {
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < V / 2; ++k) {
         const float2 f = __bfloat1622float2(h[k]);
         v[2 * k] = f.x;
         v[2 * k + 1] = f.y;
@@ -32,27 +48,39 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) {
 }
 
 // Read-only (non-coherent, __ldg) load: only for data that no thread of the kernel writes.
-__device__ __forceinline__ void load8(const bfloat* __restrict__ p, float (&v)[8]) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-    unpack8(u, v);
+template <int V>
+__device__ __forceinline__ void loadv(const bfloat* __restrict__ p, float (&v)[V]) {
+    using T = typename BfRaw<V>::T;
+    const T u = __ldg(reinterpret_cast<const T*>(p));
+    unpackv<V>(u, v);
 }
 
 // Plain (coherent) load: for data the kernel may also write (in place updates, aliased operands).
-// The 16 bytes are copied into a local first: that keeps them one 128-bit load (unpack8 of the
-// dereferenced pointer itself compiles to four 32-bit loads).
-__device__ __forceinline__ void load8_rw(const bfloat* p, float (&v)[8]) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    unpack8(u, v);
+// The bytes are copied into a local first: that keeps them one vector load (unpacking the
+// dereferenced pointer itself compiles to 32-bit loads).
+template <int V>
+__device__ __forceinline__ void loadv_rw(const bfloat* p, float (&v)[V]) {
+    using T = typename BfRaw<V>::T;
+    const T u = *reinterpret_cast<const T*>(p);
+    unpackv<V>(u, v);
 }
 
-// Rounds each value to bf16 (nearest even) and stores the 8 with one 128-bit store.
-__device__ __forceinline__ void store8(bfloat* p, const float (&v)[8]) {
-    uint4 u;
+// Rounds each value to bf16 (nearest even) and stores the V with one access.
+template <int V>
+__device__ __forceinline__ void storev(bfloat* p, const float (&v)[V]) {
+    using T = typename BfRaw<V>::T;
+    T u;
     __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<uint4*>(p) = u;
+    for (int k = 0; k < V / 2; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    *reinterpret_cast<T*>(p) = u;
 }
+
+// The 8-wide (128-bit) accesses most kernels use.
+__device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) { unpackv<8>(u, v); }
+__device__ __forceinline__ void load8(const bfloat* __restrict__ p, float (&v)[8]) { loadv<8>(p, v); }
+__device__ __forceinline__ void load8_rw(const bfloat* p, float (&v)[8]) { loadv_rw<8>(p, v); }
+__device__ __forceinline__ void store8(bfloat* p, const float (&v)[8]) { storev<8>(p, v); }
 
 // ---- deterministic finalize of per-chunk partials ----
 

@@ -25,60 +25,7 @@ void dw_launch_backward_data(const rt::Exec& ex, const DwConvPlan& pl, const bf1
 void dw_launch_backward_filter(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* dy, float* dw,
                                float* part, const DwPrologue* pro);
 
-// ---- vectors of V consecutive bf16 (V = 8, 4, 2: one 128-, 64- or 32-bit access) ----
-
-template <int V>
-struct DwRaw;
-template <>
-struct DwRaw<8> {
-    using T = uint4;
-};
-template <>
-struct DwRaw<4> {
-    using T = uint2;
-};
-template <>
-struct DwRaw<2> {
-    using T = unsigned int;
-};
-
-template <int V>
-__device__ __forceinline__ void unpackv(const typename DwRaw<V>::T& u, float (&v)[V]) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < V / 2; ++k) {
-        const float2 f = __bfloat1622float2(h[k]);
-        v[2 * k] = f.x;
-        v[2 * k + 1] = f.y;
-    }
-}
-
-// Read-only load of V bf16 at p (aligned to 2V bytes).
-template <int V>
-__device__ __forceinline__ void loadv(const bfloat* __restrict__ p, float (&v)[V]) {
-    using T = typename DwRaw<V>::T;
-    const T u = __ldg(reinterpret_cast<const T*>(p));
-    unpackv<V>(u, v);
-}
-
-// Coherent load (dx, which the dgrad reads and writes).
-template <int V>
-__device__ __forceinline__ void loadv_rw(const bfloat* p, float (&v)[V]) {
-    using T = typename DwRaw<V>::T;
-    const T u = *reinterpret_cast<const T*>(p);
-    unpackv<V>(u, v);
-}
-
-// Rounds each value to bf16 (nearest even) and stores the V with one access.
-template <int V>
-__device__ __forceinline__ void storev(bfloat* p, const float (&v)[V]) {
-    using T = typename DwRaw<V>::T;
-    T u;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-    for (int k = 0; k < V / 2; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<T*>(p) = u;
-}
+// ---- pixels (vector accesses of V = 8, 4 or 2 bf16: loadv, storev in kernels/cuda_util.cuh) ----
 
 // Pixel `pix` (an index in units of C) of an image at `base`, or zeros (padding) when !valid.
 template <int V>
@@ -124,7 +71,7 @@ __device__ __forceinline__ bool in_range(int i, int n) { return static_cast<unsi
 // bytes when w is 16-byte aligned.
 template <int V>
 __device__ __forceinline__ void load_weights(const bfloat* __restrict__ w, int g, float (&wt)[9][V]) {
-    using T = typename DwRaw<V>::T;
+    using T = typename BfRaw<V>::T;
     T raw[9];
     const T* src = reinterpret_cast<const T*>(w + 9 * V * static_cast<size_t>(g));
 #pragma unroll

@@ -11,6 +11,8 @@
 // as zeros (the padding), and tile pixels outside the destination are not stored. For a given output
 // the order of the additions does not depend on V or the tile: every variant gives the same bits.
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/dwconv_device.cuh"
 #include "runtime/cuda_check.h"
@@ -176,6 +178,18 @@ void backward_data_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16
     }
 }
 
+// Calls f(std::integral_constant<int, v>{}) for the runtime variant index v: every variant of
+// kDwVariants gets its instance, with no list to keep in step with the table.
+template <class F, int... I>
+void with_variant(int v, const char* pass, F&& f, std::integer_sequence<int, I...>) {
+    const bool ran = ((v == I ? (f(std::integral_constant<int, I>{}), true) : false) || ...);
+    SF_CHECK(ran, "dwconv3x3: %s variant %d out of range", pass, v);
+}
+template <class F>
+void with_variant(int v, const char* pass, F&& f) {
+    with_variant(v, pass, f, std::make_integer_sequence<int, kDwVariantCount>{});
+}
+
 template <int S>
 void forward_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
                     const DwPrologue* pro) {
@@ -186,31 +200,17 @@ void forward_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, con
             case Act::Relu: return forward_instance<S, 0, Act::Relu, true>(ex, pl, x, w, y, *pro);
         }
     }
-    static_assert(kDwVariantCount == 6, "dispatch every variant of kDwVariants");
-    const DwPrologue none{};
-    switch (pl.fwd.variant) {
-        case 0: return forward_instance<S, 0, Act::None, false>(ex, pl, x, w, y, none);
-        case 1: return forward_instance<S, 1, Act::None, false>(ex, pl, x, w, y, none);
-        case 2: return forward_instance<S, 2, Act::None, false>(ex, pl, x, w, y, none);
-        case 3: return forward_instance<S, 3, Act::None, false>(ex, pl, x, w, y, none);
-        case 4: return forward_instance<S, 4, Act::None, false>(ex, pl, x, w, y, none);
-        case 5: return forward_instance<S, 5, Act::None, false>(ex, pl, x, w, y, none);
-        default: SF_FAIL("dwconv3x3: forward variant %d out of range", pl.fwd.variant);
-    }
+    with_variant(pl.fwd.variant, "forward", [&](auto vi) {
+        forward_instance<S, decltype(vi)::value, Act::None, false>(ex, pl, x, w, y, DwPrologue{});
+    });
 }
 
 template <int S>
 void backward_data_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* dy, const bf16* w, bf16* dx,
                           bool accumulate) {
-    switch (pl.dgrad.variant) {
-        case 0: return backward_data_instance<S, 0>(ex, pl, dy, w, dx, accumulate);
-        case 1: return backward_data_instance<S, 1>(ex, pl, dy, w, dx, accumulate);
-        case 2: return backward_data_instance<S, 2>(ex, pl, dy, w, dx, accumulate);
-        case 3: return backward_data_instance<S, 3>(ex, pl, dy, w, dx, accumulate);
-        case 4: return backward_data_instance<S, 4>(ex, pl, dy, w, dx, accumulate);
-        case 5: return backward_data_instance<S, 5>(ex, pl, dy, w, dx, accumulate);
-        default: SF_FAIL("dwconv3x3: dgrad variant %d out of range", pl.dgrad.variant);
-    }
+    with_variant(pl.dgrad.variant, "dgrad", [&](auto vi) {
+        backward_data_instance<S, decltype(vi)::value>(ex, pl, dy, w, dx, accumulate);
+    });
 }
 
 }  // namespace

@@ -63,12 +63,35 @@ bool same_shape(const kern::ConvShape& a, const kern::ConvShape& b) {
            a.stride == b.stride && a.pad == b.pad && a.groups == b.groups && a.bias == b.bias;
 }
 
-// Device buffers for timing one shape at plan time (freed on scope exit).
+// Zeroed device buffers for timing the kernels of one shape at plan time, freed on scope exit:
+// x, w, y (also read as dy), dx (only with_dx), dw (fp32) and a workspace of ws_floats.
 struct TimingBuffers {
-    void* p[6] = {};
-    ~TimingBuffers() {
-        for (void* q : p)
-            if (q) cudaFree(q);
+    struct Owned {  // a member, so that what was allocated is freed if a later allocation throws
+        void* p[6] = {};
+        ~Owned() {
+            for (void* q : p)
+                if (q) cudaFree(q);
+        }
+    } mem;
+    kern::bf16 *x = nullptr, *w = nullptr, *y = nullptr, *dx = nullptr;
+    float *dw = nullptr, *ws = nullptr;
+
+    TimingBuffers(const kern::ConvShape& s, size_t ws_floats, bool with_dx, cudaStream_t stream) {
+        const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel();
+        const size_t bytes[6] = {xn * sizeof(kern::bf16), wn * sizeof(kern::bf16), yn * sizeof(kern::bf16),
+                                 with_dx ? xn * sizeof(kern::bf16) : 0, wn * sizeof(float),
+                                 std::max<size_t>(ws_floats, 1) * sizeof(float)};
+        for (int i = 0; i < 6; ++i) {
+            if (bytes[i] == 0) continue;
+            SF_CUDA_CHECK(cudaMalloc(&mem.p[i], bytes[i]));
+            if (i < 5) SF_CUDA_CHECK(cudaMemsetAsync(mem.p[i], 0, bytes[i], stream));  // the workspace is scratch
+        }
+        x = static_cast<kern::bf16*>(mem.p[0]);
+        w = static_cast<kern::bf16*>(mem.p[1]);
+        y = static_cast<kern::bf16*>(mem.p[2]);
+        dx = static_cast<kern::bf16*>(mem.p[3]);
+        dw = static_cast<float*>(mem.p[4]);
+        ws = static_cast<float*>(mem.p[5]);
     }
 };
 
@@ -201,7 +224,7 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
                         err.what());
             e.ms[0] = -1;
         }
-        e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e) : time_custom(custom, u.shape, u.dgrad);
+        e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e) : time_stem(u.shape);
         e.impl = pick_conv_impl(cand, {e.ms[0], e.ms[1]});
         entries_.push_back(e);
     }
@@ -245,36 +268,22 @@ double GpuOps::time_runs(const std::function<void()>& run, int iters) const {
 // give bitwise-identical results (kern::kDwVariants), so the choice changes speed only.
 double GpuOps::time_depthwise(Entry& e) const {
     const kern::ConvShape& s = e.shape;
-    const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel();
     const size_t wsf = kern::dwconv3x3_workspace_floats(s);
-    TimingBuffers b;
-    SF_CUDA_CHECK(cudaMalloc(&b.p[0], xn * sizeof(kern::bf16)));  // x
-    SF_CUDA_CHECK(cudaMalloc(&b.p[1], wn * sizeof(kern::bf16)));  // w
-    SF_CUDA_CHECK(cudaMalloc(&b.p[2], yn * sizeof(kern::bf16)));  // y / dy
-    SF_CUDA_CHECK(cudaMalloc(&b.p[3], xn * sizeof(kern::bf16)));  // dx
-    SF_CUDA_CHECK(cudaMalloc(&b.p[4], wn * sizeof(float)));       // dw
-    SF_CUDA_CHECK(cudaMalloc(&b.p[5], std::max<size_t>(wsf, 1) * sizeof(float)));
-    for (int i = 0; i < 4; ++i)
-        SF_CUDA_CHECK(cudaMemsetAsync(b.p[i], 0, (i == 1 ? wn : (i == 2 ? yn : xn)) * sizeof(kern::bf16), ex_.stream));
-    SF_CUDA_CHECK(cudaMemsetAsync(b.p[4], 0, wn * sizeof(float), ex_.stream));
-    auto* x = static_cast<kern::bf16*>(b.p[0]);
-    auto* w = static_cast<kern::bf16*>(b.p[1]);
-    auto* y = static_cast<kern::bf16*>(b.p[2]);
-    auto* dx = static_cast<kern::bf16*>(b.p[3]);
-    auto* dw = static_cast<float*>(b.p[4]);
-    auto* ws = static_cast<float*>(b.p[5]);
+    const TimingBuffers b(s, wsf, e.dgrad, ex_.stream);
     // Kernels of a fraction of a millisecond: more runs than a cuDNN candidate gets, at little cost.
     const int iters = std::max(policy_.autotune_iters, 10);
     e.fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
     e.dgrad_variant_ms.assign(kern::kDwVariantCount, -1.0);
     for (int v = 0; v < kern::kDwVariantCount; ++v) {
         if (kern::dwconv3x3_variant_supported(s, v, false))
-            e.fwd_variant_ms[v] = time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, x, w, y, nullptr, v); }, iters);
+            e.fwd_variant_ms[v] =
+                time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, v); }, iters);
         if (e.dgrad && kern::dwconv3x3_variant_supported(s, v, true))
             e.dgrad_variant_ms[v] =
-                time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, y, w, dx, true, v); }, iters);
+                time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true, v); }, iters);
     }
-    const double wgrad_ms = time_runs([&] { kern::dwconv3x3_backward_filter_cuda(ex_, s, x, y, dw, ws, wsf); }, iters);
+    const double wgrad_ms =
+        time_runs([&] { kern::dwconv3x3_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf); }, iters);
     auto fastest = [](const std::vector<double>& ms) {
         int best = 0;
         for (int v = 0; v < static_cast<int>(ms.size()); ++v)
@@ -290,29 +299,13 @@ double GpuOps::time_depthwise(Entry& e) const {
     return total;
 }
 
-double GpuOps::time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const {
-    SF_CHECK(impl == ConvImpl::CustomStem && !dgrad, "time_custom: the stem conv only (depthwise: time_depthwise)");
-    const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel();
+double GpuOps::time_stem(const kern::ConvShape& s) const {
     const size_t wsf = kern::stemconv_workspace_floats(s);
-    TimingBuffers b;
-    SF_CUDA_CHECK(cudaMalloc(&b.p[0], xn * sizeof(kern::bf16)));  // x
-    SF_CUDA_CHECK(cudaMalloc(&b.p[1], wn * sizeof(kern::bf16)));  // w
-    SF_CUDA_CHECK(cudaMalloc(&b.p[2], yn * sizeof(kern::bf16)));  // y / dy
-    SF_CUDA_CHECK(cudaMalloc(&b.p[4], wn * sizeof(float)));       // dw
-    SF_CUDA_CHECK(cudaMalloc(&b.p[5], std::max<size_t>(wsf, 1) * sizeof(float)));
-    SF_CUDA_CHECK(cudaMemsetAsync(b.p[0], 0, xn * sizeof(kern::bf16), ex_.stream));
-    SF_CUDA_CHECK(cudaMemsetAsync(b.p[1], 0, wn * sizeof(kern::bf16), ex_.stream));
-    SF_CUDA_CHECK(cudaMemsetAsync(b.p[2], 0, yn * sizeof(kern::bf16), ex_.stream));
-    SF_CUDA_CHECK(cudaMemsetAsync(b.p[4], 0, wn * sizeof(float), ex_.stream));
-    auto* x = static_cast<kern::bf16*>(b.p[0]);
-    auto* w = static_cast<kern::bf16*>(b.p[1]);
-    auto* y = static_cast<kern::bf16*>(b.p[2]);
-    auto* dw = static_cast<float*>(b.p[4]);
-    auto* ws = static_cast<float*>(b.p[5]);
+    const TimingBuffers b(s, wsf, false, ex_.stream);
     return time_runs(
         [&] {
-            kern::stemconv_forward_cuda(ex_, s, x, w, y);
-            kern::stemconv_backward_filter_cuda(ex_, s, x, y, dw, ws, wsf);
+            kern::stemconv_forward_cuda(ex_, s, b.x, b.w, b.y);
+            kern::stemconv_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf);
         },
         policy_.autotune_iters);
 }

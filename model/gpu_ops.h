@@ -88,7 +88,7 @@ private:
     void prepare_cudnn(const ConvUse& u);  // fprop, wgrad and each dgrad mode u needs
     double cudnn_ms(const ConvUse& u) const;
     const Entry& find(const kern::ConvShape& s) const;
-    double time_custom(ConvImpl impl, const kern::ConvShape& s, bool dgrad) const;  // stem: ms per fwd+wgrad
+    double time_stem(const kern::ConvShape& s) const;  // the custom stem conv: ms per fwd+wgrad
     double time_depthwise(Entry& e) const;  // picks e's gather variants; ms per fwd(+dgrad)+wgrad
     double time_runs(const std::function<void()>& run, int iters) const;
     static std::string depthwise_variants_line(const Entry& e);

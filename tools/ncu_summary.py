@@ -69,7 +69,7 @@ def kernel_class(name):
         fam = re.sub(r"_kernel$", "", fam)
         return fam
     low = name.lower()
-    if "cudnn" in low or "xmma" in low or "cutlass" in low or "implicit_convolve" in low or "conv" in low:
+    if "cudnn" in low or "xmma" in low or "cutlass" in low or "conv" in low:
         return "cuDNN"
     if "gemm" in low or "cublas" in low:
         return "cuBLAS"
