@@ -89,6 +89,13 @@ std::string variant_reason(const ConvShape& s, int v, bool dgrad) {
     return "";
 }
 
+// Empty when wgrad variant v can run (the shape is supported), else why.
+std::string wgrad_variant_reason(int v) {
+    if (v < 0 || v >= kDwWgradVariantCount)
+        return rt::format("wgrad variant %d (valid: 0..%d)", v, kDwWgradVariantCount - 1);
+    return "";
+}
+
 }  // namespace
 
 // ---- launchers ----
@@ -99,18 +106,29 @@ bool dwconv3x3_variant_supported(const ConvShape& s, int variant, bool dgrad) {
     return unsupported_reason(s).empty() && variant_reason(s, variant, dgrad).empty();
 }
 
-DwConvPlan dwconv3x3_plan(const ConvShape& s, int fwd_variant, int dgrad_variant) {
+bool dwconv3x3_wgrad_variant_supported(const ConvShape& s, int variant) {
+    return unsupported_reason(s).empty() && wgrad_variant_reason(variant).empty();
+}
+
+DwConvPlan dwconv3x3_plan(const ConvShape& s, int fwd_variant, int dgrad_variant, int wgrad_variant) {
     const std::string why = unsupported_reason(s);
     SF_CHECK(why.empty(), "dwconv3x3: unsupported shape: %s", why.c_str());
-    for (const std::string& bad : {variant_reason(s, fwd_variant, false), variant_reason(s, dgrad_variant, true)})
+    for (const std::string& bad : {variant_reason(s, fwd_variant, false), variant_reason(s, dgrad_variant, true),
+                                   wgrad_variant_reason(wgrad_variant)})
         SF_CHECK(bad.empty(), "dwconv3x3: unsupported %s", bad.c_str());
-    return dwconv3x3_geometry(s.n, s.h, s.w, s.cin, s.stride, fwd_variant, dgrad_variant);
+    return dwconv3x3_geometry(s.n, s.h, s.w, s.cin, s.stride, fwd_variant, dgrad_variant, wgrad_variant);
 }
 
 const char* dwconv3x3_variant_name(int v) {
     static const char* const names[] = {"8ch 2x4", "8ch 1x4", "4ch 2x4", "4ch 1x4", "2ch 2x4", "2ch 4x4"};
     static_assert(sizeof(names) / sizeof(names[0]) == kDwVariantCount, "a name per variant");
     return v >= 0 && v < kDwVariantCount ? names[v] : "variant ?";
+}
+
+const char* dwconv3x3_wgrad_variant_name(int v) {
+    static const char* const names[] = {"8ch 1x4 w1", "4ch 1x4 w2", "2ch 1x4 w4", "4ch 1x4 w1", "2ch 1x4 w1"};
+    static_assert(sizeof(names) / sizeof(names[0]) == kDwWgradVariantCount, "a name per wgrad variant");
+    return v >= 0 && v < kDwWgradVariantCount ? names[v] : "variant ?";
 }
 
 size_t dwconv3x3_workspace_floats(const ConvShape& s) { return dwconv3x3_plan(s).workspace_floats; }
@@ -145,10 +163,12 @@ void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const 
 }
 
 void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
-                                    float* workspace, size_t workspace_floats, const DwPrologue* pro) {
+                                    float* workspace, size_t workspace_floats, const DwPrologue* pro, int variant) {
     const char* op = "dwconv3x3_backward_filter_cuda";
     rt::check_cuda_exec(op, ex);
-    const DwConvPlan pl = dwconv3x3_plan(s);
+    const DwConvPlan pl = dwconv3x3_plan(s, 0, 0, variant);
+    SF_CHECK(!pro || variant == 0, "%s: the BN prologue runs in variant 0 only (got variant %d, %s)", op, variant,
+             dwconv3x3_wgrad_variant_name(variant));
     check_bf16(op, "x", x);
     check_bf16(op, "dy", dy);
     rt::check_device_ptr(op, "dw", dw, alignof(float));

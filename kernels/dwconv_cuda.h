@@ -59,9 +59,22 @@ constexpr bool dw_variant_valid(int v, int stride, bool dgrad) {
     if (dgrad && stride == 2) return kDwVariants[v].tile_h % 2 == 0 && kDwVariants[v].tile_w % 2 == 0;
     return true;
 }
-// Output tile per thread in wgrad: 1 x 4 (72 fp32 accumulators are live besides the tile of dy).
+// Output tile per thread in wgrad: 1 x 4 (9 fp32 accumulators per channel are live besides the tile of dy).
 constexpr int kDwWgradTileH = 1, kDwWgradTileW = 4;
-constexpr int kDwWgradThreads = 128;  // at most, per block of the wgrad partial-sum kernel
+// wgrad variants: channels per thread (8, 4 or 2: 72, 36 or 18 accumulators) and block width (the
+// channel groups per block: those of the 8-channel variant times `widen`, so blocks of up to 128 *
+// widen threads). Index 0 is the default (the deterministic policy and the fused prologue run it);
+// with autotuning the network times each and keeps the fastest. The tile, the tile lanes, the chunks
+// and the lane tree are those of the 8-channel variant whatever the variant (dw_wgrad_grid), so each
+// (c, tap) sum is formed by the same additions in the same order: every variant gives bitwise-
+// identical dw. Fewer channels per thread means fewer registers and more threads on the same work;
+// narrow blocks (widen 1) let several blocks share an SM, wide ones fewer, larger blocks.
+struct DwWgradVariant {
+    int vec, widen;  // channels per thread; block width over the 8-channel variant's
+};
+constexpr DwWgradVariant kDwWgradVariants[] = {{8, 1}, {4, 2}, {2, 4}, {4, 1}, {2, 1}};
+constexpr int kDwWgradVariantCount = static_cast<int>(sizeof(kDwWgradVariants) / sizeof(kDwWgradVariants[0]));
+constexpr int kDwWgradThreads = 128;  // at most, per block of a wgrad variant with widen 1 (widen times that otherwise)
 constexpr int kDwMaxChunks = 256;     // blocks of the wgrad partial-sum kernel, over all channel blocks
 constexpr int kDwMinLaneItems = 4;    // fewer chunks rather than fewer than this many tiles per thread
 constexpr int kDwFinalizeX = 32;      // (c, tap) entries per finalize block ...
@@ -81,17 +94,21 @@ struct DwTileGrid {
 };
 
 // wgrad, pass 1: grid (grid_x, chunks), block (block_x, block_y). threadIdx.x + block_x * blockIdx.x
-// is the channel group; the items = n * tiles_h * tiles_w output tiles (tile_h x tile_w) of one
-// channel group are split into `chunks` even, non-empty ranges, one per blockIdx.y; the block's
-// block_y lanes take every block_y-th tile of the range, then a fixed-shape tree adds the lanes and
-// the block writes its chunk's C*9 partials. Pass 2: finalize_blocks blocks of (kDwFinalizeX,
-// kDwFinalizeY) threads add the chunks per (c, tap) in a fixed order (fp64) into dw.
+// is the channel group (vec channels); the items = n * tiles_h * tiles_w output tiles (tile_h x
+// tile_w) of one channel group are split into `chunks` even, non-empty ranges, one per blockIdx.y; the
+// block's block_y lanes take every block_y-th tile of the range, then a fixed-shape tree adds the
+// lanes and the block writes its chunk's C*9 partials. Pass 2: finalize_blocks blocks of
+// (kDwFinalizeX, kDwFinalizeY) threads add the chunks per (c, tap) in a fixed order (fp64) into dw.
+// block_y and chunks are the 8-channel variant's in every variant (the summation order); block_x and
+// grid_x follow the variant's channel groups and width.
 struct DwWgradGrid {
+    int variant = 0;             // index into kDwWgradVariants
+    int vec = 0, groups = 0;     // channels per thread, C / vec
     int tile_h = 0, tile_w = 0;
     int tiles_h = 0, tiles_w = 0;  // ceil(P / tile_h), ceil(Q / tile_w)
     long long items = 0;           // output tiles per channel group
-    int block_x = 0;               // channel groups per block: min(groups, 32)
-    int block_y = 0;               // tile lanes: the largest power of two with block_x*block_y <= kDwWgradThreads
+    int block_x = 0;               // channel groups per block: min(groups, min(C/8, 32) * widen)
+    int block_y = 0;               // tile lanes: the largest power of two with min(C/8, 32)*block_y <= kDwWgradThreads
     int grid_x = 0;                // ceil(groups / block_x)
     int chunks = 0;                // gridDim.y; in [1, items]
     int finalize_blocks = 0;       // ceil(C*9 / kDwFinalizeX)
@@ -100,7 +117,6 @@ struct DwWgradGrid {
 struct DwConvPlan {
     int n = 0, h = 0, w = 0, c = 0, stride = 0;
     int p = 0, q = 0;  // output height, width
-    int groups = 0;    // C / 8 (wgrad's channel groups)
     DwTileGrid fwd;    // over y (P, Q)
     DwTileGrid dgrad;  // over dx (H, W)
     DwWgradGrid wgrad;
@@ -125,29 +141,35 @@ constexpr DwTileGrid dw_tile_grid(int n, int dst_h, int dst_w, int c, int v) {
     return g;
 }
 
-constexpr DwWgradGrid dw_wgrad_grid(int n, int p, int q, int c) {
+// The grid of wgrad variant v (in range).
+constexpr DwWgradGrid dw_wgrad_grid(int n, int p, int q, int c, int v = 0) {
     DwWgradGrid g;
-    const int groups = c / 8;
+    g.variant = v;
+    g.vec = kDwWgradVariants[v].vec;
+    g.groups = c / g.vec;
     g.tile_h = kDwWgradTileH;
     g.tile_w = kDwWgradTileW;
     g.tiles_h = static_cast<int>(dw_ceil_div(p, kDwWgradTileH));
     g.tiles_w = static_cast<int>(dw_ceil_div(q, kDwWgradTileW));
     g.items = static_cast<long long>(n) * g.tiles_h * g.tiles_w;
-    g.block_x = std::min(groups, 32);
+    // The lanes and the chunks: a fixed function of the shape (never of the device or the variant), so
+    // the summation order is too. They are sized for 8 channels per thread.
+    const int groups8 = c / 8, block_x8 = std::min(groups8, 32);
     g.block_y = 1;
-    while (g.block_x * g.block_y * 2 <= kDwWgradThreads) g.block_y *= 2;
-    g.grid_x = static_cast<int>(dw_ceil_div(groups, g.block_x));
-    // A fixed function of the shape (never of the device), so the summation order is too.
+    while (block_x8 * g.block_y * 2 <= kDwWgradThreads) g.block_y *= 2;
+    const int grid_x8 = static_cast<int>(dw_ceil_div(groups8, block_x8));
     const long long by_work = std::max(1LL, g.items / (static_cast<long long>(g.block_y) * kDwMinLaneItems));
-    g.chunks = static_cast<int>(std::min(dw_ceil_div(kDwMaxChunks, g.grid_x), by_work));
+    g.chunks = static_cast<int>(std::min(dw_ceil_div(kDwMaxChunks, grid_x8), by_work));
+    g.block_x = std::min(g.groups, block_x8 * kDwWgradVariants[v].widen);
+    g.grid_x = static_cast<int>(dw_ceil_div(g.groups, g.block_x));
     g.finalize_blocks = static_cast<int>(dw_ceil_div(9LL * c, kDwFinalizeX));
     return g;
 }
 
 // The plan of a supported shape, without checks (dwconv3x3_plan checks first): a pure function.
-// fwd_variant, dgrad_variant: indices into kDwVariants (in range).
+// fwd_variant, dgrad_variant: indices into kDwVariants; wgrad_variant: into kDwWgradVariants (in range).
 constexpr DwConvPlan dwconv3x3_geometry(int n, int h, int w, int c, int stride, int fwd_variant = 0,
-                                        int dgrad_variant = 0) {
+                                        int dgrad_variant = 0, int wgrad_variant = 0) {
     DwConvPlan pl;
     pl.n = n;
     pl.h = h;
@@ -156,10 +178,9 @@ constexpr DwConvPlan dwconv3x3_geometry(int n, int h, int w, int c, int stride, 
     pl.stride = stride;
     pl.p = (h - 1) / stride + 1;  // (h + 2*1 - 3)/stride + 1
     pl.q = (w - 1) / stride + 1;
-    pl.groups = c / 8;
     pl.fwd = dw_tile_grid(n, pl.p, pl.q, c, fwd_variant);
     pl.dgrad = dw_tile_grid(n, h, w, c, dgrad_variant);
-    pl.wgrad = dw_wgrad_grid(n, pl.p, pl.q, c);
+    pl.wgrad = dw_wgrad_grid(n, pl.p, pl.q, c, wgrad_variant);
     pl.workspace_floats = static_cast<size_t>(pl.wgrad.chunks) * static_cast<size_t>(c) * 9;
     return pl;
 }
@@ -187,12 +208,19 @@ bool dwconv3x3_supported(const ConvShape& s);
 // for the stride (dw_variant_valid) and its thread tiles countable in 32 bits. Never throws.
 bool dwconv3x3_variant_supported(const ConvShape& s, int variant, bool dgrad);
 
-// The plan for s with these gather variants; throws rt::Error naming what is unsupported (and its
-// value), or the variant that cannot run its pass (out of range; odd tile for the stride-2 dgrad).
-DwConvPlan dwconv3x3_plan(const ConvShape& s, int fwd_variant = 0, int dgrad_variant = 0);
+// Whether wgrad variant v (an index into kDwWgradVariants) can run for s: s supported and v in range (every
+// wgrad variant has the same tiles and chunks). Never throws.
+bool dwconv3x3_wgrad_variant_supported(const ConvShape& s, int variant);
 
-// "8ch 2x4": a variant's channels per thread and tile, for logs ("variant 9?" when out of range).
+// The plan for s with these variants (gather: kDwVariants; wgrad: kDwWgradVariants); throws rt::Error
+// naming what is unsupported (and its value), or the variant that cannot run its pass (out of range;
+// odd tile for the stride-2 dgrad).
+DwConvPlan dwconv3x3_plan(const ConvShape& s, int fwd_variant = 0, int dgrad_variant = 0, int wgrad_variant = 0);
+
+// "8ch 2x4": a gather variant's channels per thread and tile, for logs ("variant ?" when out of range).
 const char* dwconv3x3_variant_name(int v);
+// "2ch 1x4 w4": a wgrad variant's channels per thread, tile and block width ("variant ?" when out of range).
+const char* dwconv3x3_wgrad_variant_name(int v);
 
 // fp32 workspace backward_filter needs: chunks * C * 9 floats (scratch, no initialisation needed).
 size_t dwconv3x3_workspace_floats(const ConvShape& s);
@@ -211,8 +239,10 @@ void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const 
 
 // x (N,H,W,C), dy (N,P,Q,C) bf16; dw (C*9) fp32 accumulated (+=). Per-chunk partials go to the
 // workspace (at least dwconv3x3_workspace_floats(s) floats), then a fixed-order combine: no atomics,
-// two runs are bitwise equal. pro: as in the forward (the same x' the forward read).
+// two runs, and every variant, give bitwise-equal dw. pro: as in the forward (the same x' the forward
+// read; only with variant 0). variant: index into kDwWgradVariants.
 void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
-                                    float* workspace, size_t workspace_floats, const DwPrologue* pro = nullptr);
+                                    float* workspace, size_t workspace_floats, const DwPrologue* pro = nullptr,
+                                    int variant = 0);
 
 }  // namespace kern

@@ -5,10 +5,13 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
 #include "kernels/dwconv_cuda.h"
+#include "runtime/error.h"
 #include "runtime/exec.h"
 
 namespace kern {
@@ -24,6 +27,19 @@ void dw_launch_backward_data(const rt::Exec& ex, const DwConvPlan& pl, const bf1
 // Pass 1 (partials into part) and pass 2 (dw += their fixed-order sum).
 void dw_launch_backward_filter(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* dy, float* dw,
                                float* part, const DwPrologue* pro);
+
+// Calls f(std::integral_constant<int, v>{}) for the runtime variant index v of a table of kCount
+// variants (kDwVariants, kDwWgradVariants): every variant gets its instance, with no list to keep in step
+// with the table. Throws rt::Error when v is out of range.
+template <int kCount, class F, int... I>
+void with_variant_seq(int v, const char* pass, F&& f, std::integer_sequence<int, I...>) {
+    const bool ran = ((v == I ? (f(std::integral_constant<int, I>{}), true) : false) || ...);
+    SF_CHECK(ran, "dwconv3x3: %s variant %d out of range", pass, v);
+}
+template <int kCount, class F>
+void with_variant(int v, const char* pass, F&& f) {
+    with_variant_seq<kCount>(v, pass, f, std::make_integer_sequence<int, kCount>{});
+}
 
 // ---- pixels (vector accesses of V = 8, 4 or 2 bf16: loadv, storev in kernels/cuda_util.cuh) ----
 

@@ -11,8 +11,6 @@
 // as zeros (the padding), and tile pixels outside the destination are not stored. For a given output
 // the order of the additions does not depend on V or the tile: every variant gives the same bits.
 #include <cstdint>
-#include <type_traits>
-#include <utility>
 
 #include "kernels/dwconv_device.cuh"
 #include "runtime/cuda_check.h"
@@ -178,18 +176,6 @@ void backward_data_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16
     }
 }
 
-// Calls f(std::integral_constant<int, v>{}) for the runtime variant index v: every variant of
-// kDwVariants gets its instance, with no list to keep in step with the table.
-template <class F, int... I>
-void with_variant(int v, const char* pass, F&& f, std::integer_sequence<int, I...>) {
-    const bool ran = ((v == I ? (f(std::integral_constant<int, I>{}), true) : false) || ...);
-    SF_CHECK(ran, "dwconv3x3: %s variant %d out of range", pass, v);
-}
-template <class F>
-void with_variant(int v, const char* pass, F&& f) {
-    with_variant(v, pass, f, std::make_integer_sequence<int, kDwVariantCount>{});
-}
-
 template <int S>
 void forward_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
                     const DwPrologue* pro) {
@@ -200,7 +186,7 @@ void forward_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, con
             case Act::Relu: return forward_instance<S, 0, Act::Relu, true>(ex, pl, x, w, y, *pro);
         }
     }
-    with_variant(pl.fwd.variant, "forward", [&](auto vi) {
+    with_variant<kDwVariantCount>(pl.fwd.variant, "forward", [&](auto vi) {
         forward_instance<S, decltype(vi)::value, Act::None, false>(ex, pl, x, w, y, DwPrologue{});
     });
 }
@@ -208,7 +194,7 @@ void forward_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, con
 template <int S>
 void backward_data_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* dy, const bf16* w, bf16* dx,
                           bool accumulate) {
-    with_variant(pl.dgrad.variant, "dgrad", [&](auto vi) {
+    with_variant<kDwVariantCount>(pl.dgrad.variant, "dgrad", [&](auto vi) {
         backward_data_instance<S, decltype(vi)::value>(ex, pl, dy, w, dx, accumulate);
     });
 }

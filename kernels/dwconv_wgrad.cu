@@ -1,9 +1,10 @@
 // The filter gradient of the depthwise 3x3 convolution (kernels/dwconv_cuda.h): two deterministic
 // passes, launched through dw_launch_backward_filter (kernels/dwconv_device.cuh) by the checked
-// launcher of kernels/dwconv.cu. Pass 1: each thread owns a group of 8 channels and adds the
-// dy * x-patch products of a chunk's output tiles (1 x 4 pixels each) into 72 fp32 registers, the
-// block's lanes are added with a fixed tree and the chunk's partials written; pass 2 adds the chunks
-// per (c, tap) in a fixed order (fp64) into dw. No atomics: two runs are bitwise equal.
+// launcher of kernels/dwconv.cu. Pass 1: each thread owns a group of V channels (8, 4 or 2 by the
+// variant, kDwWgradVariants) and adds the dy * x-patch products of a chunk's output tiles (1 x 4 pixels each) into 9V fp32
+// registers, the block's lanes are added with a fixed tree and the chunk's partials written; pass 2
+// adds the chunks per (c, tap) in a fixed order (fp64) into dw. No atomics: two runs are bitwise
+// equal, and so are the variants (the lanes, chunks and tree do not depend on V).
 #include <cstdint>
 
 #include "kernels/dwconv_device.cuh"
@@ -13,16 +14,18 @@ namespace kern {
 
 namespace {
 
-// Sums acc[0..72) over threadIdx.y (tile lanes) with a fixed tree, kRound values per round; the totals
-// land in the threads with threadIdx.y == 0. Requires blockDim.y a power of two and blockDim.x *
-// blockDim.y <= kDwWgradThreads. Every thread of the block must call it (it synchronises). Layout
-// sm[k][t] (t = linear thread id): consecutive threads touch consecutive words, no bank conflicts.
-__device__ __forceinline__ void block_reduce72(float (&acc)[72]) {
-    constexpr int kRound = 24;
-    __shared__ float sm[kRound][kDwWgradThreads];
+// Sums acc[0..9V) over threadIdx.y (tile lanes) with a fixed tree, 3V values per round (3V x kThreads
+// floats of shared memory); the totals land in the threads with threadIdx.y == 0. Each value's tree
+// depends on blockDim.y only. Requires blockDim.y a power of two and blockDim.x * blockDim.y <=
+// kThreads. Every thread of the block must call it (it synchronises). Layout sm[k][t] (t = linear
+// thread id): consecutive threads touch consecutive words, no bank conflicts.
+template <int V, int kThreads>
+__device__ __forceinline__ void block_reduce(float (&acc)[9 * V]) {
+    constexpr int kN = 9 * V, kRound = 3 * V;
+    __shared__ float sm[kRound][kThreads];
     const int t = threadIdx.y * blockDim.x + threadIdx.x;
 #pragma unroll
-    for (int base = 0; base < 72; base += kRound) {
+    for (int base = 0; base < kN; base += kRound) {
         // Each thread writes only its own column t, and the only reader of column t after the last
         // tree step is thread t itself, so a round needs no barrier after its final read.
 #pragma unroll
@@ -43,24 +46,24 @@ __device__ __forceinline__ void block_reduce72(float (&acc)[72]) {
     }
 }
 
-// Adds one output tile (rows p0.., columns q0.. of image n, channel group g) into the thread's 72
-// wgrad sums acc[j*9 + r*3 + s] (channel 8g + j, the layout of dw): the tile's dy is held in
-// registers, then every input pixel under the tile is loaded once and multiplied into each
+// Adds one output tile (rows p0.., columns q0.. of image n, channel group g of V channels) into the
+// thread's 9V wgrad sums acc[j*9 + r*3 + s] (channel Vg + j, the layout of dw): the tile's dy is held
+// in registers, then every input pixel under the tile is loaded once and multiplied into each
 // (tile pixel, tap) pair it reaches. dy outside (P, Q) is zero, so partial tiles add nothing extra.
-// kPro: the x pixels go through the prologue as in the forward.
-template <int S, Act A, bool kPro>
+// kPro (V = 8): the x pixels go through the prologue as in the forward.
+template <int S, int V, Act A, bool kPro>
 __device__ __forceinline__ void wgrad_tile(const DwConvPlan& pl, const bfloat* __restrict__ xn,
                                            const bfloat* __restrict__ dyn, int p0, int q0, const BnApply8& bn,
-                                           float (&acc)[72]) {
+                                           float (&acc)[9 * V]) {
     constexpr int TH = kDwWgradTileH, TW = kDwWgradTileW;
     constexpr int IR = S * (TH - 1) + 3, IC = S * (TW - 1) + 3;
-    float d[TH][TW][8];
+    float d[TH][TW][V];
 #pragma unroll
     for (int a = 0; a < TH; ++a)
 #pragma unroll
         for (int b = 0; b < TW; ++b)
-            loadv_or_zero<8>(dyn, p0 + a < pl.p && q0 + b < pl.q, static_cast<size_t>(p0 + a) * pl.q + (q0 + b), pl.c,
-                          d[a][b]);
+            loadv_or_zero<V>(dyn, p0 + a < pl.p && q0 + b < pl.q, static_cast<size_t>(p0 + a) * pl.q + (q0 + b), pl.c,
+                             d[a][b]);
     const int h0 = S * p0 - 1, w0 = S * q0 - 1;
 #pragma unroll
     for (int i = 0; i < IR; ++i) {
@@ -69,8 +72,8 @@ __device__ __forceinline__ void wgrad_tile(const DwConvPlan& pl, const bfloat* _
 #pragma unroll
         for (int j = 0; j < IC; ++j) {
             const int wi = w0 + j;
-            float v[8];
-            loadv_input<8, A, kPro>(xn, hv && in_range(wi, pl.w), static_cast<size_t>(h) * pl.w + wi, pl.c, bn, v);
+            float v[V];
+            loadv_input<V, A, kPro>(xn, hv && in_range(wi, pl.w), static_cast<size_t>(h) * pl.w + wi, pl.c, bn, v);
 #pragma unroll
             for (int a = 0; a < TH; ++a) {
                 const int r = i - S * a;
@@ -80,27 +83,28 @@ __device__ __forceinline__ void wgrad_tile(const DwConvPlan& pl, const bfloat* _
                     const int s = j - S * b;
                     if (s < 0 || s > 2) continue;
 #pragma unroll
-                    for (int k = 0; k < 8; ++k) acc[k * 9 + r * 3 + s] = fmaf(d[a][b][k], v[k], acc[k * 9 + r * 3 + s]);
+                    for (int k = 0; k < V; ++k) acc[k * 9 + r * 3 + s] = fmaf(d[a][b][k], v[k], acc[k * 9 + r * 3 + s]);
                 }
             }
         }
     }
 }
 
-// wgrad, pass 1. grid (wgrad.grid_x, wgrad.chunks), block (wgrad.block_x, wgrad.block_y). Channel
-// group g = blockIdx.x * blockDim.x + threadIdx.x; chunk k = blockIdx.y covers the output tiles
-// [items*k/chunks, items*(k+1)/chunks) (each non-empty), tile lane threadIdx.y takes every
-// blockDim.y-th of them in increasing order (adjacent lanes: adjacent tiles along a row). The lanes
-// are added with a fixed tree and part[k][c*9 + tap] (k-major, C*9 per chunk) is written. kPro: as in
-// the forward.
-template <int S, Act A, bool kPro>
-__global__ void __launch_bounds__(kDwWgradThreads)
+// wgrad, pass 1, in variant Vi (V channels per thread, blocks of at most kThreads). grid
+// (wgrad.grid_x, wgrad.chunks), block (wgrad.block_x, wgrad.block_y). Channel group g = blockIdx.x * blockDim.x + threadIdx.x; chunk k = blockIdx.y
+// covers the output tiles [items*k/chunks, items*(k+1)/chunks) (each non-empty), tile lane
+// threadIdx.y takes every blockDim.y-th of them in increasing order (adjacent lanes: adjacent tiles
+// along a row). The lanes are added with a fixed tree and part[k][c*9 + tap] (k-major, C*9 per chunk)
+// is written. kPro: as in the forward.
+template <int S, int Vi, Act A, bool kPro, int V = kDwWgradVariants[Vi].vec,
+          int kThreads = kDwWgradThreads * kDwWgradVariants[Vi].widen>
+__global__ void __launch_bounds__(kThreads)
     dwconv3x3_wgrad_partial_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
                                    float* __restrict__ part, DwPrologue pro) {
     const DwWgradGrid& wg = pl.wgrad;
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
-    const bool active = g < pl.groups;
-    float acc[72] = {};
+    const bool active = g < wg.groups;
+    float acc[9 * V] = {};
     if (active) {
         const BnApply8 bn = load_prologue<kPro>(pro, g);
         // items <= INT_MAX (plan), so the bounds and the tile index fit in 32-bit unsigned arithmetic.
@@ -111,17 +115,26 @@ __global__ void __launch_bounds__(kDwWgradThreads)
             const int tw = static_cast<int>(t % tiles_w);
             const unsigned rest = t / tiles_w;
             const int th = static_cast<int>(rest % tiles_h), n = static_cast<int>(rest / tiles_h);
-            const bfloat* xn = x + static_cast<size_t>(n) * pl.h * pl.w * pl.c + 8 * g;
-            const bfloat* dyn = dy + static_cast<size_t>(n) * pl.p * pl.q * pl.c + 8 * g;
-            wgrad_tile<S, A, kPro>(pl, xn, dyn, th * kDwWgradTileH, tw * kDwWgradTileW, bn, acc);
+            const bfloat* xn = x + static_cast<size_t>(n) * pl.h * pl.w * pl.c + V * g;
+            const bfloat* dyn = dy + static_cast<size_t>(n) * pl.p * pl.q * pl.c + V * g;
+            wgrad_tile<S, V, A, kPro>(pl, xn, dyn, th * kDwWgradTileH, tw * kDwWgradTileW, bn, acc);
         }
     }
-    block_reduce72(acc);  // all threads, active or not
+    block_reduce<V, kThreads>(acc);  // all threads, active or not
     if (active && threadIdx.y == 0) {
-        // 72 contiguous floats at a 16-byte aligned offset (C*9 and 72*g are multiples of 4).
-        float4* dst = reinterpret_cast<float4*>(part + static_cast<size_t>(blockIdx.y) * pl.c * 9 + 72 * g);
+        float* dst = part + static_cast<size_t>(blockIdx.y) * pl.c * 9 + 9 * V * g;
+        if constexpr (V % 4 == 0) {
+            // 9V contiguous floats at a 16-byte aligned offset (C*9 and 9V*g are multiples of 4).
+            float4* d4 = reinterpret_cast<float4*>(dst);
 #pragma unroll
-        for (int k = 0; k < 18; ++k) dst[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
+            for (int k = 0; k < 9 * V / 4; ++k)
+                d4[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
+        } else {
+            // V = 2: 18 floats at an 8-byte aligned offset.
+            float2* d2 = reinterpret_cast<float2*>(dst);
+#pragma unroll
+            for (int k = 0; k < 9 * V / 2; ++k) d2[k] = make_float2(acc[2 * k], acc[2 * k + 1]);
+        }
     }
 }
 
@@ -133,22 +146,26 @@ __global__ void dwconv3x3_wgrad_finalize_kernel(int entries, int chunks, const f
     finalize_partials<kDwFinalizeX, kDwFinalizeY>(entries, chunks, part, AddTo{dw});
 }
 
-template <int S, Act A, bool kPro>
+template <int S, int Vi, Act A, bool kPro>
 void launch_wgrad(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* dy, float* part,
                   const DwPrologue& pro) {
     const dim3 grid(pl.wgrad.grid_x, pl.wgrad.chunks), block(pl.wgrad.block_x, pl.wgrad.block_y);
-    dwconv3x3_wgrad_partial_kernel<S, A, kPro><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), part, pro);
+    dwconv3x3_wgrad_partial_kernel<S, Vi, A, kPro><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), part, pro);
 }
 
 template <int S>
 void wgrad_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* dy, float* part,
                   const DwPrologue* pro) {
-    if (!pro) return launch_wgrad<S, Act::None, false>(ex, pl, x, dy, part, DwPrologue{});
-    switch (pro->act) {
-        case Act::None: return launch_wgrad<S, Act::None, true>(ex, pl, x, dy, part, *pro);
-        case Act::Silu: return launch_wgrad<S, Act::Silu, true>(ex, pl, x, dy, part, *pro);
-        case Act::Relu: return launch_wgrad<S, Act::Relu, true>(ex, pl, x, dy, part, *pro);
+    if (pro) {  // variant 0 only (checked by the launcher)
+        switch (pro->act) {
+            case Act::None: return launch_wgrad<S, 0, Act::None, true>(ex, pl, x, dy, part, *pro);
+            case Act::Silu: return launch_wgrad<S, 0, Act::Silu, true>(ex, pl, x, dy, part, *pro);
+            case Act::Relu: return launch_wgrad<S, 0, Act::Relu, true>(ex, pl, x, dy, part, *pro);
+        }
     }
+    with_variant<kDwWgradVariantCount>(pl.wgrad.variant, "wgrad", [&](auto vi) {
+        launch_wgrad<S, decltype(vi)::value, Act::None, false>(ex, pl, x, dy, part, DwPrologue{});
+    });
 }
 
 }  // namespace

@@ -50,10 +50,10 @@ struct GpuOps::Entry {
     bool dgrad = false;
     ConvImpl impl = ConvImpl::Cudnn;
     double ms[2] = {-1, -1};  // fwd+dgrad+wgrad per candidate (cudnn, custom), -1 = not measured
-    // CustomDepthwise: the gather variants run (kern::kDwVariants) and, when autotuned, each valid
-    // variant's time (ms; -1 = not valid for the pass or not timed).
-    int fwd_variant = 0, dgrad_variant = 0;
-    std::vector<double> fwd_variant_ms, dgrad_variant_ms;
+    // CustomDepthwise: the variants run (gather: kern::kDwVariants, wgrad: kern::kDwWgradVariants) and,
+    // when autotuned, each valid variant's time (ms; -1 = not valid for the pass or not timed).
+    int fwd_variant = 0, dgrad_variant = 0, wgrad_variant = 0;
+    std::vector<double> fwd_variant_ms, dgrad_variant_ms, wgrad_variant_ms;
 };
 
 namespace {
@@ -241,7 +241,8 @@ void GpuOps::run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShap
     }
     if (y) kern::dwconv3x3_forward_cuda(ex, s, x, w, y, nullptr, e.fwd_variant);
     if (dgrad) kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate, e.dgrad_variant);
-    if (dw) kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_);
+    if (dw) kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_, nullptr,
+                                                 e.wgrad_variant);
 }
 
 // Mean ms of `iters` runs of run() on the stream, after one warm-up run (plan time: synchronises).
@@ -262,10 +263,10 @@ double GpuOps::time_runs(const std::function<void()>& run, int iters) const {
     return ms / iters;
 }
 
-// The custom depthwise kernels of e's shape: every valid gather variant of the forward and (when the
-// step needs it) the dgrad timed on its own, the fastest of each kept in e; the wgrad (one variant)
-// timed as well. Returns best forward + best dgrad + wgrad, comparable with cudnn_ms. The variants
-// give bitwise-identical results (kern::kDwVariants), so the choice changes speed only.
+// The custom depthwise kernels of e's shape: every valid variant of the forward, the wgrad and (when
+// the step needs it) the dgrad timed on its own, the fastest of each kept in e. Returns best forward
+// + best dgrad + best wgrad, comparable with cudnn_ms. The variants of a pass give bitwise-identical
+// results (kern::kDwVariants, kern::kDwWgradVariants), so the choice changes speed only.
 double GpuOps::time_depthwise(Entry& e) const {
     const kern::ConvShape& s = e.shape;
     const size_t wsf = kern::dwconv3x3_workspace_floats(s);
@@ -282,8 +283,12 @@ double GpuOps::time_depthwise(Entry& e) const {
             e.dgrad_variant_ms[v] =
                 time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true, v); }, iters);
     }
-    const double wgrad_ms =
-        time_runs([&] { kern::dwconv3x3_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf); }, iters);
+    e.wgrad_variant_ms.assign(kern::kDwWgradVariantCount, -1.0);
+    for (int v = 0; v < kern::kDwWgradVariantCount; ++v) {
+        if (kern::dwconv3x3_wgrad_variant_supported(s, v))
+            e.wgrad_variant_ms[v] = time_runs(
+                [&] { kern::dwconv3x3_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf, nullptr, v); }, iters);
+    }
     auto fastest = [](const std::vector<double>& ms) {
         int best = 0;
         for (int v = 0; v < static_cast<int>(ms.size()); ++v)
@@ -291,7 +296,8 @@ double GpuOps::time_depthwise(Entry& e) const {
         return best;
     };
     e.fwd_variant = fastest(e.fwd_variant_ms);
-    double total = e.fwd_variant_ms[e.fwd_variant] + wgrad_ms;
+    e.wgrad_variant = fastest(e.wgrad_variant_ms);
+    double total = e.fwd_variant_ms[e.fwd_variant] + e.wgrad_variant_ms[e.wgrad_variant];
     if (e.dgrad) {
         e.dgrad_variant = fastest(e.dgrad_variant_ms);
         total += e.dgrad_variant_ms[e.dgrad_variant];
@@ -356,8 +362,8 @@ void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, 
         run_custom(e, ex, s, x, nullptr, nullptr, dy, nullptr, dw, false);
 }
 
-// "dwconv variants: fwd 2 (4ch 2x4) of [0.300 0.280 ...], dgrad 0 (8ch 2x4) of [...]" (ms per variant,
-// "-" = not valid for the pass or not timed).
+// "dwconv variants: fwd 2 (4ch 2x4) of [0.300 0.280 ...], dgrad 0 (8ch 2x4) of [...], wgrad 1 (4ch 1x4)
+// of [...]" (ms per variant, "-" = not valid for the pass or not timed).
 std::string GpuOps::depthwise_variants_line(const Entry& e) {
     auto list = [](const std::vector<double>& ms) {
         std::string l = "[";
@@ -378,6 +384,8 @@ std::string GpuOps::depthwise_variants_line(const Entry& e) {
         line += rt::format(", dgrad %d (%s)", e.dgrad_variant, kern::dwconv3x3_variant_name(e.dgrad_variant));
         if (!e.dgrad_variant_ms.empty()) line += " of " + list(e.dgrad_variant_ms) + " ms";
     }
+    line += rt::format(", wgrad %d (%s)", e.wgrad_variant, kern::dwconv3x3_wgrad_variant_name(e.wgrad_variant));
+    if (!e.wgrad_variant_ms.empty()) line += " of " + list(e.wgrad_variant_ms) + " ms";
     return line;
 }
 

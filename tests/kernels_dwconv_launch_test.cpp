@@ -40,7 +40,7 @@ TEST(KernelsDwconvLaunch, StrideOneModelShapes) {
     DwConvPlan p = kern::dwconv3x3_plan(dw_shape(128, 64, 128, 64, 1));
     EXPECT_EQ(p.p, 64);
     EXPECT_EQ(p.q, 128);
-    EXPECT_EQ(p.groups, 8);
+    EXPECT_EQ(p.wgrad.groups, 8);
     EXPECT_EQ(p.fwd.tile_h, 2);
     EXPECT_EQ(p.fwd.tile_w, 4);
     EXPECT_EQ(p.fwd.tiles_h, 32);
@@ -83,7 +83,7 @@ TEST(KernelsDwconvLaunch, StrideOneModelShapes) {
 
     // LiteBlock(256) hidden: 8x16, C=512: two channel blocks share the 256 chunk budget.
     p = kern::dwconv3x3_plan(dw_shape(128, 8, 16, 512, 1));
-    EXPECT_EQ(p.groups, 64);
+    EXPECT_EQ(p.wgrad.groups, 64);
     EXPECT_EQ(p.fwd.tiles_h, 4);
     EXPECT_EQ(p.fwd.tiles_w, 4);
     EXPECT_EQ(p.fwd.items, 128LL * 4 * 4 * 64);
@@ -104,7 +104,7 @@ TEST(KernelsDwconvLaunch, StrideTwoModelShapes) {
     DwConvPlan p = kern::dwconv3x3_plan(dw_shape(128, 64, 128, 32, 2));
     EXPECT_EQ(p.p, 32);
     EXPECT_EQ(p.q, 64);
-    EXPECT_EQ(p.groups, 4);
+    EXPECT_EQ(p.wgrad.groups, 4);
     EXPECT_EQ(p.fwd.tiles_h, 16);
     EXPECT_EQ(p.fwd.tiles_w, 16);
     EXPECT_EQ(p.fwd.items, 128LL * 16 * 16 * 4);
@@ -167,7 +167,7 @@ TEST(KernelsDwconvLaunch, PlanInvariants) {
                                              std::to_string(stride);
                     EXPECT_EQ(p.p, (h + 2 - 3) / stride + 1) << what;
                     EXPECT_EQ(p.q, (w + 2 - 3) / stride + 1) << what;
-                    EXPECT_EQ(p.groups * 8, c) << what;
+                    EXPECT_EQ(p.wgrad.groups * 8, c) << what;
                     // Gather passes: tiles cover the destination with no empty tile row/column.
                     for (const auto& [g, dh, dw] : {std::tuple(p.fwd, p.p, p.q), std::tuple(p.dgrad, h, w)}) {
                         EXPECT_GE(g.tiles_h * g.tile_h, dh) << what;
@@ -176,7 +176,7 @@ TEST(KernelsDwconvLaunch, PlanInvariants) {
                         EXPECT_LT((g.tiles_w - 1) * g.tile_w, dw) << what;
                         EXPECT_EQ(g.items, static_cast<long long>(n) * g.tiles_h * g.tiles_w * g.groups) << what;
                         EXPECT_EQ(g.variant, 0) << what;
-                        EXPECT_EQ(g.groups, p.groups) << what;  // variant 0: 8 channels per thread
+                        EXPECT_EQ(g.groups, p.wgrad.groups) << what;  // variant 0: 8 channels per thread
                         EXPECT_GE(g.grid * g.block, g.items) << what;
                         EXPECT_LT((g.grid - 1) * g.block, g.items) << what;
                     }
@@ -187,8 +187,8 @@ TEST(KernelsDwconvLaunch, PlanInvariants) {
                     EXPECT_LE(wg.block_x * wg.block_y, kern::kDwWgradThreads) << what;
                     EXPECT_GT(2 * wg.block_x * wg.block_y, kern::kDwWgradThreads) << what;
                     EXPECT_EQ(wg.block_y & (wg.block_y - 1), 0) << what;  // tree reduction
-                    EXPECT_GE(wg.grid_x * wg.block_x, p.groups) << what;
-                    EXPECT_LT((wg.grid_x - 1) * wg.block_x, p.groups) << what;
+                    EXPECT_GE(wg.grid_x * wg.block_x, p.wgrad.groups) << what;
+                    EXPECT_LT((wg.grid_x - 1) * wg.block_x, p.wgrad.groups) << what;
                     EXPECT_GE(wg.tiles_h * wg.tile_h, p.p) << what;
                     EXPECT_GE(wg.tiles_w * wg.tile_w, p.q) << what;
                     EXPECT_EQ(wg.items, static_cast<long long>(n) * wg.tiles_h * wg.tiles_w) << what;
@@ -243,7 +243,7 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
                 const int dv = kern::dw_variant_valid(v, stride, true) ? v : 0;
                 const DwConvPlan p = kern::dwconv3x3_plan(dw_shape(n, h, w, c, stride), v, dv);
                 const DwConvPlan base = kern::dwconv3x3_plan(dw_shape(n, h, w, c, stride));
-                EXPECT_EQ(p.wgrad.chunks, base.wgrad.chunks) << what;  // the wgrad has no variants
+                EXPECT_EQ(p.wgrad.chunks, base.wgrad.chunks) << what;  // the gather variants leave the wgrad alone
                 EXPECT_EQ(p.workspace_floats, base.workspace_floats) << what;
                 for (const auto& [g, gv, dh, dw] : {std::tuple(p.fwd, v, p.p, p.q), std::tuple(p.dgrad, dv, h, w)}) {
                     EXPECT_EQ(g.variant, gv) << what;
@@ -297,6 +297,91 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
     EXPECT_TRUE(kern::dwconv3x3_variant_supported(s2, 1, false));
     EXPECT_FALSE(kern::dwconv3x3_variant_supported(s1, 6, false));
     EXPECT_FALSE(kern::dwconv3x3_variant_supported(dw_shape(2, 16, 16, 12, 1), 0, false));
+}
+
+// The wgrad variants (kDwWgradVariants): 8, 4 or 2 channels per thread, blocks 1, 2 or 4 times as wide
+// as the 8-channel variant's, on the same tiles, lanes, chunks and workspace as variant 0 (so the same
+// summation order: bitwise-equal dw, KernelsDwconvGpu), blocks of at most kDwWgradThreads * widen
+// threads whose channel blocks cover C; out of range refused.
+TEST(KernelsDwconvLaunch, WgradVariants) {
+    ASSERT_EQ(kern::kDwWgradVariantCount, 5);
+    EXPECT_EQ(kern::kDwWgradVariants[0].vec, 8);
+    EXPECT_EQ(kern::kDwWgradVariants[0].widen, 1);
+    EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(0), "8ch 1x4 w1");
+    EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(2), "2ch 1x4 w4");
+    EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(5), "variant ?");
+    EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(-1), "variant ?");
+    for (int v = 0; v < kern::kDwWgradVariantCount; ++v) {
+        const kern::DwWgradVariant& var = kern::kDwWgradVariants[v];
+        EXPECT_EQ(kern::dwconv3x3_wgrad_variant_name(v),
+                  std::to_string(var.vec) + "ch 1x4 w" + std::to_string(var.widen));
+        EXPECT_TRUE(var.vec == 8 || var.vec == 4 || var.vec == 2) << v;
+        EXPECT_TRUE(var.widen >= 1 && var.widen <= 8 / var.vec) << v;  // never more threads than channels need
+    }
+    for (int c : {8, 16, 24, 40, 64, 128, 256, 264, 512, 1024}) {
+        for (int stride : {1, 2}) {
+            for (const auto& [n, h, w] : {std::tuple(128, 64, 128), std::tuple(3, 7, 9), std::tuple(1, 1, 1)}) {
+                const kern::ConvShape s = dw_shape(n, h, w, c, stride);
+                const DwConvPlan base = kern::dwconv3x3_plan(s);
+                for (int v = 0; v < kern::kDwWgradVariantCount; ++v) {
+                    const std::string what = std::string(kern::dwconv3x3_wgrad_variant_name(v)) + " " +
+                                             std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c) +
+                                             " s" + std::to_string(stride);
+                    ASSERT_TRUE(kern::dwconv3x3_wgrad_variant_supported(s, v)) << what;
+                    const DwConvPlan p = kern::dwconv3x3_plan(s, 0, 0, v);
+                    const kern::DwWgradGrid& g = p.wgrad;
+                    EXPECT_EQ(g.variant, v) << what;
+                    EXPECT_EQ(g.vec, kern::kDwWgradVariants[v].vec) << what;
+                    EXPECT_EQ(g.groups * g.vec, c) << what;
+                    // The summation order: tiles, lanes and chunks of variant 0.
+                    EXPECT_EQ(g.tile_h, base.wgrad.tile_h) << what;
+                    EXPECT_EQ(g.tile_w, base.wgrad.tile_w) << what;
+                    EXPECT_EQ(g.items, base.wgrad.items) << what;
+                    EXPECT_EQ(g.block_y, base.wgrad.block_y) << what;
+                    EXPECT_EQ(g.chunks, base.wgrad.chunks) << what;
+                    EXPECT_EQ(p.workspace_floats, base.workspace_floats) << what;
+                    EXPECT_EQ(g.finalize_blocks, base.wgrad.finalize_blocks) << what;
+                    // The channel blocks: every group in exactly one, blocks within the kernel's bound.
+                    EXPECT_EQ(g.block_x, std::min(g.groups, base.wgrad.block_x * kern::kDwWgradVariants[v].widen))
+                        << what;
+                    EXPECT_GE(g.grid_x * g.block_x, g.groups) << what;
+                    EXPECT_LT((g.grid_x - 1) * g.block_x, g.groups) << what;
+                    EXPECT_LE(g.block_x * g.block_y, kern::kDwWgradThreads * kern::kDwWgradVariants[v].widen) << what;
+                    EXPECT_EQ((9 * g.vec) % 2, 0) << what;  // partials stored as float2 or float4
+                    // The gather passes are untouched by the wgrad variant.
+                    EXPECT_EQ(p.fwd.variant, 0) << what;
+                    EXPECT_EQ(p.dgrad.variant, 0) << what;
+                    EXPECT_EQ(p.fwd.items, base.fwd.items) << what;
+                }
+            }
+        }
+    }
+    // LiteBlock(32) at 1/4 (C = 64): "2ch 1x4 w4" puts the 32 groups of 2 channels and 16 lanes in one
+    // block of 512 threads; "2ch 1x4 w1" keeps 8 groups (16 channels) per block of 128: 4 channel blocks.
+    const kern::ConvShape lb = dw_shape(128, 64, 128, 64, 1);
+    const DwConvPlan w4 = kern::dwconv3x3_plan(lb, 0, 0, 2), w1 = kern::dwconv3x3_plan(lb, 0, 0, 4);
+    EXPECT_EQ(w4.wgrad.groups, 32);
+    EXPECT_EQ(w4.wgrad.block_x, 32);
+    EXPECT_EQ(w4.wgrad.block_y, 16);
+    EXPECT_EQ(w4.wgrad.grid_x, 1);
+    EXPECT_EQ(w4.wgrad.chunks, 256);
+    EXPECT_EQ(w1.wgrad.block_x, 8);
+    EXPECT_EQ(w1.wgrad.block_y, 16);
+    EXPECT_EQ(w1.wgrad.grid_x, 4);
+    EXPECT_EQ(w1.wgrad.chunks, 256);
+    // LiteBlock(256) at 1/32 (C = 512) in "4ch 1x4 w2": 128 groups in 2 channel blocks of 64 (8ch: 2 of 32).
+    const DwConvPlan p1 = kern::dwconv3x3_plan(dw_shape(128, 8, 16, 512, 1), 0, 0, 1);
+    EXPECT_EQ(p1.wgrad.block_x, 64);
+    EXPECT_EQ(p1.wgrad.block_y, 4);
+    EXPECT_EQ(p1.wgrad.grid_x, 2);
+    EXPECT_EQ(p1.wgrad.chunks, 128);
+
+    const kern::ConvShape s1 = dw_shape(2, 16, 16, 32, 1);
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 0, 5), "dwconv3x3", "wgrad variant 5", "valid: 0..4");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 0, -1), "wgrad variant -1");
+    EXPECT_FALSE(kern::dwconv3x3_wgrad_variant_supported(s1, 5));
+    EXPECT_FALSE(kern::dwconv3x3_wgrad_variant_supported(s1, -1));
+    EXPECT_FALSE(kern::dwconv3x3_wgrad_variant_supported(dw_shape(2, 16, 16, 12, 1), 0));
 }
 
 TEST(KernelsDwconvLaunch, UnsupportedShapesRejected) {
@@ -387,6 +472,9 @@ TEST(KernelsDwconvLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(rt::Exec::cpu(), s, x, y, dw, ws, wsn), "backward_filter",
                     "cpu");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, bad, x, y, dw, ws, wsn), "k=5");
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, y, dw, ws, wsn, nullptr, 5), "wgrad variant 5");
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, y, dw, ws, wsn, &pro, 1),
+                    "prologue runs in variant 0 only", "variant 1, 4ch 1x4 w2");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, bptr(0x100004), y, dw, ws, wsn), "x must be");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, nullptr, dw, ws, wsn), "dy must be");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, y, nullptr, ws, wsn), "dw must be");

@@ -9,7 +9,8 @@
 //   - two identical runs give bitwise-identical y, dx and dw (gather dgrad, fixed-order wgrad).
 //   - every gather variant (kDwVariants: 8/4/2 channels per thread, 2x4 .. 4x4 tiles) gives y and dx
 //     bitwise equal to variant 0's, in both dgrad modes (accumulate, overwrite); overwrite vs the
-//     reference with dx0 = 0.
+//     reference with dx0 = 0; every wgrad variant (kDwWgradVariants: 8/4/2 channels per thread) gives dw
+//     bitwise equal to variant 0's.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -105,11 +106,12 @@ Inputs integer_inputs(const kern::ConvShape& s, uint64_t seed) {
     return in;
 }
 
-// Forward, dgrad and wgrad on the GPU, the gather passes in variants fv and dv (kern::kDwVariants).
+// Forward, dgrad and wgrad on the GPU, the gather passes in variants fv and dv (kern::kDwVariants), the
+// wgrad in variant wv (kern::kDwWgradVariants).
 // y starts as sentinels (overwritten), dx as dx0 (accumulated; accumulate = false: overwritten) and dw
 // as dw0 (accumulated); each is followed by kGuard sentinels.
 Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inputs& in, int fv = 0, int dv = 0,
-                bool accumulate = true) {
+                bool accumulate = true, int wv = 0) {
     const size_t nx = s.in().numel(), ny = s.out().numel(), nw = s.weight_numel();
     const size_t wsn = kern::dwconv3x3_workspace_floats(s);
     rt::Arena arena("dwconv_test", rt::MemKind::Device);
@@ -139,7 +141,7 @@ Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inpu
     const rt::Exec& ex = ctx.exec();
     kern::dwconv3x3_forward_cuda(ex, s, x, w, y, nullptr, fv);
     kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate, dv);
-    kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, arena.ptr<float>(o_ws), wsn);
+    kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, arena.ptr<float>(o_ws), wsn, nullptr, wv);
     ctx.synchronize();
 
     Outputs out;
@@ -223,8 +225,9 @@ TEST(KernelsDwconvGpu, Deterministic) {
 }
 
 // The gather variants add each output's taps in the same order as variant 0, so y and dx are the same
-// bits; shapes with odd sizes (partial tiles of every tile size), C with odd group counts for 2, 4
-// and 8 channels per thread, both strides, and both dgrad modes.
+// bits, and the wgrad variants each (c, tap) sum in the same order, so dw is; shapes with odd sizes
+// (partial tiles of every tile size), C with odd group counts for 2, 4 and 8 channels per thread and
+// more than 32 groups (several channel blocks), both strides, and both dgrad modes.
 TEST(KernelsDwconvGpu, VariantsBitwiseEqualToVariantZero) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;
@@ -242,10 +245,12 @@ TEST(KernelsDwconvGpu, VariantsBitwiseEqualToVariantZero) {
             const Outputs base = run_gpu(ctx, s, in, 0, 0, accumulate);
             for (int v = 0; v < kern::kDwVariantCount; ++v) {
                 const int dv = kern::dw_variant_valid(v, k.stride, true) ? v : 0;
+                const int wv = v % kern::kDwWgradVariantCount;
                 const std::string what = name_of(k) + " variant " + std::to_string(v) + " (" +
-                                         kern::dwconv3x3_variant_name(v) + ")" +
+                                         kern::dwconv3x3_variant_name(v) + "), wgrad " + std::to_string(wv) + " (" +
+                                         kern::dwconv3x3_wgrad_variant_name(wv) + ")" +
                                          (accumulate ? "" : " overwrite");
-                const Outputs got = run_gpu(ctx, s, in, v, dv, accumulate);
+                const Outputs got = run_gpu(ctx, s, in, v, dv, accumulate, wv);
                 EXPECT_TRUE(got.guards_intact) << what << ": wrote past y, dx or dw";
                 EXPECT_TRUE(bitwise_equal(got.y, base.y)) << what << " y";
                 EXPECT_TRUE(bitwise_equal(got.dx, base.dx)) << what << " dx";

@@ -1,6 +1,6 @@
-// model::GpuOps with autotuning on depthwise shapes (model/gpu_ops.cpp): every gather variant of the
-// custom depthwise kernels valid for the shape is timed per direction (kern::kDwVariants), the
-// fastest kept and listed by describe() (also when cuDNN was faster and runs the shape); when the
+// model::GpuOps with autotuning on depthwise shapes (model/gpu_ops.cpp): every variant of the custom
+// depthwise kernels valid for the shape is timed per direction (gather: kern::kDwVariants, wgrad:
+// kern::kDwWgradVariants), the fastest kept and listed by describe() (also when cuDNN was faster and runs the shape); when the
 // custom kernels run, the convolutions GpuOps runs give the same bits as the default variant called
 // directly (the variants' documented property) and the same filter gradient as the direct wgrad;
 // when cuDNN runs (under the CPU emulation it can be faster), the same values to rounding.
@@ -105,8 +105,10 @@ TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
         const std::string& vl = lines[k + 1];
         ASSERT_EQ(vl.find("  dwconv variants: fwd "), 0u) << vl;
         const std::vector<double> fwd = variant_times(vl, "fwd "), dgrad = variant_times(vl, "dgrad ");
+        const std::vector<double> wgrad = variant_times(vl, "wgrad ");
         ASSERT_EQ(static_cast<int>(fwd.size()), kern::kDwVariantCount) << vl;
         ASSERT_EQ(static_cast<int>(dgrad.size()), kern::kDwVariantCount) << vl;
+        ASSERT_EQ(static_cast<int>(wgrad.size()), kern::kDwWgradVariantCount) << vl;
         for (int v = 0; v < kern::kDwVariantCount; ++v) {
             EXPECT_GE(fwd[v], 0) << vl << " forward variant " << v << " not timed";
             EXPECT_EQ(dgrad[v] >= 0, kern::dw_variant_valid(v, s.stride, true)) << vl << " dgrad variant " << v;
@@ -114,6 +116,14 @@ TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
         // The chosen variants are the fastest timed (ties: the first).
         const int fv = std::atoi(vl.c_str() + vl.find("fwd ") + 4);
         const int dv = std::atoi(vl.c_str() + vl.find("dgrad ") + 6);
+        const int wv = std::atoi(vl.c_str() + vl.find("wgrad ") + 6);
+        for (int v = 0; v < kern::kDwWgradVariantCount; ++v) {
+            EXPECT_GE(wgrad[v], 0) << vl << " wgrad variant " << v << " not timed";
+            EXPECT_LE(wgrad[wv], wgrad[v]) << vl;
+        }
+        EXPECT_NE(vl.find("wgrad " + std::to_string(wv) + " (" + kern::dwconv3x3_wgrad_variant_name(wv) + ")"),
+                  std::string::npos)
+            << vl;
         for (int v = 0; v < kern::kDwVariantCount; ++v) {
             EXPECT_LE(fwd[fv], fwd[v]) << vl;
             if (dgrad[v] >= 0) {
