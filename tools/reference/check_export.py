@@ -10,7 +10,7 @@ usage: check_export.py --weights W.safetensors --io IO.safetensors [--tol 1e-4]
    heatmap_piece, offset, angle; N, c, H/4, W/4), which slidefuse computed from the same weights:
    relative L2 error <= tol per head (DESIGN §2: a whole forward, fp32, within 1e-4).
 Prints one line per head; exit status 0 when everything holds, 1 otherwise (with the reason).
-Run by tests/tools_train_resume_test.cpp when /usr/bin/python3 has torch; needs torch and numpy.
+Run by tests/tools_train_signals_test.cpp when /usr/bin/python3 has torch; needs torch and numpy.
 """
 import argparse
 import os
