@@ -41,24 +41,77 @@ constexpr int kDwThreads = 128;  // threads per block of the forward and dgrad k
 constexpr int kDwTileH = 2, kDwTileW = 4;
 
 // Gather-pass variants (forward, dgrad): channels per thread (8, 4 or 2 bf16: one 128-, 64- or 32-bit
-// load per pixel) and the destination tile per thread. Index 0 is the default (the deterministic
-// policy and the fused prologue run it); with autotuning the network times every valid variant per
-// shape and direction and keeps the fastest (model::GpuOps). Fewer channels and smaller tiles need
-// fewer registers (more resident warps), larger tiles re-read fewer halo pixels. Every variant adds
-// each output's taps in the same order (forward: (r, s) row-major; dgrad: reversed), and out-of-image
-// taps are the same zeros, so all of them give bitwise-identical y and dx: the choice changes speed only.
+// load per pixel), the destination tile per thread, and where the source pixels come from. Index 0 is
+// the default (the deterministic policy and the fused prologue run it); with autotuning the network
+// times every valid variant per shape and direction and keeps the fastest (model::GpuOps).
+//  - direct (block_h = 0): each thread loads the source pixels under its tile from global memory
+//    itself; neighbouring tiles' halos are re-read through L1/L2. Fewer channels and smaller tiles
+//    need fewer registers (more resident warps), larger tiles re-read fewer halo pixels.
+//  - staged (block_h, block_w > 0): a block first copies the source pixels under a block_h x block_w
+//    destination block (and up to 64 channels: dw_stage_channels) into shared memory with coalesced
+//    128-bit loads, once each, padding as zeros, then its threads walk their tiles of that block from
+//    shared memory. The stride-2 forward's block is block_h/2 x block_w/2 outputs (its source is
+//    the same size). Source bytes read from L2: (block + halo) / block, 1.3x at 8 x 32, instead of the
+//    direct tiles' (tile + halo) / tile through L1 (3x at 2x4).
+// Every variant adds each output's taps in the same order (forward: (r, s) row-major; dgrad: reversed),
+// and out-of-image taps are the same +0 values added by the same fmaf, so all of them give
+// bitwise-identical y and dx: the choice changes speed only.
 struct DwVariant {
-    int vec, tile_h, tile_w;  // channels per thread, destination rows x columns per thread
+    int vec, tile_h, tile_w;      // channels per thread, destination rows x columns per thread
+    int block_h = 0, block_w = 0;  // staged: destination pixels per block at stride 1; 0: direct
 };
-constexpr DwVariant kDwVariants[] = {{8, 2, 4}, {8, 1, 4}, {4, 2, 4}, {4, 1, 4}, {2, 2, 4}, {2, 4, 4}};
+constexpr DwVariant kDwVariants[] = {{8, 2, 4},        {8, 1, 4},        {4, 2, 4},       {4, 1, 4},
+                                     {2, 2, 4},        {2, 4, 4},        {8, 2, 4, 8, 32}, {4, 2, 4, 8, 32},
+                                     {2, 4, 4, 8, 32}};
 constexpr int kDwVariantCount = static_cast<int>(sizeof(kDwVariants) / sizeof(kDwVariants[0]));
-// Whether variant v can run a gather pass at this stride: v in range, and the stride-2 dgrad needs
-// even tile sides (so that every tile starts on an even row and column).
+constexpr bool dw_variant_staged(int v) { return kDwVariants[v].block_h > 0; }
+// A staged block's destination size for a pass: the variant's block, halved for the stride-2 forward.
+constexpr int dw_stage_block(int v, int stride, bool dgrad, bool rows) {
+    const int b = rows ? kDwVariants[v].block_h : kDwVariants[v].block_w;
+    return dgrad ? b : b / stride;
+}
+// Channels per staged block: the largest of 64, 32, 16, 8 that divides C (C % 8 == 0). Shared-memory
+// pixel pitch in bf16: the channels, plus 8 (16 bytes) when a pixel is not a whole multiple of 128
+// bytes, so that the pixels of neighbouring thread tiles fall in different banks.
+constexpr int dw_stage_channels(int c) { return c % 64 == 0 ? 64 : c % 32 == 0 ? 32 : c % 16 == 0 ? 16 : 8; }
+constexpr int dw_stage_pitch(int cb) { return cb % 64 == 0 ? cb : cb + 8; }
+// Source rows (or columns) a staged block of b destination pixels reads: forward b outputs at stride S
+// read S*(b-1)+3 inputs; dgrad b dx pixels read b+2 dy pixels at stride 1, b/2+1 at stride 2 (b even).
+constexpr int dw_stage_span(int b, int stride, bool dgrad) {
+    return dgrad ? (stride == 1 ? b + 2 : b / 2 + 1) : stride * (b - 1) + 3;
+}
+// Whether variant v can run a gather pass at this stride: v in range; the stride-2 dgrad needs even
+// tile sides (so that every tile starts on an even row and column); a staged block holds whole thread
+// tiles (and, for the stride-2 dgrad, starts on even pixels).
 constexpr bool dw_variant_valid(int v, int stride, bool dgrad) {
     if (v < 0 || v >= kDwVariantCount) return false;
-    if (dgrad && stride == 2) return kDwVariants[v].tile_h % 2 == 0 && kDwVariants[v].tile_w % 2 == 0;
+    const DwVariant& d = kDwVariants[v];
+    if (dgrad && stride == 2 && (d.tile_h % 2 != 0 || d.tile_w % 2 != 0)) return false;
+    if (d.block_h > 0) {
+        const int bh = dw_stage_block(v, stride, dgrad, true), bw = dw_stage_block(v, stride, dgrad, false);
+        if (bh <= 0 || bw <= 0 || bh % d.tile_h != 0 || bw % d.tile_w != 0) return false;
+        if (!dgrad && (d.block_h % stride != 0 || d.block_w % stride != 0)) return false;
+    }
     return true;
 }
+// Shared memory a staged variant's kernel declares (bf16 elements): the largest source block of
+// either stride and pass at 64 channels (the widest pitch). At most 48 KiB (static shared memory).
+constexpr int dw_stage_elems(int v) {
+    int most = 0;
+    for (int stride = 1; stride <= 2; ++stride)
+        for (int dgrad = 0; dgrad <= 1; ++dgrad) {
+            const int r = dw_stage_span(dw_stage_block(v, stride, dgrad, true), stride, dgrad);
+            const int c = dw_stage_span(dw_stage_block(v, stride, dgrad, false), stride, dgrad);
+            most = r * c * 64 > most ? r * c * 64 : most;
+        }
+    return most;
+}
+constexpr bool dw_stage_fits() {
+    for (int v = 0; v < kDwVariantCount; ++v)
+        if (dw_variant_staged(v) && dw_stage_elems(v) * 2 > 48 * 1024) return false;
+    return true;
+}
+static_assert(dw_stage_fits(), "a staged variant's source block exceeds 48 KiB of static shared memory");
 // Output tile per thread in wgrad: 1 x 4 (9 fp32 accumulators per channel are live besides the tile of dy).
 constexpr int kDwWgradTileH = 1, kDwWgradTileW = 4;
 // wgrad variants: channels per thread (8, 4 or 2: 72, 36 or 18 accumulators) and block width (the
@@ -80,17 +133,26 @@ constexpr int kDwMinLaneItems = 4;    // fewer chunks rather than fewer than thi
 constexpr int kDwFinalizeX = 32;      // (c, tap) entries per finalize block ...
 constexpr int kDwFinalizeY = 16;      // ... and chunk lanes per entry
 
-// One gather pass (forward over y, dgrad over dx) in one variant: thread t of the 1-D grid owns
+// One gather pass (forward over y, dgrad over dx) in one variant. Direct: thread t of the 1-D grid owns
 // channel group t % groups (vec channels) and a tile_h x tile_w tile of destination pixels;
-// items = n * tiles_h * tiles_w * groups.
+// items = n * tiles_h * tiles_w * groups. Staged: block b of the 1-D grid owns channel block
+// b % cblocks (cb channels), then a block_h x block_w block of destination pixels (blocks_w per row,
+// blocks_h per image), then image; its kDwThreads threads take its (cb / vec) * (block_h / tile_h) *
+// (block_w / tile_w) thread tiles in turn, channel group fastest.
 struct DwTileGrid {
     int variant = 0;               // index into kDwVariants
     int vec = 0, groups = 0;       // channels per thread, C / vec
     int tile_h = 0, tile_w = 0;    // destination pixels per thread
     int tiles_h = 0, tiles_w = 0;  // ceil(dst_h / tile_h), ceil(dst_w / tile_w)
-    long long items = 0;           // threads doing work
+    long long items = 0;           // thread tiles
     int block = 0;                 // kDwThreads
-    long long grid = 0;            // ceil(items / block) blocks (1-D)
+    long long grid = 0;            // blocks (1-D): ceil(items / block) direct, n * blocks_h * blocks_w * cblocks staged
+    // staged only (0 when direct):
+    int block_h = 0, block_w = 0;    // destination pixels per block
+    int blocks_h = 0, blocks_w = 0;  // ceil(dst_h / block_h), ceil(dst_w / block_w)
+    int cb = 0, cblocks = 0;         // channels per block (dw_stage_channels), C / cb
+    int pitch = 0;                   // shared-memory bf16 per staged pixel (dw_stage_pitch)
+    int src_h = 0, src_w = 0;        // staged source rows, columns per block (dw_stage_span)
 };
 
 // wgrad, pass 1: grid (grid_x, chunks), block (block_x, block_y). threadIdx.x + block_x * blockIdx.x
@@ -125,8 +187,9 @@ struct DwConvPlan {
 
 constexpr long long dw_ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
-// The grid of variant v (in range; validity for the pass is the plan's check).
-constexpr DwTileGrid dw_tile_grid(int n, int dst_h, int dst_w, int c, int v) {
+// The grid of variant v (in range; validity for the pass is the plan's check) for a pass at stride
+// `stride` whose destination is dst_h x dst_w.
+constexpr DwTileGrid dw_tile_grid(int n, int dst_h, int dst_w, int c, int v, int stride, bool dgrad) {
     DwTileGrid g;
     g.variant = v;
     g.vec = kDwVariants[v].vec;
@@ -138,6 +201,18 @@ constexpr DwTileGrid dw_tile_grid(int n, int dst_h, int dst_w, int c, int v) {
     g.items = static_cast<long long>(n) * g.tiles_h * g.tiles_w * g.groups;
     g.block = kDwThreads;
     g.grid = dw_ceil_div(g.items, kDwThreads);
+    if (dw_variant_staged(v)) {
+        g.block_h = dw_stage_block(v, stride, dgrad, true);
+        g.block_w = dw_stage_block(v, stride, dgrad, false);
+        g.blocks_h = static_cast<int>(dw_ceil_div(dst_h, g.block_h > 0 ? g.block_h : 1));
+        g.blocks_w = static_cast<int>(dw_ceil_div(dst_w, g.block_w > 0 ? g.block_w : 1));
+        g.cb = dw_stage_channels(c);
+        g.cblocks = c / g.cb;
+        g.pitch = dw_stage_pitch(g.cb);
+        g.src_h = dw_stage_span(g.block_h, stride, dgrad);
+        g.src_w = dw_stage_span(g.block_w, stride, dgrad);
+        g.grid = static_cast<long long>(n) * g.blocks_h * g.blocks_w * g.cblocks;
+    }
     return g;
 }
 
@@ -178,8 +253,8 @@ constexpr DwConvPlan dwconv3x3_geometry(int n, int h, int w, int c, int stride, 
     pl.stride = stride;
     pl.p = (h - 1) / stride + 1;  // (h + 2*1 - 3)/stride + 1
     pl.q = (w - 1) / stride + 1;
-    pl.fwd = dw_tile_grid(n, pl.p, pl.q, c, fwd_variant);
-    pl.dgrad = dw_tile_grid(n, h, w, c, dgrad_variant);
+    pl.fwd = dw_tile_grid(n, pl.p, pl.q, c, fwd_variant, stride, false);
+    pl.dgrad = dw_tile_grid(n, h, w, c, dgrad_variant, stride, true);
     pl.wgrad = dw_wgrad_grid(n, pl.p, pl.q, c, wgrad_variant);
     pl.workspace_floats = static_cast<size_t>(pl.wgrad.chunks) * static_cast<size_t>(c) * 9;
     return pl;

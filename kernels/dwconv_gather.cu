@@ -152,6 +152,174 @@ __global__ void __launch_bounds__(kDwThreads)
     }
 }
 
+// ---- staged variants (DwVariant::block_h > 0): the block's source pixels in shared memory ----
+
+// Block b of a staged grid: channels [c0, c0 + cb), destination pixels from (d0, e0), image n.
+struct StagedBlock {
+    int c0, n, d0, e0;
+};
+
+__device__ __forceinline__ StagedBlock staged_block(unsigned b, const DwTileGrid& g) {
+    StagedBlock sb;
+    sb.c0 = static_cast<int>(b % static_cast<unsigned>(g.cblocks)) * g.cb;
+    b /= static_cast<unsigned>(g.cblocks);
+    sb.e0 = static_cast<int>(b % static_cast<unsigned>(g.blocks_w)) * g.block_w;
+    b /= static_cast<unsigned>(g.blocks_w);
+    sb.d0 = static_cast<int>(b % static_cast<unsigned>(g.blocks_h)) * g.block_h;
+    sb.n = static_cast<int>(b / static_cast<unsigned>(g.blocks_h));
+    return sb;
+}
+
+// Copies source pixels [r0, r0 + g.src_h) x [s0, s0 + g.src_w), channels [0, g.cb) of the image at
+// `img` (rows x cols pixels of c channels, already offset to the block's first channel) into `src`,
+// pixel (i, j) at (i * g.src_w + j) * g.pitch; zeros where the pixel is outside the image (the
+// padding). 128-bit loads, kBatch in flight per thread before their stores; consecutive threads take
+// consecutive 16-byte chunks of a pixel, then consecutive pixels of a row: coalesced.
+__device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int rows, int cols, int c, int r0, int s0,
+                                             const DwTileGrid& g, bfloat* src) {
+    constexpr int kBatch = 4;
+    const int chunks = g.cb / 8, total = g.src_h * g.src_w * chunks;
+    for (int base = static_cast<int>(threadIdx.x); base < total; base += kBatch * kDwThreads) {
+        uint4 u[kBatch];
+        int at[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int i = base + k * kDwThreads;
+            u[k] = make_uint4(0u, 0u, 0u, 0u);
+            at[k] = -1;
+            if (i < total) {
+                const int part = i % chunks, pix = i / chunks;
+                const int r = r0 + pix / g.src_w, q = s0 + pix % g.src_w;
+                at[k] = pix * g.pitch + 8 * part;
+                if (in_range(r, rows) && in_range(q, cols))
+                    u[k] = __ldg(reinterpret_cast<const uint4*>(img + (static_cast<size_t>(r) * cols + q) * c) + part);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k)
+            if (at[k] >= 0) *reinterpret_cast<uint4*>(src + at[k]) = u[k];
+    }
+}
+
+// The forward of a staged variant: grid pl.fwd.grid x kDwThreads, block b as staged_block. The source
+// rows S*d0 - 1 .. and columns S*e0 - 1 .. are staged, then each thread tile (channel group fastest)
+// runs the direct kernel's loop over its IR x IC source pixels, read from shared memory: the same
+// values (padding +0 included) in the same fmaf order, so the same bits.
+template <int S, int V, int TH, int TW, int E>
+__global__ void __launch_bounds__(kDwThreads)
+    dwconv3x3_forward_staged_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ w,
+                                    bfloat* __restrict__ y) {
+    constexpr int IR = S * (TH - 1) + 3, IC = S * (TW - 1) + 3;
+    __shared__ __align__(16) bfloat src[E];
+    const DwTileGrid& g = pl.fwd;
+    const StagedBlock sb = staged_block(blockIdx.x, g);
+    stage_source(x + static_cast<size_t>(sb.n) * pl.h * pl.w * pl.c + sb.c0, pl.h, pl.w, pl.c, S * sb.d0 - 1,
+                 S * sb.e0 - 1, g, src);
+    __syncthreads();
+    const int groups = g.cb / V, tc = g.block_w / TW, items = groups * (g.block_h / TH) * tc;
+    bfloat* yn = y + static_cast<size_t>(sb.n) * pl.p * pl.q * pl.c + sb.c0;
+    for (int item = static_cast<int>(threadIdx.x); item < items; item += kDwThreads) {
+        const int gi = item % groups, rest = item / groups, ta = (rest / tc) * TH, tb = (rest % tc) * TW;
+        const int p0 = sb.d0 + ta, q0 = sb.e0 + tb;
+        if (p0 >= pl.p || q0 >= pl.q) continue;
+        float wt[9][V];
+        load_weights<V>(w, sb.c0 / V + gi, wt);
+        const bfloat* s0 = src + (S * ta * g.src_w + S * tb) * g.pitch + V * gi;
+        float acc[TH][TW][V] = {};
+#pragma unroll
+        for (int i = 0; i < IR; ++i) {
+#pragma unroll
+            for (int j = 0; j < IC; ++j) {
+                float v[V];
+                loadv_rw<V>(s0 + (i * g.src_w + j) * g.pitch, v);
+#pragma unroll
+                for (int a = 0; a < TH; ++a) {
+                    const int r = i - S * a;
+                    if (r < 0 || r > 2) continue;
+#pragma unroll
+                    for (int b = 0; b < TW; ++b) {
+                        const int s = j - S * b;
+                        if (s < 0 || s > 2) continue;
+                        fmav<V>(acc[a][b], v, wt[r * 3 + s]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int a = 0; a < TH; ++a) {
+            if (p0 + a >= pl.p) break;
+#pragma unroll
+            for (int b = 0; b < TW; ++b) {
+                if (q0 + b >= pl.q) break;
+                storev<V>(yn + (static_cast<size_t>(p0 + a) * pl.q + (q0 + b)) * pl.c + V * gi, acc[a][b]);
+            }
+        }
+    }
+}
+
+// The dgrad of a staged variant: grid pl.dgrad.grid x kDwThreads. The dy rows (d0 - kOff)/S .. and
+// columns (e0 - kOff)/S .. under the block's dx pixels are staged (d0, e0 even at stride 2), then each
+// thread tile runs the direct dgrad kernel's loop from shared memory: the same bits.
+template <int S, int V, int TH, int TW, int E>
+__global__ void __launch_bounds__(kDwThreads)
+    dwconv3x3_backward_data_staged_kernel(DwConvPlan pl, const bfloat* __restrict__ dy, const bfloat* __restrict__ w,
+                                          bfloat* __restrict__ dx, bool accumulate) {
+    static_assert(S == 1 || (TH % 2 == 0 && TW % 2 == 0), "stride-2 dgrad tiles must start on even pixels");
+    constexpr int kOff = S == 1 ? 1 : 0;
+    constexpr int NR = S == 1 ? TH + 2 : TH / 2 + 1, NC = S == 1 ? TW + 2 : TW / 2 + 1;
+    __shared__ __align__(16) bfloat src[E];
+    const DwTileGrid& g = pl.dgrad;
+    const StagedBlock sb = staged_block(blockIdx.x, g);
+    const int pbb = (sb.d0 - kOff) / S, qbb = (sb.e0 - kOff) / S;  // S = 2: d0, e0 even, so exact
+    stage_source(dy + static_cast<size_t>(sb.n) * pl.p * pl.q * pl.c + sb.c0, pl.p, pl.q, pl.c, pbb, qbb, g, src);
+    __syncthreads();
+    const int groups = g.cb / V, tc = g.block_w / TW, items = groups * (g.block_h / TH) * tc;
+    bfloat* dxn = dx + static_cast<size_t>(sb.n) * pl.h * pl.w * pl.c + sb.c0;
+    for (int item = static_cast<int>(threadIdx.x); item < items; item += kDwThreads) {
+        const int gi = item % groups, rest = item / groups, ta = (rest / tc) * TH, tb = (rest % tc) * TW;
+        const int h0 = sb.d0 + ta, w0 = sb.e0 + tb;
+        if (h0 >= pl.h || w0 >= pl.w) continue;
+        float wt[9][V];
+        load_weights<V>(w, sb.c0 / V + gi, wt);
+        // This tile's first dy row and column, (h0 - kOff)/S and (w0 - kOff)/S, relative to the block's.
+        const bfloat* s0 = src + ((ta / S) * g.src_w + tb / S) * g.pitch + V * gi;
+        float acc[TH][TW][V] = {};
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+#pragma unroll
+            for (int j = 0; j < NC; ++j) {
+                float v[V];
+                loadv_rw<V>(s0 + (i * g.src_w + j) * g.pitch, v);
+#pragma unroll
+                for (int r = 0; r < 3; ++r) {
+                    const int a = S * i + r - 1 - kOff;
+                    if (a < 0 || a >= TH) continue;
+#pragma unroll
+                    for (int s = 0; s < 3; ++s) {
+                        const int b = S * j + s - 1 - kOff;
+                        if (b < 0 || b >= TW) continue;
+                        fmav<V>(acc[a][b], v, wt[r * 3 + s]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int a = 0; a < TH; ++a) {
+            if (h0 + a >= pl.h) break;
+#pragma unroll
+            for (int b = 0; b < TW; ++b) {
+                if (w0 + b >= pl.w) break;
+                bfloat* d = dxn + (static_cast<size_t>(h0 + a) * pl.w + (w0 + b)) * pl.c + V * gi;
+                float old[V] = {};
+                if (accumulate) loadv_rw<V>(d, old);  // dx is read and written by this thread only
+#pragma unroll
+                for (int k = 0; k < V; ++k) old[k] += acc[a][b][k];
+                storev<V>(d, old);
+            }
+        }
+    }
+}
+
 // ---- dispatch: (stride, variant index) -> template instance ----
 
 template <int S, int Vi, Act A, bool kPro>
@@ -159,8 +327,14 @@ void forward_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, c
                       const DwPrologue& pro) {
     constexpr DwVariant v = kDwVariants[Vi];
     const unsigned grid = static_cast<unsigned>(pl.fwd.grid);
-    dwconv3x3_forward_kernel<S, v.vec, v.tile_h, v.tile_w, A, kPro>
-        <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y), pro);
+    if constexpr (v.block_h > 0) {
+        static_assert(!kPro, "the BN prologue runs in variant 0 only");
+        dwconv3x3_forward_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi)>
+            <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y));
+    } else {
+        dwconv3x3_forward_kernel<S, v.vec, v.tile_h, v.tile_w, A, kPro>
+            <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y), pro);
+    }
 }
 
 template <int S, int Vi>
@@ -169,8 +343,13 @@ void backward_data_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16
     constexpr DwVariant v = kDwVariants[Vi];
     if constexpr (S == 1 || (v.tile_h % 2 == 0 && v.tile_w % 2 == 0)) {
         const unsigned grid = static_cast<unsigned>(pl.dgrad.grid);
-        dwconv3x3_backward_data_kernel<S, v.vec, v.tile_h, v.tile_w>
-            <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
+        if constexpr (v.block_h > 0) {
+            dwconv3x3_backward_data_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi)>
+                <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
+        } else {
+            dwconv3x3_backward_data_kernel<S, v.vec, v.tile_h, v.tile_w>
+                <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
+        }
     } else {
         SF_FAIL("dwconv3x3: variant %d (%s) cannot run the stride-2 dgrad", Vi, dwconv3x3_variant_name(Vi));
     }

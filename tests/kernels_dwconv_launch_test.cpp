@@ -14,22 +14,13 @@
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "tests/support/compare.h"
+#include "tests/support/dw_shape.h"
 
 namespace {
 
-using kern::DwConvPlan;
+using sftest::dw_shape;
 
-kern::ConvShape dw_shape(int n, int h, int w, int c, int stride) {
-    kern::ConvShape s;
-    s.n = n;
-    s.h = h;
-    s.w = w;
-    s.cin = s.cout = s.groups = c;
-    s.k = 3;
-    s.stride = stride;
-    s.pad = 1;
-    return s;
-}
+using kern::DwConvPlan;
 
 // The geometry is a constant expression: the planner may fold it.
 static_assert(kern::dwconv3x3_geometry(128, 64, 128, 64, 1).fwd.grid == 8192, "constexpr geometry");
@@ -218,18 +209,23 @@ TEST(KernelsDwconvLaunch, PlanInvariants) {
 // the destination with whole channel groups, and a variant that cannot run its pass is refused by the
 // plan with the reason.
 TEST(KernelsDwconvLaunch, GatherVariants) {
-    ASSERT_EQ(kern::kDwVariantCount, 6);
+    ASSERT_EQ(kern::kDwVariantCount, 9);
     EXPECT_EQ(kern::kDwVariants[0].vec, 8);
     EXPECT_EQ(kern::kDwVariants[0].tile_h, kern::kDwTileH);
     EXPECT_EQ(kern::kDwVariants[0].tile_w, kern::kDwTileW);
     EXPECT_STREQ(kern::dwconv3x3_variant_name(0), "8ch 2x4");
     EXPECT_STREQ(kern::dwconv3x3_variant_name(5), "2ch 4x4");
-    EXPECT_STREQ(kern::dwconv3x3_variant_name(6), "variant ?");
+    EXPECT_STREQ(kern::dwconv3x3_variant_name(8), "2ch 4x4 s8x32");
+    EXPECT_STREQ(kern::dwconv3x3_variant_name(9), "variant ?");
     EXPECT_STREQ(kern::dwconv3x3_variant_name(-1), "variant ?");
     for (int v = 0; v < kern::kDwVariantCount; ++v) {
         const kern::DwVariant& var = kern::kDwVariants[v];
         const std::string name = kern::dwconv3x3_variant_name(v);
-        EXPECT_EQ(name, std::to_string(var.vec) + "ch " + std::to_string(var.tile_h) + "x" + std::to_string(var.tile_w));
+        const std::string staged =
+            var.block_h > 0 ? " s" + std::to_string(var.block_h) + "x" + std::to_string(var.block_w) : "";
+        EXPECT_EQ(name, std::to_string(var.vec) + "ch " + std::to_string(var.tile_h) + "x" +
+                            std::to_string(var.tile_w) + staged);
+        EXPECT_EQ(kern::dw_variant_staged(v), var.block_h > 0) << name;
         EXPECT_TRUE(var.vec == 8 || var.vec == 4 || var.vec == 2) << name;  // 128-, 64-, 32-bit accesses
         EXPECT_TRUE(kern::dw_variant_valid(v, 1, false) && kern::dw_variant_valid(v, 1, true)) << name;
         EXPECT_TRUE(kern::dw_variant_valid(v, 2, false)) << name;
@@ -237,7 +233,8 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
         EXPECT_EQ(kern::dw_variant_valid(v, 2, true), even) << name;
         for (int stride : {1, 2}) {
             for (const auto& [n, h, w, c] : {std::tuple(128, 64, 128, 64), std::tuple(3, 7, 9, 24),
-                                             std::tuple(1, 1, 1, 8), std::tuple(2, 15, 33, 40)}) {
+                                             std::tuple(1, 1, 1, 8), std::tuple(2, 15, 33, 40),
+                                             std::tuple(2, 19, 70, 96), std::tuple(128, 8, 16, 512)}) {
                 const std::string what = name + " " + std::to_string(h) + "x" + std::to_string(w) + "x" +
                                          std::to_string(c) + " s" + std::to_string(stride);
                 const int dv = kern::dw_variant_valid(v, stride, true) ? v : 0;
@@ -245,7 +242,8 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
                 const DwConvPlan base = kern::dwconv3x3_plan(dw_shape(n, h, w, c, stride));
                 EXPECT_EQ(p.wgrad.chunks, base.wgrad.chunks) << what;  // the gather variants leave the wgrad alone
                 EXPECT_EQ(p.workspace_floats, base.workspace_floats) << what;
-                for (const auto& [g, gv, dh, dw] : {std::tuple(p.fwd, v, p.p, p.q), std::tuple(p.dgrad, dv, h, w)}) {
+                for (const auto& [g, gv, dh, dw, dgrad] :
+                     {std::tuple(p.fwd, v, p.p, p.q, false), std::tuple(p.dgrad, dv, h, w, true)}) {
                     EXPECT_EQ(g.variant, gv) << what;
                     EXPECT_EQ(g.vec, kern::kDwVariants[gv].vec) << what;
                     EXPECT_EQ(g.groups * g.vec, c) << what;
@@ -256,8 +254,39 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
                     EXPECT_GE(g.tiles_w * g.tile_w, dw) << what;
                     EXPECT_LT((g.tiles_w - 1) * g.tile_w, dw) << what;
                     EXPECT_EQ(g.items, static_cast<long long>(n) * g.tiles_h * g.tiles_w * g.groups) << what;
-                    EXPECT_GE(g.grid * g.block, g.items) << what;
-                    EXPECT_LT((g.grid - 1) * g.block, g.items) << what;
+                    EXPECT_EQ(g.block, kern::kDwThreads) << what;
+                    if (!kern::dw_variant_staged(gv)) {
+                        EXPECT_GE(g.grid * g.block, g.items) << what;
+                        EXPECT_LT((g.grid - 1) * g.block, g.items) << what;
+                        EXPECT_EQ(g.block_h, 0) << what;
+                        continue;
+                    }
+                    // Staged: blocks of whole thread tiles cover the destination, channel blocks cover C,
+                    // and the source block (at the widest pitch) fits the kernel's shared memory.
+                    const int sh = dgrad ? kern::kDwVariants[gv].block_h : kern::kDwVariants[gv].block_h / stride;
+                    const int sw = dgrad ? kern::kDwVariants[gv].block_w : kern::kDwVariants[gv].block_w / stride;
+                    EXPECT_EQ(g.block_h, sh) << what;
+                    EXPECT_EQ(g.block_w, sw) << what;
+                    EXPECT_EQ(g.block_h % g.tile_h, 0) << what;
+                    EXPECT_EQ(g.block_w % g.tile_w, 0) << what;
+                    EXPECT_GE(g.blocks_h * g.block_h, dh) << what;
+                    EXPECT_LT((g.blocks_h - 1) * g.block_h, dh) << what;
+                    EXPECT_GE(g.blocks_w * g.block_w, dw) << what;
+                    EXPECT_LT((g.blocks_w - 1) * g.block_w, dw) << what;
+                    EXPECT_EQ(g.cb * g.cblocks, c) << what;
+                    EXPECT_TRUE(g.cb == 64 || g.cb == 32 || g.cb == 16 || g.cb == 8) << what;
+                    EXPECT_EQ(g.cb % g.vec, 0) << what;
+                    EXPECT_GE(g.pitch, g.cb) << what;
+                    EXPECT_EQ(g.pitch % 8, 0) << what;  // 16-byte aligned pixels
+                    EXPECT_LE(g.src_h * g.src_w * g.pitch, kern::dw_stage_elems(gv)) << what;
+                    // The source block holds every pixel the block's thread tiles read.
+                    const int reach_h = dgrad ? (stride == 1 ? g.block_h + 2 : g.block_h / 2 + 1)
+                                              : stride * (g.block_h - 1) + 3;
+                    const int reach_w = dgrad ? (stride == 1 ? g.block_w + 2 : g.block_w / 2 + 1)
+                                              : stride * (g.block_w - 1) + 3;
+                    EXPECT_EQ(g.src_h, reach_h) << what;
+                    EXPECT_EQ(g.src_w, reach_w) << what;
+                    EXPECT_EQ(g.grid, static_cast<long long>(n) * g.blocks_h * g.blocks_w * g.cblocks) << what;
                 }
             }
         }
@@ -269,11 +298,28 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
     EXPECT_EQ(p5.fwd.tiles_w, 32);
     EXPECT_EQ(p5.fwd.items, 128LL * 16 * 32 * 32);
     EXPECT_EQ(p5.fwd.grid, 128LL * 16 * 32 * 32 / 128);
+    // The same shape in "8ch 2x4 s8x32": 8 x 32 output blocks of all 64 channels, 10 x 34 source pixels
+    // each (43,520 bytes); the stride-2 forward's blocks are 4 x 16 (9 x 33 source pixels).
+    const DwConvPlan p6 = kern::dwconv3x3_plan(dw_shape(128, 64, 128, 64, 1), 6, 6);
+    EXPECT_EQ(p6.fwd.blocks_h, 8);
+    EXPECT_EQ(p6.fwd.blocks_w, 4);
+    EXPECT_EQ(p6.fwd.cb, 64);
+    EXPECT_EQ(p6.fwd.cblocks, 1);
+    EXPECT_EQ(p6.fwd.pitch, 64);
+    EXPECT_EQ(p6.fwd.src_h * p6.fwd.src_w, 10 * 34);
+    EXPECT_EQ(p6.fwd.grid, 128LL * 8 * 4);
+    EXPECT_EQ(kern::dw_stage_elems(6) * 2, 43520);
+    const DwConvPlan p6s = kern::dwconv3x3_plan(dw_shape(128, 64, 128, 32, 2), 6, 6);
+    EXPECT_EQ(p6s.fwd.block_h * 100 + p6s.fwd.block_w, 4 * 100 + 16);
+    EXPECT_EQ(p6s.fwd.src_h * 100 + p6s.fwd.src_w, 9 * 100 + 33);
+    EXPECT_EQ(p6s.fwd.cb, 32);
+    EXPECT_EQ(p6s.fwd.pitch, 40);  // 64-byte pixels padded to 80 bytes: neighbouring tiles in other banks
+    EXPECT_EQ(p6s.dgrad.src_h * 100 + p6s.dgrad.src_w, 5 * 100 + 17);
 
     const kern::ConvShape s1 = dw_shape(2, 16, 16, 32, 1), s2 = dw_shape(2, 16, 16, 32, 2);
-    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 6, 0), "dwconv3x3", "forward variant 6", "valid: 0..5");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 9, 0), "dwconv3x3", "forward variant 9", "valid: 0..8");
     SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, -1, 0), "forward variant -1");
-    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 6), "dgrad variant 6", "valid: 0..5");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 9), "dgrad variant 9", "valid: 0..8");
     SF_EXPECT_ERROR(kern::dwconv3x3_plan(s2, 0, 1), "dgrad variant 1 (8ch 1x4) at stride 2", "even tile sides");
     SF_EXPECT_ERROR(kern::dwconv3x3_plan(s2, 0, 3), "dgrad variant 3 (4ch 1x4)");
     EXPECT_NO_THROW(kern::dwconv3x3_plan(s1, 3, 1));  // stride 1: every tile starts on any pixel
@@ -295,7 +341,7 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
     // The predicate never throws, and refuses what the plan refuses.
     EXPECT_FALSE(kern::dwconv3x3_variant_supported(s2, 1, true));
     EXPECT_TRUE(kern::dwconv3x3_variant_supported(s2, 1, false));
-    EXPECT_FALSE(kern::dwconv3x3_variant_supported(s1, 6, false));
+    EXPECT_FALSE(kern::dwconv3x3_variant_supported(s1, 9, false));
     EXPECT_FALSE(kern::dwconv3x3_variant_supported(dw_shape(2, 16, 16, 12, 1), 0, false));
 }
 
@@ -451,10 +497,12 @@ TEST(KernelsDwconvLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, x), "alias");
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, bptr(0x100000 + 16384)), "alias");  // overlaps x
     // Variants: out of range, and the prologue outside variant 0 (checked before the pointers).
-    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 6), "forward variant 6");
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 9), "forward variant 9");
     kern::DwPrologue pro;
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, &pro, 2), "prologue runs in variant 0 only",
                     "variant 2, 4ch 2x4");
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, &pro, 6), "prologue runs in variant 0 only",
+                    "variant 6, 8ch 2x4 s8x32");
 
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(rt::Exec::cpu(), s, y, w, x), "backward_data", "cpu");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, bad, y, w, x), "k=5");

@@ -227,13 +227,15 @@ TEST(KernelsDwconvGpu, Deterministic) {
 // The gather variants add each output's taps in the same order as variant 0, so y and dx are the same
 // bits, and the wgrad variants each (c, tap) sum in the same order, so dw is; shapes with odd sizes
 // (partial tiles of every tile size), C with odd group counts for 2, 4 and 8 channels per thread and
-// more than 32 groups (several channel blocks), both strides, and both dgrad modes.
+// more than 32 groups (several channel blocks), both strides, and both dgrad modes. The staged variants
+// (8 x 32 destination blocks; 4 x 16 for the stride-2 forward) get partial blocks in both directions,
+// several blocks per image, and 64-, 32- and 8-channel blocks (C = 64 and 256; 32 and 96; 8, 24, 40).
 TEST(KernelsDwconvGpu, VariantsBitwiseEqualToVariantZero) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;
     const Case cases[] = {{2, 7, 9, 8, 1},   {2, 7, 9, 24, 2},  {2, 15, 33, 40, 1}, {3, 9, 17, 40, 2},
                           {1, 1, 1, 8, 1},   {1, 1, 1, 8, 2},   {2, 5, 1, 8, 2},    {2, 16, 32, 64, 1},
-                          {2, 13, 10, 256, 2}, {1, 8, 16, 512, 1}};
+                          {2, 13, 10, 256, 2}, {1, 8, 16, 512, 1}, {2, 19, 70, 32, 1}, {1, 18, 66, 96, 2}};
     uint64_t seed = 2000;
     for (const Case& k : cases) {
         const kern::ConvShape s = shape_of(k);

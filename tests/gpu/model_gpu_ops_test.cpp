@@ -19,9 +19,12 @@
 #include "runtime/cuda_check.h"
 #include "runtime/exec.h"
 #include "tests/support/compare.h"
+#include "tests/support/dw_shape.h"
 #include "tests/support/gpu_buffers.h"
 
 namespace {
+
+using sftest::dw_shape;
 
 using kern::bf16;
 
@@ -34,18 +37,6 @@ struct Dev {
     bf16* h() const { return static_cast<bf16*>(p); }
     float* f() const { return static_cast<float*>(p); }
 };
-
-kern::ConvShape dw_shape(int n, int h, int w, int c, int stride) {
-    kern::ConvShape s;
-    s.n = n;
-    s.h = h;
-    s.w = w;
-    s.cin = s.cout = s.groups = c;
-    s.k = 3;
-    s.stride = stride;
-    s.pad = 1;
-    return s;
-}
 
 // The numbers of "[0.0123 - 0.0456 ...]" after `key` in line: -1 for "-".
 std::vector<double> variant_times(const std::string& line, const std::string& key) {
