@@ -174,25 +174,32 @@ __device__ __forceinline__ StagedBlock staged_block(unsigned b, const DwTileGrid
 // `img` (rows x cols pixels of c channels, already offset to the block's first channel) into `src`,
 // pixel (i, j) at (i * g.src_w + j) * g.pitch; zeros where the pixel is outside the image (the
 // padding). 128-bit loads, kBatch in flight per thread before their stores; consecutive threads take
-// consecutive 16-byte chunks of a pixel, then consecutive pixels of a row: coalesced.
+// consecutive 16-byte chunks of a pixel, then consecutive pixels of a row: coalesced. The chunk count
+// cb/8 divides kDwThreads, so a thread's chunk is fixed and its pixel advances by kDwThreads/chunks per
+// load: the row and column are stepped, not divided out, per load.
 __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int rows, int cols, int c, int r0, int s0,
                                              const DwTileGrid& g, bfloat* src) {
     constexpr int kBatch = 4;
-    const int chunks = g.cb / 8, total = g.src_h * g.src_w * chunks;
-    for (int base = static_cast<int>(threadIdx.x); base < total; base += kBatch * kDwThreads) {
+    static_assert(kDwThreads % 8 == 0, "a pixel's chunk count (1, 2, 4 or 8) must divide the block");
+    const int chunks = g.cb / 8, step = kDwThreads / chunks, part = static_cast<int>(threadIdx.x) % chunks;
+    const int pixels = g.src_h * g.src_w;
+    int pix = static_cast<int>(threadIdx.x) / chunks;
+    int row = pix / g.src_w, col = pix % g.src_w;  // of pixel `pix`; step < src_w is not assumed
+    while (pix < pixels) {
         uint4 u[kBatch];
         int at[kBatch];
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
-            const int i = base + k * kDwThreads;
             u[k] = make_uint4(0u, 0u, 0u, 0u);
             at[k] = -1;
-            if (i < total) {
-                const int part = i % chunks, pix = i / chunks;
-                const int r = r0 + pix / g.src_w, q = s0 + pix % g.src_w;
+            if (pix < pixels) {
+                const int r = r0 + row, q = s0 + col;
                 at[k] = pix * g.pitch + 8 * part;
                 if (in_range(r, rows) && in_range(q, cols))
                     u[k] = __ldg(reinterpret_cast<const uint4*>(img + (static_cast<size_t>(r) * cols + q) * c) + part);
+                pix += step;
+                col += step;
+                while (col >= g.src_w) col -= g.src_w, ++row;
             }
         }
 #pragma unroll
