@@ -400,6 +400,18 @@ std::vector<std::string> GpuOps::describe() const {
         if (e.impl == ConvImpl::CustomDepthwise || !e.fwd_variant_ms.empty())
             out.push_back("  " + depthwise_variants_line(e));
     }
+    // The variants' names once, so that the "of [...]" lists above can be read by index.
+    bool timed = false;
+    for (const Entry& e : entries_) timed = timed || !e.fwd_variant_ms.empty();
+    if (timed) {
+        std::string names = "dwconv variant names: gather [";
+        for (int v = 0; v < kern::kDwVariantCount; ++v)
+            names += rt::format("%s%d %s", v ? " | " : "", v, kern::dwconv3x3_variant_name(v));
+        names += "], wgrad [";
+        for (int v = 0; v < kern::kDwWgradVariantCount; ++v)
+            names += rt::format("%s%d %s", v ? " | " : "", v, kern::dwconv3x3_wgrad_variant_name(v));
+        out.push_back(names + "]");
+    }
     for (const std::string& line : cudnn_->describe()) out.push_back("  cudnn plan " + line);
     return out;
 }

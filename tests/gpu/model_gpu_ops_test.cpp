@@ -83,6 +83,19 @@ TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
     const std::vector<std::string> lines = ops.describe();
     for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
 
+    // The variants' names, once, in index order.
+    std::string names_line;
+    for (const std::string& l : lines)
+        if (l.rfind("dwconv variant names: gather [", 0) == 0) names_line = l;
+    ASSERT_FALSE(names_line.empty()) << "no 'dwconv variant names:' line";
+    for (int v = 0; v < kern::kDwVariantCount; ++v)
+        EXPECT_NE(names_line.find((v ? "| " : "[") + std::to_string(v) + " " + kern::dwconv3x3_variant_name(v)),
+                  std::string::npos)
+            << names_line;
+    for (int v = 0; v < kern::kDwWgradVariantCount; ++v)
+        EXPECT_NE(names_line.find(std::to_string(v) + " " + kern::dwconv3x3_wgrad_variant_name(v)), std::string::npos)
+            << names_line;
+
     for (const model::ConvUse& u : uses) {
         const kern::ConvShape& s = u.shape;
         const std::string what = s.describe();

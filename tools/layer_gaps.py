@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Where a measured step stands against its floor, layer class by layer class, from a bench record.
+
+Input: the JSON `slidefuse bench step --layers --json FILE` writes (schema slidefuse.bench/1, its
+"layers" block: per-layer rows with forward and backward ms, bytes and the row's roofline floor, and
+the conv plans as `describe()` lines), optionally gzip-compressed. Output (Markdown on stdout or --md,
+JSON with --json):
+
+- the step: graph-replay ms per step and samples/s (the first run), the per-layer table's total and
+  its floor;
+- the eager per-layer time summed by layer class (depthwise ConvBN, 1x1 expand / project / down-path,
+  3x3 smooth, head and stem conv1, fusion up paths, FPN laterals, the rest) and by resolution, each
+  with its floor, the gap (ms - floor), the achieved GB/s and its share of the whole gap, largest
+  gap first: "what stands between, layer by layer" (issue 11);
+- the custom depthwise kernels' variants per shape (the `dwconv variants:` lines): the variant each
+  pass runs, its time against variant 0's, and the fastest direct and the fastest staged gather
+  variant (docs/KERNELS_DWCONV.md; docs/perf/OPTIMIZATION_LOG.md entries 6-8).
+
+Exit status: 0 written; 1 unreadable input or no layer rows; 2 usage.
+"""
+import argparse
+import gzip
+import json
+import re
+import sys
+
+# (class, predicate on the row name), first match wins; the order is the table's.
+CLASSES = [
+    ("depthwise ConvBN (dw_conv)", lambda n: n.endswith(".dw_conv")),
+    ("1x1 expand ConvBN (pw_expand)", lambda n: n.endswith(".pw_expand")),
+    ("1x1 project ConvBN (pw_project)", lambda n: n.endswith(".pw_project")),
+    ("1x1 down-path ConvBN (pw_conv)", lambda n: n.endswith(".pw_conv")),
+    ("3x3 smooth ConvBN", lambda n: "smooth" in n.rsplit(".", 1)[-1] or n.endswith(".smooth")),
+    ("3x3 head conv1 and stem.conv1", lambda n: n == "stem.conv1" or (n.startswith("dual_head.") and n.endswith(".conv1"))),
+    ("fusion up paths", lambda n: ".up_" in n),
+    ("FPN laterals (1x1)", lambda n: ".lateral_" in n),
+]
+OTHER = "everything else (stem.conv2, head conv2, transitions, sums, upsampling, loss, optimizer, data)"
+
+
+def layer_class(name):
+    for cls, pred in CLASSES:
+        if pred(name):
+            return cls
+    return OTHER
+
+
+def resolution(name):
+    """'1/4', '1/8', '1/16', '1/32' from the name (a path's destination: the last 1_k in it), 'heads
+    (1/4)' for the dual head, 'stem' for the stem, else 'loss, optimizer, data'."""
+    found = re.findall(r"1_(4|8|16|32)(?!\d)", name)
+    if found:
+        return "1/" + found[-1]
+    if name.startswith("dual_head."):
+        return "heads (1/4)"
+    if name.startswith("stem."):
+        return "stem (1/2, 1/4)"
+    if name.startswith("stage") or name.startswith("lite_fpn."):
+        return "other layers"
+    return "loss, optimizer, data"
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def summarise(rows, key):
+    groups = {}
+    for r in rows:
+        g = groups.setdefault(key(r["name"]), {"rows": 0, "ms": 0.0, "floor_ms": 0.0, "gb": 0.0})
+        g["rows"] += 1
+        g["ms"] += float(r["ms"])
+        g["floor_ms"] += float(r["floor_ms"])
+        g["gb"] += float(r["gb"])
+    total_gap = sum(g["ms"] - g["floor_ms"] for g in groups.values())
+    out = []
+    for name, g in groups.items():
+        gap = g["ms"] - g["floor_ms"]
+        out.append({
+            "group": name, "rows": g["rows"], "ms": g["ms"], "floor_ms": g["floor_ms"], "gap_ms": gap,
+            "gbps": g["gb"] / (g["ms"] / 1e3) if g["ms"] > 0 else 0.0,
+            "gap_share": gap / total_gap if total_gap > 0 else 0.0,
+        })
+    out.sort(key=lambda g: -g["gap_ms"])
+    return out
+
+
+_PASS_RE = {
+    p: re.compile(r"\b%s (\d+) \(([^)]*)\)(?: of \[([^\]]*)\] ms)?" % p) for p in ("fwd", "dgrad", "wgrad")
+}
+
+
+def parse_variants(line):
+    """{pass: {"chosen": i, "name": str, "ms": [float or None]}} of one 'dwconv variants:' line."""
+    out = {}
+    for p, rx in _PASS_RE.items():
+        m = rx.search(line)
+        if not m:
+            continue
+        ms = None
+        if m.group(3) is not None:
+            ms = [None if t == "-" else float(t) for t in m.group(3).split()]
+        out[p] = {"chosen": int(m.group(1)), "name": m.group(2), "ms": ms}
+    return out
+
+
+def staged(name):
+    return re.search(r" s\d+x\d+$", name) is not None
+
+
+def variant_report(conv_plans, fwd_names=None):
+    """Per depthwise shape with a variants line: each pass's choice against variant 0, and (gather
+    passes, when the names are known from the line) the fastest direct and staged variants."""
+    out = []
+    shape = None
+    for line in conv_plans:
+        text = line.strip()
+        if text.startswith("dwconv variants:"):
+            if shape is None:
+                continue
+            entry = {"shape": shape, "passes": {}}
+            for p, v in parse_variants(text).items():
+                d = {"chosen": v["chosen"], "name": v["name"]}
+                ms = v["ms"]
+                if ms and 0 <= v["chosen"] < len(ms) and ms[v["chosen"]] is not None:
+                    d["ms"] = ms[v["chosen"]]
+                    d["variant0_ms"] = ms[0]
+                    if ms[0]:
+                        d["saved_pct"] = 100.0 * (ms[0] - d["ms"]) / ms[0]
+                    if p != "wgrad" and fwd_names:
+                        for kind, pick in (("direct", lambda i: not staged(fwd_names[i])),
+                                           ("staged", lambda i: staged(fwd_names[i]))):
+                            cand = [(t, i) for i, t in enumerate(ms) if t is not None and i < len(fwd_names) and pick(i)]
+                            if cand:
+                                t, i = min(cand)
+                                d["best_" + kind] = {"variant": i, "name": fwd_names[i], "ms": t}
+                entry["passes"][p] = d
+            out.append(entry)
+        elif ": " in text and not text.startswith("cudnn plan") and not text.startswith("dwconv variant names"):
+            shape = text.split(": ", 1)[0]
+    return out
+
+
+def gather_names(conv_plans):
+    """Variant index -> name of the gather passes: from the 'dwconv variant names: gather [0 name | 1
+    name | ...]' line, else from the chosen variants the lines name (others then 'variant i')."""
+    names = {}
+    for line in conv_plans:
+        m = re.search(r"dwconv variant names: gather \[([^\]]*)\]", line)
+        if m:
+            for item in m.group(1).split(" | "):
+                idx, _, name = item.strip().partition(" ")
+                names[int(idx)] = name
+            break
+    else:
+        for line in conv_plans:
+            for p in ("fwd", "dgrad"):
+                for m in re.finditer(r"\b%s (\d+) \(([^)]*)\)" % p, line):
+                    names[int(m.group(1))] = m.group(2)
+    if not names:
+        return None
+    return [names.get(i, "variant %d" % i) for i in range(max(names) + 1)]
+
+
+def report(d):
+    layers = d.get("layers")
+    if not isinstance(layers, dict) or not layers.get("rows"):
+        raise ValueError("no per-layer rows: run `slidefuse bench step --layers --json FILE`")
+    rows = layers["rows"]
+    run = (d.get("runs") or [{}])[0]
+    total = layers.get("total", {})
+    plans = layers.get("conv_plans", [])
+    return {
+        "device": (d.get("device") or {}).get("name"),
+        "commit": d.get("commit"),
+        "command": d.get("command"),
+        "step": {
+            "batch": run.get("batch"), "ms_per_step": run.get("ms_per_step"), "samples_per_s": run.get("samples_per_s"),
+            "layers_ms": sum(float(r["ms"]) for r in rows), "floor_ms": sum(float(r["floor_ms"]) for r in rows),
+            "table_total_ms": total.get("ms"),
+        },
+        "by_class": summarise(rows, layer_class),
+        "by_resolution": summarise(rows, resolution),
+        "depthwise_variants": variant_report(plans, gather_names(plans)),
+    }
+
+
+def markdown(rep):
+    s = rep["step"]
+    lines = ["# Layer gaps: %s (commit %s)" % (rep["device"] or "?", (rep["commit"] or "?")[:12]), ""]
+    if rep.get("command"):
+        lines += ["`%s`" % rep["command"], ""]
+    step = "graph step %.2f ms, %.1f samples/s at batch %s; " % (s["ms_per_step"], s["samples_per_s"], s["batch"]) \
+        if s.get("ms_per_step") else ""
+    lines += ["%seager per-layer rows %.2f ms against a floor of %.2f ms (gap %.2f ms, %.2fx)." % (
+        step, s["layers_ms"], s["floor_ms"], s["layers_ms"] - s["floor_ms"],
+        s["layers_ms"] / s["floor_ms"] if s["floor_ms"] else 0.0), ""]
+    for title, key in (("By layer class", "by_class"), ("By resolution", "by_resolution")):
+        lines += ["## " + title, "", "| group | rows | ms | floor ms | gap ms | share of gap | GB/s |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for g in rep[key]:
+            lines.append("| %s | %d | %.2f | %.2f | %.2f | %.1f%% | %.0f |" % (
+                g["group"], g["rows"], g["ms"], g["floor_ms"], g["gap_ms"], 100 * g["gap_share"], g["gbps"]))
+        lines.append("")
+    if rep["depthwise_variants"]:
+        lines += ["## Depthwise variants (ms per call)", "",
+                  "| shape | pass | runs | ms | variant 0 ms | saved | fastest direct | fastest staged |",
+                  "|---|---|---|---:|---:|---:|---|---|"]
+        for e in rep["depthwise_variants"]:
+            for p in ("fwd", "dgrad", "wgrad"):
+                d = e["passes"].get(p)
+                if not d:
+                    continue
+
+                def best(k):
+                    b = d.get(k)
+                    return "%d (%s) %.4f" % (b["variant"], b["name"], b["ms"]) if b else "-"
+
+                lines.append("| %s | %s | %d (%s) | %s | %s | %s | %s | %s |" % (
+                    e["shape"], p, d["chosen"], d["name"], "%.4f" % d["ms"] if "ms" in d else "-",
+                    "%.4f" % d["variant0_ms"] if d.get("variant0_ms") is not None else "-",
+                    "%.1f%%" % d["saved_pct"] if "saved_pct" in d else "-",
+                    best("best_direct") if p != "wgrad" else "", best("best_staged") if p != "wgrad" else ""))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("bench_json", help="slidefuse bench step --layers --json output (.json or .json.gz)")
+    ap.add_argument("--md", help="write the Markdown here instead of stdout")
+    ap.add_argument("--json", help="also write the summary as JSON here")
+    args = ap.parse_args(argv)
+    try:
+        rep = report(load(args.bench_json))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print("layer_gaps: %s: %s" % (args.bench_json, e), file=sys.stderr)
+        return 1
+    md = markdown(rep)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(md + "\n")
+    else:
+        print(md)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rep, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
