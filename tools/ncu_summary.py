@@ -9,11 +9,16 @@ time, DRAM bytes and achieved GB/s (and its share of the measured copy ceiling w
 names a `slidefuse bench ceilings` JSON: its copy.gbps), ncu's DRAM and SM throughput, achieved occupancy,
 registers per thread and L1/L2 hit rates; then the same time summed by class (cuDNN/cuBLAS
 library kernels vs each of slidefuse's kernel families). Markdown on stdout or --md, JSON with --json.
+The CSV may be gzip-compressed (.gz). With --step-ms (or --bench, a `slidefuse bench step` record whose
+first run gives ms_per_step) the kernel time is set against the graph-replayed step of the same batch
+and size: what is left is spent between kernels (launch latency, dependencies, idle SMs at kernel
+boundaries), per launch.
 
 Exit status: 0 written; 1 unreadable input or no kernel rows; 2 usage.
 """
 import argparse
 import csv
+import gzip
 import json
 import re
 import sys
@@ -89,7 +94,8 @@ def _number(text):
 def read_rows(path):
     """The kernel rows of an ncu raw CSV as dicts of floats (metrics in base units) + name fields."""
     try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", newline="", encoding="utf-8", errors="replace") as f:
             lines = [ln for ln in f if ln.startswith('"')]  # ncu may print ==PROF== lines around the CSV
     except OSError as e:
         raise SummaryError(f"cannot read {path}: {e.strerror}")
@@ -168,6 +174,15 @@ def summarise(rows, copy_gbps=None):
             "copy_gbps": copy_gbps, "kernels": out, "classes": cls}
 
 
+def add_step(s, step_ms):
+    """The graph step's time against the kernels': step_ms, between_kernels_ms, per launch (us)."""
+    s["step_ms"] = step_ms
+    s["between_kernels_ms"] = step_ms - s["total_ms"]
+    s["between_kernels_pct"] = 100.0 * s["between_kernels_ms"] / step_ms if step_ms > 0 else 0.0
+    s["between_kernels_us_per_launch"] = 1e3 * s["between_kernels_ms"] / s["launches"] if s["launches"] else 0.0
+    return s
+
+
 def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
@@ -175,6 +190,10 @@ def _f(v, fmt):
 def markdown(s, top):
     lines = [f"ncu: {s['launches']} kernel launches, {s['total_ms']:.3f} ms of kernel time"
              + (f"; copy ceiling {s['copy_gbps']:.1f} GB/s" if s["copy_gbps"] else ""), ""]
+    if s.get("step_ms") is not None:
+        lines[-1:-1] = [f"graph step {s['step_ms']:.3f} ms: kernels {s['total_ms']:.3f} ms, "
+                        f"{s['between_kernels_ms']:.3f} ms ({s['between_kernels_pct']:.1f}%) between kernels, "
+                        f"{s['between_kernels_us_per_launch']:.2f} us per launch"]
     copy = s["copy_gbps"] is not None
     lines.append("| kernel | launches | ms | share | mean us | DRAM MB | GB/s |" + (" % copy |" if copy else "")
                  + " dram % | sm % | occupancy % | regs | L1 hit % | L2 hit % |")
@@ -205,6 +224,8 @@ def main(argv=None):
     ap.add_argument("--md", help="write the markdown here (default stdout)")
     ap.add_argument("--json", help="write the summary JSON here")
     ap.add_argument("--print-metrics", action="store_true", help="print the --metrics list ncu needs and exit")
+    ap.add_argument("--step-ms", type=float, help="the graph-replayed step's ms at the profiled batch and size")
+    ap.add_argument("--bench", help="a slidefuse bench step JSON: its first run's ms_per_step as --step-ms")
     a = ap.parse_args(argv)
     if a.print_metrics:
         print(",".join(METRICS))
@@ -213,6 +234,10 @@ def main(argv=None):
         ap.error("the ncu CSV is required")
     if a.top < 1:
         ap.error("--top must be at least 1")
+    if a.step_ms is not None and a.bench:
+        ap.error("give --step-ms or --bench, not both")
+    if a.step_ms is not None and not a.step_ms > 0:
+        ap.error("--step-ms must be positive")
     try:
         copy = None
         if a.ceilings:
@@ -222,6 +247,18 @@ def main(argv=None):
             except (OSError, ValueError, KeyError, TypeError) as e:
                 raise SummaryError(f"{a.ceilings}: no copy.gbps ({type(e).__name__}: {e})")
         s = summarise(read_rows(a.csv), copy)
+        step_ms = a.step_ms
+        if a.bench:
+            try:
+                opener = gzip.open if a.bench.endswith(".gz") else open
+                with opener(a.bench, "rt", encoding="utf-8") as f:
+                    step_ms = float(json.load(f)["runs"][0]["ms_per_step"])
+            except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+                raise SummaryError(f"{a.bench}: no runs[0].ms_per_step ({type(e).__name__}: {e})")
+            if not step_ms > 0:
+                raise SummaryError(f"{a.bench}: runs[0].ms_per_step is {step_ms}")
+        if step_ms is not None:
+            add_step(s, step_ms)
     except SummaryError as e:
         print(f"ncu_summary: {e}", file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@ of launches per kernel, time-weighted rates, shares, classes, the copy-ceiling s
 
 Run: python3 -m unittest discover -s tests/tools -p 'test_*.py'
 """
+import gzip
 import json
 import os
 import subprocess
@@ -110,6 +111,46 @@ class NcuSummaryTest(unittest.TestCase):
             self.assertIn("no copy.gbps", r.stderr)
             r = subprocess.run([sys.executable, tool, "--print-metrics"], capture_output=True, text=True)
             self.assertEqual(r.stdout.strip().split(","), ncu_summary.METRICS)
+
+    def test_step_time_against_kernel_time_and_gzip(self):
+        # Two kernels of 100 and 300 us (0.4 ms) in a 1.0 ms graph step: 0.6 ms between kernels, 300 us
+        # per launch; from --step-ms, from a bench record (--bench), and from a gzip-compressed CSV.
+        lines = [HEADER, '"","","","","","","","","","","","usecond","Mbyte","Mbyte","%"',
+                 row(0, DW, "100", "1", "1", "20"), row(1, BN, "300", "1", "1", "50")]
+        s = ncu_summary.add_step(ncu_summary.summarise(ncu_summary.read_rows(self.write(lines))), 1.0)
+        self.assertAlmostEqual(s["between_kernels_ms"], 0.6)
+        self.assertAlmostEqual(s["between_kernels_pct"], 60.0)
+        self.assertAlmostEqual(s["between_kernels_us_per_launch"], 300.0)
+        self.assertIn("graph step 1.000 ms: kernels 0.400 ms, 0.600 ms (60.0%) between kernels, 300.00 us per launch",
+                      ncu_summary.markdown(s, top=5))
+        tool = os.path.join(ROOT, "tools", "ncu_summary.py")
+        with tempfile.TemporaryDirectory() as d:
+            gz = os.path.join(d, "ncu_raw.csv.gz")
+            with gzip.open(gz, "wt") as f:
+                f.write("\n".join(lines) + "\n")
+            bench = os.path.join(d, "bench.json")
+            with open(bench, "w") as f:
+                json.dump({"schema": "slidefuse.bench/1", "runs": [{"ms_per_step": 0.5}]}, f)
+            out = os.path.join(d, "s.json")
+            r = subprocess.run([sys.executable, tool, gz, "--bench", bench, "--json", out], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                got = json.load(f)
+            self.assertAlmostEqual(got["total_ms"], 0.4)
+            self.assertAlmostEqual(got["between_kernels_ms"], 0.1)
+            r = subprocess.run([sys.executable, tool, gz, "--step-ms", "2"], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("1.600 ms (80.0%) between kernels", r.stdout)
+            r = subprocess.run([sys.executable, tool, gz, "--step-ms", "2", "--bench", bench],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 2)
+            r = subprocess.run([sys.executable, tool, gz, "--step-ms", "0"], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 2)
+            with open(bench, "w") as f:
+                json.dump({"runs": []}, f)
+            r = subprocess.run([sys.executable, tool, gz, "--bench", bench], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("no runs[0].ms_per_step", r.stderr)
 
 
 if __name__ == "__main__":
