@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/adamw_cuda.h"
 #include "kernels/eltwise_cuda.h"
@@ -254,9 +255,32 @@ void CudaTrainStep::enqueue_optimizer() {
 
 namespace {
 
-// Captures what `enqueue` puts on the stream into an instantiated graph.
+// The nodes of `graph` by type.
+GraphNodeCounts count_nodes(cudaGraph_t graph) {
+    GraphNodeCounts c;
+    size_t n = 0;
+    SF_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+    std::vector<cudaGraphNode_t> nodes(n);
+    if (n > 0) SF_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+    for (size_t i = 0; i < n; ++i) {
+        cudaGraphNodeType t;
+        SF_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &t));
+        if (t == cudaGraphNodeTypeKernel)
+            ++c.kernels;
+        else if (t == cudaGraphNodeTypeMemcpy)
+            ++c.memcpys;
+        else if (t == cudaGraphNodeTypeMemset)
+            ++c.memsets;
+        else
+            ++c.others;
+    }
+    c.captured = true;
+    return c;
+}
+
+// Captures what `enqueue` puts on the stream into an instantiated graph; its nodes into *nodes.
 template <class F>
-cudaGraphExec_t capture(cudaStream_t stream, F&& enqueue) {
+cudaGraphExec_t capture(cudaStream_t stream, GraphNodeCounts* nodes, F&& enqueue) {
     SF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     try {
         enqueue();
@@ -268,6 +292,12 @@ cudaGraphExec_t capture(cudaStream_t stream, F&& enqueue) {
     }
     cudaGraph_t graph = nullptr;
     SF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    try {
+        *nodes = count_nodes(graph);
+    } catch (...) {
+        cudaGraphDestroy(graph);
+        throw;
+    }
     cudaGraphExec_t exec = nullptr;
     const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
@@ -282,7 +312,11 @@ void CudaTrainStep::micro_step(int slot) {
     // The first call of each sequence runs eagerly (a real step: eager and replayed steps are
     // bitwise equal), so every kernel and cuDNN plan has run once on the stream before capture.
     if (use_graphs_ && micro_runs_[slot]++ > 0) {
-        if (!micro_graph_[slot]) micro_graph_[slot] = capture(ex_.stream, [&] { enqueue_micro(slot); });
+        if (!micro_graph_[slot]) {
+            GraphNodeCounts nodes;
+            micro_graph_[slot] = capture(ex_.stream, &nodes, [&] { enqueue_micro(slot); });
+            if (slot == 0) micro_nodes_ = nodes;
+        }
         SF_CUDA_CHECK(cudaGraphLaunch(micro_graph_[slot], ex_.stream));
     } else {
         enqueue_micro(slot);
@@ -291,7 +325,7 @@ void CudaTrainStep::micro_step(int slot) {
 
 void CudaTrainStep::optimizer_step() {
     if (use_graphs_ && optim_runs_++ > 0) {
-        if (!optim_graph_) optim_graph_ = capture(ex_.stream, [&] { enqueue_optimizer(); });
+        if (!optim_graph_) optim_graph_ = capture(ex_.stream, &optim_nodes_, [&] { enqueue_optimizer(); });
         SF_CUDA_CHECK(cudaGraphLaunch(optim_graph_, ex_.stream));
     } else {
         enqueue_optimizer();

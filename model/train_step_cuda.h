@@ -79,6 +79,15 @@ struct CudaStepStats {
 void upload_state(const rt::Exec& ex, const Planner& p, const CheckpointView& v);
 void download_state(const rt::Exec& ex, const Planner& p, const CheckpointView& v);
 
+// Nodes of a captured step graph by type (cudaGraphGetNodes, cudaGraphNodeGetType): the kernels a
+// replay launches (a cuDNN execution or an NCCL allreduce is one or more of them), copies, memsets,
+// and the rest (event, host and other nodes). `captured` is false until the graph exists.
+struct GraphNodeCounts {
+    bool captured = false;
+    int kernels = 0, memcpys = 0, memsets = 0, others = 0;
+    int total() const { return kernels + memcpys + memsets + others; }
+};
+
 class CudaTrainStep {
 public:
     static constexpr int kSlots = 2;
@@ -133,6 +142,11 @@ public:
     const rt::Exec& exec() const { return ex_; }
     SiderNetCuda& net() { return net_; }
 
+    // The nodes of the captured graphs (micro-step of slot 0, optimizer step); captured = false
+    // before their capture (the second call of each) or with graphs off.
+    const GraphNodeCounts& micro_graph_nodes() const { return micro_nodes_; }
+    const GraphNodeCounts& optimizer_graph_nodes() const { return optim_nodes_; }
+
 private:
     struct Device;  // device-side buffers and the pinned readback (train_step_cuda.cpp)
     void enqueue_micro(int slot);
@@ -153,6 +167,7 @@ private:
     cudaGraphExec_t optim_graph_ = nullptr;
     int64_t micro_runs_[kSlots] = {0, 0}, optim_runs_ = 0;  // calls so far (the first runs eagerly)
     int64_t enqueued_ = 0;  // optimizer steps enqueued (applied + skipped, set_counters included)
+    GraphNodeCounts micro_nodes_, optim_nodes_;
 };
 
 }  // namespace model

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/conv_cudnn.h"
+#include "model/train_step_cuda.h"
 #include "tests/support/compare.h"
 #include "tools/bench_allreduce.h"
 #include "tools/bench_step.h"
@@ -107,6 +108,26 @@ TEST(BenchStep, AllreduceBandwidths) {
     EXPECT_EQ(back.bytes, t.bytes);
     EXPECT_DOUBLE_EQ(back.busbw_gbps, t.busbw_gbps);
     EXPECT_EQ(tools::allreduce_line(t), "allreduce 13.0 MB over 4 ranks: 2.000 ms (algbw 6.5 GB/s, busbw 9.8 GB/s)");
+}
+
+// extra.graph_nodes and its report line (what command A's bench run prints under each batch).
+TEST(BenchStep, GraphNodesRecordAndLine) {
+    model::GraphNodeCounts micro, optim;
+    micro.captured = optim.captured = true;
+    micro.kernels = 1484;
+    micro.memcpys = 3;
+    optim.kernels = 5;
+    const nlohmann::json j = tools::graph_nodes_json(micro, optim);
+    EXPECT_EQ(j["micro_step"]["kernels"], 1484);
+    EXPECT_EQ(j["micro_step"]["memcpys"], 3);
+    EXPECT_EQ(j["micro_step"]["memsets"], 0);
+    EXPECT_EQ(j["micro_step"]["total"], 1487);
+    EXPECT_EQ(j["optimizer"]["total"], 5);
+    const nlohmann::json extra = {{"plan_seconds", 1.5}, {"graph_nodes", j}};
+    EXPECT_EQ(tools::graph_nodes_line(extra),
+              "graphs: 1484 kernel nodes per micro-step (1487 nodes), 5 per optimizer step (5)");
+    EXPECT_EQ(tools::graph_nodes_line(nlohmann::json{{"plan_seconds", 1.5}}), "");  // eager runs
+    EXPECT_EQ(tools::graph_nodes_line(nlohmann::json()), "");
 }
 
 }  // namespace

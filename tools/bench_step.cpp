@@ -268,6 +268,9 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"plan_seconds", plan_s},
                    {"fusion_up_order", model::up_order_name(o.up_order)},
                    {"fuse_expand_dw", o.fuse_expand_dw}};
+        // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
+        if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
+            r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());
         if (nccl) {  // the allreduce alone, after the timed steps, on the step's stream
             const model::Planner& p = rig.net.plan();
             const AllreduceTiming a =
@@ -382,6 +385,8 @@ void print_run(int b, const BenchRun& r) {
     const TimingStats t = timing_stats(r.timings_ms);
     std::printf("  batch %4d: %8.1f samples/s  %8.3f ms/step (p10 %.3f, p90 %.3f)  %.2f GB in use\n", b,
                 b * 1000.0 / t.median, t.median, t.p10, t.p90, r.peak_mem_bytes / 1e9);
+    const std::string graphs = graph_nodes_line(r.extra);
+    if (!graphs.empty()) std::printf("              %s\n", graphs.c_str());
     if (r.extra.is_object() && r.extra.contains("allreduce")) {
         const AllreduceTiming at = allreduce_from_json(r.extra["allreduce"]);
         std::printf("              %s, %.1f%% of the step\n", allreduce_line(at).c_str(), 100.0 * at.ms / t.median);
@@ -389,6 +394,22 @@ void print_run(int b, const BenchRun& r) {
 }
 
 }  // namespace
+
+nlohmann::json graph_nodes_json(const model::GraphNodeCounts& micro, const model::GraphNodeCounts& optimizer) {
+    auto one = [](const model::GraphNodeCounts& c) {
+        return nlohmann::json{{"kernels", c.kernels}, {"memcpys", c.memcpys}, {"memsets", c.memsets},
+                              {"others", c.others},   {"total", c.total()}};
+    };
+    return {{"micro_step", one(micro)}, {"optimizer", one(optimizer)}};
+}
+
+std::string graph_nodes_line(const nlohmann::json& extra) {
+    if (!extra.is_object() || !extra.contains("graph_nodes")) return "";
+    const nlohmann::json& g = extra["graph_nodes"];
+    return rt::format("graphs: %d kernel nodes per micro-step (%d nodes), %d per optimizer step (%d)",
+                      g.at("micro_step").at("kernels").get<int>(), g.at("micro_step").at("total").get<int>(),
+                      g.at("optimizer").at("kernels").get<int>(), g.at("optimizer").at("total").get<int>());
+}
 
 int bench_step(const StepBenchOptions& o, const std::string& command_line) {
     const rt::Comm& c = rt::comm();

@@ -2,10 +2,15 @@
 // batch-size search and the per-layer roofline table. Options parsed by tools/cmd_bench.cpp.
 #pragma once
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "model/up_order.h"
+
+namespace model {
+struct GraphNodeCounts;
+}
 
 namespace tools {
 
@@ -35,6 +40,13 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args);
 // cannot --search (each rank would choose its next batch from its own timings: the ranks' NCCL
 // calls would no longer match).
 void check_bench_world(int n, int job_world, bool search = false);
+// extra.graph_nodes of a graph run: {"micro_step": {...}, "optimizer": {...}}, each {kernels, memcpys,
+// memsets, others, total} of the captured graph (model::CudaTrainStep::*_graph_nodes).
+nlohmann::json graph_nodes_json(const model::GraphNodeCounts& micro, const model::GraphNodeCounts& optimizer);
+// "graphs: N kernel nodes per micro-step (T nodes), M per optimizer step (U)" from a run's extra, or ""
+// when it has no graph_nodes (eager runs).
+std::string graph_nodes_line(const nlohmann::json& extra);
+
 // Runs the benchmark; throws when no CUDA device is usable.
 int bench_step(const StepBenchOptions& o, const std::string& command_line);
 

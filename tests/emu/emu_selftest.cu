@@ -154,6 +154,54 @@ TEST(Emulation, StreamWorkRunsOnlyWhenWaitedFor) {
     SF_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// A captured graph has one node per operation: kernels, copies and memsets by type; event records and
+// waits of the capture are edges, not nodes (as in CUDA). The count query and the fill follow CUDA's
+// contract (null array: the count; a larger array: null-padded, the count obtained returned).
+TEST(Emulation, GraphNodesByType) {
+    cudaStream_t s;
+    SF_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    float* x = device_alloc<float>(32);
+    float* y = device_alloc<float>(32);
+    cudaEvent_t e;
+    SF_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    SF_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    SF_CUDA_CHECK(cudaMemsetAsync(x, 0, 32 * sizeof(float), s));
+    read_kernel<<<1, 32, 0, s>>>(x, y);
+    SF_CUDA_CHECK(cudaEventRecord(e, s));
+    SF_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0));
+    read_kernel<<<1, 32, 0, s>>>(y, x);
+    SF_CUDA_CHECK(cudaMemcpyAsync(y, x, 32 * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    cudaGraph_t g = nullptr;
+    SF_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    size_t n = 0;
+    SF_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+    ASSERT_EQ(n, 4u);
+    std::vector<cudaGraphNode_t> nodes(6, reinterpret_cast<cudaGraphNode_t>(1));
+    size_t want = nodes.size();
+    SF_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &want));
+    EXPECT_EQ(want, 4u);
+    EXPECT_EQ(nodes[4], nullptr);
+    EXPECT_EQ(nodes[5], nullptr);
+    int kernels = 0, memcpys = 0, memsets = 0;
+    for (size_t i = 0; i < 4; ++i) {
+        cudaGraphNodeType t;
+        SF_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &t));
+        kernels += t == cudaGraphNodeTypeKernel;
+        memcpys += t == cudaGraphNodeTypeMemcpy;
+        memsets += t == cudaGraphNodeTypeMemset;
+    }
+    EXPECT_EQ(kernels, 2);
+    EXPECT_EQ(memcpys, 1);
+    EXPECT_EQ(memsets, 1);
+    EXPECT_EQ(cudaGraphGetNodes(g, nullptr, nullptr), cudaErrorInvalidValue);
+    cudaGetLastError();
+    SF_CUDA_CHECK(cudaGraphDestroy(g));
+    SF_CUDA_CHECK(cudaEventDestroy(e));
+    cudaFree(x);
+    cudaFree(y);
+    SF_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
 using EmulationDeathTest = ::testing::Test;
 
 TEST_F(EmulationDeathTest, RaceBetweenWarpsIsReported) {

@@ -9,6 +9,7 @@
 //    capture fails with cudaErrorStreamCaptureUnsupported and invalidates the capture.
 #include "tests/emu/streams.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -43,8 +44,12 @@ struct CUevent_st {
     double ms = 0;                      // host time when the latest record ran
     CUgraph_st* captured_in = nullptr;  // recorded during this capture (no replayed operation)
 };
+struct CUgraphNode_st {
+    cudaGraphNodeType type = cudaGraphNodeTypeKernel;
+};
 struct CUgraph_st {
     std::vector<sfemu::Op> ops;
+    std::vector<CUgraphNode_st> nodes;  // one per op, built by cudaGraphGetNodes
 };
 struct CUgraphExec_st {
     std::vector<sfemu::Op> ops;
@@ -302,6 +307,38 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
         const cudaError_t e = sfemu::push(s, op);
         if (e != cudaSuccess) return set_error(e);
     }
+    return cudaSuccess;
+}
+
+// A node per captured operation: a copy, a memset, or a kernel (every other operation: kernels, and
+// the cuDNN, cuBLASLt and NCCL calls, which launch kernels on a GPU; the emulation counts one each).
+// Event records and waits inside a capture are edges, not nodes, as in CUDA.
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* numNodes) {
+    if (!graph || !numNodes) return set_error(cudaErrorInvalidValue);
+    if (graph->nodes.size() != graph->ops.size()) {
+        graph->nodes.clear();
+        for (const sfemu::Op& op : graph->ops) {
+            CUgraphNode_st n;
+            if (op.what == "cudaMemcpyAsync")
+                n.type = cudaGraphNodeTypeMemcpy;
+            else if (op.what == "cudaMemsetAsync")
+                n.type = cudaGraphNodeTypeMemset;
+            graph->nodes.push_back(n);
+        }
+    }
+    if (!nodes) {
+        *numNodes = graph->nodes.size();
+        return cudaSuccess;
+    }
+    const size_t got = std::min(*numNodes, graph->nodes.size());
+    for (size_t i = 0; i < *numNodes; ++i) nodes[i] = i < got ? &graph->nodes[i] : nullptr;
+    *numNodes = got;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
+    if (!node || !type) return set_error(cudaErrorInvalidValue);
+    *type = node->type;
     return cudaSuccess;
 }
 

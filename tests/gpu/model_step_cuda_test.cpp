@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -321,7 +322,27 @@ TEST(CudaStep, GraphReplayIsBitwiseEqualToEager) {
             r->step.optimizer_step();
             r->ctx.synchronize();
         }
+        // The first call of each kind runs eagerly, the second captures: the node counts exist from then.
+        EXPECT_EQ(graph.step.micro_graph_nodes().captured, k >= 1) << "step " << k;
+        EXPECT_EQ(graph.step.optimizer_graph_nodes().captured, k >= 1) << "step " << k;
     }
+    EXPECT_FALSE(eager.step.micro_graph_nodes().captured);
+    // What a replay launches: every convolution has a forward and a backward kernel at least, and each
+    // BatchNorm a statistics, an apply and a backward pass at least.
+    const model::GraphNodeCounts& mg = graph.step.micro_graph_nodes();
+    const model::GraphNodeCounts& og = graph.step.optimizer_graph_nodes();
+    std::printf("[graph] micro-step: %d kernels, %d memcpys, %d memsets, %d others; optimizer: %d kernels, %d nodes\n",
+                mg.kernels, mg.memcpys, mg.memsets, mg.others, og.kernels, og.total());
+    int convs = 0, bns = 0;
+    for (const model::LayerUse& l : graph.net.plan().layers()) {
+        ++convs;
+        bns += l.batchnorm;
+    }
+    EXPECT_EQ(convs, 143);  // the model's conv layers (docs/MODEL.md)
+    EXPECT_GE(mg.kernels, 2 * convs + 3 * bns);
+    EXPECT_EQ(mg.total(), mg.kernels + mg.memcpys + mg.memsets + mg.others);
+    EXPECT_GE(og.kernels, 4);  // lr schedule, gradient norm, step record, AdamW at least
+    EXPECT_LT(og.kernels, mg.kernels);
     const model::Planner& pe = eager.net.plan();
     const model::Planner& pg = graph.net.plan();
     const size_t n = pe.table().flat_size;
