@@ -122,7 +122,8 @@ DwConvPlan dwconv3x3_plan(const ConvShape& s, int fwd_variant, int dgrad_variant
 const char* dwconv3x3_variant_name(int v) {
     static const char* const names[] = {"8ch 2x4",       "8ch 1x4",       "4ch 2x4",
                                         "4ch 1x4",       "2ch 2x4",       "2ch 4x4",
-                                        "8ch 2x4 s8x32", "4ch 2x4 s8x32", "2ch 4x4 s8x32"};
+                                        "8ch 2x4 s8x32", "4ch 2x4 s8x32", "2ch 4x4 s8x32",
+                                        "8ch 2x4 lean"};
     static_assert(sizeof(names) / sizeof(names[0]) == kDwVariantCount, "a name per variant");
     return v >= 0 && v < kDwVariantCount ? names[v] : "variant ?";
 }

@@ -56,13 +56,17 @@ constexpr int kDwTileH = 2, kDwTileW = 4;
 // Every variant adds each output's taps in the same order (forward: (r, s) row-major; dgrad: reversed),
 // and out-of-image taps are the same +0 values added by the same fmaf, so all of them give
 // bitwise-identical y and dx: the choice changes speed only.
+//  - lean (direct only): variant 0's kernel with the plan's sizes copied into locals before its loops;
+//    the same code otherwise, the same sums, but ptxas allocates it 168 instead of 182 registers (fwd,
+//    dgrad 164) at stride 1: an A/B of register allocation on the default, timed like any variant.
 struct DwVariant {
-    int vec, tile_h, tile_w;      // channels per thread, destination rows x columns per thread
+    int vec, tile_h, tile_w;       // channels per thread, destination rows x columns per thread
     int block_h = 0, block_w = 0;  // staged: destination pixels per block at stride 1; 0: direct
+    bool lean = false;             // direct: the plan's sizes in locals (PlanDims<true>)
 };
 constexpr DwVariant kDwVariants[] = {{8, 2, 4},        {8, 1, 4},        {4, 2, 4},       {4, 1, 4},
                                      {2, 2, 4},        {2, 4, 4},        {8, 2, 4, 8, 32}, {4, 2, 4, 8, 32},
-                                     {2, 4, 4, 8, 32}};
+                                     {2, 4, 4, 8, 32}, {8, 2, 4, 0, 0, true}};
 constexpr int kDwVariantCount = static_cast<int>(sizeof(kDwVariants) / sizeof(kDwVariants[0]));
 constexpr bool dw_variant_staged(int v) { return kDwVariants[v].block_h > 0; }
 // A staged block's destination size for a pass: the variant's block, halved for the stride-2 forward.

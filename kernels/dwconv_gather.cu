@@ -36,12 +36,37 @@ __device__ __forceinline__ TileItem tile_item(unsigned t, const DwTileGrid& tg) 
     return it;
 }
 
+// The sizes a direct kernel indexes with: input h x w, output p x q, channels c. kLean = false reads
+// them from the kernel parameter at every use (the kernels measured on the H100, 2026-11-24); true
+// copies them into locals first, which ptxas allocates with fewer registers for most instances
+// (docs/KERNELS_DWCONV.md, "The lean twin"). The same addresses and sums either way.
+template <bool kLean>
+struct PlanDims {
+    const DwConvPlan& pl;
+    __device__ __forceinline__ int h() const { return pl.h; }
+    __device__ __forceinline__ int w() const { return pl.w; }
+    __device__ __forceinline__ int c() const { return pl.c; }
+    __device__ __forceinline__ int p() const { return pl.p; }
+    __device__ __forceinline__ int q() const { return pl.q; }
+};
+template <>
+struct PlanDims<true> {
+    int h_, w_, c_, p_, q_;
+    __device__ __forceinline__ explicit PlanDims(const DwConvPlan& pl)
+        : h_(pl.h), w_(pl.w), c_(pl.c), p_(pl.p), q_(pl.q) {}
+    __device__ __forceinline__ int h() const { return h_; }
+    __device__ __forceinline__ int w() const { return w_; }
+    __device__ __forceinline__ int c() const { return c_; }
+    __device__ __forceinline__ int p() const { return p_; }
+    __device__ __forceinline__ int q() const { return q_; }
+};
+
 // y = dwconv(x, w). 1-D grid pl.fwd.grid x kDwThreads, one item of pl.fwd per thread: channel group g
 // (channels V*g ..), output rows [p0, p0 + TH), columns [q0, q0 + TW) of image n. Input row h0 + i
 // (h0 = S*p0 - 1) feeds tile row a through tap r = i - S*a; likewise columns. Per output the taps are
 // added in (r, s) row-major order, padding taps as fma(0, w, acc) = acc. kPro: x is the producer's
 // pre-BN output and each loaded pixel goes through its BN + activation A first (DwPrologue).
-template <int S, int V, int TH, int TW, Act A, bool kPro>
+template <int S, int V, int TH, int TW, Act A, bool kPro, bool kLean = false>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_forward_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ w,
                              bfloat* __restrict__ y, DwPrologue pro) {
@@ -52,19 +77,21 @@ __global__ void __launch_bounds__(kDwThreads)
     float wt[9][V];
     load_weights<V>(w, it.g, wt);
     const BnApply8 bn = load_prologue<kPro>(pro, it.g);
+    const PlanDims<kLean> dim{pl};
     const int p0 = it.th * TH, q0 = it.tw * TW;
     const int h0 = S * p0 - 1, w0 = S * q0 - 1;
-    const bfloat* xn = x + static_cast<size_t>(it.n) * pl.h * pl.w * pl.c + V * it.g;
+    const bfloat* xn = x + static_cast<size_t>(it.n) * dim.h() * dim.w() * dim.c() + V * it.g;
     float acc[TH][TW][V] = {};
 #pragma unroll
     for (int i = 0; i < IR; ++i) {
         const int h = h0 + i;
-        const bool hv = in_range(h, pl.h);
+        const bool hv = in_range(h, dim.h());
 #pragma unroll
         for (int j = 0; j < IC; ++j) {
             const int wi = w0 + j;
             float v[V];
-            loadv_input<V, A, kPro>(xn, hv && in_range(wi, pl.w), static_cast<size_t>(h) * pl.w + wi, pl.c, bn, v);
+            loadv_input<V, A, kPro>(xn, hv && in_range(wi, dim.w()), static_cast<size_t>(h) * dim.w() + wi, dim.c(), bn,
+                                    v);
 #pragma unroll
             for (int a = 0; a < TH; ++a) {
                 const int r = i - S * a;
@@ -78,14 +105,14 @@ __global__ void __launch_bounds__(kDwThreads)
             }
         }
     }
-    bfloat* yn = y + static_cast<size_t>(it.n) * pl.p * pl.q * pl.c + V * it.g;
+    bfloat* yn = y + static_cast<size_t>(it.n) * dim.p() * dim.q() * dim.c() + V * it.g;
 #pragma unroll
     for (int a = 0; a < TH; ++a) {
-        if (p0 + a >= pl.p) break;
+        if (p0 + a >= dim.p()) break;
 #pragma unroll
         for (int b = 0; b < TW; ++b) {
-            if (q0 + b >= pl.q) break;
-            storev<V>(yn + (static_cast<size_t>(p0 + a) * pl.q + (q0 + b)) * pl.c, acc[a][b]);
+            if (q0 + b >= dim.q()) break;
+            storev<V>(yn + (static_cast<size_t>(p0 + a) * dim.q() + (q0 + b)) * dim.c(), acc[a][b]);
         }
     }
 }
@@ -97,7 +124,7 @@ __global__ void __launch_bounds__(kDwThreads)
 // a = S*i + r - 1 - kOff, kOff = h0 - S*pb. For S = 2 the tile starts on even rows and columns, so
 // every tile has the same (compile-time) tap pattern: even dx rows get tap r = 1 only, odd ones 0 and 2.
 // Per dx pixel the taps arrive in reversed (r, s) row-major order whatever the tile.
-template <int S, int V, int TH, int TW>
+template <int S, int V, int TH, int TW, bool kLean = false>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_backward_data_kernel(DwConvPlan pl, const bfloat* __restrict__ dy, const bfloat* __restrict__ w,
                                    bfloat* __restrict__ dx, bool accumulate) {
@@ -109,19 +136,20 @@ __global__ void __launch_bounds__(kDwThreads)
     const TileItem it = tile_item(t, pl.dgrad);
     float wt[9][V];
     load_weights<V>(w, it.g, wt);
+    const PlanDims<kLean> dim{pl};
     const int h0 = it.th * TH, w0 = it.tw * TW;
     const int pb = (h0 - kOff) / S, qb = (w0 - kOff) / S;  // S = 2: h0, w0 even, so exact
-    const bfloat* dyn = dy + static_cast<size_t>(it.n) * pl.p * pl.q * pl.c + V * it.g;
+    const bfloat* dyn = dy + static_cast<size_t>(it.n) * dim.p() * dim.q() * dim.c() + V * it.g;
     float acc[TH][TW][V] = {};
 #pragma unroll
     for (int i = 0; i < NR; ++i) {
         const int p = pb + i;
-        const bool pv = in_range(p, pl.p);
+        const bool pv = in_range(p, dim.p());
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             const int q = qb + j;
             float v[V];
-            loadv_or_zero<V>(dyn, pv && in_range(q, pl.q), static_cast<size_t>(p) * pl.q + q, pl.c, v);
+            loadv_or_zero<V>(dyn, pv && in_range(q, dim.q()), static_cast<size_t>(p) * dim.q() + q, dim.c(), v);
 #pragma unroll
             for (int r = 0; r < 3; ++r) {
                 const int a = S * i + r - 1 - kOff;
@@ -135,14 +163,14 @@ __global__ void __launch_bounds__(kDwThreads)
             }
         }
     }
-    bfloat* dxn = dx + static_cast<size_t>(it.n) * pl.h * pl.w * pl.c + V * it.g;
+    bfloat* dxn = dx + static_cast<size_t>(it.n) * dim.h() * dim.w() * dim.c() + V * it.g;
 #pragma unroll
     for (int a = 0; a < TH; ++a) {
-        if (h0 + a >= pl.h) break;
+        if (h0 + a >= dim.h()) break;
 #pragma unroll
         for (int b = 0; b < TW; ++b) {
-            if (w0 + b >= pl.w) break;
-            bfloat* d = dxn + (static_cast<size_t>(h0 + a) * pl.w + (w0 + b)) * pl.c;
+            if (w0 + b >= dim.w()) break;
+            bfloat* d = dxn + (static_cast<size_t>(h0 + a) * dim.w() + (w0 + b)) * dim.c();
             float old[V] = {};
             if (accumulate) loadv_rw<V>(d, old);  // dx is read and written by this thread only
 #pragma unroll
@@ -339,7 +367,7 @@ void forward_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, c
         dwconv3x3_forward_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi)>
             <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y));
     } else {
-        dwconv3x3_forward_kernel<S, v.vec, v.tile_h, v.tile_w, A, kPro>
+        dwconv3x3_forward_kernel<S, v.vec, v.tile_h, v.tile_w, A, kPro, v.lean>
             <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y), pro);
     }
 }
@@ -354,7 +382,7 @@ void backward_data_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16
             dwconv3x3_backward_data_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi)>
                 <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
         } else {
-            dwconv3x3_backward_data_kernel<S, v.vec, v.tile_h, v.tile_w>
+            dwconv3x3_backward_data_kernel<S, v.vec, v.tile_h, v.tile_w, v.lean>
                 <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
         }
     } else {

@@ -209,14 +209,19 @@ TEST(KernelsDwconvLaunch, PlanInvariants) {
 // the destination with whole channel groups, and a variant that cannot run its pass is refused by the
 // plan with the reason.
 TEST(KernelsDwconvLaunch, GatherVariants) {
-    ASSERT_EQ(kern::kDwVariantCount, 9);
+    ASSERT_EQ(kern::kDwVariantCount, 10);
     EXPECT_EQ(kern::kDwVariants[0].vec, 8);
     EXPECT_EQ(kern::kDwVariants[0].tile_h, kern::kDwTileH);
     EXPECT_EQ(kern::kDwVariants[0].tile_w, kern::kDwTileW);
     EXPECT_STREQ(kern::dwconv3x3_variant_name(0), "8ch 2x4");
     EXPECT_STREQ(kern::dwconv3x3_variant_name(5), "2ch 4x4");
     EXPECT_STREQ(kern::dwconv3x3_variant_name(8), "2ch 4x4 s8x32");
-    EXPECT_STREQ(kern::dwconv3x3_variant_name(9), "variant ?");
+    EXPECT_STREQ(kern::dwconv3x3_variant_name(9), "8ch 2x4 lean");
+    EXPECT_STREQ(kern::dwconv3x3_variant_name(10), "variant ?");
+    // The lean twin is variant 0's kernel and geometry (only the code generation differs).
+    EXPECT_TRUE(kern::kDwVariants[9].lean);
+    EXPECT_EQ(kern::kDwVariants[9].vec * 100 + kern::kDwVariants[9].tile_h * 10 + kern::kDwVariants[9].tile_w,
+              kern::kDwVariants[0].vec * 100 + kern::kDwVariants[0].tile_h * 10 + kern::kDwVariants[0].tile_w);
     EXPECT_STREQ(kern::dwconv3x3_variant_name(-1), "variant ?");
     for (int v = 0; v < kern::kDwVariantCount; ++v) {
         const kern::DwVariant& var = kern::kDwVariants[v];
@@ -224,7 +229,8 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
         const std::string staged =
             var.block_h > 0 ? " s" + std::to_string(var.block_h) + "x" + std::to_string(var.block_w) : "";
         EXPECT_EQ(name, std::to_string(var.vec) + "ch " + std::to_string(var.tile_h) + "x" +
-                            std::to_string(var.tile_w) + staged);
+                            std::to_string(var.tile_w) + staged + (var.lean ? " lean" : ""));
+        EXPECT_FALSE(var.lean && var.block_h > 0) << name;  // lean is a twin of a direct variant
         EXPECT_EQ(kern::dw_variant_staged(v), var.block_h > 0) << name;
         EXPECT_TRUE(var.vec == 8 || var.vec == 4 || var.vec == 2) << name;  // 128-, 64-, 32-bit accesses
         EXPECT_TRUE(kern::dw_variant_valid(v, 1, false) && kern::dw_variant_valid(v, 1, true)) << name;
@@ -317,9 +323,9 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
     EXPECT_EQ(p6s.dgrad.src_h * 100 + p6s.dgrad.src_w, 5 * 100 + 17);
 
     const kern::ConvShape s1 = dw_shape(2, 16, 16, 32, 1), s2 = dw_shape(2, 16, 16, 32, 2);
-    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 9, 0), "dwconv3x3", "forward variant 9", "valid: 0..8");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 10, 0), "dwconv3x3", "forward variant 10", "valid: 0..9");
     SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, -1, 0), "forward variant -1");
-    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 9), "dgrad variant 9", "valid: 0..8");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 10), "dgrad variant 10", "valid: 0..9");
     SF_EXPECT_ERROR(kern::dwconv3x3_plan(s2, 0, 1), "dgrad variant 1 (8ch 1x4) at stride 2", "even tile sides");
     SF_EXPECT_ERROR(kern::dwconv3x3_plan(s2, 0, 3), "dgrad variant 3 (4ch 1x4)");
     EXPECT_NO_THROW(kern::dwconv3x3_plan(s1, 3, 1));  // stride 1: every tile starts on any pixel
@@ -341,7 +347,7 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
     // The predicate never throws, and refuses what the plan refuses.
     EXPECT_FALSE(kern::dwconv3x3_variant_supported(s2, 1, true));
     EXPECT_TRUE(kern::dwconv3x3_variant_supported(s2, 1, false));
-    EXPECT_FALSE(kern::dwconv3x3_variant_supported(s1, 9, false));
+    EXPECT_FALSE(kern::dwconv3x3_variant_supported(s1, 10, false));
     EXPECT_FALSE(kern::dwconv3x3_variant_supported(dw_shape(2, 16, 16, 12, 1), 0, false));
 }
 
@@ -497,7 +503,7 @@ TEST(KernelsDwconvLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, x), "alias");
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, bptr(0x100000 + 16384)), "alias");  // overlaps x
     // Variants: out of range, and the prologue outside variant 0 (checked before the pointers).
-    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 9), "forward variant 9");
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 10), "forward variant 10");
     kern::DwPrologue pro;
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, &pro, 2), "prologue runs in variant 0 only",
                     "variant 2, 4ch 2x4");
