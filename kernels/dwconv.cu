@@ -141,8 +141,10 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
     const char* op = "dwconv3x3_forward_cuda";
     rt::check_cuda_exec(op, ex);
     const DwConvPlan pl = dwconv3x3_plan(s, variant, 0);
-    SF_CHECK(!pro || variant == 0, "%s: the BN prologue runs in variant 0 only (got variant %d, %s)", op, variant,
-             dwconv3x3_variant_name(variant));
+    SF_CHECK(!pro || dw_variant_prologue(variant),
+             "%s: variant %d (%s) has no BN prologue (the direct variants with 8 channels per thread and the staged "
+             "ones have)",
+             op, variant, dwconv3x3_variant_name(variant));
     check_bf16(op, "x", x);
     check_bf16(op, "w", w);
     check_bf16(op, "y", y);

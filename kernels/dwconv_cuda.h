@@ -42,8 +42,9 @@ constexpr int kDwTileH = 2, kDwTileW = 4;
 
 // Gather-pass variants (forward, dgrad): channels per thread (8, 4 or 2 bf16: one 128-, 64- or 32-bit
 // load per pixel), the destination tile per thread, and where the source pixels come from. Index 0 is
-// the default (the deterministic policy and the fused prologue run it); with autotuning the network
-// times every valid variant per shape and direction and keeps the fastest (model::GpuOps).
+// the default (the deterministic policy runs it); with autotuning the network times every valid
+// variant per shape and direction and keeps the fastest (model::GpuOps), and for the forward with a
+// BN prologue every variant of dw_variant_prologue.
 //  - direct (block_h = 0): each thread loads the source pixels under its tile from global memory
 //    itself; neighbouring tiles' halos are re-read through L1/L2. Fewer channels and smaller tiles
 //    need fewer registers (more resident warps), larger tiles re-read fewer halo pixels.
@@ -97,6 +98,15 @@ constexpr bool dw_variant_valid(int v, int stride, bool dgrad) {
         if (!dgrad && (d.block_h % stride != 0 || d.block_w % stride != 0)) return false;
     }
     return true;
+}
+// Whether gather variant v can run the forward with a BN prologue (DwPrologue). The prologue's
+// per-channel constants are held in groups of 8 channels: the direct variants with 8 channels per
+// thread apply it to each pixel of their tap window as they load it (a pixel shared by neighbouring
+// tiles is transformed once per tile: 3 times per output at 2x4, 4.5 at 1x4); the staged variants
+// apply it while staging, in 8-channel chunks, once per staged pixel (1.33 times per output at 8 x 32),
+// whatever their channels per thread. Every one gives the bits of variant 0 with the prologue.
+constexpr bool dw_variant_prologue(int v) {
+    return v >= 0 && v < kDwVariantCount && (kDwVariants[v].vec == 8 || kDwVariants[v].block_h > 0);
 }
 // Shared memory a staged variant's kernel declares (bf16 elements): the largest source block of
 // either stride and pass at 64 channels (the widest pitch). At most 48 KiB (static shared memory).
@@ -305,7 +315,8 @@ const char* dwconv3x3_wgrad_variant_name(int v);
 size_t dwconv3x3_workspace_floats(const ConvShape& s);
 
 // x (N,H,W,C), w (C*9), y (N,P,Q,C), all bf16. y overwritten. pro: null, or the producer's BN +
-// activation applied to x on load (DwPrologue; only with variant 0). variant: index into kDwVariants.
+// activation applied to x on load (DwPrologue; in the variants of dw_variant_prologue, all bitwise
+// equal). variant: index into kDwVariants.
 void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
                             const DwPrologue* pro = nullptr, int variant = 0);
 

@@ -18,7 +18,7 @@ namespace kern {
 
 // ---- launches (no checks: the public launchers in dwconv.cu check first) ----
 
-// y = dwconv(x, w) in the plan's forward variant; pro null or (variant 0 only) the BN prologue.
+// y = dwconv(x, w) in the plan's forward variant; pro null or the BN prologue (dw_variant_prologue variants).
 void dw_launch_forward(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
                        const DwPrologue* pro);
 // dx (+)= dwconv^T(dy, w) in the plan's dgrad variant.

@@ -205,25 +205,34 @@ __device__ __forceinline__ StagedBlock staged_block(unsigned b, const DwTileGrid
 // consecutive 16-byte chunks of a pixel, then consecutive pixels of a row: coalesced. The chunk count
 // cb/8 divides kDwThreads, so a thread's chunk is fixed and its pixel advances by kDwThreads/chunks per
 // load: the row and column are stepped, not divided out, per load.
+// kPro (the forward's BN prologue): the thread's chunk is channels c0 + 8*part .. of the image, and each
+// in-image pixel chunk is stored as bf16(act(bn(x))), the value the direct prologue kernels compute per
+// tap-window load and bn_act_forward_* stores: once per staged pixel here. The padding stays +0.
+template <Act A = Act::None, bool kPro = false>
 __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int rows, int cols, int c, int r0, int s0,
-                                             const DwTileGrid& g, bfloat* src) {
+                                             const DwTileGrid& g, bfloat* src, const DwPrologue& pro = DwPrologue{},
+                                             int c0 = 0) {
     constexpr int kBatch = 4;
     static_assert(kDwThreads % 8 == 0, "a pixel's chunk count (1, 2, 4 or 8) must divide the block");
     const int chunks = g.cb / 8, step = kDwThreads / chunks, part = static_cast<int>(threadIdx.x) % chunks;
+    const BnApply8 bn = load_prologue<kPro>(pro, c0 / 8 + part);
     const int pixels = g.src_h * g.src_w;
     int pix = static_cast<int>(threadIdx.x) / chunks;
     int row = pix / g.src_w, col = pix % g.src_w;  // of pixel `pix`; step < src_w is not assumed
     while (pix < pixels) {
         uint4 u[kBatch];
         int at[kBatch];
+        bool inside[kBatch];
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
             u[k] = make_uint4(0u, 0u, 0u, 0u);
             at[k] = -1;
+            inside[k] = false;
             if (pix < pixels) {
                 const int r = r0 + row, q = s0 + col;
                 at[k] = pix * g.pitch + 8 * part;
-                if (in_range(r, rows) && in_range(q, cols))
+                inside[k] = in_range(r, rows) && in_range(q, cols);
+                if (inside[k])
                     u[k] = __ldg(reinterpret_cast<const uint4*>(img + (static_cast<size_t>(r) * cols + q) * c) + part);
                 pix += step;
                 col += step;
@@ -231,25 +240,39 @@ __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int
             }
         }
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k)
-            if (at[k] >= 0) *reinterpret_cast<uint4*>(src + at[k]) = u[k];
+        for (int k = 0; k < kBatch; ++k) {
+            if (at[k] < 0) continue;
+            if constexpr (kPro) {
+                if (inside[k]) {
+                    float v[8];
+                    unpack8(u[k], v);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) v[j] = bn_act_value<A>(bn, j, v[j]);
+                    storev<8>(src + at[k], v);  // rounds to bf16 as the apply pass's store does
+                    continue;
+                }
+            }
+            *reinterpret_cast<uint4*>(src + at[k]) = u[k];
+        }
     }
 }
 
 // The forward of a staged variant: grid pl.fwd.grid x kDwThreads, block b as staged_block. The source
 // rows S*d0 - 1 .. and columns S*e0 - 1 .. are staged, then each thread tile (channel group fastest)
 // runs the direct kernel's loop over its IR x IC source pixels, read from shared memory: the same
-// values (padding +0 included) in the same fmaf order, so the same bits.
-template <int S, int V, int TH, int TW, int E>
+// values (padding +0 included) in the same fmaf order, so the same bits. kPro: x is the producer's
+// pre-BN output, staged through its BN + activation A (stage_source): the values the direct prologue
+// kernel reads, so again the same bits.
+template <int S, int V, int TH, int TW, int E, Act A, bool kPro>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_forward_staged_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ w,
-                                    bfloat* __restrict__ y) {
+                                    bfloat* __restrict__ y, DwPrologue pro) {
     constexpr int IR = S * (TH - 1) + 3, IC = S * (TW - 1) + 3;
     __shared__ __align__(16) bfloat src[E];
     const DwTileGrid& g = pl.fwd;
     const StagedBlock sb = staged_block(blockIdx.x, g);
-    stage_source(x + static_cast<size_t>(sb.n) * pl.h * pl.w * pl.c + sb.c0, pl.h, pl.w, pl.c, S * sb.d0 - 1,
-                 S * sb.e0 - 1, g, src);
+    stage_source<A, kPro>(x + static_cast<size_t>(sb.n) * pl.h * pl.w * pl.c + sb.c0, pl.h, pl.w, pl.c,
+                          S * sb.d0 - 1, S * sb.e0 - 1, g, src, pro, sb.c0);
     __syncthreads();
     const int groups = g.cb / V, tc = g.block_w / TW, items = groups * (g.block_h / TH) * tc;
     bfloat* yn = y + static_cast<size_t>(sb.n) * pl.p * pl.q * pl.c + sb.c0;
@@ -362,10 +385,11 @@ void forward_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, c
                       const DwPrologue& pro) {
     constexpr DwVariant v = kDwVariants[Vi];
     const unsigned grid = static_cast<unsigned>(pl.fwd.grid);
-    if constexpr (v.block_h > 0) {
-        static_assert(!kPro, "the BN prologue runs in variant 0 only");
-        dwconv3x3_forward_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi)>
-            <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y));
+    if constexpr (kPro && !dw_variant_prologue(Vi)) {
+        SF_FAIL("dwconv3x3: variant %d (%s) has no BN prologue", Vi, dwconv3x3_variant_name(Vi));
+    } else if constexpr (v.block_h > 0) {
+        dwconv3x3_forward_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi), A, kPro>
+            <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y), pro);
     } else {
         dwconv3x3_forward_kernel<S, v.vec, v.tile_h, v.tile_w, A, kPro, v.lean>
             <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y), pro);
@@ -393,12 +417,16 @@ void backward_data_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16
 template <int S>
 void forward_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
                     const DwPrologue* pro) {
-    if (pro) {  // variant 0 only (checked by the launcher)
-        switch (pro->act) {
-            case Act::None: return forward_instance<S, 0, Act::None, true>(ex, pl, x, w, y, *pro);
-            case Act::Silu: return forward_instance<S, 0, Act::Silu, true>(ex, pl, x, w, y, *pro);
-            case Act::Relu: return forward_instance<S, 0, Act::Relu, true>(ex, pl, x, w, y, *pro);
-        }
+    if (pro) {  // the variants of dw_variant_prologue (checked by the launcher)
+        with_variant<kDwVariantCount>(pl.fwd.variant, "forward", [&](auto vi) {
+            constexpr int kV = decltype(vi)::value;
+            switch (pro->act) {
+                case Act::None: return forward_instance<S, kV, Act::None, true>(ex, pl, x, w, y, *pro);
+                case Act::Silu: return forward_instance<S, kV, Act::Silu, true>(ex, pl, x, w, y, *pro);
+                case Act::Relu: return forward_instance<S, kV, Act::Relu, true>(ex, pl, x, w, y, *pro);
+            }
+        });
+        return;
     }
     with_variant<kDwVariantCount>(pl.fwd.variant, "forward", [&](auto vi) {
         forward_instance<S, decltype(vi)::value, Act::None, false>(ex, pl, x, w, y, DwPrologue{});

@@ -54,6 +54,10 @@ struct GpuOps::Entry {
     // when autotuned, each valid variant's time (ms; -1 = not valid for the pass or not timed).
     int fwd_variant = 0, dgrad_variant = 0, wgrad_variant = 0;
     std::vector<double> fwd_variant_ms, dgrad_variant_ms, wgrad_variant_ms;
+    // use.bn_prologue: the forward with the BN prologue (always the custom kernel), its variant and,
+    // when autotuned, each prologue-capable variant's time (kern::dw_variant_prologue; -1 otherwise).
+    int pro_fwd_variant = 0;
+    std::vector<double> pro_fwd_variant_ms;
 };
 
 namespace {
@@ -94,6 +98,14 @@ struct TimingBuffers {
         ws = static_cast<float*>(mem.p[5]);
     }
 };
+
+// The index of the smallest non-negative time (the first on ties; 0 when none was timed).
+int fastest_variant(const std::vector<double>& ms) {
+    int best = 0;
+    for (int v = 0; v < static_cast<int>(ms.size()); ++v)
+        if (ms[v] >= 0 && (ms[best] < 0 || ms[v] < ms[best])) best = v;
+    return best;
+}
 
 }  // namespace
 
@@ -226,6 +238,7 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
         }
         e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e) : time_stem(u.shape);
         e.impl = pick_conv_impl(cand, {e.ms[0], e.ms[1]});
+        if (u.bn_prologue && custom == ConvImpl::CustomDepthwise) time_prologue_forward(e);
         entries_.push_back(e);
     }
 }
@@ -289,20 +302,36 @@ double GpuOps::time_depthwise(Entry& e) const {
             e.wgrad_variant_ms[v] = time_runs(
                 [&] { kern::dwconv3x3_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf, nullptr, v); }, iters);
     }
-    auto fastest = [](const std::vector<double>& ms) {
-        int best = 0;
-        for (int v = 0; v < static_cast<int>(ms.size()); ++v)
-            if (ms[v] >= 0 && (ms[best] < 0 || ms[v] < ms[best])) best = v;
-        return best;
-    };
-    e.fwd_variant = fastest(e.fwd_variant_ms);
-    e.wgrad_variant = fastest(e.wgrad_variant_ms);
+    e.fwd_variant = fastest_variant(e.fwd_variant_ms);
+    e.wgrad_variant = fastest_variant(e.wgrad_variant_ms);
     double total = e.fwd_variant_ms[e.fwd_variant] + e.wgrad_variant_ms[e.wgrad_variant];
     if (e.dgrad) {
-        e.dgrad_variant = fastest(e.dgrad_variant_ms);
+        e.dgrad_variant = fastest_variant(e.dgrad_variant_ms);
         total += e.dgrad_variant_ms[e.dgrad_variant];
     }
     return total;
+}
+
+// The forward with e's BN prologue (activation e.use.prologue_act) in every variant that has one,
+// the fastest kept. The prologue's vectors are zeros (gamma, beta, mean, invstd: every z = 0), which
+// costs the kernels the same instructions as real statistics (no data-dependent branch in the apply).
+// Bitwise-equal variants: the choice changes speed only.
+void GpuOps::time_prologue_forward(Entry& e) const {
+    const kern::ConvShape& s = e.shape;
+    const TimingBuffers b(s, 1, false, ex_.stream);  // dw (9C floats, zeroed) holds the 4C vectors
+    kern::DwPrologue pro;
+    pro.act = e.use.prologue_act;
+    pro.gamma = b.dw;
+    pro.beta = b.dw + s.cin;
+    pro.mean = b.dw + 2 * s.cin;
+    pro.invstd = b.dw + 3 * s.cin;
+    const int iters = std::max(policy_.autotune_iters, 10);
+    e.pro_fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
+    for (int v = 0; v < kern::kDwVariantCount; ++v)
+        if (kern::dw_variant_prologue(v) && kern::dwconv3x3_variant_supported(s, v, false))
+            e.pro_fwd_variant_ms[v] =
+                time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, &pro, v); }, iters);
+    e.pro_fwd_variant = fastest_variant(e.pro_fwd_variant_ms);
 }
 
 double GpuOps::time_stem(const kern::ConvShape& s) const {
@@ -353,6 +382,16 @@ void GpuOps::conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, co
         run_custom(e, ex, s, nullptr, w, nullptr, dy, dx, nullptr, true, accumulate);
 }
 
+void GpuOps::dwconv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x_pre,
+                                     const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro) const {
+    const Entry& e = find(s);
+    SF_CHECK(e.use.bn_prologue,
+             "convolution %s was planned without a BN prologue, but its forward asks for one (the network changed "
+             "after GpuOps::prepare)",
+             s.describe().c_str());
+    kern::dwconv3x3_forward_cuda(ex, s, x_pre, w, y, &pro, e.pro_fwd_variant);
+}
+
 void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                                   const kern::bf16* dy, float* dw) const {
     const Entry& e = find(s);
@@ -386,6 +425,11 @@ std::string GpuOps::depthwise_variants_line(const Entry& e) {
     }
     line += rt::format(", wgrad %d (%s)", e.wgrad_variant, kern::dwconv3x3_wgrad_variant_name(e.wgrad_variant));
     if (!e.wgrad_variant_ms.empty()) line += " of " + list(e.wgrad_variant_ms) + " ms";
+    if (e.use.bn_prologue) {
+        line += rt::format(", fwd with BN prologue %d (%s)", e.pro_fwd_variant,
+                           kern::dwconv3x3_variant_name(e.pro_fwd_variant));
+        if (!e.pro_fwd_variant_ms.empty()) line += " of " + list(e.pro_fwd_variant_ms) + " ms";
+    }
     return line;
 }
 

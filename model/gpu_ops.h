@@ -22,6 +22,7 @@
 #include "kernels/bf16.h"
 #include "kernels/conv.h"
 #include "kernels/conv_cudnn.h"
+#include "kernels/dwconv_cuda.h"
 #include "model/planner.h"
 #include "runtime/exec.h"
 
@@ -75,6 +76,12 @@ public:
                             kern::bf16* dx, bool accumulate = true) const;
     void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                               const kern::bf16* dy, float* dw) const;
+    // The depthwise forward reading its producer's pre-BN output through the producer's BN + activation
+    // (the fused LiteBlock): always the custom kernel (cuDNN has no such op), in the prologue-capable
+    // forward variant autotuning found fastest for s (kern::dw_variant_prologue; variant 0 without
+    // autotuning). s must have been planned with ConvUse::bn_prologue.
+    void dwconv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x_pre,
+                                 const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro) const;
 
     std::vector<std::string> describe() const;
     // Bytes of dx the overwrite-mode backward-data zeroes per call set (one call per cuDNN shape that
@@ -90,6 +97,7 @@ private:
     const Entry& find(const kern::ConvShape& s) const;
     double time_stem(const kern::ConvShape& s) const;  // the custom stem conv: ms per fwd+wgrad
     double time_depthwise(Entry& e) const;  // picks e's gather variants; ms per fwd(+dgrad)+wgrad
+    void time_prologue_forward(Entry& e) const;  // picks e's forward variant with the BN prologue
     double time_runs(const std::function<void()>& run, int iters) const;
     static std::string depthwise_variants_line(const Entry& e);
     void run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,

@@ -85,7 +85,7 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         if (prologue) ws_floats = std::max(ws_floats, kern::dwconv3x3_workspace_floats(cs));
         ws = p.workspace(ws_floats);
         ops = p.gpu_ops();
-        p.conv(cs, input_grad);
+        p.conv(cs, input_grad, prologue != nullptr, prologue ? prologue->act : kern::Act::None);
     }
 }
 
@@ -112,7 +112,7 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
     } else {
         if (prologue) {
             const kern::DwPrologue pro = prologue->dw_prologue(train);
-            kern::dwconv3x3_forward_cuda(ex, cs, prologue->conv.v, weight.h, conv.v, &pro);
+            ops->dwconv_forward_prologue(ex, cs, prologue->conv.v, weight.h, conv.v, pro);
         } else {
             ops->conv_forward(ex, cs, x.v, weight.h, conv_out().v);
         }

@@ -94,18 +94,22 @@ void check_dgrad_mode(const ConvUse& u, bool accumulate) {
              accumulate ? "overwrite" : "accumulate");
 }
 
-void Planner::conv(const kern::ConvShape& s, bool dgrad) {
+void Planner::conv(const kern::ConvShape& s, bool dgrad, bool bn_prologue, kern::Act prologue_act) {
     if (binding_) return;
     s.validate();
     for (ConvUse& u : convs_) {
         if (same_conv_shape(u.shape, s)) {
             u.dgrad = u.dgrad || dgrad;
+            if (bn_prologue && !u.bn_prologue) u.prologue_act = prologue_act;
+            u.bn_prologue = u.bn_prologue || bn_prologue;
             return;
         }
     }
     ConvUse u;
     u.shape = s;
     u.dgrad = dgrad;
+    u.bn_prologue = bn_prologue;
+    u.prologue_act = bn_prologue ? prologue_act : kern::Act::None;
     convs_.push_back(u);
 }
 

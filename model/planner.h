@@ -68,6 +68,11 @@ struct ConvUse {
     bool dgrad = false;             // the input needs a gradient (false for the first conv)
     bool dgrad_overwrite = false;   // some backward-data of this shape overwrites dx
     bool dgrad_accumulate = false;  // some backward-data of this shape accumulates into dx
+    // Some forward of this shape applies its input's BatchNorm + activation on load (the fused
+    // LiteBlock's depthwise conv, kern::DwPrologue): the network times the forward variants that can
+    // (kern::dw_variant_prologue) with this activation.
+    bool bn_prologue = false;
+    kern::Act prologue_act = kern::Act::None;
     bool needs_overwrite() const { return dgrad && dgrad_overwrite; }
     bool needs_accumulate() const { return dgrad && (dgrad_accumulate || !dgrad_overwrite); }
 };
@@ -171,7 +176,9 @@ public:
     int64_t* counter(const std::string& name);
 
     // Sizing pass: records a convolution (deduplicated by shape; dgrad ORed).
-    void conv(const kern::ConvShape& s, bool dgrad);
+    // bn_prologue: this forward applies its input's BN + activation prologue_act on load (ConvUse).
+    void conv(const kern::ConvShape& s, bool dgrad, bool bn_prologue = false,
+              kern::Act prologue_act = kern::Act::None);
     const std::vector<ConvUse>& convs() const { return convs_; }
     void layer(const LayerUse& l);
     const std::vector<LayerUse>& layers() const { return layers_; }

@@ -270,13 +270,14 @@ TEST(KernelsDwconvLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, bptr(0x200002), y), "w must be");
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, x), "alias");
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, bptr(0x100000 + 16384)), "alias");  // overlaps x
-    // Variants: out of range, and the prologue outside variant 0 (checked before the pointers).
+    // Variants: out of range, and the prologue in a direct variant with fewer than 8 channels per
+    // thread (checked before the pointers). The staged ones have a prologue (dw_variant_prologue).
     SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 10), "forward variant 10");
     kern::DwPrologue pro;
-    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, &pro, 2), "prologue runs in variant 0 only",
-                    "variant 2, 4ch 2x4");
-    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, &pro, 6), "prologue runs in variant 0 only",
-                    "variant 6, 8ch 2x4 s8x32");
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, &pro, 2), "variant 2 (4ch 2x4) has no BN prologue");
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, &pro, 5), "variant 5 (2ch 4x4) has no BN prologue");
+    for (int v : {0, 1, 6, 7, 8, 9}) EXPECT_TRUE(kern::dw_variant_prologue(v)) << v;
+    for (int v : {-1, 2, 3, 4, 5, 10}) EXPECT_FALSE(kern::dw_variant_prologue(v)) << v;
 
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(rt::Exec::cpu(), s, y, w, x), "backward_data", "cpu");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_data_cuda(cuda, bad, y, w, x), "k=5");

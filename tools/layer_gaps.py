@@ -90,6 +90,9 @@ def summarise(rows, key):
 _PASS_RE = {
     p: re.compile(r"\b%s (\d+) \(([^)]*)\)(?: of \[([^\]]*)\] ms)?" % p) for p in ("fwd", "dgrad", "wgrad")
 }
+# The forward with the producer's BN prologue (the fused LiteBlock's shapes: "fwd with BN prologue 6 (...)").
+_PASS_RE["fwd+prologue"] = re.compile(r"\bfwd with BN prologue (\d+) \(([^)]*)\)(?: of \[([^\]]*)\] ms)?")
+_PASSES = ("fwd", "dgrad", "wgrad", "fwd+prologue")
 
 
 def parse_variants(line):
@@ -209,7 +212,7 @@ def markdown(rep):
                   "| shape | pass | runs | ms | variant 0 ms | saved | fastest direct | fastest staged |",
                   "|---|---|---|---:|---:|---:|---|---|"]
         for e in rep["depthwise_variants"]:
-            for p in ("fwd", "dgrad", "wgrad"):
+            for p in _PASSES:
                 d = e["passes"].get(p)
                 if not d:
                     continue

@@ -4,7 +4,9 @@
 //   - forward and backward-filter reading the pre-BN tensor through the prologue equal, bit for bit,
 //     the same kernels reading the activation bn_act_forward_train stored (train) or
 //     bn_act_forward_eval stored (eval): SiLU, ReLU and none, stride 1 and 2, odd sizes, beta != 0 so
-//     that act(bn(0)) != 0 and a prologue applied to the zero padding would show;
+//     that act(bn(0)) != 0 and a prologue applied to the zero padding would show; the forward in every
+//     variant that has a prologue (direct 8-channel ones, and the staged ones that apply it while
+//     staging: partial blocks, 64-, 32-, 16- and 8-channel blocks) equal to it too;
 //   - the same outputs against an independent fp64 host computation of bf16(act(bn(x))) followed by
 //     the fp32 CPU convolution references;
 //   - bad prologues and statistics inputs are refused with their documented errors.
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -84,6 +87,13 @@ struct Results {
     std::vector<float> mean_a, invstd_a, rm_a, rv_a, mean_b, invstd_b, rm_b, rv_b;
     std::vector<float> y_a, y_b, dw_a, dw_b;  // train mode
     std::vector<float> ye_a, ye_b;            // eval mode (running statistics after the step)
+    // The forward with the prologue in each other variant that has one (kern::dw_variant_prologue):
+    // (variant, train y, eval y).
+    struct Variant {
+        int v;
+        std::vector<float> y, ye;
+    };
+    std::vector<Variant> variants;
 };
 
 Results run_gpu(const rt::CudaContext& ctx, const Case& k, const Inputs& in) {
@@ -96,7 +106,7 @@ Results run_gpu(const rt::CudaContext& ctx, const Case& k, const Inputs& in) {
     auto fl = [&](size_t n, const char* what) { return arena.reserve(n * 4, 256, what); };
     const size_t o_x = bf(nx, "x"), o_act = bf(nx, "act"), o_act_e = bf(nx, "act eval"), o_w = bf(nw, "w");
     const size_t o_dy = bf(ny, "dy"), o_ya = bf(ny, "ya"), o_yb = bf(ny, "yb"), o_yea = bf(ny, "yea"),
-                 o_yeb = bf(ny, "yeb");
+                 o_yeb = bf(ny, "yeb"), o_yv = bf(ny, "y variant");
     const size_t o_gamma = fl(c, "gamma"), o_beta = fl(c, "beta");
     size_t o_stat[8];
     for (size_t& o : o_stat) o = fl(c, "statistics");
@@ -149,6 +159,20 @@ Results run_gpu(const rt::CudaContext& ctx, const Case& k, const Inputs& in) {
     ctx.synchronize();
 
     Results r;
+    const std::vector<float> poison(ny, std::numeric_limits<float>::quiet_NaN());  // a y element missed shows
+    for (int v = 1; v < kern::kDwVariantCount; ++v) {
+        if (!kern::dw_variant_prologue(v) || !kern::dwconv3x3_variant_supported(s, v, false)) continue;
+        Results::Variant out{v, {}, {}};
+        upload_bf16(B(o_yv), poison);
+        kern::dwconv3x3_forward_cuda(ex, s, B(o_x), B(o_w), B(o_yv), &pro, v);
+        ctx.synchronize();
+        out.y = download_bf16(B(o_yv), ny);
+        upload_bf16(B(o_yv), poison);
+        kern::dwconv3x3_forward_cuda(ex, s, B(o_x), B(o_w), B(o_yv), &eval, v);
+        ctx.synchronize();
+        out.ye = download_bf16(B(o_yv), ny);
+        r.variants.push_back(std::move(out));
+    }
     std::vector<float>* stats[8] = {&r.mean_a, &r.invstd_a, &r.rm_a, &r.rv_a, &r.mean_b, &r.invstd_b, &r.rm_b, &r.rv_b};
     for (int i = 0; i < 8; ++i) *stats[i] = download(F(o_stat[i]), c);
     r.y_a = download_bf16(B(o_ya), ny);
@@ -194,6 +218,17 @@ TEST(KernelsDwconvPrologueGpu, EqualsTheStoredActivationBitForBit) {
         EXPECT_TRUE(bitwise(r.y_b, r.y_a, what + " forward (train)"));
         EXPECT_TRUE(bitwise(r.dw_b, r.dw_a, what + " backward-filter"));
         EXPECT_TRUE(bitwise(r.ye_b, r.ye_a, what + " forward (eval)"));
+        // Every prologue-capable forward variant (staged ones included) gives the same bits.
+        int staged = 0;
+        for (const Results::Variant& v : r.variants) {
+            const std::string vn =
+                what + " variant " + std::to_string(v.v) + " (" + kern::dwconv3x3_variant_name(v.v) + ")";
+            EXPECT_TRUE(bitwise(v.y, r.y_a, vn + " forward (train)"));
+            EXPECT_TRUE(bitwise(v.ye, r.ye_a, vn + " forward (eval)"));
+            staged += kern::dw_variant_staged(v.v) ? 1 : 0;
+        }
+        EXPECT_EQ(staged, 3) << what << ": the staged variants with a prologue ran";
+        EXPECT_GE(r.variants.size(), 5u) << what;
     }
 }
 

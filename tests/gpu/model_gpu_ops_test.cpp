@@ -3,13 +3,16 @@
 // kern::kDwWgradVariants), the fastest kept and listed by describe() (also when cuDNN was faster and runs the shape); when the
 // custom kernels run, the convolutions GpuOps runs give the same bits as the default variant called
 // directly (the variants' documented property) and the same filter gradient as the direct wgrad;
-// when cuDNN runs (under the CPU emulation it can be faster), the same values to rounding.
+// when cuDNN runs (under the CPU emulation it can be faster), the same values to rounding. A shape
+// planned with a BN prologue (the fused LiteBlock) also has its prologue forward variants timed and
+// the fastest run by dwconv_forward_prologue, bitwise equal to variant 0's prologue forward.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/conv_cudnn.h"
@@ -178,6 +181,92 @@ TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
             EXPECT_TRUE(close_rel_l2(to_double(a_dw), to_double(b_dw), 1e-2, what + " dw"));
         }
     }
+}
+
+TEST(ModelGpuOpsGpu, PrologueForwardVariantsAutotunedAndBitwiseEqual) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    kern::ConvPolicy policy;
+    policy.autotune = true;
+    policy.autotune_iters = 1;
+    policy.max_candidates = 1;
+    std::vector<model::ConvUse> uses;
+    for (const kern::ConvShape& s : {dw_shape(2, 16, 32, 64, 1), dw_shape(2, 15, 33, 40, 2)}) {
+        model::ConvUse u;
+        u.shape = s;
+        u.dgrad = true;
+        u.bn_prologue = true;
+        u.prologue_act = kern::Act::Silu;
+        uses.push_back(u);
+    }
+    model::ConvUse plain;  // planned without a prologue: asking for one is refused
+    plain.shape = dw_shape(2, 8, 8, 16, 1);
+    uses.push_back(plain);
+    model::GpuOps ops(ctx.exec(), policy);
+    ops.prepare(uses);
+    Dev ws(ops.workspace_bytes());
+    ops.bind_workspace(ws.p, ops.workspace_bytes());
+    const std::vector<std::string> lines = ops.describe();
+    for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
+    const rt::Exec& ex = ctx.exec();
+
+    for (size_t i = 0; i < 2; ++i) {
+        const kern::ConvShape& s = uses[i].shape;
+        const std::string what = s.describe();
+        size_t k = 0;
+        while (k < lines.size() && lines[k].rfind(s.describe() + ":", 0) != 0) ++k;
+        ASSERT_LT(k + 1, lines.size()) << what << ": not in describe()";
+        const std::string& vl = lines[k + 1];
+        const size_t at = vl.find("fwd with BN prologue ");
+        ASSERT_NE(at, std::string::npos) << vl;
+        const std::vector<double> pro_ms = variant_times(vl.substr(at), "prologue ");
+        ASSERT_EQ(static_cast<int>(pro_ms.size()), kern::kDwVariantCount) << vl;
+        const int pv = std::atoi(vl.c_str() + at + std::string("fwd with BN prologue ").size());
+        ASSERT_TRUE(kern::dw_variant_prologue(pv)) << vl;
+        for (int v = 0; v < kern::kDwVariantCount; ++v) {
+            EXPECT_EQ(pro_ms[v] >= 0, kern::dw_variant_prologue(v)) << vl << " prologue variant " << v;
+            if (pro_ms[v] >= 0) {
+                EXPECT_LE(pro_ms[pv], pro_ms[v]) << vl;
+            }
+        }
+
+        // Through GpuOps (the chosen variant) against variant 0 called directly: the same bits.
+        const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel(), c = s.cin;
+        const std::vector<float> x = sftest::bf16_exact(sftest::random_uniform(xn, 21, -2, 3));
+        const std::vector<float> w = sftest::bf16_exact(sftest::random_uniform(wn, 22, -0.5, 0.5));
+        std::vector<float> vec;  // gamma, beta, mean, invstd
+        for (const auto& r : {std::pair<double, double>{0.5, 1.5}, {-0.8, 0.8}, {-0.5, 0.5}, {0.5, 2.0}}) {
+            const std::vector<double> v = sftest::random_uniform(c, 23 + vec.size(), r.first, r.second);
+            vec.insert(vec.end(), v.begin(), v.end());
+        }
+        Dev dx(xn * 2), dw(wn * 2), y1(yn * 2), y2(yn * 2), dv(4 * c * 4);
+        sftest::upload_bf16(dx.h(), x);
+        sftest::upload_bf16(dw.h(), w);
+        sftest::upload(dv.f(), vec);
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
+        kern::DwPrologue pro;
+        pro.act = kern::Act::Silu;
+        pro.gamma = dv.f();
+        pro.beta = dv.f() + c;
+        pro.mean = dv.f() + 2 * c;
+        pro.invstd = dv.f() + 3 * c;
+        ops.dwconv_forward_prologue(ex, s, dx.h(), dw.h(), y1.h(), pro);
+        kern::dwconv3x3_forward_cuda(ex, s, dx.h(), dw.h(), y2.h(), &pro, 0);
+        ctx.synchronize();
+        EXPECT_TRUE(bitwise_equal(sftest::download_bf16(y1.h(), yn), sftest::download_bf16(y2.h(), yn)))
+            << what << " y with the prologue, variant " << pv << " against variant 0";
+    }
+    // The plain shape's line has no prologue entry, and its prologue forward is refused.
+    for (size_t k = 0; k < lines.size(); ++k) {
+        if (lines[k].rfind(plain.shape.describe() + ":", 0) != 0) continue;
+        EXPECT_EQ(lines[k].find("prologue"), std::string::npos) << lines[k];
+        if (k + 1 < lines.size() && lines[k + 1].rfind("  dwconv variants", 0) == 0) {
+            EXPECT_EQ(lines[k + 1].find("prologue"), std::string::npos) << lines[k + 1];
+        }
+    }
+    kern::DwPrologue pro;
+    SF_EXPECT_ERROR(ops.dwconv_forward_prologue(ex, plain.shape, nullptr, nullptr, nullptr, pro),
+                    "planned without a BN prologue");
 }
 
 }  // namespace

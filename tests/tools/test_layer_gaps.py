@@ -102,6 +102,19 @@ class LayerGapsTest(unittest.TestCase):
         md = layer_gaps.markdown(rep)
         self.assertIn("| n128 64x128 c64->64 k3 s1 g64 | fwd | 7 (4ch 2x4 s8x32) | 0.1500 | 0.3000 | 50.0% |", md)
 
+    def test_prologue_forward_of_a_fused_shape(self):
+        line = VARIANTS + (", fwd with BN prologue 6 (8ch 2x4 s8x32) of [0.9000 0.9500 - - - - 0.4500 0.5000 0.4800"
+                           " 0.8000] ms")
+        rep = layer_gaps.report(record([SHAPE, line, NAMES]))
+        e = rep["depthwise_variants"][0]
+        self.assertEqual(e["passes"]["fwd"]["chosen"], 7)  # the plain forward still read as before
+        f = e["passes"]["fwd+prologue"]
+        self.assertEqual((f["chosen"], f["name"], f["ms"], f["variant0_ms"]), (6, "8ch 2x4 s8x32", 0.45, 0.90))
+        self.assertAlmostEqual(f["saved_pct"], 50.0)
+        self.assertEqual(f["best_direct"]["variant"], 0)
+        self.assertEqual(f["best_staged"]["variant"], 6)
+        self.assertIn("| fwd+prologue | 6 (8ch 2x4 s8x32) | 0.4500 | 0.9000 | 50.0% |", layer_gaps.markdown(rep))
+
     def test_names_from_chosen_variants_without_the_names_line(self):
         names = layer_gaps.gather_names([SHAPE, VARIANTS])
         self.assertEqual(names[7], "4ch 2x4 s8x32")
