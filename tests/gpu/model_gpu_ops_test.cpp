@@ -64,27 +64,52 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
-    SF_REQUIRE_GPU();
-    rt::CudaContext ctx;
-    kern::ConvPolicy policy;
-    policy.autotune = true;
-    policy.autotune_iters = 1;
-    policy.max_candidates = 1;
+// GpuOps autotuning (one run per candidate) over `uses`, with its workspace bound; describe() printed.
+struct Autotuned {
+    model::GpuOps ops;
+    Dev ws;
+    std::vector<std::string> lines;
+    Autotuned(const rt::CudaContext& ctx, const std::vector<model::ConvUse>& uses)
+        : ops(ctx.exec(), policy()), ws(prepared(ops, uses)) {
+        ops.bind_workspace(ws.p, ops.workspace_bytes());
+        lines = ops.describe();
+        for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
+    }
+    static kern::ConvPolicy policy() {
+        kern::ConvPolicy p;
+        p.autotune = true;
+        p.autotune_iters = 1;
+        p.max_candidates = 1;
+        return p;
+    }
+    static size_t prepared(model::GpuOps& o, const std::vector<model::ConvUse>& uses) {
+        o.prepare(uses);
+        return o.workspace_bytes();
+    }
+};
+
+// The two depthwise shapes both tests plan (stride 1 and 2, 64- and 40-channel), with a BN prologue or not.
+std::vector<model::ConvUse> dw_uses(bool prologue) {
     std::vector<model::ConvUse> uses;
     for (const kern::ConvShape& s : {dw_shape(2, 16, 32, 64, 1), dw_shape(2, 15, 33, 40, 2)}) {
         model::ConvUse u;
         u.shape = s;
         u.dgrad = true;
         u.dgrad_accumulate = true;
+        u.bn_prologue = prologue;
+        u.prologue_act = prologue ? kern::Act::Silu : kern::Act::None;
         uses.push_back(u);
     }
-    model::GpuOps ops(ctx.exec(), policy);
-    ops.prepare(uses);
-    Dev ws(ops.workspace_bytes());
-    ops.bind_workspace(ws.p, ops.workspace_bytes());
-    const std::vector<std::string> lines = ops.describe();
-    for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
+    return uses;
+}
+
+TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const std::vector<model::ConvUse> uses = dw_uses(false);
+    Autotuned tuned(ctx, uses);
+    const model::GpuOps& ops = tuned.ops;
+    const std::vector<std::string>& lines = tuned.lines;
 
     // The variants' names, once, in index order.
     std::string names_line;
@@ -186,28 +211,13 @@ TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
 TEST(ModelGpuOpsGpu, PrologueForwardVariantsAutotunedAndBitwiseEqual) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;
-    kern::ConvPolicy policy;
-    policy.autotune = true;
-    policy.autotune_iters = 1;
-    policy.max_candidates = 1;
-    std::vector<model::ConvUse> uses;
-    for (const kern::ConvShape& s : {dw_shape(2, 16, 32, 64, 1), dw_shape(2, 15, 33, 40, 2)}) {
-        model::ConvUse u;
-        u.shape = s;
-        u.dgrad = true;
-        u.bn_prologue = true;
-        u.prologue_act = kern::Act::Silu;
-        uses.push_back(u);
-    }
+    std::vector<model::ConvUse> uses = dw_uses(true);
     model::ConvUse plain;  // planned without a prologue: asking for one is refused
     plain.shape = dw_shape(2, 8, 8, 16, 1);
     uses.push_back(plain);
-    model::GpuOps ops(ctx.exec(), policy);
-    ops.prepare(uses);
-    Dev ws(ops.workspace_bytes());
-    ops.bind_workspace(ws.p, ops.workspace_bytes());
-    const std::vector<std::string> lines = ops.describe();
-    for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
+    Autotuned tuned(ctx, uses);
+    const model::GpuOps& ops = tuned.ops;
+    const std::vector<std::string>& lines = tuned.lines;
     const rt::Exec& ex = ctx.exec();
 
     for (size_t i = 0; i < 2; ++i) {
