@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The first-GPU-run checks (issue "First GPU run") in ONE device command, for sessions whose whole
+# device budget is about 15 minutes: the stages of scripts/gpu_verify.sh, overlapped where they do
+# not time each other, under one deadline.
+#   t=0       `train` (configs/gpu_quick.yaml to hit@5px) starts in the background: its data
+#             generation is CPU work, and nothing in it is a timing that contention would falsify
+#   t=0       `first` in the foreground: env + cuDNN runtime version, plans (device JSON vs handle),
+#             every gpu test (gtest JSON), `check`, memcheck of one step, ceilings, a short bench
+#             (the bench's figure is taken under the training's contention: not a speed result)
+#   then      `sanitize`: racecheck + synccheck over the custom-kernel tests
+#   then      wait for `train` (stopped with a checkpoint at its own limit), `evalcmp` on its checkpoint
+#   then      with the GPU to itself and the time left: `plan --fusion-graphs` and
+#             `bench step --layers` at batch 128 (the depthwise variants' times; issue "GPU speed")
+# Everything lands in a work folder that is packed into $OUT/session.tar.gz after every phase (so
+# a command killed at its limit still returns what finished), plus $OUT/session.log.
+# usage: scripts/gpu_session.sh [build-dir (default .gpu)]
+#   SF_DEADLINE   seconds from the start by which every part has ended (default 540)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-.gpu}
+FINAL=${OUT:-$PWD/gpu-session}
+mkdir -p "$FINAL"
+W="$(mktemp -d)/session"; mkdir -p "$W"
+DEADLINE=${SF_DEADLINE:-540}
+T0=$(date +%s)
+now() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( DEADLINE - $(now) )); }
+say() { echo "[session $(now)s] $*" | tee -a "$W/session.log"; }
+pack() { tar czf "$FINAL/session.tar.gz.tmp" -C "$W" . && mv "$FINAL/session.tar.gz.tmp" "$FINAL/session.tar.gz"; cp "$W/session.log" "$FINAL/session.log"; }
+# clamp LIMIT to the time left minus RESERVE (never below 5 s)
+budget() { local want=$1 reserve=$2 l; l=$(( $(left) - reserve )); [ "$l" -lt "$want" ] && want=$l; [ "$want" -lt 5 ] && want=5; echo "$want"; }
+
+say "build folder $B, commit $(cat "$B/commit.txt" 2>/dev/null || git rev-parse HEAD), deadline ${DEADLINE}s"
+git rev-parse HEAD >"$W/commit.txt" 2>/dev/null || true
+
+# ---- train in the background (checkpoint + exit 0 at its limit; resumable) ----
+train_limit=$(budget 330 210)
+say "train: background, limit ${train_limit}s"
+( OUT="$W/train" SF_T_TRAIN="$train_limit" scripts/gpu_verify.sh train "$B" >"$W/train.out" 2>&1
+  echo $? >"$W/train.rc" ) &
+train_pid=$!
+
+# ---- first: env, plans, every gpu test, check, memcheck, ceilings, bench (contended) ----
+say "first: foreground"
+OUT="$W/first" SF_T_TESTS=$(budget 300 240) scripts/gpu_verify.sh first "$B" >"$W/first.out" 2>&1
+say "first: rc $? -- $(grep -E '^tests' "$W/first/summary.txt" 2>/dev/null)"
+pack
+
+# ---- sanitize: racecheck + synccheck over the custom-kernel tests ----
+san_each=$(( ($(left) - 150) / 2 )); [ $san_each -gt 120 ] && san_each=120; [ $san_each -lt 30 ] && san_each=30
+say "sanitize: ${san_each}s per tool"
+OUT="$W/sanitize" SF_T_SANITIZE=$san_each scripts/gpu_verify.sh sanitize "$B" >"$W/sanitize.out" 2>&1
+say "sanitize: rc $? -- $(tr '\n' ';' <"$W/sanitize/sanitize.txt" 2>/dev/null)"
+pack
+
+# ---- wait for train, then evalcmp ----
+wait "$train_pid"
+say "train: rc $(cat "$W/train.rc" 2>/dev/null) -- $(grep -E 'hit@5px' "$W/train/train.log" 2>/dev/null | tail -1 | cut -c1-200)"
+pack
+ev=$(budget 110 60)
+say "evalcmp: limit ${ev}s"
+OUT="$W/evalcmp" timeout -k 10 "$ev" scripts/gpu_verify.sh evalcmp "$B" >"$W/evalcmp.out" 2>&1
+say "evalcmp: rc $?"
+pack
+
+# ---- the GPU to itself: fusion graphs, then the per-layer bench with the depthwise variants ----
+if [ "$(left)" -gt 60 ]; then
+  export LD_LIBRARY_PATH
+  for py in python3; do
+    site=$($py -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || continue
+    for s in $site; do for lib in "$s"/nvidia/*/lib; do [ -d "$lib" ] && LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"; done; done
+  done
+  if [ -d "$B/lib" ] && ldd "$B/slidefuse" 2>/dev/null | grep -q 'not found'; then
+    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(cd "$B/lib" && pwd)"
+  fi
+  timeout -k 5 "$(budget 30 40)" "$B/slidefuse" plan --batch 128 --cudnn-device gpu --fusion-graphs \
+    --json "$W/fusion_graphs.json" >"$W/fusion_graphs.log" 2>&1
+  say "fusion graphs: rc $?"
+  bl=$(budget 400 15)
+  say "bench step --layers: limit ${bl}s"
+  timeout -k 5 "$bl" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --layers --layers-batch 128 \
+    --json "$W/bench_variants.json" >"$W/bench_variants.log" 2>&1
+  say "bench: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_variants.log" | sed 's/^ *//' | cut -c1-120)"
+fi
+say "done"
+pack
