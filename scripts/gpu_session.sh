@@ -9,10 +9,12 @@
 #             (the bench's figure is taken under the training's contention: not a speed result)
 #   then      `sanitize`: racecheck + synccheck over the custom-kernel tests
 #   then      wait for `train` (stopped with a checkpoint at its own limit), `evalcmp` on its checkpoint
+#             (CUDA, CPU reference and the CPU reference's bf16 floor)
 #   then      with the GPU to itself and the time left: `plan --fusion-graphs` and
 #             `bench step --layers` at batch 128 (the depthwise variants' times; issue "GPU speed")
 # Everything lands in a work folder that is packed into $OUT/session.tar.gz after every phase (so
-# a command killed at its limit still returns what finished), plus $OUT/session.log.
+# a command killed at its limit still returns what finished), plus $OUT/session.log and the training
+# run's best weights, $OUT/best_weights.safetensors (evalcmp questions can then be studied on a CPU).
 # usage: scripts/gpu_session.sh [build-dir (default .gpu)]
 #   SF_DEADLINE   seconds from the start by which every part has ended (default 540)
 set -uo pipefail
@@ -26,7 +28,9 @@ T0=$(date +%s)
 now() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( DEADLINE - $(now) )); }
 say() { echo "[session $(now)s] $*" | tee -a "$W/session.log"; }
-pack() { tar czf "$FINAL/session.tar.gz.tmp" -C "$W" . && mv "$FINAL/session.tar.gz.tmp" "$FINAL/session.tar.gz"; cp "$W/session.log" "$FINAL/session.log"; }
+# The exported weights (13 MB) travel beside the archive, never in it: one file may be 16 MiB at most.
+pack() { tar czf "$FINAL/session.tar.gz.tmp" --exclude='*.safetensors' -C "$W" . &&
+         mv "$FINAL/session.tar.gz.tmp" "$FINAL/session.tar.gz"; cp "$W/session.log" "$FINAL/session.log"; }
 # clamp LIMIT to the time left minus RESERVE (never below 5 s)
 budget() { local want=$1 reserve=$2 l; l=$(( $(left) - reserve )); [ "$l" -lt "$want" ] && want=$l; [ "$want" -lt 5 ] && want=5; echo "$want"; }
 
@@ -55,7 +59,8 @@ pack
 
 # ---- wait for train, then evalcmp ----
 wait "$train_pid"
-say "train: rc $(cat "$W/train.rc" 2>/dev/null) -- $(grep -E 'hit@5px' "$W/train/train.log" 2>/dev/null | tail -1 | cut -c1-200)"
+say "train: rc $(cat "$W/train.rc" 2>/dev/null) -- $(grep -E '^validation after' "$W/train/train.log" 2>/dev/null | tail -1 | cut -c1-200)"
+[ -f "$W/train/best_weights.safetensors" ] && cp "$W/train/best_weights.safetensors" "$FINAL/best_weights.safetensors"
 pack
 ev=$(budget 110 60)
 say "evalcmp: limit ${ev}s"

@@ -26,14 +26,16 @@
 #            exit 1 when a tool reports an error, SKIP where the sanitizer refuses the device
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px); stops
-#            with a checkpoint after SF_T_TRAIN seconds (500) and resumes on the next call
+#            with a checkpoint after SF_T_TRAIN seconds (500) and resumes on the next call; the best
+#            checkpoint's weights come back (best_weights.safetensors, train_config.resolved.yaml)
 #   e2e      one epoch of gpu_quick's data at batch 128 logged every 20 steps, then bench step at the
 #            same batch and size, and tools/e2e_check.py: train samples/s within 5% of the bench,
 #            with the loader's wait share (e2e.json)
-#   evalcmp  after `train`: `slidefuse eval` (CUDA and CPU reference) of the run's best checkpoint on
-#            a held-out generated set (2,000 samples, seed 7: its val split) and `predict` on 6
-#            generated images, compared by tools/backend_compare.py (evalcmp.json, evalcmp.log,
-#            eval_cuda.json)
+#   evalcmp  after `train`: `slidefuse eval` (CUDA, CPU reference, and the CPU reference's bf16 floor:
+#            `--bf16-floor`) of the run's best checkpoint on a held-out generated set (2,000 samples,
+#            seed 7: its val split) and `predict` on 6 generated images, compared by
+#            tools/backend_compare.py against the floor (evalcmp.json, evalcmp.log, eval_cuda.json,
+#            eval_{cuda,cpu,floor}.csv)
 #   profile  ncu over every kernel of one eager training step (step 6 of a short gpu_quick run on
 #            generated data, batch 128), summarised per kernel and per class against the measured copy
 #            ceiling by tools/ncu_summary.py (ncu_summary.md/.json, ncu_raw.csv.gz, profile.log)
@@ -275,7 +277,14 @@ case "$STAGE" in
     timeout --preserve-status -s TERM -k 30 "${SF_T_TRAIN:-500}" \
       "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" --resume auto 2>&1 | tee -a "$OUT_DIR/train.log"
     cp "$run_dir/metrics.jsonl" "$OUT_DIR/train_metrics.jsonl"
-    if [ -f "$run_dir/metrics.png" ]; then cp "$run_dir/metrics.png" "$OUT_DIR/train_curves.png"; fi ;;
+    if [ -f "$run_dir/metrics.png" ]; then cp "$run_dir/metrics.png" "$OUT_DIR/train_curves.png"; fi
+    # The best checkpoint's weights (about 13 MB: parameters and BatchNorm buffers, no optimizer
+    # state) come back, so that eval questions about this run can be answered on a CPU machine.
+    if [ -f "$run_dir/checkpoints/best.safetensors" ]; then
+      "$SF" export --checkpoint "$run_dir/checkpoints/best.safetensors" --out "$OUT_DIR/best_weights.safetensors" \
+        2>&1 | tail -1 | tee -a "$OUT_DIR/train.log" || echo "gpu_verify: export of the best checkpoint failed" | tee -a "$OUT_DIR/train.log"
+      cp "$run_dir/config.resolved.yaml" "$OUT_DIR/train_config.resolved.yaml" || true
+    fi ;;
   e2e)
     run_dir="$(mktemp -d)/e2e-run"
     "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" sched.epochs=1 data.num_samples=30000 \
@@ -297,7 +306,13 @@ case "$STAGE" in
       "$SF" eval --checkpoint "$ckpt" --data "$work/data" --split val --out "$work/eval_$b.json" \
         --csv "$work/eval_$b.csv" train.backend=$b 2>&1 | tee -a "$log"
     done
+    # The bf16 floor: the CPU reference with bf16-rounded conv weights and input, i.e. how many samples
+    # rounding alone moves (tools/backend_compare.py --floor-csv judges CUDA against it).
+    "$SF" eval --checkpoint "$ckpt" --data "$work/data" --split val --out "$work/eval_floor.json" \
+      --csv "$work/eval_floor.csv" --bf16-floor train.backend=cpu 2>&1 | tee -a "$log"
     cp "$work/eval_cuda.json" "$OUT_DIR/eval_cuda.json"
+    # The per-sample CSVs come back too, so that a disagreement can be studied without the device.
+    for b in cuda cpu floor; do cp "$work/eval_$b.csv" "$OUT_DIR/eval_$b.csv"; done
     imgs=()
     for i in 1 2 3 4 5 6; do
       "$SF" generate --preview "$work/img$i.png" --preview-count 1 --seed "$((100 + i))" >>"$log" 2>&1
@@ -307,7 +322,8 @@ case "$STAGE" in
       "$SF" predict --checkpoint "$ckpt" --json "$work/predict_$b.json" train.backend=$b "${imgs[@]}" 2>&1 | tee -a "$log"
     done
     python3 tools/backend_compare.py --eval-csv "$work/eval_cuda.csv" "$work/eval_cpu.csv" \
-      --eval-json "$work/eval_cuda.json" "$work/eval_cpu.json" --predict "$work/predict_cuda.json" \
+      --eval-json "$work/eval_cuda.json" "$work/eval_cpu.json" --floor-csv "$work/eval_floor.csv" \
+      --predict "$work/predict_cuda.json" \
       "$work/predict_cpu.json" --json "$OUT_DIR/evalcmp.json" 2>&1 | tee -a "$log" ;;
   profile)
     ncu=${SF_NCU-$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)}

@@ -26,6 +26,7 @@
 #include "model/net.h"
 #include "runtime/error.h"
 #include "tests/support/compare.h"
+#include "tests/support/eval_fixture.h"
 #include "tools/commands.h"
 #include "tools/config.h"
 #include "tools/eval_model.h"
@@ -52,7 +53,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int kH = 64, kW = 128;  // small canvas: grid 16x32
+constexpr int kH = sftest::kEvalH, kW = sftest::kEvalW;  // small canvas: grid 16x32
 
 std::string temp_dir(const std::string& name) {
     const fs::path p = fs::path(::testing::TempDir()) / ("sf_evalpred_" + name + "_" + std::to_string(::getpid()));
@@ -247,57 +248,22 @@ TEST(ImageIo, ReadsPngAndJpegAndNamesTheFileOnErrors) {
 class EvalPredict : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        root_ = new std::string(temp_dir("suite"));
-        const std::string& r = *root_;
-        data::GenConfig g;
-        g.seed = 11;
-        g.height = kH;
-        g.width = kW;
-        fs::create_directories(r + "/data/val");
-        fs::create_directories(r + "/data/test");
-        data::ShardWriter val(r + "/data/val/val_000000.sfshard", data::ShardSpec{kH, kW, 1, false});
-        for (uint64_t i = 0; i < 7; ++i) {
-            samples_.push_back(data::generate_sample(g, 37 * i + 3));
-            val.add(samples_.back().pixels.data(), samples_.back().label);
-        }
-        val.finish();
-        data::ShardWriter empty(r + "/data/test/test_000000.sfshard", data::ShardSpec{kH, kW, 1, false});
-        empty.finish();
-
-        const std::string yaml =
-            "model: {input_channels: 2, input_height: 64, input_width: 128}\n"
-            "train: {backend: cpu, amp: fp32, batch_size: 4, seed: 3, num_workers: 1, prefetch_factor: 2}\n"
-            "data: {source: shards, processed_dir: " +
-            r + "/data}\n";
-        const tools::TrainConfig cfg = tools::parse_config(yaml, {}, "test.yaml");
-        fs::create_directories(r + "/run/checkpoints");
-        tools::write_resolved_config(cfg, r + "/run/config.resolved.yaml");
-        model::SiderNet net(model::NetShape{1, 2, kH, kW}, rt::MemKind::Host);
-        const model::Planner& p = net.plan();
-        model::init_parameters(net.table(), 3, p.master(), p.buffers(), p.counters());
-        // Non-trivial BatchNorm running statistics, so eval mode differs from train mode.
-        for (size_t i = 0; i < net.table().buffer_floats; ++i) p.buffers()[i] += 0.05f * static_cast<float>(i % 7);
-        const model::CheckpointView v{&net.table(), p.master(), nullptr, nullptr, p.buffers(), p.counters()};
-        model::RunState rs;
-        rs.step = 3;
-        rs.epoch = 1;
-        rs.out_dir = r + "/run";
-        model::save_checkpoint(ckpt(), v, rs);
-        model::export_weights(r + "/weights.safetensors", v);  // no run folder beside it
+        files_ = new sftest::EvalFiles(sftest::write_eval_files(temp_dir("suite")));
+        samples_ = files_->val;
     }
     static void TearDownTestSuite() {
         std::error_code ec;
-        fs::remove_all(*root_, ec);
-        delete root_;
-        root_ = nullptr;
+        fs::remove_all(files_->root, ec);
+        delete files_;
+        files_ = nullptr;
     }
-    static std::string ckpt() { return *root_ + "/run/checkpoints/ckpt-00000003.safetensors"; }
-    static const std::string& root() { return *root_; }
+    static std::string ckpt() { return files_->ckpt(); }
+    static const std::string& root() { return files_->root; }
 
-    static std::string* root_;
+    static sftest::EvalFiles* files_;
     static std::vector<data::GenSample> samples_;
 };
-std::string* EvalPredict::root_ = nullptr;
+sftest::EvalFiles* EvalPredict::files_ = nullptr;
 std::vector<data::GenSample> EvalPredict::samples_;
 
 struct CsvRow {

@@ -10,6 +10,14 @@ largest |CUDA - CPU| (pixels), the share of samples whose four coordinates all a
 and the metrics of both runs. Passes when at least --min-agree percent of the eval samples and every
 predicted image agree within --tol-px, and hit@5px differs by at most --max-hit-diff points.
 
+With --floor-csv (the CSV of `slidefuse eval --bf16-floor`: the CPU reference with its conv weights and
+input rounded to bf16), the same sample comparison is made between the floor and the CPU reference:
+the share of samples that rounding alone moves by more than --tol-px. The eval check then passes when
+CUDA's share of disagreeing samples is at most the larger of (100 - --min-agree) and --floor-factor
+times the floor's share. The factor (default 3) is fixed beforehand from docs/CHECK.md: the whole
+bf16 CUDA step ends about 2.5 times as far from the reference as the bf16-weights floor does, and
+near-tie flips grow with the size of the perturbation.
+
 Exit status: 0 pass; 1 fail or unreadable input; 2 usage.
 """
 import argparse
@@ -108,12 +116,22 @@ def main(argv=None):
     ap.add_argument("--tol-px", type=float, default=1.0, help="agreement tolerance per coordinate (px, default 1)")
     ap.add_argument("--min-agree", type=float, default=98.0, help="percent of eval samples that must agree (98)")
     ap.add_argument("--max-hit-diff", type=float, default=1.0, help="largest hit@5px difference, points (1)")
+    ap.add_argument("--floor-csv", help="CSV of `slidefuse eval --bf16-floor` on the same samples (the bf16 floor)")
+    ap.add_argument("--floor-factor", type=float, default=3.0,
+                    help="CUDA may disagree on this many times the floor's share of samples (3)")
     ap.add_argument("--json", help="write the comparison here")
     a = ap.parse_args(argv)
-    if a.tol_px <= 0 or not 0 <= a.min_agree <= 100 or a.max_hit_diff < 0:
-        ap.error("--tol-px must be > 0, --min-agree in [0, 100], --max-hit-diff >= 0")
+    if a.tol_px <= 0 or not 0 <= a.min_agree <= 100 or a.max_hit_diff < 0 or a.floor_factor <= 0:
+        ap.error("--tol-px must be > 0, --min-agree in [0, 100], --max-hit-diff >= 0, --floor-factor > 0")
     try:
-        ev = compare_eval(read_csv(a.eval_csv[0]), read_csv(a.eval_csv[1]), a.tol_px)
+        cpu_rows = read_csv(a.eval_csv[1])
+        ev = compare_eval(read_csv(a.eval_csv[0]), cpu_rows, a.tol_px)
+        floor = None
+        if a.floor_csv:
+            try:
+                floor = compare_eval(read_csv(a.floor_csv), cpu_rows, a.tol_px)
+            except CompareError as e:
+                raise CompareError(f"floor: {e}")
         js = [read_json(p) for p in a.eval_json]
         ev["metrics"] = {m: {"cuda": js[0].get(m), "cpu": js[1].get(m)} for m in METRICS}
         ev["backends"] = [js[0].get("backend"), js[1].get("backend")]
@@ -127,15 +145,22 @@ def main(argv=None):
         return 1
     hit = ev["metrics"]["hit_le_5px"]
     hit_diff = abs(hit["cuda"] - hit["cpu"]) if hit["cuda"] is not None and hit["cpu"] is not None else None
+    allowed = 100.0 - a.min_agree  # percent of samples that may disagree
+    if floor is not None:
+        allowed = max(allowed, a.floor_factor * (100.0 - floor["agree_pct"]))
     checks = {
-        "eval_agree": ev["agree_pct"] >= a.min_agree,
+        "eval_agree": 100.0 - ev["agree_pct"] <= allowed + 1e-9,
         "hit_le_5px": hit_diff is not None and hit_diff <= a.max_hit_diff,
     }
     if pr is not None:
         checks["predict_agree"] = pr["all_agree"]
     ok = all(checks.values())
     print(f"eval: {ev['samples']} samples, {ev['agree_pct']:.2f}% with all four points within {a.tol_px:g} px "
-          f"(need {a.min_agree:g}%); worst sample {ev['worst_sample']} off by {ev['worst_abs']:.3f} px")
+          f"(need {100.0 - allowed:.2f}%); worst sample {ev['worst_sample']} off by {ev['worst_abs']:.3f} px")
+    if floor is not None:
+        print(f"bf16 floor (CPU, bf16-rounded conv weights and input) vs CPU: {floor['agree_pct']:.2f}% agree, "
+              f"worst sample {floor['worst_sample']} off by {floor['worst_abs']:.3f} px; CUDA may disagree on "
+              f"max({100.0 - a.min_agree:g}%, {a.floor_factor:g} x {100.0 - floor['agree_pct']:.2f}%) = {allowed:.2f}%")
     for c, v in ev["per_coord"].items():
         print(f"  {c:14s} mean |cuda-cpu| {v['mean_abs']:.4f} px, max {v['max_abs']:.3f} px")
     for m, v in ev["metrics"].items():
@@ -147,7 +172,9 @@ def main(argv=None):
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump({"schema": "slidefuse.backend_compare/1", "tol_px": a.tol_px, "min_agree_pct": a.min_agree,
-                       "max_hit_diff": a.max_hit_diff, "eval": ev, "predict": pr, "checks": checks, "pass": ok},
+                       "max_hit_diff": a.max_hit_diff, "floor_factor": a.floor_factor if floor else None,
+                       "allowed_disagree_pct": allowed, "eval": ev, "floor": floor, "predict": pr,
+                       "checks": checks, "pass": ok},
                       f, indent=1)
     return 0 if ok else 1
 

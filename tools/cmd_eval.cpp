@@ -24,7 +24,8 @@ namespace {
 
 std::string eval_usage() {
     return "usage: slidefuse eval --checkpoint PATH [--config PATH] [--split val|test|train] [--data DIR]\n"
-           "                      [--out eval.json] [--csv per_sample.csv] [--batch-size N] [key.path=value ...]\n"
+           "                      [--out eval.json] [--csv per_sample.csv] [--batch-size N] [--bf16-floor]\n"
+           "                      [key.path=value ...]\n"
            "  --checkpoint PATH  checkpoint or exported weights (.safetensors)\n"
            "  --config PATH      YAML config (default: the run's config.resolved.yaml beside the checkpoint,\n"
            "                     in its parent folder, or in the run folder recorded in it)\n"
@@ -34,6 +35,9 @@ std::string eval_usage() {
            "  --out PATH         JSON summary (default: <checkpoint without .safetensors>.eval-<split>.json)\n"
            "  --csv PATH         per-sample CSV: true and predicted coordinates, errors\n"
            "  --batch-size N     samples per forward (default: train.batch_size, at most 4 on the CPU)\n"
+           "  --bf16-floor       CPU reference with its conv weights and input rounded to bf16, as the CUDA\n"
+           "                     network sees them: what rounding alone changes (needs train.backend=cpu;\n"
+           "                     tools/backend_compare.py --floor-csv, docs/EVAL_PREDICT.md)\n"
            "  key.path=value     config overrides, e.g. data.processed_dir=/data/sider";
 }
 
@@ -41,7 +45,7 @@ struct Args {
     std::string checkpoint, config, split = "val", data, out, csv;
     int batch = 0;
     std::vector<std::string> overrides;
-    bool help = false;
+    bool help = false, bf16_floor = false;
 };
 
 Args parse_args(const std::vector<std::string>& args) {
@@ -64,6 +68,8 @@ Args parse_args(const std::vector<std::string>& args) {
             a.csv = option_value(args, i);
         } else if (s == "--batch-size") {
             a.batch = parse_positive_int(s, option_value(args, i));
+        } else if (s == "--bf16-floor") {
+            a.bf16_floor = true;
         } else if (s.rfind("--", 0) == 0) {
             SF_FAIL("unknown option '%s'\n%s", s.c_str(), eval_usage().c_str());
         } else {
@@ -259,12 +265,12 @@ int cmd_eval(const std::vector<std::string>& argv) {
     const TrainConfig cfg = load_inference_config(a.config, ckpt, a.overrides, &config_used);
     const int batch = a.batch > 0 ? a.batch : default_eval_batch(cfg);
     std::unique_ptr<EvalData> data = make_eval_data(cfg, a, batch);
-    InferenceModel model(cfg, batch, ckpt);
+    InferenceModel model(cfg, batch, ckpt, a.bf16_floor);
     const model::NetShape& shape = model.shape();
     const size_t per = static_cast<size_t>(shape.height) * shape.width * shape.channels;
-    SF_LOG_INFO("eval: %s (config %s) on %s, split %s: %s, batch %d, %s backend", ckpt.path.c_str(),
+    SF_LOG_INFO("eval: %s (config %s) on %s, split %s: %s, batch %d, %s backend%s", ckpt.path.c_str(),
                 config_used.c_str(), cfg.model.name.c_str(), a.split.c_str(), data->describe().c_str(), batch,
-                model.backend());
+                model.backend(), a.bf16_floor ? " (bf16 floor: conv weights and input rounded to bf16)" : "");
 
     const auto t0 = std::chrono::steady_clock::now();
     Progress progress(static_cast<int64_t>(data->samples()));
@@ -295,7 +301,8 @@ int cmd_eval(const std::vector<std::string>& argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     SF_CHECK(metrics.count() > 0, "split '%s' (%s) gave no samples", a.split.c_str(), data->describe().c_str());
 
-    std::printf("eval of %s on split %s (%s):\n", ckpt.path.c_str(), a.split.c_str(), data->describe().c_str());
+    std::printf("eval of %s on split %s (%s)%s:\n", ckpt.path.c_str(), a.split.c_str(), data->describe().c_str(),
+                a.bf16_floor ? ", bf16 floor (CPU reference, conv weights and input rounded to bf16)" : "");
     print_table(metrics);
     const nlohmann::json j = {{"checkpoint", ckpt.path},
                               {"checkpoint_kind", ckpt.kind},
@@ -305,6 +312,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
                               {"split", a.split},
                               {"data", data->describe()},
                               {"backend", model.backend()},
+                              {"bf16_floor", model.bf16_floor()},
                               {"batch_size", batch},
                               {"input", {shape.channels, shape.height, shape.width}},
                               {"samples", metrics.count()},

@@ -20,6 +20,7 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/safetensors.h"
+#include "tools/check.h"
 
 namespace tools {
 
@@ -116,19 +117,33 @@ namespace {
 
 class CpuInference : public InferenceModel::Impl {
 public:
-    CpuInference(const model::NetShape& s, const std::string& ckpt) : net_(s, rt::MemKind::Host), eval_(net_) {
+    CpuInference(const model::NetShape& s, const std::string& ckpt, bool bf16_floor)
+        : net_(s, rt::MemKind::Host), eval_(net_), bf16_floor_(bf16_floor) {
         const model::Planner& plan = net_.plan();
         model::load_checkpoint(ckpt, {&net_.table(), plan.master(), nullptr, nullptr, plan.buffers(), plan.counters()},
                                nullptr);
+        if (bf16_floor_) {
+            const size_t n = round_conv_weights_bf16(net_);
+            SF_LOG_INFO("bf16 floor: %zu conv weights rounded to bf16; inputs are rounded before each forward", n);
+        }
     }
     const model::NetShape& shape() const override { return net_.shape(); }
     float* input() override { return net_.input(); }
-    void run(std::vector<model::Decoded>& out) override { eval_.run(rt::Exec::cpu(), out); }
+    void run(std::vector<model::Decoded>& out) override {
+        if (bf16_floor_) {
+            const model::NetShape& s = net_.shape();
+            const size_t n = static_cast<size_t>(s.batch) * s.height * s.width * s.channels;
+            float* x = net_.input();
+            for (size_t i = 0; i < n; ++i) x[i] = kern::round_bf16(x[i]);
+        }
+        eval_.run(rt::Exec::cpu(), out);
+    }
     const char* backend() const override { return "cpu"; }
 
 private:
     model::SiderNet net_;
     model::EvalStep eval_;
+    bool bf16_floor_;
 };
 
 // The same forward on the CUDA network (bf16): the host input is rounded to bf16 and copied in,
@@ -202,15 +217,19 @@ bool use_cuda(const TrainConfig& cfg) {
 
 }  // namespace
 
-InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt) {
+InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt, bool bf16_floor)
+    : bf16_floor_(bf16_floor) {
     SF_CHECK(batch >= 1, "inference batch size must be >= 1, got %d", batch);
+    SF_CHECK(!bf16_floor || cfg.train.backend == Backend::Cpu,
+             "the bf16 floor is the CPU reference with bf16-rounded conv weights and input: it needs "
+             "train.backend=cpu, got train.backend=cuda");
     const model::NetShape shape{batch, cfg.model.input_channels, cfg.model.input_height, cfg.model.input_width,
                                 cfg.model.fusion_up_order, cfg.model.fuse_expand_dw};
     shape.validate();
     if (use_cuda(cfg))
         impl_ = std::make_unique<CudaInference>(shape, ckpt.path);
     else
-        impl_ = std::make_unique<CpuInference>(shape, ckpt.path);
+        impl_ = std::make_unique<CpuInference>(shape, ckpt.path, bf16_floor);
 }
 
 InferenceModel::~InferenceModel() = default;
@@ -219,6 +238,7 @@ const model::NetShape& InferenceModel::shape() const { return impl_->shape(); }
 float* InferenceModel::input() { return impl_->input(); }
 void InferenceModel::run(std::vector<model::Decoded>& out) { impl_->run(out); }
 const char* InferenceModel::backend() const { return impl_->backend(); }
+bool InferenceModel::bf16_floor() const { return bf16_floor_; }
 
 int default_eval_batch(const TrainConfig& cfg) {
     std::string why;

@@ -44,7 +44,10 @@ class InferenceModel {
 public:
     // A network for (batch, model.input_channels, input_height, input_width) with the weights and
     // BatchNorm statistics of the checkpoint. Throws naming the file when they do not load.
-    InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt);
+    // bf16_floor (CPU reference only; refused with train.backend=cuda): the conv weights are rounded
+    // to bf16 after loading and every input to bf16 before each forward, as the CUDA network sees
+    // them: the precision floor of docs/CHECK.md, i.e. what rounding alone changes in the outputs.
+    InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt, bool bf16_floor = false);
     ~InferenceModel();
     InferenceModel(const InferenceModel&) = delete;
     InferenceModel& operator=(const InferenceModel&) = delete;
@@ -55,11 +58,13 @@ public:
     // Forward in eval mode and decode: out gets shape().batch entries, letterbox pixels.
     void run(std::vector<model::Decoded>& out);
     const char* backend() const;  // "cpu" | "cuda"
+    bool bf16_floor() const;
 
     struct Impl;  // the backend (tools/eval_model.cpp)
 
 private:
     std::unique_ptr<Impl> impl_;
+    bool bf16_floor_ = false;
 };
 
 // The default inference batch: train.batch_size on a usable GPU, at most kMaxCpuEvalBatch on the

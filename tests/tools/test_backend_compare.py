@@ -89,6 +89,45 @@ class BackendCompareTest(unittest.TestCase):
         self.assertIn("DIFFERS", r.stdout)
         self.assertFalse(doc["checks"]["predict_agree"])
 
+    def test_bf16_floor_sets_the_bar(self):
+        base = [[10.0, 20.0, 30.0, 40.0]] * 200
+        cpu = self.eval_files("cpu", base, "cpu")
+
+        def moved(k):  # the first k samples off by 4 px (a neighbouring heatmap cell)
+            pts = [list(p) for p in base]
+            for i in range(k):
+                pts[i][1] += 4.0
+            return pts
+        cuda = self.eval_files("cuda", moved(8), "cuda")  # 4% disagree: beyond the plain 2% bar
+        r, doc = self.run_tool(cuda, cpu)
+        self.assertEqual(r.returncode, 1)
+        self.assertAlmostEqual(doc["allowed_disagree_pct"], 2.0)
+        # Rounding alone moves 3 of 200 (1.5%): CUDA may disagree on 3 x 1.5 = 4.5% -> 8 of 200 pass.
+        floor_csv = self.eval_files("floor", moved(3), "cpu")[0]
+        r, doc = self.run_tool(cuda, cpu, "--floor-csv", floor_csv)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertAlmostEqual(doc["floor"]["agree_pct"], 98.5)
+        self.assertAlmostEqual(doc["allowed_disagree_pct"], 4.5)
+        self.assertEqual(doc["floor_factor"], 3.0)
+        self.assertIn("bf16 floor", r.stdout)
+        # Against a floor of 2 of 200 (1%): 3% allowed, 8 of 200 fail; a larger factor is the user's call.
+        floor_csv = self.eval_files("floor", moved(2), "cpu")[0]
+        r, doc = self.run_tool(cuda, cpu, "--floor-csv", floor_csv)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("FAIL (eval_agree)", r.stdout)
+        r, doc = self.run_tool(cuda, cpu, "--floor-csv", floor_csv, "--floor-factor", "4")
+        self.assertEqual(r.returncode, 0, r.stdout)
+        # A floor that never disagrees leaves the plain bar.
+        r, doc = self.run_tool(cuda, cpu, "--floor-csv", self.eval_files("floor", base, "cpu")[0])
+        self.assertEqual(r.returncode, 1)
+        self.assertAlmostEqual(doc["allowed_disagree_pct"], 2.0)
+        # A floor over other samples is an error that names it.
+        r, _ = self.run_tool(cuda, cpu, "--floor-csv", self.eval_files("floor", base[:5], "cpu")[0])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("floor: the two eval CSVs hold different samples", r.stderr)
+        r, _ = self.run_tool(cuda, cpu, "--floor-csv", floor_csv, "--floor-factor", "0")
+        self.assertEqual(r.returncode, 2)
+
     def test_errors(self):
         pts = [[1.0, 2.0, 3.0, 4.0]] * 3
         cuda = self.eval_files("cuda", pts, "cuda")

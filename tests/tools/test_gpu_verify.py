@@ -8,6 +8,7 @@ Run: python3 -m unittest discover -s tests/tools -p 'test_*.py'
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import unittest
 
@@ -41,7 +42,11 @@ case "$1" in
          for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
          mkdir -p "$out"; echo "$*" > "$out/args.txt"
          echo '{"step": 1, "grad_norm": 1.0}' >> "$out/metrics.jsonl"; echo png > "$out/metrics.png"
+         mkdir -p "$out/checkpoints"; echo ckpt > "$out/checkpoints/best.safetensors"; echo "model: {}" > "$out/config.resolved.yaml"
          echo "done: 1 steps" ;;
+  export) ck=; out=; prev=
+          for a in "$@"; do [ "$prev" = --checkpoint ] && ck=$a; [ "$prev" = --out ] && out=$a; prev=$a; done
+          [ -f "$ck" ] || exit 1; echo "weights of $ck" > "$out"; echo "wrote $out" ;;
   generate) prev=; for a in "$@"; do
               [ "$prev" = --preview ] && echo png > "$a"; [ "$prev" = --out ] && mkdir -p "$a/val"; prev=$a; done
             echo "generated" ;;
@@ -51,6 +56,7 @@ case "$1" in
           case "$a" in train.backend=*) be=${a#train.backend=} ;; esac; prev=$a
         done
         shift_px=0; [ "$be" = cpu ] && shift_px=${SF_FAKE_CPU_SHIFT:-0}
+        case " $* " in *" --bf16-floor "*) shift_px=${SF_FAKE_FLOOR_SHIFT:-$shift_px} ;; esac
         printf '{"backend": "%s", "mae_px": 1.0, "rmse_px": 1.5, "hit_le_2px": 90.0, "hit_le_5px": 99.5, "gap_mae": 1.0, "slider_mae": 1.0}' "$be" > "$out"
         { echo "sample,gap_x,gap_y,slider_x,slider_y,pred_gap_x,pred_gap_y,pred_slider_x,pred_slider_y,combined_err"
           for i in 0 1 2 3; do echo "$i,10,20,30,40,$((10 + shift_px)),20,30,40,0.5"; done; } > "$csv"
@@ -215,8 +221,11 @@ class GpuVerifyTest(unittest.TestCase):
             for _ in range(2):  # the second call resumes the same run folder
                 r = self.run_script("train", self.build)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.assertEqual(sorted(os.listdir(self.out)), ["commit.txt", "gpu.txt", "train.log", "train_curves.png",
-                                                             "train_metrics.jsonl"])
+            self.assertEqual(sorted(os.listdir(self.out)), ["best_weights.safetensors", "commit.txt", "gpu.txt",
+                                                             "train.log", "train_config.resolved.yaml",
+                                                             "train_curves.png", "train_metrics.jsonl"])
+            with open(os.path.join(self.out, "best_weights.safetensors")) as f:
+                self.assertIn("checkpoints/best.safetensors", f.read())
             with open(os.path.join(self.out, "train_metrics.jsonl")) as f:
                 self.assertEqual(len(f.read().splitlines()), 2)
             with open(os.path.join(cwd, "args.txt")) as f:
@@ -280,14 +289,53 @@ class GpuVerifyTest(unittest.TestCase):
             r = self.run_script("evalcmp", self.build)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("backend_compare: PASS", r.stdout)
-            for name in ("evalcmp.json", "evalcmp.log", "eval_cuda.json"):
+            for name in ("evalcmp.json", "evalcmp.log", "eval_cuda.json", "eval_cuda.csv", "eval_cpu.csv",
+                         "eval_floor.csv"):
                 self.assertTrue(os.path.exists(os.path.join(self.out, name)), name)
-            # CPU predictions 5 px away from CUDA's: every sample disagrees -> exit 1.
+            self.assertLessEqual(len(os.listdir(self.out)), 8)
+            self.assertIn("bf16 floor", r.stdout)
+            # CPU predictions 5 px away from CUDA's (the floor with them): every sample disagrees -> exit 1.
             r = self.run_script("evalcmp", self.build, SF_FAKE_CPU_SHIFT="5")
             self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
             self.assertIn("FAIL (eval_agree)", r.stdout)
+            # The same, but rounding alone moves every sample as far: the floor allows it -> pass.
+            r = self.run_script("evalcmp", self.build, SF_FAKE_CPU_SHIFT="5", SF_FAKE_FLOOR_SHIFT="0")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("backend_compare: PASS", r.stdout)
         finally:
             shutil.rmtree(os.path.join(ROOT, "runs", "gpu_verify_train"))
+
+    def test_session_runs_every_stage_under_one_deadline(self):
+        # scripts/gpu_session.sh: train in the background, first, sanitize, evalcmp, the fusion graphs
+        # and the per-layer bench, everything packed into OUT (the weights beside the archive).
+        self.fake_gpu(True)
+        run = os.path.join(ROOT, "runs", "gpu_verify_train")
+        if os.path.exists(run):
+            self.skipTest("runs/gpu_verify_train exists in this checkout; not touching it")
+        try:
+            e = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"], OUT=self.out, SF_SANITIZER="none",
+                     SF_DEADLINE="100")
+            r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_session.sh"), self.build],
+                               capture_output=True, text=True, env=e, timeout=200)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(sorted(os.listdir(self.out)), ["best_weights.safetensors", "session.log",
+                                                            "session.tar.gz"])
+            with tarfile.open(os.path.join(self.out, "session.tar.gz")) as t:
+                names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
+            for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
+                         "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
+                         "fusion_graphs.json", "bench_variants.json", "session.log"):
+                self.assertIn(want, names)
+            self.assertFalse([n for n in names if n.endswith(".safetensors")])
+            with open(os.path.join(self.out, "session.log")) as f:
+                log = f.read()
+            self.assertRegex(log, r"first: rc 0")
+            self.assertRegex(log, r"train: rc 0")
+            self.assertRegex(log, r"evalcmp: rc 0")
+            self.assertRegex(log, r"sanitize: rc 1")  # SF_SANITIZER=none: no sanitizer to run
+            self.assertIn("] done", log)
+        finally:
+            shutil.rmtree(run, ignore_errors=True)
 
     def test_profile_summarises_the_ncu_csv(self):
         self.fake_gpu(True)

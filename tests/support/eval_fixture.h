@@ -1,0 +1,73 @@
+// Test support for `slidefuse eval` / `predict` tests on the CPU backend: a run folder
+// (config.resolved.yaml, checkpoints/ckpt-00000003.safetensors of a freshly initialised network with
+// non-trivial BatchNorm running statistics), an exported weight file without a run folder, and a
+// dataset root with val/ (7 generated samples at 64x128) and test/ (an empty shard).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/generator.h"
+#include "data/shard.h"
+#include "model/checkpoint.h"
+#include "model/init.h"
+#include "model/net.h"
+#include "tools/config.h"
+
+namespace sftest {
+
+constexpr int kEvalH = 64, kEvalW = 128;  // small canvas: grid 16x32
+
+struct EvalFiles {
+    std::string root;
+    std::vector<data::GenSample> val;  // the val split's samples, in file order
+    std::string ckpt() const { return root + "/run/checkpoints/ckpt-00000003.safetensors"; }
+    std::string weights() const { return root + "/weights.safetensors"; }
+    std::string run_config() const { return root + "/run/config.resolved.yaml"; }
+};
+
+// Writes the files under `root` (which must exist and be empty).
+inline EvalFiles write_eval_files(const std::string& root) {
+    namespace fs = std::filesystem;
+    EvalFiles f;
+    f.root = root;
+    data::GenConfig g;
+    g.seed = 11;
+    g.height = kEvalH;
+    g.width = kEvalW;
+    fs::create_directories(root + "/data/val");
+    fs::create_directories(root + "/data/test");
+    data::ShardWriter val(root + "/data/val/val_000000.sfshard", data::ShardSpec{kEvalH, kEvalW, 1, false});
+    for (uint64_t i = 0; i < 7; ++i) {
+        f.val.push_back(data::generate_sample(g, 37 * i + 3));
+        val.add(f.val.back().pixels.data(), f.val.back().label);
+    }
+    val.finish();
+    data::ShardWriter empty(root + "/data/test/test_000000.sfshard", data::ShardSpec{kEvalH, kEvalW, 1, false});
+    empty.finish();
+
+    const std::string yaml =
+        "model: {input_channels: 2, input_height: 64, input_width: 128}\n"
+        "train: {backend: cpu, amp: fp32, batch_size: 4, seed: 3, num_workers: 1, prefetch_factor: 2}\n"
+        "data: {source: shards, processed_dir: " +
+        root + "/data}\n";
+    const tools::TrainConfig cfg = tools::parse_config(yaml, {}, "test.yaml");
+    fs::create_directories(root + "/run/checkpoints");
+    tools::write_resolved_config(cfg, f.run_config());
+    model::SiderNet net(model::NetShape{1, 2, kEvalH, kEvalW}, rt::MemKind::Host);
+    const model::Planner& p = net.plan();
+    model::init_parameters(net.table(), 3, p.master(), p.buffers(), p.counters());
+    // Non-trivial BatchNorm running statistics, so eval mode differs from train mode.
+    for (size_t i = 0; i < net.table().buffer_floats; ++i) p.buffers()[i] += 0.05f * static_cast<float>(i % 7);
+    const model::CheckpointView v{&net.table(), p.master(), nullptr, nullptr, p.buffers(), p.counters()};
+    model::RunState rs;
+    rs.step = 3;
+    rs.epoch = 1;
+    rs.out_dir = root + "/run";
+    model::save_checkpoint(f.ckpt(), v, rs);
+    model::export_weights(f.weights(), v);  // no run folder beside it
+    return f;
+}
+
+}  // namespace sftest
