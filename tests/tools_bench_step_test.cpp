@@ -16,7 +16,7 @@ TEST(BenchStep, ParsesEveryOption) {
     const tools::StepBenchOptions o = tools::parse_step_bench_args(
         {"--batch-sizes", "32,64,512", "--size", "160x320", "--channels", "4", "--steps", "60", "--warmup", "5",
          "--eager", "--deterministic", "--search", "--memory-budget-gb", "40", "--layers", "--layers-batch", "16",
-         "--peak-tflops", "900", "--peak-gbps", "3000", "--up-order", "conv_first", "--fuse-expand-dw", "--json",
+         "--peak-tflops", "900", "--peak-gbps", "3000", "--up-order", "upsample_first", "--fuse-expand-dw", "--json",
          "out.json"});
     EXPECT_EQ(o.batch_sizes, (std::vector<int>{32, 64, 512}));
     EXPECT_EQ(o.height, 160);
@@ -30,7 +30,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_DOUBLE_EQ(o.peak_tflops, 900);
     EXPECT_DOUBLE_EQ(o.peak_gbps, 3000);
     EXPECT_EQ(o.json, "out.json");
-    EXPECT_EQ(o.up_order, model::UpOrder::ConvFirst);
+    EXPECT_EQ(o.up_order, model::UpOrder::UpsampleFirst);
     EXPECT_TRUE(o.fuse_expand_dw);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
@@ -41,6 +41,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_EQ(d.width, 512);
     EXPECT_EQ(d.steps, 50);
     EXPECT_FALSE(d.fuse_expand_dw);
+    EXPECT_EQ(d.up_order, model::UpOrder::ConvFirst);  // what training on CUDA runs by default
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }

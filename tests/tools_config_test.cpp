@@ -215,8 +215,22 @@ TEST(ToolsConfig, OutOfRangeNamesPathAndBound) {
                          "config key 'model.input_width': expected a multiple of 32, got 100"));
     EXPECT_TRUE(contains(parse_error("model:\n  input_height: 16\n"), "expected >= 32, got 16"));
     EXPECT_TRUE(contains(parse_error("model:\n  fusion_up_order: conv\n"), "config key 'model.fusion_up_order'"));
-    EXPECT_EQ(parse("model:\n  fusion_up_order: conv_first\n").model.fusion_up_order, model::UpOrder::ConvFirst);
-    EXPECT_EQ(parse("model: {}\n").model.fusion_up_order, model::UpOrder::UpsampleFirst);
+    EXPECT_EQ(parse("model:\n  fusion_up_order: conv_first\n").model.fusion_up_order, tools::UpOrderSetting::ConvFirst);
+    EXPECT_EQ(parse("model:\n  fusion_up_order: upsample_first\n").model.fusion_up_order,
+              tools::UpOrderSetting::UpsampleFirst);
+    EXPECT_EQ(parse("model:\n  fusion_up_order: auto\n").model.fusion_up_order, tools::UpOrderSetting::Auto);
+    EXPECT_EQ(parse("model: {}\n").model.fusion_up_order, tools::UpOrderSetting::Auto);
+    // auto: the faster order on CUDA, the original's on the CPU reference; a named order everywhere.
+    using tools::Backend;
+    using tools::UpOrderSetting;
+    EXPECT_EQ(tools::resolve_up_order(UpOrderSetting::Auto, Backend::Cuda), model::UpOrder::ConvFirst);
+    EXPECT_EQ(tools::resolve_up_order(UpOrderSetting::Auto, Backend::Cpu), model::UpOrder::UpsampleFirst);
+    for (Backend b : {Backend::Cuda, Backend::Cpu}) {
+        EXPECT_EQ(tools::resolve_up_order(UpOrderSetting::UpsampleFirst, b), model::UpOrder::UpsampleFirst);
+        EXPECT_EQ(tools::resolve_up_order(UpOrderSetting::ConvFirst, b), model::UpOrder::ConvFirst);
+    }
+    EXPECT_STREQ(tools::up_order_setting_name(UpOrderSetting::Auto), "auto");
+    EXPECT_STREQ(tools::up_order_setting_name(UpOrderSetting::ConvFirst), "conv_first");
     EXPECT_TRUE(parse("model:\n  fuse_expand_dw: true\n").model.fuse_expand_dw);
     EXPECT_FALSE(parse("model: {}\n").model.fuse_expand_dw);
     EXPECT_TRUE(contains(parse_error("model:\n  fuse_expand_dw: sometimes\n"), "config key 'model.fuse_expand_dw'"));

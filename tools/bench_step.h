@@ -28,7 +28,7 @@ struct StepBenchOptions {
     double peak_tflops = 0, peak_gbps = 0;  // roofline overrides (0 = the device table)
     std::string ceilings;                   // --ceilings FILE: the overrides came from it (when not given)
     int world = 0;                          // --world N: NCCL allreduce over the job's N ranks; 0: none
-    model::UpOrder up_order = model::UpOrder::UpsampleFirst;  // --up-order (model/up_order.h)
+    model::UpOrder up_order = model::UpOrder::ConvFirst;  // --up-order (model/up_order.h): the CUDA default
     bool fuse_expand_dw = false;  // --fuse-expand-dw (model.fuse_expand_dw: the fused LiteBlock)
     std::string json;                       // output file ("" = none)
 };

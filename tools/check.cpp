@@ -137,7 +137,9 @@ CheckSetup make_setup(const CheckOptions& o) {
     s.shape.channels = cfg.model.input_channels;
     s.shape.height = o.height ? o.height : cfg.model.input_height;
     s.shape.width = o.width ? o.width : cfg.model.input_width;
-    s.shape.up_order = cfg.model.fusion_up_order;
+    // The original's order unless the config names one: `check` compares layer by layer, so both
+    // networks run the same order (auto resolves as on the CPU reference).
+    s.shape.up_order = resolve_up_order(cfg.model.fusion_up_order, Backend::Cpu);
     s.shape.validate_for_training();
     s.loss = loss_config(cfg);
     s.optim = optim_config(cfg);

@@ -116,6 +116,12 @@ def render_markdown(combined):
                      % (cfg.get("steps"), cfg.get("warmup"), clock))
         facts.append("data: %s" % cfg.get("data_desc", "?"))
     lines += [", ".join(facts) + ".", ""]
+    orders = sorted({r.get("extra", {}).get("fusion_up_order") for rep in reports if is_slidefuse(rep.get("tool", ""))
+                     for r in rep.get("runs", [])} - {None})
+    if orders:
+        lines += ["slidefuse ran the fusion up paths in %s order (docs/MODEL.md: `conv_first` is the 1x1 conv before "
+                  "the upsample, the same function and parameters as the original's `upsample_first`, which the "
+                  "baselines run)." % " and ".join("`%s`" % o for o in orders), ""]
     lines += ["| tool | mode | batch | samples/s | ms/step median (p10–p90) | peak memory GiB | slidefuse speedup | status |",
               "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (r["batch"], not is_slidefuse(r["tool"]), r["tool"])):

@@ -20,6 +20,24 @@ namespace tools {
 
 const char* amp_mode_name(AmpMode m) { return m == AmpMode::Bf16 ? "bf16" : "fp32"; }
 const char* backend_name(Backend b) { return b == Backend::Cuda ? "cuda" : "cpu"; }
+
+const char* up_order_setting_name(UpOrderSetting s) {
+    switch (s) {
+        case UpOrderSetting::UpsampleFirst: return "upsample_first";
+        case UpOrderSetting::ConvFirst: return "conv_first";
+        case UpOrderSetting::Auto: break;
+    }
+    return "auto";
+}
+
+model::UpOrder resolve_up_order(UpOrderSetting s, Backend backend) {
+    switch (s) {
+        case UpOrderSetting::UpsampleFirst: return model::UpOrder::UpsampleFirst;
+        case UpOrderSetting::ConvFirst: return model::UpOrder::ConvFirst;
+        case UpOrderSetting::Auto: break;
+    }
+    return backend == Backend::Cuda ? model::UpOrder::ConvFirst : model::UpOrder::UpsampleFirst;
+}
 const char* sched_type_name(SchedType t) { return t == SchedType::Sgdr ? "sgdr" : "warmup_cosine"; }
 const char* guard_mode_name(GuardMode m) { return m == GuardMode::Min ? "min" : "max"; }
 const char* data_source_name(DataSource s) {
@@ -155,7 +173,7 @@ std::string to_yaml(const TrainConfig& c) {
     w.kv("input_channels", c.model.input_channels);
     w.kv("input_height", c.model.input_height);
     w.kv("input_width", c.model.input_width);
-    w.kv("fusion_up_order", model::up_order_name(c.model.fusion_up_order));
+    w.kv("fusion_up_order", up_order_setting_name(c.model.fusion_up_order));
     w.kv("fuse_expand_dw", yaml_bool(c.model.fuse_expand_dw));
     w.close();
     w.open("optimizer");

@@ -27,14 +27,23 @@ const char* sched_type_name(SchedType t);    // "sgdr" | "warmup_cosine"
 const char* data_source_name(DataSource s);  // "synthetic" | "shards" | "fixed"
 const char* guard_mode_name(GuardMode m);    // "min" | "max"
 
+// model.fusion_up_order (docs/CONFIG.md): auto = conv_first on the CUDA backend (the faster order,
+// docs/perf/OPTIMIZATION_LOG.md entry 1, trained to the gpu_quick bar on an H200) and the original's
+// upsample_first on the CPU reference, which stays the oracle in the original's order.
+enum class UpOrderSetting { Auto, UpsampleFirst, ConvFirst };
+const char* up_order_setting_name(UpOrderSetting s);  // "auto" | "upsample_first" | "conv_first"
+// The order a network on `backend` runs for setting s.
+model::UpOrder resolve_up_order(UpOrderSetting s, Backend backend);
+
 struct ModelSection {
     std::string name = "Lite-HRNet-18+LiteFPN";  // the only model slidefuse trains
     int input_channels = 2;                      // 2 (gray + mask, 1.1.1) or 4 (RGB + mask, early 1.1.0)
     int input_height = 256;                      // letterbox canvas, multiple of 32
     int input_width = 512;
     // slidefuse: the fusion up paths' order (model/up_order.h; docs/CONFIG.md). The same parameters;
-    // conv_first runs the 1x1 conv before the upsample (equal in exact arithmetic, less work).
-    model::UpOrder fusion_up_order = model::UpOrder::UpsampleFirst;
+    // conv_first runs the 1x1 conv before the upsample (equal in exact arithmetic, less work); auto:
+    // resolve_up_order.
+    UpOrderSetting fusion_up_order = UpOrderSetting::Auto;
     // slidefuse, CUDA only: every LiteBlock's expand BN + SiLU applied inside its depthwise conv's
     // loads, the expanded activation never stored (model::NetShape::fuse_expand_dw). Bitwise the same
     // step with the deterministic policy; the CPU backend ignores it.

@@ -34,7 +34,10 @@ void read_model(Section s, ModelSection& m) {
         s.error("input_height", "expected a multiple of 32, got " + std::to_string(m.input_height));
     if (s.integer("input_width", m.input_width, at_least(32)) && m.input_width % 32 != 0)
         s.error("input_width", "expected a multiple of 32, got " + std::to_string(m.input_width));
-    s.choice<model::UpOrder>("fusion_up_order", m.fusion_up_order, model::up_order_choices());
+    s.choice<UpOrderSetting>("fusion_up_order", m.fusion_up_order,
+                             {{"auto", UpOrderSetting::Auto},
+                              {"upsample_first", UpOrderSetting::UpsampleFirst},
+                              {"conv_first", UpOrderSetting::ConvFirst}});
     s.boolean("fuse_expand_dw", m.fuse_expand_dw);
     s.ignore("model_path");
     s.finish();

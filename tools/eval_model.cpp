@@ -223,10 +223,15 @@ InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const Checkpoi
     SF_CHECK(!bf16_floor || cfg.train.backend == Backend::Cpu,
              "the bf16 floor is the CPU reference with bf16-rounded conv weights and input: it needs "
              "train.backend=cpu, got train.backend=cuda");
-    const model::NetShape shape{batch, cfg.model.input_channels, cfg.model.input_height, cfg.model.input_width,
-                                cfg.model.fusion_up_order, cfg.model.fuse_expand_dw};
+    const bool cuda = use_cuda(cfg);
+    const model::NetShape shape{batch,
+                                cfg.model.input_channels,
+                                cfg.model.input_height,
+                                cfg.model.input_width,
+                                resolve_up_order(cfg.model.fusion_up_order, cuda ? Backend::Cuda : Backend::Cpu),
+                                cfg.model.fuse_expand_dw};
     shape.validate();
-    if (use_cuda(cfg))
+    if (cuda)
         impl_ = std::make_unique<CudaInference>(shape, ckpt.path);
     else
         impl_ = std::make_unique<CpuInference>(shape, ckpt.path, bf16_floor);

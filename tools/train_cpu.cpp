@@ -16,7 +16,7 @@ class CpuBackend : public TrainBackend {
 public:
     CpuBackend(const TrainConfig& c, bool deferred_stats)
         : net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height, c.model.input_width,
-                               c.model.fusion_up_order},
+                               resolve_up_order(c.model.fusion_up_order, Backend::Cpu)},
                rt::MemKind::Host),
           step_(net_, loss_config(c), optim_config(c)),
           eval_(net_),

@@ -74,7 +74,7 @@ public:
         : cfg_(c),
           ctx_(cuda_train_device()),
           net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height,
-                               c.model.input_width, c.model.fusion_up_order, c.model.fuse_expand_dw},
+                               c.model.input_width, resolve_up_order(c.model.fusion_up_order, Backend::Cuda), c.model.fuse_expand_dw},
                ctx_.exec(), kern::run_conv_policy(c.train.deterministic)),
           step_(net_, ctx_.exec(), loss_config(c), optim_config(c), lr_schedule(c, steps_per_epoch, total),
                 c.train.gradient_accumulation_steps) {
@@ -107,6 +107,7 @@ public:
 
     std::string describe() const override {
         std::string s = step_.use_graphs() ? "the CUDA backend (captured step" : "the CUDA backend (eager, --no-graph";
+        s += std::string(", fusion up paths ") + model::up_order_name(net_.shape().up_order);
         if (nccl_) s += ", gradient allreduce: " + nccl_->describe();
         return s + ")";
     }

@@ -189,6 +189,10 @@ class CompareTest(unittest.TestCase):
         self.assertIn("NVIDIA H100 80GB HBM3", md)
         self.assertEqual(combined["gpu"], "NVIDIA H100 80GB HBM3")
         self.assertIn("CUDA-event", md)
+        self.assertNotIn("fusion up paths", md)  # reports without the record say nothing of it
+        for r in self.sf["runs"]:
+            r.setdefault("extra", {})["fusion_up_order"] = "conv_first"
+        self.assertIn("slidefuse ran the fusion up paths in `conv_first` order", compare.render_markdown(combined))
 
     def test_from_json_command_line_records_failures(self):
         with tempfile.TemporaryDirectory() as d:
