@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 ARCH=${ARCH:-90}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 PACK_DIR=${PACK_DIR:-.gpu}
-BUILD_DIR="$BUILD_DIR" CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=$ARCH ${CMAKE_ARGS:-}" ./scripts/setup.sh
+# Only the two binaries are built (BUILD_TARGETS= builds everything, the test suites too).
+BUILD_TARGETS=${BUILD_TARGETS-slidefuse sf_gpu_tests} BUILD_DIR="$BUILD_DIR" \
+  CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=$ARCH ${CMAKE_ARGS:-}" ./scripts/setup.sh
 rm -rf "$PACK_DIR"
 mkdir -p "$PACK_DIR/tests"
 cp "$BUILD_DIR/slidefuse" "$PACK_DIR/"
