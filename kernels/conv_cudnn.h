@@ -51,6 +51,9 @@ struct ConvPolicy {
     int autotune_iters = 3;                       // timed runs per candidate (after one warm-up run)
     size_t max_workspace = 256u << 20;            // exclude engines whose cuDNN workspace exceeds this; 0 = no limit
     int max_candidates = kConvDefaultCandidates;  // plans finalized (and timed) per accumulation variant
+    // model::GpuOps, when autotuning: time every variant of the custom depthwise kernels and run the
+    // fastest (bitwise-equal results); false: variant 0 only (`bench step --no-dw-variants`, the A/B).
+    bool dw_variants = true;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

@@ -288,7 +288,8 @@ double GpuOps::time_depthwise(Entry& e) const {
     const int iters = std::max(policy_.autotune_iters, 10);
     e.fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
     e.dgrad_variant_ms.assign(kern::kDwVariantCount, -1.0);
-    for (int v = 0; v < kern::kDwVariantCount; ++v) {
+    const int gathers = policy_.dw_variants ? kern::kDwVariantCount : 1;  // variant 0 only: the A/B
+    for (int v = 0; v < gathers; ++v) {
         if (kern::dwconv3x3_variant_supported(s, v, false))
             e.fwd_variant_ms[v] =
                 time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, v); }, iters);
@@ -297,7 +298,7 @@ double GpuOps::time_depthwise(Entry& e) const {
                 time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true, v); }, iters);
     }
     e.wgrad_variant_ms.assign(kern::kDwWgradVariantCount, -1.0);
-    for (int v = 0; v < kern::kDwWgradVariantCount; ++v) {
+    for (int v = 0; v < (policy_.dw_variants ? kern::kDwWgradVariantCount : 1); ++v) {
         if (kern::dwconv3x3_wgrad_variant_supported(s, v))
             e.wgrad_variant_ms[v] = time_runs(
                 [&] { kern::dwconv3x3_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf, nullptr, v); }, iters);
@@ -327,7 +328,7 @@ void GpuOps::time_prologue_forward(Entry& e) const {
     pro.invstd = b.dw + 3 * s.cin;
     const int iters = std::max(policy_.autotune_iters, 10);
     e.pro_fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
-    for (int v = 0; v < kern::kDwVariantCount; ++v)
+    for (int v = 0; v < (policy_.dw_variants ? kern::kDwVariantCount : 1); ++v)
         if (kern::dw_variant_prologue(v) && kern::dwconv3x3_variant_supported(s, v, false))
             e.pro_fwd_variant_ms[v] =
                 time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, &pro, v); }, iters);

@@ -10,8 +10,9 @@
 #   then      `sanitize`: racecheck + synccheck over the custom-kernel tests
 #   then      wait for `train` (stopped with a checkpoint at its own limit), `evalcmp` on its checkpoint
 #             (CUDA, CPU reference and the CPU reference's bf16 floor)
-#   then      with the GPU to itself and the time left: `plan --fusion-graphs` and
-#             `bench step --layers` at batch 128 (the depthwise variants' times; issue "GPU speed")
+#   then      with the GPU to itself and the time left: `plan --fusion-graphs`, `bench step --layers`
+#             at batch 128 (the depthwise variants' times; issue "GPU speed"), and the same step with
+#             `--no-dw-variants` (the variants' step-level A/B)
 # Everything lands in a work folder that is packed into $OUT/session.tar.gz after every phase (so
 # a command killed at its limit still returns what finished), plus $OUT/session.log and the training
 # run's best weights, $OUT/best_weights.safetensors (evalcmp questions can then be studied on a CPU).
@@ -86,6 +87,12 @@ if [ "$(left)" -gt 60 ]; then
   timeout -k 5 "$bl" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --layers --layers-batch 128 \
     --json "$W/bench_variants.json" >"$W/bench_variants.log" 2>&1
   say "bench: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_variants.log" | sed 's/^ *//' | cut -c1-120)"
+  # The same step with the depthwise kernels in variant 0 only: the step-level A/B of the variants.
+  if [ "$(left)" -gt 40 ]; then
+    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --no-dw-variants \
+      --json "$W/bench_dw0.json" >"$W/bench_dw0.log" 2>&1
+    say "bench --no-dw-variants: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_dw0.log" | sed 's/^ *//' | cut -c1-120)"
+  fi
 fi
 say "done"
 pack

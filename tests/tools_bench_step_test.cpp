@@ -16,8 +16,8 @@ TEST(BenchStep, ParsesEveryOption) {
     const tools::StepBenchOptions o = tools::parse_step_bench_args(
         {"--batch-sizes", "32,64,512", "--size", "160x320", "--channels", "4", "--steps", "60", "--warmup", "5",
          "--eager", "--deterministic", "--search", "--memory-budget-gb", "40", "--layers", "--layers-batch", "16",
-         "--peak-tflops", "900", "--peak-gbps", "3000", "--up-order", "upsample_first", "--fuse-expand-dw", "--json",
-         "out.json"});
+         "--peak-tflops", "900", "--peak-gbps", "3000", "--up-order", "upsample_first", "--fuse-expand-dw",
+         "--no-dw-variants", "--json", "out.json"});
     EXPECT_EQ(o.batch_sizes, (std::vector<int>{32, 64, 512}));
     EXPECT_EQ(o.height, 160);
     EXPECT_EQ(o.width, 320);
@@ -32,6 +32,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_EQ(o.json, "out.json");
     EXPECT_EQ(o.up_order, model::UpOrder::UpsampleFirst);
     EXPECT_TRUE(o.fuse_expand_dw);
+    EXPECT_FALSE(o.dw_variants);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);
@@ -42,6 +43,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_EQ(d.steps, 50);
     EXPECT_FALSE(d.fuse_expand_dw);
     EXPECT_EQ(d.up_order, model::UpOrder::ConvFirst);  // what training on CUDA runs by default
+    EXPECT_TRUE(d.dw_variants);
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }

@@ -177,6 +177,7 @@ model::LrSchedule bench_schedule() {
 kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     kern::ConvPolicy p = kern::run_conv_policy(o.deterministic);
     p.max_candidates = o.conv_candidates;
+    p.dw_variants = o.dw_variants;
     return p;
 }
 
@@ -267,7 +268,8 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"workspace_bytes_planned", rig.net.plan().memory().workspace},
                    {"plan_seconds", plan_s},
                    {"fusion_up_order", model::up_order_name(o.up_order)},
-                   {"fuse_expand_dw", o.fuse_expand_dw}};
+                   {"fuse_expand_dw", o.fuse_expand_dw},
+                   {"dw_variants", o.dw_variants}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());

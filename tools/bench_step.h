@@ -30,6 +30,7 @@ struct StepBenchOptions {
     int world = 0;                          // --world N: NCCL allreduce over the job's N ranks; 0: none
     model::UpOrder up_order = model::UpOrder::ConvFirst;  // --up-order (model/up_order.h): the CUDA default
     bool fuse_expand_dw = false;  // --fuse-expand-dw (model.fuse_expand_dw: the fused LiteBlock)
+    bool dw_variants = true;      // --no-dw-variants: the custom depthwise kernels in variant 0 only
     std::string json;                       // output file ("" = none)
 };
 

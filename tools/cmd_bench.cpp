@@ -46,7 +46,8 @@ const char* kBenchUsage =
     "                                [--conv-candidates 4]\n"
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
-    "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--json OUT]\n"
+    "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--no-dw-variants]\n"
+    "                                [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
     "           --world N: NCCL gradient allreduce in every step over the job's N ranks\n"
@@ -54,6 +55,8 @@ const char* kBenchUsage =
     "           --up-order: the fusion up paths' order (model.fusion_up_order; default conv_first, what\n"
     "           training on CUDA runs with model.fusion_up_order: auto)\n"
     "           --fuse-expand-dw: the fused LiteBlock (model.fuse_expand_dw; docs/GPU_STEP.md)\n"
+    "           --no-dw-variants: the custom depthwise kernels in variant 0 only, not the fastest of\n"
+    "           their bitwise-equal variants (the step-level A/B of docs/KERNELS_DWCONV.md's variants)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
     "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -299,6 +302,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
         if (s == "--fuse-expand-dw") {
             o.fuse_expand_dw = true;
+            continue;
+        }
+        if (s == "--no-dw-variants") {
+            o.dw_variants = false;
             continue;
         }
         SF_CHECK(s.rfind("--", 0) == 0, "bench step: unexpected argument '%s'\n%s", s.c_str(), kBenchUsage);

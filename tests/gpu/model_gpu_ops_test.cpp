@@ -69,17 +69,18 @@ struct Autotuned {
     model::GpuOps ops;
     Dev ws;
     std::vector<std::string> lines;
-    Autotuned(const rt::CudaContext& ctx, const std::vector<model::ConvUse>& uses)
-        : ops(ctx.exec(), policy()), ws(prepared(ops, uses)) {
+    Autotuned(const rt::CudaContext& ctx, const std::vector<model::ConvUse>& uses, bool dw_variants = true)
+        : ops(ctx.exec(), policy(dw_variants)), ws(prepared(ops, uses)) {
         ops.bind_workspace(ws.p, ops.workspace_bytes());
         lines = ops.describe();
         for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
     }
-    static kern::ConvPolicy policy() {
+    static kern::ConvPolicy policy(bool dw_variants) {
         kern::ConvPolicy p;
         p.autotune = true;
         p.autotune_iters = 1;
         p.max_candidates = 1;
+        p.dw_variants = dw_variants;
         return p;
     }
     static size_t prepared(model::GpuOps& o, const std::vector<model::ConvUse>& uses) {
@@ -204,6 +205,39 @@ TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
             EXPECT_TRUE(close_rel_l2(to_double(a_y), to_double(b_y), 1e-2, what + " y"));
             EXPECT_TRUE(close_rel_l2(to_double(a_dx), to_double(b_dx), 1e-2, what + " dx"));
             EXPECT_TRUE(close_rel_l2(to_double(a_dw), to_double(b_dw), 1e-2, what + " dw"));
+        }
+    }
+}
+
+// ConvPolicy::dw_variants = false (`bench step --no-dw-variants`): only variant 0 of each pass is timed
+// and run, with and without the BN prologue; cuDNN against the custom kernels is still decided.
+TEST(ModelGpuOpsGpu, VariantsOffTimeAndRunVariantZeroOnly) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    for (const bool prologue : {false, true}) {
+        const std::vector<model::ConvUse> uses = dw_uses(prologue);
+        Autotuned tuned(ctx, uses, false);
+        for (const model::ConvUse& u : uses) {
+            const std::string what = u.shape.describe() + (prologue ? " with prologue" : "");
+            size_t k = 0;
+            while (k < tuned.lines.size() && tuned.lines[k].rfind(u.shape.describe() + ":", 0) != 0) ++k;
+            ASSERT_LT(k + 1, tuned.lines.size()) << what << ": not in describe()";
+            const std::string& vl = tuned.lines[k + 1];
+            ASSERT_EQ(vl.find("  dwconv variants: fwd 0 "), 0u) << vl;
+            for (const char* pass : {"fwd ", "dgrad ", "wgrad "}) {
+                const std::vector<double> ms = variant_times(vl, pass);
+                ASSERT_FALSE(ms.empty()) << vl << " " << pass;
+                EXPECT_GE(ms[0], 0) << vl << " " << pass << "variant 0 not timed";
+                for (size_t v = 1; v < ms.size(); ++v) EXPECT_EQ(ms[v], -1.0) << vl << " " << pass << "variant " << v;
+            }
+            EXPECT_NE(vl.find("dgrad 0 ("), std::string::npos) << vl;
+            EXPECT_NE(vl.find("wgrad 0 ("), std::string::npos) << vl;
+            if (prologue) {
+                const std::vector<double> pro = variant_times(vl, "fwd with BN prologue ");
+                ASSERT_FALSE(pro.empty()) << vl;
+                EXPECT_GE(pro[0], 0) << vl;
+                for (size_t v = 1; v < pro.size(); ++v) EXPECT_EQ(pro[v], -1.0) << vl << " prologue variant " << v;
+            }
         }
     }
 }

@@ -324,7 +324,7 @@ class GpuVerifyTest(unittest.TestCase):
                 names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
-                         "fusion_graphs.json", "bench_variants.json", "session.log"):
+                         "fusion_graphs.json", "bench_variants.json", "bench_dw0.json", "session.log"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
             with open(os.path.join(self.out, "session.log")) as f:
