@@ -288,7 +288,9 @@ double GpuOps::time_depthwise(Entry& e) const {
     const int iters = std::max(policy_.autotune_iters, 10);
     e.fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
     e.dgrad_variant_ms.assign(kern::kDwVariantCount, -1.0);
-    const int gathers = policy_.dw_variants ? kern::kDwVariantCount : 1;  // variant 0 only: the A/B
+    // policy_.dw_variants off: variant 0 only (the A/B of `bench step --no-dw-variants`).
+    const int gathers = policy_.dw_variants ? kern::kDwVariantCount : 1;
+    const int wgrads = policy_.dw_variants ? kern::kDwWgradVariantCount : 1;
     for (int v = 0; v < gathers; ++v) {
         if (kern::dwconv3x3_variant_supported(s, v, false))
             e.fwd_variant_ms[v] =
@@ -298,7 +300,7 @@ double GpuOps::time_depthwise(Entry& e) const {
                 time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true, v); }, iters);
     }
     e.wgrad_variant_ms.assign(kern::kDwWgradVariantCount, -1.0);
-    for (int v = 0; v < (policy_.dw_variants ? kern::kDwWgradVariantCount : 1); ++v) {
+    for (int v = 0; v < wgrads; ++v) {
         if (kern::dwconv3x3_wgrad_variant_supported(s, v))
             e.wgrad_variant_ms[v] = time_runs(
                 [&] { kern::dwconv3x3_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf, nullptr, v); }, iters);

@@ -71,14 +71,9 @@ pack
 
 # ---- the GPU to itself: fusion graphs, then the per-layer bench with the depthwise variants ----
 if [ "$(left)" -gt 60 ]; then
-  export LD_LIBRARY_PATH
-  for py in python3; do
-    site=$($py -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || continue
-    for s in $site; do for lib in "$s"/nvidia/*/lib; do [ -d "$lib" ] && LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"; done; done
-  done
-  if [ -d "$B/lib" ] && ldd "$B/slidefuse" 2>/dev/null | grep -q 'not found'; then
-    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(cd "$B/lib" && pwd)"
-  fi
+  . scripts/cuda_libs.sh
+  sf_python_cuda_libs
+  sf_packed_libs "$B" "$B/slidefuse"
   timeout -k 5 "$(budget 30 40)" "$B/slidefuse" plan --batch 128 --cudnn-device gpu --fusion-graphs \
     --json "$W/fusion_graphs.json" >"$W/fusion_graphs.log" 2>&1
   say "fusion graphs: rc $?"

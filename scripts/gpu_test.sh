@@ -13,19 +13,11 @@ export SF_SOURCE_DIR=${SF_SOURCE_DIR:-$PWD}  # the tests find configs/ here, not
 BUILD_DIR=${1:-${BUILD_DIR:-build}}
 shift || true
 [ -d "$BUILD_DIR" ] || { echo "gpu_test: no build folder '$BUILD_DIR' (run scripts/setup.sh first)" >&2; exit 1; }
+. scripts/cuda_libs.sh
 if ! ldconfig -p 2>/dev/null | grep -q libcudnn.so.9 && [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
-  for py in python3 /usr/bin/python3; do
-    site=$($py -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || continue
-    for s in $site; do
-      for lib in "$s"/nvidia/*/lib; do [ -d "$lib" ] && LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"; done
-    done
-  done
-  export LD_LIBRARY_PATH
+  sf_python_cuda_libs
 fi
-# Libraries scripts/gpu_pack.sh packed beside the binaries (libgomp), used only where this host lacks one.
-if [ -d "$BUILD_DIR/lib" ] && ldd "$BUILD_DIR/tests/sf_gpu_tests" 2>/dev/null | grep -q 'not found'; then
-  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(cd "$BUILD_DIR/lib" && pwd)"
-fi
+sf_packed_libs "$BUILD_DIR" "$BUILD_DIR/tests/sf_gpu_tests"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
 "$BUILD_DIR/tests/sf_gpu_tests" "$@" || status=$?

@@ -61,16 +61,10 @@ OUT_DIR=${OUT:-$PWD/gpu-verify}
 mkdir -p "$OUT_DIR" || exit 1
 SF="$BUILD_DIR/slidefuse"
 [ -x "$SF" ] || { echo "gpu_verify: no $SF (build first, or pass the carried build folder)" >&2; exit 1; }
-# cuDNN / cuBLAS from a Python environment's nvidia/*/lib when the toolkit lacks them (as gpu_test.sh).
-for py in python3 /usr/bin/python3; do
-  site=$($py -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || continue
-  for s in $site; do for lib in "$s"/nvidia/*/lib; do [ -d "$lib" ] && LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"; done; done
-done
-export LD_LIBRARY_PATH
-# Libraries scripts/gpu_pack.sh packed beside the binaries (libgomp), used only where this host lacks one.
-if [ -d "$BUILD_DIR/lib" ] && ldd "$SF" 2>/dev/null | grep -q 'not found'; then
-  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(cd "$BUILD_DIR/lib" && pwd)"
-fi
+# cuDNN / cuBLAS from a Python environment when the toolkit lacks them, libgomp from the pack.
+. scripts/cuda_libs.sh
+sf_python_cuda_libs
+sf_packed_libs "$BUILD_DIR" "$SF"
 
 have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
 

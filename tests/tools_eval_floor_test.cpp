@@ -6,10 +6,8 @@
 // CUDA backend with the reason.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,25 +26,6 @@
 namespace {
 
 using nlohmann::json;
-
-// Predicted gap x/y, slider x/y and the two scores of every CSV row (columns 5..10), as floats.
-std::vector<std::vector<float>> csv_predictions(const std::string& path) {
-    std::ifstream f(path);
-    std::string line;
-    std::getline(f, line);
-    EXPECT_EQ(line.rfind("sample,gap_x,gap_y,slider_x,slider_y,pred_gap_x", 0), 0u) << line;
-    std::vector<std::vector<float>> rows;
-    while (std::getline(f, line)) {
-        std::stringstream ss(line);
-        std::string tok;
-        std::vector<float> r;
-        for (int col = 0; std::getline(ss, tok, ','); ++col)
-            if (col >= 5 && col <= 10) r.push_back(std::strtof(tok.c_str(), nullptr));
-        EXPECT_EQ(r.size(), 6u) << line;
-        rows.push_back(r);
-    }
-    return rows;
-}
 
 json read_json(const std::string& path) {
     std::ifstream f(path);
@@ -97,7 +76,7 @@ TEST(EvalFloor, EqualsThePlainReferenceOnRoundedWeightsAndInput) {
     EXPECT_EQ(j["backend"], "cpu");
     EXPECT_EQ(j["bf16_floor"], true);
     EXPECT_EQ(j["samples"], n);
-    const std::vector<std::vector<float>> floor = csv_predictions(floor_csv);
+    const std::vector<sftest::CsvRow> floor = sftest::read_eval_csv(floor_csv);
     ASSERT_EQ(floor.size(), f.val.size());
 
     // The independent construction: weights rounded by this test, inputs preprocessed and rounded here.
@@ -120,7 +99,7 @@ TEST(EvalFloor, EqualsThePlainReferenceOnRoundedWeightsAndInput) {
     for (int b = 0; b < n; ++b) {
         const float want[6] = {d[b].gap_x, d[b].gap_y, d[b].slider_x, d[b].slider_y, d[b].gap_score,
                                d[b].slider_score};
-        for (int k = 0; k < 6; ++k) EXPECT_EQ(floor[b][k], want[k]) << "sample " << b << " column " << k;
+        for (int k = 0; k < 6; ++k) EXPECT_EQ(floor[b].v[4 + k], want[k]) << "sample " << b << " column " << k;
     }
 
     // The plain reference on the original checkpoint is another network: the rounding was applied.
@@ -131,11 +110,11 @@ TEST(EvalFloor, EqualsThePlainReferenceOnRoundedWeightsAndInput) {
               0);
     ::testing::internal::GetCapturedStdout();
     EXPECT_EQ(read_json(tmp.path + "/plain.json")["bf16_floor"], false);
-    const std::vector<std::vector<float>> plain = csv_predictions(plain_csv);
+    const std::vector<sftest::CsvRow> plain = sftest::read_eval_csv(plain_csv);
     ASSERT_EQ(plain.size(), floor.size());
     int differ = 0;
     for (size_t b = 0; b < plain.size(); ++b)
-        for (int k = 4; k < 6; ++k) differ += plain[b][k] != floor[b][k];
+        for (int k = 8; k < 10; ++k) differ += plain[b].v[k] != floor[b].v[k];  // the scores
     EXPECT_GT(differ, 0) << "the floor's scores equal the plain reference's: nothing was rounded";
 }
 

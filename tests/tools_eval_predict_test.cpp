@@ -266,34 +266,6 @@ protected:
 sftest::EvalFiles* EvalPredict::files_ = nullptr;
 std::vector<data::GenSample> EvalPredict::samples_;
 
-struct CsvRow {
-    uint64_t id;
-    double v[13];  // gap_x .. combined_err, CSV column order; 0..9 are floats (coordinates, scores)
-};
-
-std::vector<CsvRow> read_csv(const std::string& path) {
-    std::ifstream f(path);
-    std::string line;
-    std::getline(f, line);
-    EXPECT_EQ(line.rfind("sample,gap_x,gap_y,slider_x,slider_y,pred_gap_x", 0), 0u) << line;
-    std::vector<CsvRow> rows;
-    while (std::getline(f, line)) {
-        CsvRow r{};
-        std::replace(line.begin(), line.end(), ',', ' ');
-        std::istringstream ss(line);
-        ss >> r.id;
-        for (int k = 0; k < 13; ++k) {
-            std::string tok;
-            ss >> tok;
-            r.v[k] =
-                k < 10 ? static_cast<double>(std::strtof(tok.c_str(), nullptr)) : std::strtod(tok.c_str(), nullptr);
-        }
-        EXPECT_FALSE(ss.fail()) << line;
-        rows.push_back(r);
-    }
-    return rows;
-}
-
 TEST_F(EvalPredict, EvalWritesTableJsonAndCsvThatAgree) {
     const std::string out = root() + "/e3.json", csv = root() + "/e3.csv";
     ::testing::internal::CaptureStdout();
@@ -311,11 +283,11 @@ TEST_F(EvalPredict, EvalWritesTableJsonAndCsvThatAgree) {
     EXPECT_NE(table.find(mae), std::string::npos) << table;
 
     // Recompute every metric from the rows (MODEL_SPEC §3.5), independently of model::Metrics.
-    const std::vector<CsvRow> rows = read_csv(csv);
+    const std::vector<sftest::CsvRow> rows = sftest::read_eval_csv(csv);
     ASSERT_EQ(rows.size(), 7u);
     double sum = 0, sq = 0, gap = 0, slider = 0, hit2 = 0, hit5 = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
-        const CsvRow& r = rows[i];
+        const sftest::CsvRow& r = rows[i];
         const data::Label& l = samples_[i].label;
         EXPECT_EQ(r.id, i);
         EXPECT_EQ(r.v[0], l.gap_x);
@@ -344,7 +316,7 @@ TEST_F(EvalPredict, EvalWritesTableJsonAndCsvThatAgree) {
                                root() + "/run/config.resolved.yaml", "--csv", csv7, "--out", root() + "/e7.json",
                                "--batch-size", "7"}),
               0);
-    const std::vector<CsvRow> rows7 = read_csv(csv7);
+    const std::vector<sftest::CsvRow> rows7 = sftest::read_eval_csv(csv7);
     ASSERT_EQ(rows7.size(), rows.size());
     for (size_t i = 0; i < rows.size(); ++i)
         for (int k = 4; k < 10; ++k) EXPECT_NEAR(rows7[i].v[k], rows[i].v[k], 1e-3) << "sample " << i << " col " << k;

@@ -1,10 +1,16 @@
-// Test support for `slidefuse eval` / `predict` tests on the CPU backend: a run folder
+// Test support for `slidefuse eval` / `predict` tests on the CPU backend: the eval CSV reader, a run folder
 // (config.resolved.yaml, checkpoints/ckpt-00000003.safetensors of a freshly initialised network with
 // non-trivial BatchNorm running statistics), an exported weight file without a run folder, and a
 // dataset root with val/ (7 generated samples at 64x128) and test/ (an empty shard).
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +32,36 @@ struct EvalFiles {
     std::string weights() const { return root + "/weights.safetensors"; }
     std::string run_config() const { return root + "/run/config.resolved.yaml"; }
 };
+
+// One row of `slidefuse eval --csv`: the sample id, then its 13 columns in file order (gap_x ..
+// combined_err); columns 0..9 are floats (coordinates, scores), read back exactly.
+struct CsvRow {
+    uint64_t id;
+    double v[13];  // gap_x .. combined_err, CSV column order; 0..9 are floats (coordinates, scores)
+};
+
+inline std::vector<CsvRow> read_eval_csv(const std::string& path) {
+    std::ifstream f(path);
+    std::string line;
+    std::getline(f, line);
+    EXPECT_EQ(line.rfind("sample,gap_x,gap_y,slider_x,slider_y,pred_gap_x", 0), 0u) << line;
+    std::vector<CsvRow> rows;
+    while (std::getline(f, line)) {
+        CsvRow r{};
+        std::replace(line.begin(), line.end(), ',', ' ');
+        std::istringstream ss(line);
+        ss >> r.id;
+        for (int k = 0; k < 13; ++k) {
+            std::string tok;
+            ss >> tok;
+            r.v[k] =
+                k < 10 ? static_cast<double>(std::strtof(tok.c_str(), nullptr)) : std::strtod(tok.c_str(), nullptr);
+        }
+        EXPECT_FALSE(ss.fail()) << line;
+        rows.push_back(r);
+    }
+    return rows;
+}
 
 // Writes the files under `root` (which must exist and be empty).
 inline EvalFiles write_eval_files(const std::string& root) {
