@@ -129,7 +129,9 @@ const char* dwconv3x3_variant_name(int v) {
 }
 
 const char* dwconv3x3_wgrad_variant_name(int v) {
-    static const char* const names[] = {"8ch 1x4 w1", "4ch 1x4 w2", "2ch 1x4 w4", "4ch 1x4 w1", "2ch 1x4 w1"};
+    static const char* const names[] = {"8ch 1x4 w1",       "4ch 1x4 w2",       "2ch 1x4 w4",
+                                        "4ch 1x4 w1",       "2ch 1x4 w1",       "8ch 1x4 w1 hoist",
+                                        "4ch 1x4 w1 hoist", "4ch 1x4 w1 prefetch", "2ch 1x4 w1 prefetch"};
     static_assert(sizeof(names) / sizeof(names[0]) == kDwWgradVariantCount, "a name per wgrad variant");
     return v >= 0 && v < kDwWgradVariantCount ? names[v] : "variant ?";
 }

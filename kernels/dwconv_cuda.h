@@ -136,10 +136,27 @@ constexpr int kDwWgradTileH = 1, kDwWgradTileW = 4;
 // (c, tap) sum is formed by the same additions in the same order: every variant gives bitwise-
 // identical dw. Fewer channels per thread means fewer registers and more threads on the same work;
 // narrow blocks (widen 1) let several blocks share an SM, wide ones fewer, larger blocks.
+//
+// How a thread's loads are issued (`loads`):
+//  - DwWgradLoads::per_pixel (variants 0-4): each pixel is loaded and multiplied in before the next is
+//    loaded. The loads of padding pixels sit behind branches with their unpacking, so the compiler
+//    issues them one or two at a time (sm_90 SASS: 2.5 loads per dependent batch), about 18 memory
+//    round trips per tile.
+//  - DwWgradLoads::hoisted: the tile's 4 dy pixels and its x window (3 x 6 at stride 1, 3 x 9 at stride
+//    2) are loaded as raw bf16 vectors, predicated, before the first multiply: one round trip per
+//    tile, at the price of the window's registers.
+//  - DwWgradLoads::prefetch: hoisted, and the lane's next tile is loaded while the current one is
+//    multiplied in (two register sets in turn): the round trip overlaps the arithmetic.
+// The multiplies and their order are those of variant 0 in every case (the loads only feed them).
+enum class DwWgradLoads { per_pixel, hoisted, prefetch };
 struct DwWgradVariant {
-    int vec, widen;  // channels per thread; block width over the 8-channel variant's
+    int vec, widen;                                // channels per thread; block width over the 8-channel variant's
+    DwWgradLoads loads = DwWgradLoads::per_pixel;  // how a thread's loads are issued
 };
-constexpr DwWgradVariant kDwWgradVariants[] = {{8, 1}, {4, 2}, {2, 4}, {4, 1}, {2, 1}};
+constexpr DwWgradVariant kDwWgradVariants[] = {
+    {8, 1}, {4, 2}, {2, 4}, {4, 1}, {2, 1},
+    {8, 1, DwWgradLoads::hoisted}, {4, 1, DwWgradLoads::hoisted}, {4, 1, DwWgradLoads::prefetch},
+    {2, 1, DwWgradLoads::prefetch}};
 constexpr int kDwWgradVariantCount = static_cast<int>(sizeof(kDwWgradVariants) / sizeof(kDwWgradVariants[0]));
 constexpr int kDwWgradThreads = 128;  // at most, per block of a wgrad variant with widen 1 (widen times that otherwise)
 constexpr int kDwMaxChunks = 256;     // blocks of the wgrad partial-sum kernel, over all channel blocks

@@ -46,6 +46,22 @@ __device__ __forceinline__ void block_reduce(float (&acc)[9 * V]) {
     }
 }
 
+// The chunk's 9V partials of channel group g at dst (part[k][c*9 + tap], c = Vg..): float4 stores for
+// V = 8, 4 (9V contiguous floats at a 16-byte aligned offset: C*9 and 9V*g are multiples of 4), float2
+// for V = 2 (18 floats at an 8-byte aligned offset).
+template <int V>
+__device__ __forceinline__ void store_partials(float* __restrict__ dst, const float (&acc)[9 * V]) {
+    if constexpr (V % 4 == 0) {
+        float4* d4 = reinterpret_cast<float4*>(dst);
+#pragma unroll
+        for (int k = 0; k < 9 * V / 4; ++k) d4[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
+    } else {
+        float2* d2 = reinterpret_cast<float2*>(dst);
+#pragma unroll
+        for (int k = 0; k < 9 * V / 2; ++k) d2[k] = make_float2(acc[2 * k], acc[2 * k + 1]);
+    }
+}
+
 // Adds one output tile (rows p0.., columns q0.. of image n, channel group g of V channels) into the
 // thread's 9V wgrad sums acc[j*9 + r*3 + s] (channel Vg + j, the layout of dw): the tile's dy is held
 // in registers, then every input pixel under the tile is loaded once and multiplied into each
@@ -121,21 +137,126 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
     block_reduce<V, kThreads>(acc);  // all threads, active or not
-    if (active && threadIdx.y == 0) {
-        float* dst = part + static_cast<size_t>(blockIdx.y) * pl.c * 9 + 9 * V * g;
-        if constexpr (V % 4 == 0) {
-            // 9V contiguous floats at a 16-byte aligned offset (C*9 and 9V*g are multiples of 4).
-            float4* d4 = reinterpret_cast<float4*>(dst);
+    if (active && threadIdx.y == 0) store_partials<V>(part + static_cast<size_t>(blockIdx.y) * pl.c * 9 + 9 * V * g, acc);
+}
+
+// ---- the hoisted-load variants (DwWgradLoads::hoisted, ::prefetch) ----
+
+// One wgrad tile's inputs as raw bf16 vectors: the 1 x 4 dy pixels and the x window under them. All-zero
+// bits (+0.0 in every lane) stand for what variant 0 reads as zeros: dy outside (P, Q), x outside the
+// image.
+template <int S, int V>
+struct WgradRaw {
+    static constexpr int TW = kDwWgradTileW, IR = 3, IC = S * (kDwWgradTileW - 1) + 3;
+    static_assert(kDwWgradTileH == 1, "the hoisted wgrad tiles are one output row");
+    using T = typename BfRaw<V>::T;
+    T d[TW];
+    T x[IR][IC];
+};
+
+template <int V>
+__device__ __forceinline__ typename BfRaw<V>::T load_raw_or_zero(const bfloat* __restrict__ base, bool valid,
+                                                                  size_t pix, int c) {
+    using T = typename BfRaw<V>::T;
+    T u{};
+    if (valid) u = __ldg(reinterpret_cast<const T*>(base + pix * static_cast<size_t>(c)));
+    return u;
+}
+
+// Issues every load of tile t (the kernel's tile numbering) of channel group g; nothing waits on them
+// here.
+template <int S, int V>
+__device__ __forceinline__ void wgrad_load_tile(const DwConvPlan& pl, const bfloat* __restrict__ x,
+                                                const bfloat* __restrict__ dy, int g, unsigned t,
+                                                WgradRaw<S, V>& r) {
+    const DwWgradGrid& wg = pl.wgrad;
+    const int tw = static_cast<int>(t % static_cast<unsigned>(wg.tiles_w));
+    const unsigned rest = t / static_cast<unsigned>(wg.tiles_w);
+    const int p0 = static_cast<int>(rest % static_cast<unsigned>(wg.tiles_h));
+    const int n = static_cast<int>(rest / static_cast<unsigned>(wg.tiles_h));
+    const int q0 = tw * kDwWgradTileW;
+    const bfloat* xn = x + static_cast<size_t>(n) * pl.h * pl.w * pl.c + V * g;
+    const bfloat* dyn = dy + static_cast<size_t>(n) * pl.p * pl.q * pl.c + V * g;
 #pragma unroll
-            for (int k = 0; k < 9 * V / 4; ++k)
-                d4[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
-        } else {
-            // V = 2: 18 floats at an 8-byte aligned offset.
-            float2* d2 = reinterpret_cast<float2*>(dst);
+    for (int b = 0; b < WgradRaw<S, V>::TW; ++b)
+        r.d[b] = load_raw_or_zero<V>(dyn, q0 + b < pl.q, static_cast<size_t>(p0) * pl.q + (q0 + b), pl.c);
+    const int h0 = S * p0 - 1, w0 = S * q0 - 1;
 #pragma unroll
-            for (int k = 0; k < 9 * V / 2; ++k) d2[k] = make_float2(acc[2 * k], acc[2 * k + 1]);
+    for (int i = 0; i < WgradRaw<S, V>::IR; ++i) {
+        const bool hv = in_range(h0 + i, pl.h);
+#pragma unroll
+        for (int j = 0; j < WgradRaw<S, V>::IC; ++j)
+            r.x[i][j] = load_raw_or_zero<V>(xn, hv && in_range(w0 + j, pl.w),
+                                            static_cast<size_t>(h0 + i) * pl.w + (w0 + j), pl.c);
+    }
+}
+
+// Multiplies a loaded tile into the 9V sums: wgrad_tile's loops (input pixel (i, j) row-major, then the
+// tile pixels b it reaches, then the channels), so each acc[k*9 + r*3 + s] receives the same fmafs in
+// the same order as in variant 0.
+template <int S, int V>
+__device__ __forceinline__ void wgrad_add_tile(const WgradRaw<S, V>& r, float (&acc)[9 * V]) {
+    constexpr int TW = WgradRaw<S, V>::TW;
+    float d[TW][V];
+#pragma unroll
+    for (int b = 0; b < TW; ++b) unpackv<V>(r.d[b], d[b]);
+#pragma unroll
+    for (int i = 0; i < WgradRaw<S, V>::IR; ++i) {
+#pragma unroll
+        for (int j = 0; j < WgradRaw<S, V>::IC; ++j) {
+            float v[V];
+            unpackv<V>(r.x[i][j], v);
+#pragma unroll
+            for (int b = 0; b < TW; ++b) {
+                const int s = j - S * b;
+                if (s < 0 || s > 2) continue;
+#pragma unroll
+                for (int k = 0; k < V; ++k) acc[k * 9 + i * 3 + s] = fmaf(d[b][k], v[k], acc[k * 9 + i * 3 + s]);
+            }
         }
     }
+}
+
+// wgrad, pass 1, in a hoisted-load variant Vi: the grid, lanes, tile order, tree and partials of
+// dwconv3x3_wgrad_partial_kernel; only when the loads are issued differs. kPrefetch: two tiles in
+// flight per lane (a and b in turn), the next one's loads issued before the current one's multiplies.
+template <int S, int Vi, int V = kDwWgradVariants[Vi].vec, int kThreads = kDwWgradThreads * kDwWgradVariants[Vi].widen,
+          bool kPrefetch = kDwWgradVariants[Vi].loads == DwWgradLoads::prefetch>
+__global__ void __launch_bounds__(kThreads)
+    dwconv3x3_wgrad_hoisted_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
+                                   float* __restrict__ part) {
+    const DwWgradGrid& wg = pl.wgrad;
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool active = g < wg.groups;
+    float acc[9 * V] = {};
+    if (active) {
+        const unsigned lo = static_cast<unsigned>(wg.items * blockIdx.y / wg.chunks);
+        const unsigned hi = static_cast<unsigned>(wg.items * (blockIdx.y + 1) / wg.chunks);
+        const unsigned step = blockDim.y;
+        unsigned t = lo + threadIdx.y;
+        if constexpr (!kPrefetch) {
+            for (; t < hi; t += step) {
+                WgradRaw<S, V> r;
+                wgrad_load_tile<S, V>(pl, x, dy, g, t, r);
+                wgrad_add_tile<S, V>(r, acc);
+            }
+        } else {
+            WgradRaw<S, V> a, b;
+            if (t < hi) wgrad_load_tile<S, V>(pl, x, dy, g, t, a);
+            while (t < hi) {
+                const unsigned t1 = t + step;
+                if (t1 < hi) wgrad_load_tile<S, V>(pl, x, dy, g, t1, b);
+                wgrad_add_tile<S, V>(a, acc);
+                if (t1 >= hi) break;
+                const unsigned t2 = t1 + step;
+                if (t2 < hi) wgrad_load_tile<S, V>(pl, x, dy, g, t2, a);
+                wgrad_add_tile<S, V>(b, acc);
+                t = t2;
+            }
+        }
+    }
+    block_reduce<V, kThreads>(acc);  // all threads, active or not
+    if (active && threadIdx.y == 0) store_partials<V>(part + static_cast<size_t>(blockIdx.y) * pl.c * 9 + 9 * V * g, acc);
 }
 
 // wgrad, pass 2. grid wgrad.finalize_blocks, block (kDwFinalizeX, kDwFinalizeY). Entry e = c*9 + tap:
@@ -150,7 +271,12 @@ template <int S, int Vi, Act A, bool kPro>
 void launch_wgrad(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* dy, float* part,
                   const DwPrologue& pro) {
     const dim3 grid(pl.wgrad.grid_x, pl.wgrad.chunks), block(pl.wgrad.block_x, pl.wgrad.block_y);
-    dwconv3x3_wgrad_partial_kernel<S, Vi, A, kPro><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), part, pro);
+    if constexpr (kDwWgradVariants[Vi].loads == DwWgradLoads::per_pixel) {
+        dwconv3x3_wgrad_partial_kernel<S, Vi, A, kPro><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), part, pro);
+    } else {
+        static_assert(!kPro, "the BN prologue runs in variant 0 only");
+        dwconv3x3_wgrad_hoisted_kernel<S, Vi><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), part);
+    }
 }
 
 template <int S>

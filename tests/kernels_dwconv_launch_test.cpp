@@ -295,9 +295,11 @@ TEST(KernelsDwconvLaunch, LaunchersRejectBadArguments) {
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(rt::Exec::cpu(), s, x, y, dw, ws, wsn), "backward_filter",
                     "cpu");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, bad, x, y, dw, ws, wsn), "k=5");
-    SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, y, dw, ws, wsn, nullptr, 5), "wgrad variant 5");
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, y, dw, ws, wsn, nullptr, 9), "wgrad variant 9");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, y, dw, ws, wsn, &pro, 1),
                     "prologue runs in variant 0 only", "variant 1, 4ch 1x4 w2");
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, y, dw, ws, wsn, &pro, 5),
+                    "prologue runs in variant 0 only", "variant 5, 8ch 1x4 w1 hoist");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, bptr(0x100004), y, dw, ws, wsn), "x must be");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, nullptr, dw, ws, wsn), "dy must be");
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_filter_cuda(cuda, s, x, y, nullptr, ws, wsn), "dw must be");

@@ -172,20 +172,33 @@ TEST(KernelsDwconvLaunch, GatherVariants) {
 // summation order: bitwise-equal dw, KernelsDwconvGpu), blocks of at most kDwWgradThreads * widen
 // threads whose channel blocks cover C; out of range refused.
 TEST(KernelsDwconvLaunch, WgradVariants) {
-    ASSERT_EQ(kern::kDwWgradVariantCount, 5);
+    ASSERT_EQ(kern::kDwWgradVariantCount, 9);
     EXPECT_EQ(kern::kDwWgradVariants[0].vec, 8);
     EXPECT_EQ(kern::kDwWgradVariants[0].widen, 1);
+    EXPECT_EQ(kern::kDwWgradVariants[0].loads, kern::DwWgradLoads::per_pixel);  // the measured default
     EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(0), "8ch 1x4 w1");
     EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(2), "2ch 1x4 w4");
-    EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(5), "variant ?");
+    EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(5), "8ch 1x4 w1 hoist");
+    EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(8), "2ch 1x4 w1 prefetch");
+    EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(9), "variant ?");
     EXPECT_STREQ(kern::dwconv3x3_wgrad_variant_name(-1), "variant ?");
+    int hoisted = 0, prefetch = 0;
     for (int v = 0; v < kern::kDwWgradVariantCount; ++v) {
         const kern::DwWgradVariant& var = kern::kDwWgradVariants[v];
+        const char* loads = var.loads == kern::DwWgradLoads::hoisted    ? " hoist"
+                            : var.loads == kern::DwWgradLoads::prefetch ? " prefetch"
+                                                                        : "";
+        hoisted += var.loads == kern::DwWgradLoads::hoisted;
+        prefetch += var.loads == kern::DwWgradLoads::prefetch;
         EXPECT_EQ(kern::dwconv3x3_wgrad_variant_name(v),
-                  std::to_string(var.vec) + "ch 1x4 w" + std::to_string(var.widen));
+                  std::to_string(var.vec) + "ch 1x4 w" + std::to_string(var.widen) + loads);
         EXPECT_TRUE(var.vec == 8 || var.vec == 4 || var.vec == 2) << v;
         EXPECT_TRUE(var.widen >= 1 && var.widen <= 8 / var.vec) << v;  // never more threads than channels need
+        // Two register sets of 8 channels' windows would not fit beside 72 accumulators.
+        EXPECT_FALSE(var.vec == 8 && var.loads == kern::DwWgradLoads::prefetch) << v;
     }
+    EXPECT_EQ(hoisted, 2);
+    EXPECT_EQ(prefetch, 2);
     for (int c : {8, 16, 24, 40, 64, 128, 256, 264, 512, 1024}) {
         for (int stride : {1, 2}) {
             for (const auto& [n, h, w] : {std::tuple(128, 64, 128), std::tuple(3, 7, 9), std::tuple(1, 1, 1)}) {
@@ -245,9 +258,9 @@ TEST(KernelsDwconvLaunch, WgradVariants) {
     EXPECT_EQ(p1.wgrad.chunks, 128);
 
     const kern::ConvShape s1 = dw_shape(2, 16, 16, 32, 1);
-    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 0, 5), "dwconv3x3", "wgrad variant 5", "valid: 0..4");
+    SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 0, 9), "dwconv3x3", "wgrad variant 9", "valid: 0..8");
     SF_EXPECT_ERROR(kern::dwconv3x3_plan(s1, 0, 0, -1), "wgrad variant -1");
-    EXPECT_FALSE(kern::dwconv3x3_wgrad_variant_supported(s1, 5));
+    EXPECT_FALSE(kern::dwconv3x3_wgrad_variant_supported(s1, 9));
     EXPECT_FALSE(kern::dwconv3x3_wgrad_variant_supported(s1, -1));
     EXPECT_FALSE(kern::dwconv3x3_wgrad_variant_supported(dw_shape(2, 16, 16, 12, 1), 0));
 }

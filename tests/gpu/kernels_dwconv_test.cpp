@@ -9,8 +9,8 @@
 //   - two identical runs give bitwise-identical y, dx and dw (gather dgrad, fixed-order wgrad).
 //   - every gather variant (kDwVariants: 8/4/2 channels per thread, 2x4 .. 4x4 tiles) gives y and dx
 //     bitwise equal to variant 0's, in both dgrad modes (accumulate, overwrite); overwrite vs the
-//     reference with dx0 = 0; every wgrad variant (kDwWgradVariants: 8/4/2 channels per thread) gives dw
-//     bitwise equal to variant 0's.
+//     reference with dx0 = 0; every wgrad variant (kDwWgradVariants: 8/4/2 channels per thread, loads
+//     per pixel, hoisted or prefetched) gives dw bitwise equal to variant 0's.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -245,9 +245,11 @@ TEST(KernelsDwconvGpu, VariantsBitwiseEqualToVariantZero) {
         const Outputs ref_overwrite = run_ref(s, zero_dx);
         for (bool accumulate : {true, false}) {
             const Outputs base = run_gpu(ctx, s, in, 0, 0, accumulate);
-            for (int v = 0; v < kern::kDwVariantCount; ++v) {
+            // Every gather and every wgrad variant at least once, paired in turn.
+            for (int i = 0; i < std::max(kern::kDwVariantCount, kern::kDwWgradVariantCount); ++i) {
+                const int v = i % kern::kDwVariantCount;
                 const int dv = kern::dw_variant_valid(v, k.stride, true) ? v : 0;
-                const int wv = v % kern::kDwWgradVariantCount;
+                const int wv = i % kern::kDwWgradVariantCount;
                 const std::string what = name_of(k) + " variant " + std::to_string(v) + " (" +
                                          kern::dwconv3x3_variant_name(v) + "), wgrad " + std::to_string(wv) + " (" +
                                          kern::dwconv3x3_wgrad_variant_name(wv) + ")" +
