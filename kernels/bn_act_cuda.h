@@ -29,22 +29,33 @@ constexpr int kBnActChunks = 512;
 constexpr int kBnActThreads = 256;     // threads per block of the row kernels (at most)
 constexpr int kBnActMaxApplyY = 2048;  // cap on blocks along rows of the element-wise passes
 
+// Rows per loop turn of the row kernels (statistics, apply, backward reduce and dx): 1, each row's
+// load used before the next is issued (the kernels measured on the H100 and H200); 4, the loads of
+// four of a thread's rows issued together, then the rows taken in the same order as with 1. The
+// arithmetic and its order do not change, so every result is bitwise the same (tested): the choice is
+// speed only (docs/KERNELS_BN_ACT.md, "Rows per loop turn").
+constexpr int kBnActRowBatches[] = {1, 4};
+constexpr bool bn_act_row_batch_valid(int r) { return r == 1 || r == 4; }
+
 // Launch geometry of every bn_act kernel for one (rows, C); a pure function of (rows, C).
 struct BnActPlan {
     size_t rows = 0;
     int c = 0;
+    int row_batch = 1;        // rows per loop turn of the row kernels (kBnActRowBatches)
     int groups = 0;           // C / 8: 8-channel groups, one 128-bit (8 x bf16) vector each per row
     int block_x = 0;          // channel groups per block (threadIdx.x)
     int block_y = 0;          // row lanes per block (threadIdx.y), a power of two
     int grid_x = 0;           // blocks along channel groups: ceil(groups / block_x)
     int chunks = 0;           // row chunks of the reductions: min(rows, kBnActChunks); gridDim.y there
-    int apply_grid_y = 0;     // blocks along rows of the element-wise passes (grid-stride beyond)
+    int apply_grid_y = 0;     // blocks along rows of the element-wise passes (grid-stride beyond):
+                              // min(ceil(rows / block_y / row_batch), kBnActMaxApplyY)
     int finalize_blocks = 0;  // ceil(C / 32) blocks of (32, 8) threads
     size_t workspace_floats = 0;
 };
 
-// Throws rt::Error for C not a positive multiple of 8 (naming C), rows == 0, or rows < 2 when train.
-BnActPlan bn_act_plan(size_t rows, int c, bool train);
+// Throws rt::Error for C not a positive multiple of 8 (naming C), rows == 0, rows < 2 when train, or a
+// row_batch that is not one of kBnActRowBatches.
+BnActPlan bn_act_plan(size_t rows, int c, bool train, int row_batch = 1);
 
 // fp32 workspace the train forward and the backward need: 2 * chunks * C + 2 * C floats. One
 // buffer of this size serves both (they never run concurrently on one stream); its contents need
@@ -57,25 +68,25 @@ size_t bn_act_workspace_floats(size_t rows, int c);
 void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                           const float* beta, bf16* y, float* save_mean, float* save_invstd, float* running_mean,
                           float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats,
-                          const bf16* residual = nullptr);
+                          const bf16* residual = nullptr, int row_batch = 1);
 
 // The statistics half of bn_act_forward_train alone: save_mean, save_invstd written and the running
 // statistics updated exactly as bn_act_forward_train does (bitwise), no output written. For a BN
 // whose apply a consumer does on load (the depthwise conv's prologue, kernels/dwconv_cuda.h).
 void bn_stats_train(const rt::Exec& ex, size_t rows, int c, const bf16* x, float* save_mean, float* save_invstd,
                     float* running_mean, float* running_var, double momentum, double eps, float* workspace,
-                    size_t workspace_floats);
+                    size_t workspace_floats, int row_batch = 1);
 
 // x (rows, C) bf16; gamma, beta, running_mean, running_var (C); y (rows, C) bf16. No workspace.
 void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                          const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y,
-                         const bf16* residual = nullptr);
+                         const bf16* residual = nullptr, int row_batch = 1);
 
 // x (rows, C) bf16 conv output; dy (rows, C) bf16 gradient of the activation output; gamma, beta,
 // save_mean, save_invstd (C) from the forward; dx (rows, C) bf16 overwritten; dgamma, dbeta (C) fp32
 // accumulated (+=).
 void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy, const float* gamma,
                      const float* beta, const float* save_mean, const float* save_invstd, bf16* dx, float* dgamma,
-                     float* dbeta, float* workspace, size_t workspace_floats);
+                     float* dbeta, float* workspace, size_t workspace_floats, int row_batch = 1);
 
 }  // namespace kern

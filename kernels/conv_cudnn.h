@@ -54,6 +54,11 @@ struct ConvPolicy {
     // model::GpuOps, when autotuning: time every variant of the custom depthwise kernels and run the
     // fastest (bitwise-equal results); false: variant 0 only (`bench step --no-dw-variants`, the A/B).
     bool dw_variants = true;
+    // The BatchNorm + activation row kernels' rows per loop turn (kern::kBnActRowBatches: 1, each row's
+    // load used before the next is issued, the kernels measured so far; 4, four rows' loads issued
+    // together). Bitwise-equal results; `bench step --bn-row-batch N` is the A/B. Not a convolution
+    // choice, but the network's kernels take their choices from this one policy (model::GpuOps).
+    int bn_row_batch = 1;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

@@ -68,6 +68,10 @@ public:
     // the other ops, which never run concurrently on the stream).
     void bind_workspace(void* device_ptr, size_t bytes);
 
+    // The BatchNorm + activation kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch), passed
+    // by the layers to every kern::bn_act_* call.
+    int bn_row_batch() const { return policy_.bn_row_batch; }
+
     // Step time.
     void conv_forward(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
                       kern::bf16* y) const;

@@ -96,13 +96,15 @@ inline void batchnorm_backward(const rt::Exec& ex, size_t rows, int c, const flo
         kern::batchnorm_backward(ex, rows, c, x, dy, gamma, mean, invstd, dx, dgamma, dbeta, acc);
 }
 // CUDA: fused BN + activation backward. It always overwrites dx: a ConvBN's conv-output gradient,
-// whose only writer it is, so the traced flag is always "first contribution".
-inline void bn_act_backward(const rt::Exec& ex, kern::Act a, size_t rows, int c, const bf16* x, const bf16* dy,
-                            const float* gamma, const float* beta, const float* mean, const float* invstd, bf16* dx,
-                            float* dgamma, float* dbeta, float* ws, size_t ws_floats) {
+// whose only writer it is, so the traced flag is always "first contribution". gpu: the rows per loop
+// turn (GpuOps::bn_row_batch), read only when the op runs (a traced backward may have no GpuOps).
+inline void bn_act_backward(const GpuOps* gpu, const rt::Exec& ex, kern::Act a, size_t rows, int c, const bf16* x,
+                            const bf16* dy, const float* gamma, const float* beta, const float* mean,
+                            const float* invstd, bf16* dx, float* dgamma, float* dbeta, float* ws, size_t ws_floats) {
     bool acc;
     if (!grad_op({dy}, {dx}, &acc)) return;
-    kern::bn_act_backward(ex, a, rows, c, x, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta, ws, ws_floats);
+    kern::bn_act_backward(ex, a, rows, c, x, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta, ws, ws_floats,
+                          gpu->bn_row_batch());
 }
 inline void column_sum(const rt::Exec& ex, size_t rows, int c, const bf16* dy, float* out, float* ws,
                        size_t ws_floats) {

@@ -119,7 +119,7 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
         if (apply_in_consumer) {  // the consumer applies BN + activation: only the statistics here
             if (train)
                 kern::bn_stats_train(ex, rows, cs.cout, conv.v, save_mean, save_invstd, running_mean, running_var,
-                                     kBnMomentum, kBnEps, ws, ws_floats);
+                                     kBnMomentum, kBnEps, ws, ws_floats, ops->bn_row_batch());
             return;
         }
         if (cs.bias) kern::bias_add_bf16_cuda(ex, rows, cs.cout, bias.w, conv.v);  // never with upsample > 1
@@ -129,10 +129,11 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
         // With sum_into, out is the sum: out = residual + act(bn(conv)) in the same pass.
         if (train)
             kern::bn_act_forward_train(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, out.v, save_mean, save_invstd,
-                                       running_mean, running_var, kBnMomentum, kBnEps, ws, ws_floats, residual);
+                                       running_mean, running_var, kBnMomentum, kBnEps, ws, ws_floats, residual,
+                                       ops->bn_row_batch());
         else
             kern::bn_act_forward_eval(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, running_mean, running_var,
-                                      kBnEps, out.v, residual);
+                                      kBnEps, out.v, residual, ops->bn_row_batch());
     }
 }
 
@@ -154,7 +155,7 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         if (x.g) ops::conv_backward_data(ex, cs, conv_out().g, weight.w, x.g);
         ops::conv_backward_filter(ex, cs, x.v, conv_out().g, weight.g, bias.g);
     } else {
-        ops::bn_act_backward(ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, conv.g,
+        ops::bn_act_backward(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, conv.g,
                              gamma.g, beta.g, ws, ws_floats);
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
         if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);

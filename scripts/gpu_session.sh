@@ -10,9 +10,11 @@
 #   then      `sanitize`: racecheck + synccheck over the custom-kernel tests
 #   then      wait for `train` (stopped with a checkpoint at its own limit), `evalcmp` on its checkpoint
 #             (CUDA, CPU reference and the CPU reference's bf16 floor)
-#   then      with the GPU to itself and the time left: `plan --fusion-graphs`, `bench step --layers`
-#             at batch 128 (the depthwise variants' times; issue "GPU speed"), and the same step with
-#             `--no-dw-variants` (the variants' step-level A/B)
+#   then      with the GPU to itself and the time left: `bench step --layers` at batch 128 (the
+#             depthwise variants' times; issue "GPU speed"), the same step with `--bn-row-batch 4`
+#             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B) and with
+#             `--no-dw-variants` (the depthwise variants' step-level A/B). (`plan --fusion-graphs` ran
+#             here until the H200 answered it on 2026-11-27: `scripts/gpu_verify.sh fused` runs it.)
 # Everything lands in a work folder that is packed into $OUT/session.tar.gz after every phase (so
 # a command killed at its limit still returns what finished), plus $OUT/session.log and the training
 # run's best weights, $OUT/best_weights.safetensors (evalcmp questions can then be studied on a CPU).
@@ -69,19 +71,23 @@ OUT="$W/evalcmp" timeout -k 10 "$ev" scripts/gpu_verify.sh evalcmp "$B" >"$W/eva
 say "evalcmp: rc $?"
 pack
 
-# ---- the GPU to itself: fusion graphs, then the per-layer bench with the depthwise variants ----
+# ---- the GPU to itself: the per-layer bench with the depthwise variants, then two step A/Bs ----
 if [ "$(left)" -gt 60 ]; then
   . scripts/cuda_libs.sh
   sf_python_cuda_libs
   sf_packed_libs "$B" "$B/slidefuse"
-  timeout -k 5 "$(budget 30 40)" "$B/slidefuse" plan --batch 128 --cudnn-device gpu --fusion-graphs \
-    --json "$W/fusion_graphs.json" >"$W/fusion_graphs.log" 2>&1
-  say "fusion graphs: rc $?"
   bl=$(budget 400 15)
   say "bench step --layers: limit ${bl}s"
   timeout -k 5 "$bl" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --layers --layers-batch 128 \
     --json "$W/bench_variants.json" >"$W/bench_variants.log" 2>&1
   say "bench: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_variants.log" | sed 's/^ *//' | cut -c1-120)"
+  # The same step with the BatchNorm row kernels four rows per loop turn (bitwise-equal results).
+  if [ "$(left)" -gt 40 ]; then
+    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --bn-row-batch 4 \
+      --json "$W/bench_bn4.json" >"$W/bench_bn4.log" 2>&1
+    say "bench --bn-row-batch 4: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_bn4.log" | sed 's/^ *//' | cut -c1-120)"
+  fi
+  pack
   # The same step with the depthwise kernels in variant 0 only: the step-level A/B of the variants.
   if [ "$(left)" -gt 40 ]; then
     timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --no-dw-variants \

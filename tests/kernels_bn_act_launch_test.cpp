@@ -3,6 +3,7 @@
 // the launchers' documented errors (raised before anything is launched, so no GPU is needed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -105,6 +106,32 @@ TEST(KernelsBnActLaunch, BadShapesRejected) {
     SF_EXPECT_ERROR(kern::bn_act_plan(100, 0, true), "C=0");
     SF_EXPECT_ERROR(kern::bn_act_plan(100, -8, false), "C=-8");
     SF_EXPECT_ERROR(kern::bn_act_workspace_floats(100, 20), "C=20");
+    SF_EXPECT_ERROR(kern::bn_act_plan(100, 64, true, 3), "row_batch must be 1 or 4, got 3");
+    SF_EXPECT_ERROR(kern::bn_act_plan(100, 64, false, 0), "row_batch must be 1 or 4, got 0");
+}
+
+// Rows per loop turn: the reductions' geometry, chunks and workspace (so the order of every sum) are
+// those of row_batch 1; the element-wise passes take row_batch times fewer blocks where the cap leaves
+// room, so that each thread has row_batch rows.
+TEST(KernelsBnActLaunch, RowBatchLeavesTheGeometry) {
+    EXPECT_EQ(kern::bn_act_plan(1000, 64, true).row_batch, 1);
+    for (int rb : kern::kBnActRowBatches) {
+        EXPECT_TRUE(kern::bn_act_row_batch_valid(rb));
+        for (size_t rows : {size_t(2), size_t(37), size_t(1000), size_t(128) * 64 * 128})
+            for (int c : {8, 40, 64, 512}) {
+                const BnActPlan a = kern::bn_act_plan(rows, c, true), b = kern::bn_act_plan(rows, c, true, rb);
+                EXPECT_EQ(b.row_batch, rb);
+                EXPECT_EQ(b.block_x, a.block_x);
+                EXPECT_EQ(b.block_y, a.block_y);
+                EXPECT_EQ(b.grid_x, a.grid_x);
+                EXPECT_EQ(b.chunks, a.chunks);
+                const size_t row_blocks = (rows + a.block_y - 1) / a.block_y;
+                EXPECT_EQ(static_cast<size_t>(b.apply_grid_y),
+                          std::min<size_t>((row_blocks + rb - 1) / rb, kern::kBnActMaxApplyY));
+                EXPECT_EQ(b.workspace_floats, a.workspace_floats);
+            }
+    }
+    EXPECT_FALSE(kern::bn_act_row_batch_valid(2));
 }
 
 // The launchers validate everything before launching; these calls never reach the GPU.
@@ -149,6 +176,13 @@ TEST(KernelsBnActLaunch, LaunchersRejectBadArguments) {
                     "dy must be");
     SF_EXPECT_ERROR(kern::bn_act_backward(cuda, silu, rows, c, x, dy, v, v, v, v, y, v, nullptr, ws, wsn), "dbeta");
     SF_EXPECT_ERROR(kern::bn_act_backward(cuda, silu, rows, c, x, dy, v, v, v, v, y, v, v, ws, 0), "too small");
+    SF_EXPECT_ERROR(kern::bn_act_backward(cuda, silu, rows, c, x, dy, v, v, v, v, y, v, v, ws, wsn, 2), "row_batch",
+                    "got 2");
+    SF_EXPECT_ERROR(
+        kern::bn_act_forward_train(cuda, silu, rows, c, x, v, v, y, v, v, v, v, 0.1, 1e-5, ws, wsn, nullptr, 8),
+        "row_batch", "got 8");
+    SF_EXPECT_ERROR(kern::bn_act_forward_eval(cuda, silu, rows, c, x, v, v, v, v, 1e-5, y, nullptr, -1), "got -1");
+    SF_EXPECT_ERROR(kern::bn_stats_train(cuda, rows, c, x, v, v, v, v, 0.1, 1e-5, ws, wsn, 5), "got 5");
 }
 
 }  // namespace

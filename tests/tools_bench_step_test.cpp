@@ -17,7 +17,7 @@ TEST(BenchStep, ParsesEveryOption) {
         {"--batch-sizes", "32,64,512", "--size", "160x320", "--channels", "4", "--steps", "60", "--warmup", "5",
          "--eager", "--deterministic", "--search", "--memory-budget-gb", "40", "--layers", "--layers-batch", "16",
          "--peak-tflops", "900", "--peak-gbps", "3000", "--up-order", "upsample_first", "--fuse-expand-dw",
-         "--no-dw-variants", "--json", "out.json"});
+         "--no-dw-variants", "--bn-row-batch", "4", "--json", "out.json"});
     EXPECT_EQ(o.batch_sizes, (std::vector<int>{32, 64, 512}));
     EXPECT_EQ(o.height, 160);
     EXPECT_EQ(o.width, 320);
@@ -33,6 +33,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_EQ(o.up_order, model::UpOrder::UpsampleFirst);
     EXPECT_TRUE(o.fuse_expand_dw);
     EXPECT_FALSE(o.dw_variants);
+    EXPECT_EQ(o.bn_row_batch, 4);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);
@@ -44,6 +45,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(d.fuse_expand_dw);
     EXPECT_EQ(d.up_order, model::UpOrder::ConvFirst);  // what training on CUDA runs by default
     EXPECT_TRUE(d.dw_variants);
+    EXPECT_EQ(d.bn_row_batch, 1);  // the measured kernels until a GPU says 4 pays
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }
@@ -58,6 +60,8 @@ TEST(BenchStep, BadOptionsAreNamed) {
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--steps"}), "needs a value");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--steps", "20"}), "at least 50 timed steps");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--frobnicate", "1"}), "unknown option '--frobnicate'");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--bn-row-batch", "3"}), "--bn-row-batch must be 1 or 4, got 3");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--bn-row-batch", "0"}), "--bn-row-batch");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"stray"}), "unexpected argument 'stray'");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--conv-candidates", "0"}), "--conv-candidates");
 }

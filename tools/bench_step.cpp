@@ -178,6 +178,7 @@ kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     kern::ConvPolicy p = kern::run_conv_policy(o.deterministic);
     p.max_candidates = o.conv_candidates;
     p.dw_variants = o.dw_variants;
+    p.bn_row_batch = o.bn_row_batch;
     return p;
 }
 
@@ -269,7 +270,8 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"plan_seconds", plan_s},
                    {"fusion_up_order", model::up_order_name(o.up_order)},
                    {"fuse_expand_dw", o.fuse_expand_dw},
-                   {"dw_variants", o.dw_variants}};
+                   {"dw_variants", o.dw_variants},
+                   {"bn_row_batch", o.bn_row_batch}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());

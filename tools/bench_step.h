@@ -31,6 +31,7 @@ struct StepBenchOptions {
     model::UpOrder up_order = model::UpOrder::ConvFirst;  // --up-order (model/up_order.h): the CUDA default
     bool fuse_expand_dw = false;  // --fuse-expand-dw (model.fuse_expand_dw: the fused LiteBlock)
     bool dw_variants = true;      // --no-dw-variants: the custom depthwise kernels in variant 0 only
+    int bn_row_batch = 1;         // --bn-row-batch N: the BN + activation kernels' rows per loop turn
     std::string json;                       // output file ("" = none)
 };
 

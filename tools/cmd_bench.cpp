@@ -21,6 +21,7 @@
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/shard_io.h"
+#include "kernels/bn_act_cuda.h"
 #include "runtime/dist.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
@@ -47,7 +48,7 @@ const char* kBenchUsage =
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--no-dw-variants]\n"
-    "                                [--json OUT]\n"
+    "                                [--bn-row-batch 1|4] [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
     "           --world N: NCCL gradient allreduce in every step over the job's N ranks\n"
@@ -57,6 +58,8 @@ const char* kBenchUsage =
     "           --fuse-expand-dw: the fused LiteBlock (model.fuse_expand_dw; docs/GPU_STEP.md)\n"
     "           --no-dw-variants: the custom depthwise kernels in variant 0 only, not the fastest of\n"
     "           their bitwise-equal variants (the step-level A/B of docs/KERNELS_DWCONV.md's variants)\n"
+    "           --bn-row-batch N: rows per loop turn of the BatchNorm + activation kernels (1, the default,\n"
+    "           or 4: four rows' loads issued together; bitwise-equal results; docs/KERNELS_BN_ACT.md)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
     "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -351,6 +354,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         } else if (s == "--up-order") {
             SF_CHECK(model::parse_up_order(v, &o.up_order),
                      "bench step: --up-order expects upsample_first or conv_first, got '%s'", v.c_str());
+        } else if (s == "--bn-row-batch") {
+            o.bn_row_batch = parse_int_at_least(s, v, 1);
+            SF_CHECK(kern::bn_act_row_batch_valid(o.bn_row_batch), "bench step: --bn-row-batch must be 1 or 4, got %d",
+                     o.bn_row_batch);
         } else if (s == "--json") {
             o.json = v;
         } else {

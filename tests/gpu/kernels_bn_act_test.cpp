@@ -80,7 +80,7 @@ Inputs random_inputs(size_t rows, int c, uint64_t seed) {
 }
 
 // Train forward then backward on the GPU; y and dx start as sentinels (dx must be overwritten).
-Outputs run_gpu(const rt::CudaContext& ctx, kern::Act act, const Inputs& in) {
+Outputs run_gpu(const rt::CudaContext& ctx, kern::Act act, const Inputs& in, int row_batch = 1) {
     const size_t n = in.rows * in.c, c = static_cast<size_t>(in.c);
     const size_t wsn = kern::bn_act_workspace_floats(in.rows, in.c);
     rt::Arena arena("bn_act_test", rt::MemKind::Device);
@@ -112,9 +112,9 @@ Outputs run_gpu(const rt::CudaContext& ctx, kern::Act act, const Inputs& in) {
 
     const rt::Exec& ex = ctx.exec();
     kern::bn_act_forward_train(ex, act, in.rows, in.c, x, gamma, beta, y, mean, invstd, rm, rv, kMomentum, kEps,
-                               arena.ptr<float>(o_ws), wsn);
+                               arena.ptr<float>(o_ws), wsn, nullptr, row_batch);
     kern::bn_act_backward(ex, act, in.rows, in.c, x, dy, gamma, beta, mean, invstd, dx, dg, db, arena.ptr<float>(o_ws),
-                          wsn);
+                          wsn, row_batch);
     ctx.synchronize();
 
     Outputs out;
@@ -164,6 +164,18 @@ struct Shape {
     size_t rows;
     int c;
 };
+
+// Every output of a forward + backward (run_gpu) the same bits in a and b.
+void expect_bitwise_equal(const Outputs& a, const Outputs& b, const std::string& what) {
+    EXPECT_TRUE(bitwise_equal(a.y, b.y)) << what << " y";
+    EXPECT_TRUE(bitwise_equal(a.mean, b.mean)) << what << " mean";
+    EXPECT_TRUE(bitwise_equal(a.invstd, b.invstd)) << what << " invstd";
+    EXPECT_TRUE(bitwise_equal(a.rm, b.rm)) << what << " running_mean";
+    EXPECT_TRUE(bitwise_equal(a.rv, b.rv)) << what << " running_var";
+    EXPECT_TRUE(bitwise_equal(a.dx, b.dx)) << what << " dx";
+    EXPECT_TRUE(bitwise_equal(a.dgamma, b.dgamma)) << what << " dgamma";
+    EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta)) << what << " dbeta";
+}
 
 TEST(KernelsBnActGpu, MatchesReferences) {
     SF_REQUIRE_GPU();
@@ -261,15 +273,7 @@ TEST(KernelsBnActGpu, Deterministic) {
             const std::string what =
                 std::string(kern::act_name(act)) + " rows=" + std::to_string(s.rows) + " C=" + std::to_string(s.c);
             const Inputs in = random_inputs(s.rows, s.c, 900 + s.c);
-            const Outputs a = run_gpu(ctx, act, in), b = run_gpu(ctx, act, in);
-            EXPECT_TRUE(bitwise_equal(a.y, b.y)) << what << " y";
-            EXPECT_TRUE(bitwise_equal(a.mean, b.mean)) << what << " mean";
-            EXPECT_TRUE(bitwise_equal(a.invstd, b.invstd)) << what << " invstd";
-            EXPECT_TRUE(bitwise_equal(a.rm, b.rm)) << what << " running_mean";
-            EXPECT_TRUE(bitwise_equal(a.rv, b.rv)) << what << " running_var";
-            EXPECT_TRUE(bitwise_equal(a.dx, b.dx)) << what << " dx";
-            EXPECT_TRUE(bitwise_equal(a.dgamma, b.dgamma)) << what << " dgamma";
-            EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta)) << what << " dbeta";
+            expect_bitwise_equal(run_gpu(ctx, act, in), run_gpu(ctx, act, in), what);
         }
     }
 }
@@ -277,7 +281,8 @@ TEST(KernelsBnActGpu, Deterministic) {
 // One forward with a residual r: in place (y holds r first) or from a separate buffer; returns y.
 // Train mode uses batch statistics, eval the running ones.
 std::vector<float> run_forward_residual(const rt::CudaContext& ctx, kern::Act act, const Inputs& in,
-                                        const std::vector<float>* r, bool in_place, bool train, bool* guards) {
+                                        const std::vector<float>* r, bool in_place, bool train, bool* guards,
+                                        int row_batch = 1) {
     const size_t n = in.rows * in.c, c = static_cast<size_t>(in.c);
     const size_t wsn = kern::bn_act_workspace_floats(in.rows, in.c);
     rt::Arena arena("bn_act_residual_test", rt::MemKind::Device);
@@ -307,9 +312,9 @@ std::vector<float> run_forward_residual(const rt::CudaContext& ctx, kern::Act ac
     const rt::Exec& ex = ctx.exec();
     if (train)
         kern::bn_act_forward_train(ex, act, in.rows, in.c, x, v[0], v[1], y, v[4], v[5], v[2], v[3], kMomentum, kEps,
-                                   arena.ptr<float>(o_ws), wsn, res);
+                                   arena.ptr<float>(o_ws), wsn, res, row_batch);
     else
-        kern::bn_act_forward_eval(ex, act, in.rows, in.c, x, v[0], v[1], v[2], v[3], kEps, y, res);
+        kern::bn_act_forward_eval(ex, act, in.rows, in.c, x, v[0], v[1], v[2], v[3], kEps, y, res, row_batch);
     ctx.synchronize();
     std::vector<float> got = download_bf16(y, n + kGuard);
     for (size_t i = n; i < n + kGuard; ++i) *guards &= got[i] == kSentinel;
@@ -390,6 +395,78 @@ TEST(KernelsBnActGpu, ResidualAliasingXOrPartOfYIsRefused) {
     expect_refused(x, "must not alias x");
     expect_refused(y + 8, "must be the output itself or not overlap it");
     expect_refused(y + 4, "16-byte aligned");
+}
+
+// Rows per loop turn (kern::kBnActRowBatches): four rows' loads issued together, the rows then taken in
+// the order of row_batch 1, so every output is the same bits: y, the statistics and running statistics,
+// dx, dgamma, dbeta, the residual forms (in place and separate, train and eval) and bn_stats_train.
+// 81,957 rows at C = 64 give the reductions' threads 5 rows per chunk (4 in a batched turn, then the
+// tail) and the element-wise passes 4 or 5 rows per thread; the small shapes run the tails only.
+// x and dy span 2^-8 .. 2^8 in magnitude, so that fp32 sums of a few rows round: a change in the order
+// in which a thread adds its rows changes bits (with random_inputs' values those sums are often exact).
+Inputs wide_inputs(size_t rows, int c, uint64_t seed) {
+    Inputs in = random_inputs(rows, c, seed);
+    const size_t n = rows * static_cast<size_t>(c);
+    const std::vector<double> ex = sftest::random_uniform(2 * n, seed + 20, -8, 8);
+    std::vector<double> x(n), dy(n);
+    for (size_t i = 0; i < n; ++i) {
+        x[i] = in.x[i] * std::exp2(std::floor(ex[i]));
+        dy[i] = in.dy[i] * std::exp2(std::floor(ex[n + i]));
+    }
+    in.x = bf16_exact(x);
+    in.dy = bf16_exact(dy);
+    return in;
+}
+
+TEST(KernelsBnActGpu, RowBatchBitwiseEqualToOneRow) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const Shape shapes[] = {{512 * 32 * 5 + 37, 64}, {1000, 40}, {37, 8}};
+    for (const Shape& s : shapes) {
+        const Inputs in = wide_inputs(s.rows, s.c, 1700 + s.c);
+        for (kern::Act act : {kern::Act::None, kern::Act::Silu, kern::Act::Relu}) {
+            for (int rb : kern::kBnActRowBatches) {
+                if (rb == 1) continue;
+                const std::string what = std::string(kern::act_name(act)) + " rows=" + std::to_string(s.rows) +
+                                         " C=" + std::to_string(s.c) + " row_batch " + std::to_string(rb);
+                const Outputs b = run_gpu(ctx, act, in, rb);
+                EXPECT_TRUE(b.guards_intact) << what;
+                expect_bitwise_equal(run_gpu(ctx, act, in), b, what);
+                const std::vector<float> r = bf16_exact(sftest::random_uniform(s.rows * s.c, 1800 + s.c, -2, 2));
+                for (bool train : {true, false})
+                    for (bool in_place : {true, false}) {
+                        bool ga = true, gb = true;
+                        const std::vector<float> ya = run_forward_residual(ctx, act, in, &r, in_place, train, &ga);
+                        const std::vector<float> yb = run_forward_residual(ctx, act, in, &r, in_place, train, &gb, rb);
+                        EXPECT_TRUE(gb) << what;
+                        EXPECT_TRUE(bitwise_equal(ya, yb))
+                            << what << (train ? " train" : " eval") << (in_place ? " in place" : " separate");
+                    }
+            }
+        }
+        // The statistics alone (the fused LiteBlock's expand): the bits of the forward's.
+        const size_t wsn = kern::bn_act_workspace_floats(s.rows, s.c), c = static_cast<size_t>(s.c);
+        rt::Arena arena("bn_stats_row_batch_test", rt::MemKind::Device);
+        const size_t o_x = arena.reserve(s.rows * c * 2, 256, "x"), o_st = arena.reserve(4 * c * 4, 256, "stats");
+        const size_t o_ws = arena.reserve(wsn * 4, 256, "workspace");
+        arena.allocate();
+        arena.seal();
+        kern::bf16* x = arena.ptr<kern::bf16>(o_x);
+        float* st = arena.ptr<float>(o_st);
+        upload_bf16(x, in.x);
+        std::vector<std::vector<float>> got;
+        for (int rb : kern::kBnActRowBatches) {
+            upload(st + 2 * c, in.rm);
+            upload(st + 3 * c, in.rv);
+            SF_CUDA_CHECK(cudaDeviceSynchronize());
+            kern::bn_stats_train(ctx.exec(), s.rows, s.c, x, st, st + c, st + 2 * c, st + 3 * c, kMomentum, kEps,
+                                 arena.ptr<float>(o_ws), wsn, rb);
+            ctx.synchronize();
+            got.push_back(download(st, 4 * c));
+        }
+        for (size_t i = 1; i < got.size(); ++i)
+            EXPECT_TRUE(bitwise_equal(got[0], got[i])) << "bn_stats_train rows=" << s.rows << " C=" << s.c;
+    }
 }
 
 }  // namespace

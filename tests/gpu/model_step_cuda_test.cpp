@@ -388,41 +388,10 @@ TEST(CudaStep, FusedExpandDepthwiseIsBitwiseEqualToUnfused) {
             r->ctx.synchronize();
         }
     }
+    expect_rigs_bitwise_equal(plain, fused);  // and an eval forward: the prologue with the running statistics
+
     const model::Planner& pp = plain.net.plan();
     const model::Planner& pf = fused.net.plan();
-    const size_t n = pp.table().flat_size;
-    ASSERT_EQ(n, pf.table().flat_size);
-    const char* names[] = {"master weights", "adam m", "adam v"};
-    int i = 0;
-    for (auto get : {&model::Planner::master, &model::Planner::adam_m, &model::Planner::adam_v}) {
-        const std::vector<float> a = plain.fetch((pp.*get)(), n), c = fused.fetch((pf.*get)(), n);
-        EXPECT_EQ(0, std::memcmp(a.data(), c.data(), n * sizeof(float))) << names[i++];
-    }
-    const std::vector<float> ra = plain.fetch(pp.buffers(), pp.table().buffer_floats);
-    const std::vector<float> rf = fused.fetch(pf.buffers(), pf.table().buffer_floats);
-    EXPECT_EQ(0, std::memcmp(ra.data(), rf.data(), ra.size() * sizeof(float))) << "running statistics";
-    EXPECT_EQ(plain.fetch(pp.counters(), pp.table().counters), fused.fetch(pf.counters(), pf.table().counters));
-    const model::CudaStepStats sp = plain.step.read_stats(), sf = fused.step.read_stats();
-    EXPECT_EQ(sp.loss.total, sf.loss.total);
-    EXPECT_EQ(sp.grad_norm, sf.grad_norm);
-    EXPECT_EQ(sp.steps_applied, sf.steps_applied);
-
-    // Eval forward on the last batch (still the networks' input): the prologue with the running statistics.
-    for (GpuRig* r : {&plain, &fused}) {
-        r->net.forward(r->ctx.exec(), false);
-        r->ctx.synchronize();
-    }
-    const model::HeadLogits<float> lp = plain.net.logits(), lf = fused.net.logits();
-    const size_t cells = static_cast<size_t>(lp.n) * lp.h * lp.w;
-    const std::pair<const float*, const float*> heads[] = {
-        {lp.gap, lf.gap}, {lp.slider, lf.slider}, {lp.offset, lf.offset}, {lp.angle, lf.angle}};
-    const size_t widths[] = {1, 1, 4, 2};
-    for (int h = 0; h < 4; ++h) {
-        const size_t m = cells * widths[h];
-        const std::vector<float> a = plain.fetch(heads[h].first, m), c = fused.fetch(heads[h].second, m);
-        EXPECT_EQ(0, std::memcmp(a.data(), c.data(), m * sizeof(float))) << "eval logits of head " << h;
-    }
-
     // Memory: the expand outputs (2C channels at each LiteBlock's resolution) are not stored.
     size_t expand_bytes = 0;
     for (const model::LayerUse& l : pf.layers())

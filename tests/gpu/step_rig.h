@@ -5,7 +5,11 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "data/generator.h"
@@ -83,10 +87,12 @@ struct GpuRig {
     data::Label* labels = nullptr;
 
     // order: the CUDA network's fusion up-path order (the CPU network's own may differ: same weights);
-    // fuse_expand_dw: the fused LiteBlock (NetShape::fuse_expand_dw).
+    // fuse_expand_dw: the fused LiteBlock (NetShape::fuse_expand_dw); bn_row_batch: the BatchNorm row
+    // kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch).
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
-                    model::UpOrder order = model::UpOrder::UpsampleFirst, bool fuse_expand_dw = false)
-        : net(with_order(init.shape(), order, fuse_expand_dw), ctx.exec(), policy(deterministic)),
+                    model::UpOrder order = model::UpOrder::UpsampleFirst, bool fuse_expand_dw = false,
+                    int bn_row_batch = 1)
+        : net(with_order(init.shape(), order, fuse_expand_dw), ctx.exec(), policy(deterministic, bn_row_batch)),
           step(net, ctx.exec(), model::LossConfig{}, optim(), constant_lr(1e-3), accum) {
         const model::NetShape& sh = init.shape();
         const size_t po = slots.reserve(static_cast<size_t>(sh.batch) * sh.height * sh.width, 256, "pixels");
@@ -102,7 +108,11 @@ struct GpuRig {
     }
     // Deterministic engines and no autotuning (as train.deterministic): two rigs then pick the same
     // cuDNN engines and custom kernels, which the bitwise comparison of two rigs needs.
-    static kern::ConvPolicy policy(bool deterministic) { return kern::run_conv_policy(deterministic); }
+    static kern::ConvPolicy policy(bool deterministic, int bn_row_batch) {
+        kern::ConvPolicy p = kern::run_conv_policy(deterministic);
+        p.bn_row_batch = bn_row_batch;
+        return p;
+    }
     static model::NetShape with_order(model::NetShape s, model::UpOrder o, bool fuse_expand_dw) {
         s.up_order = o;
         s.fuse_expand_dw = fuse_expand_dw;
@@ -125,6 +135,45 @@ struct GpuRig {
         return h;
     }
 };
+
+// Two rigs after the same steps: master weights, AdamW moments, running statistics, counters, loss,
+// gradient norm and applied-step count the same bits; then an eval forward of each on its current
+// input gives the same logits of every head (gtest failures otherwise).
+inline void expect_rigs_bitwise_equal(GpuRig& a, GpuRig& b) {
+    const model::Planner& pa = a.net.plan();
+    const model::Planner& pb = b.net.plan();
+    const size_t n = pa.table().flat_size;
+    ASSERT_EQ(n, pb.table().flat_size);
+    const char* names[] = {"master weights", "adam m", "adam v"};
+    int i = 0;
+    for (auto get : {&model::Planner::master, &model::Planner::adam_m, &model::Planner::adam_v}) {
+        const std::vector<float> x = a.fetch((pa.*get)(), n), y = b.fetch((pb.*get)(), n);
+        EXPECT_EQ(0, std::memcmp(x.data(), y.data(), n * sizeof(float))) << names[i++];
+    }
+    const std::vector<float> ra = a.fetch(pa.buffers(), pa.table().buffer_floats);
+    const std::vector<float> rb = b.fetch(pb.buffers(), pb.table().buffer_floats);
+    EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float))) << "running statistics";
+    EXPECT_EQ(a.fetch(pa.counters(), pa.table().counters), b.fetch(pb.counters(), pb.table().counters));
+    const model::CudaStepStats sa = a.step.read_stats(), sb = b.step.read_stats();
+    EXPECT_EQ(sa.loss.total, sb.loss.total);
+    EXPECT_EQ(sa.grad_norm, sb.grad_norm);
+    EXPECT_EQ(sa.steps_applied, sb.steps_applied);
+
+    for (GpuRig* r : {&a, &b}) {
+        r->net.forward(r->ctx.exec(), false);
+        r->ctx.synchronize();
+    }
+    const model::HeadLogits<float> la = a.net.logits(), lb = b.net.logits();
+    const size_t cells = static_cast<size_t>(la.n) * la.h * la.w;
+    const std::pair<const float*, const float*> heads[] = {
+        {la.gap, lb.gap}, {la.slider, lb.slider}, {la.offset, lb.offset}, {la.angle, lb.angle}};
+    const size_t widths[] = {1, 1, 4, 2};
+    for (int h = 0; h < 4; ++h) {
+        const size_t m = cells * widths[h];
+        const std::vector<float> x = a.fetch(heads[h].first, m), y = b.fetch(heads[h].second, m);
+        EXPECT_EQ(0, std::memcmp(x.data(), y.data(), m * sizeof(float))) << "eval logits of head " << h;
+    }
+}
 
 inline void init_cpu(model::SiderNet& net) {
     const model::Planner& p = net.plan();

@@ -1,0 +1,360 @@
+// The row kernels of the CUDA BatchNorm + activation (kernels/bn_act.cu, the only includer): forward
+// statistics, apply, backward reduce and dx, each walking rows of (rows, C) bf16 data in row_batch 1
+// or 4 rows per loop turn, and their device helpers. The finalize kernels and the launchers are in
+// bn_act.cu. Design: docs/KERNELS_BN_ACT.md.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/bn_act_cuda.h"
+#include "kernels/bn_act_device.cuh"
+#include "kernels/cuda_util.cuh"
+
+namespace kern {
+
+namespace {
+
+// ---- device helpers (load8, store8: kernels/cuda_util.cuh) ----
+
+// Per-thread parameters of the 8 channels of group g: z = (x - mean) * scale + beta, scale = gamma*invstd.
+// The forward apply and both backward kernels compute z with exactly these operations, so the
+// backward's act'(z) (the ReLU mask in particular) sees the forward's z bit for bit.
+struct Chan8 {
+    float mean[8], invstd[8], scale[8], beta[8];
+};
+
+__device__ __forceinline__ Chan8 load_chan8(int g, const float* __restrict__ gamma, const float* __restrict__ beta,
+                                            const float* __restrict__ mean, const float* __restrict__ invstd) {
+    Chan8 p;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int ch = 8 * g + j;
+        p.mean[j] = __ldg(mean + ch);
+        p.invstd[j] = __ldg(invstd + ch);
+        p.scale[j] = __ldg(gamma + ch) * p.invstd[j];
+        p.beta[j] = __ldg(beta + ch);
+    }
+    return p;
+}
+
+// g = dy * act'(z) and xhat = (x - mean) * invstd for one element of channel j.
+template <Act A>
+__device__ __forceinline__ void grad_xhat(const Chan8& p, int j, float x, float dy, float& g, float& xhat) {
+    const float d = x - p.mean[j];
+    xhat = d * p.invstd[j];
+    g = dy * act_grad<A>(fmaf(d, p.scale[j], p.beta[j]));
+}
+
+// Sums acc[0..16) over threadIdx.y (row lanes) with a fixed tree; the totals land in the threads with
+// threadIdx.y == 0. Requires blockDim.y a power of two and blockDim.x * blockDim.y <= kBnActThreads.
+// Every thread of the block must call it (it synchronises). Layout sm[j][t] (t = linear thread id):
+// consecutive threads touch consecutive words, no bank conflicts.
+__device__ __forceinline__ void block_reduce16(float (&acc)[16]) {
+    __shared__ float sm[16][kBnActThreads];
+    const int t = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) sm[j][t] = acc[j];
+    __syncthreads();
+    // Step s: lanes [0, s) add lanes [s, 2s); writers and the lanes read are disjoint.
+    for (int s = blockDim.y / 2; s > 0; s >>= 1) {
+        if (static_cast<int>(threadIdx.y) < s) {
+#pragma unroll
+            for (int j = 0; j < 16; ++j) sm[j][t] += sm[j][t + s * blockDim.x];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.y == 0) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) acc[j] = sm[j][t];
+    }
+}
+
+// Writes one chunk's partials of the 8 channels of group g: part[0 .. chunks*C) = first sums (chunk
+// major), part[chunks*C .. 2*chunks*C) = second sums.
+__device__ __forceinline__ void store_partials(const float (&acc)[16], int g, int c, int chunks, int chunk,
+                                               float* __restrict__ part) {
+    float* p0 = part + static_cast<size_t>(chunk) * c + 8 * g;
+    float* p1 = part + static_cast<size_t>(chunks + chunk) * c + 8 * g;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        p0[j] = acc[j];
+        p1[j] = acc[8 + j];
+    }
+}
+
+// Rows [begin, end) of chunk k of `chunks`: an even split, every chunk non-empty since chunks <= rows.
+__device__ __forceinline__ size_t chunk_begin(size_t rows, int chunks, int k) {
+    return rows * static_cast<size_t>(k) / static_cast<size_t>(chunks);
+}
+
+// The raw 8 bf16 of one row's channel group: read-only (__ldg) or coherent (rw, for a residual that
+// may be the output). The batched row loops (R > 1) issue R rows' loads with these before unpacking any.
+__device__ __forceinline__ uint4 ldg8_raw(const bfloat* __restrict__ p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint4 ld8_raw(const bfloat* p) { return *reinterpret_cast<const uint4*>(p); }
+
+// 0 for the positive C every kernel runs with (the plan checks it), from a kernel argument, so that
+// the compiler cannot fold it away.
+__device__ __forceinline__ unsigned hidden_zero(int c) { return static_cast<unsigned>(c >> 31); }
+
+// Every word of a[0] (and of b[0] when with_b) ^= (a[1].x ^ ... ^ a[N-1].x [^ b[1].x ^ ... ]) & zero,
+// for a zero the compiler cannot see (rows_in_turns' tie): the values are unchanged, but row 0's use
+// now waits for every slot's load. One chain over both arrays (two let ptxas wait on the first before
+// issuing the second array's loads), into every word (ptxas starts on untied words early otherwise).
+template <int N>
+__device__ __forceinline__ void tie_slots(uint4 (&a)[N], uint4 (&b)[N], bool with_b, unsigned zero) {
+    unsigned t = 0;
+#pragma unroll
+    for (int u = 1; u < N; ++u) t ^= a[u].x ^ (with_b ? b[u].x : 0u);
+    t &= zero;
+    a[0].x ^= t;
+    a[0].y ^= t;
+    a[0].z ^= t;
+    a[0].w ^= t;
+    if (with_b) {
+        b[0].x ^= t;
+        b[0].y ^= t;
+        b[0].z ^= t;
+        b[0].w ^= t;
+    }
+}
+
+// A thread's rows r, r + step, ... below end in turns of R (R > 1): load(row, u) issues the loads of
+// the turn's u-th row into slot u for u = 0..R-1, tie() makes slot 0 depend on every other slot, then
+// use(row, u) takes the rows in order; the rows left over (fewer than R) go one at a time through
+// slot 0. The rows are used in the order of a one-row loop, so a sum over them has the same bits.
+// Why tie(): left alone, ptxas schedules a cheap row's loads two at a time in rotation (load u + 1,
+// use u), not knowing that a load takes ~1,000 cycles; with slot 0 depending on all of them, every
+// load of the turn is issued before the first use (tools/sass_loads.py: one batch per turn).
+template <int R, class Load, class Tie, class Use>
+__device__ __forceinline__ void rows_in_turns(size_t r, size_t end, size_t step, const Load& load, const Tie& tie,
+                                              const Use& use) {
+    for (; r + (R - 1) * step < end; r += R * step) {
+#pragma unroll
+        for (int u = 0; u < R; ++u) load(r + u * step, u);
+        tie();
+#pragma unroll
+        for (int u = 0; u < R; ++u) use(r + u * step, u);
+    }
+    for (; r < end; r += step) {
+        load(r, 0);
+        use(r, 0);
+    }
+}
+
+// ---- kernels ----
+
+__device__ __forceinline__ void stats_add(const float (&k)[8], const float (&v)[8], float (&acc)[16]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float d = v[j] - k[j];
+        acc[j] += d;
+        acc[8 + j] = fmaf(d, d, acc[8 + j]);
+    }
+}
+
+// Forward statistics, pass 1. grid (grid_x, chunks), block (block_x, block_y). x (rows, C) ->
+// part: sum(x - K), sum((x - K)^2) per (chunk, channel), K = x[0][channel].
+// R: rows per loop turn (BnActPlan::row_batch). R > 1 issues the loads of R of the thread's rows before
+// adding the first; the rows are added in the same order as with R = 1 (the tail, fewer than R rows,
+// one at a time), so the sums are the same bits.
+template <int R>
+__global__ void bn_act_stats_kernel(size_t rows, int c, int chunks, const bfloat* __restrict__ x,
+                                    float* __restrict__ part) {
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool active = g < c / 8;
+    float acc[16] = {};
+    if (active) {
+        float k[8], v[8];
+        load8(x + 8 * g, k);
+        const size_t end = chunk_begin(rows, chunks, blockIdx.y + 1);
+        if constexpr (R == 1) {  // the measured kernel's loop, unchanged
+            for (size_t r = chunk_begin(rows, chunks, blockIdx.y) + threadIdx.y; r < end; r += blockDim.y) {
+                load8(x + r * c + 8 * g, v);
+                stats_add(k, v, acc);
+            }
+        } else {
+            uint4 raw[R];
+            rows_in_turns<R>(
+                chunk_begin(rows, chunks, blockIdx.y) + threadIdx.y, end, blockDim.y,
+                [&](size_t r, int u) { raw[u] = ldg8_raw(x + r * c + 8 * g); }, [&] { tie_slots(raw, raw, false, hidden_zero(c)); },
+                [&](size_t, int u) {
+                    unpack8(raw[u], v);
+                    stats_add(k, v, acc);
+                });
+        }
+    }
+    block_reduce16(acc);  // all threads, active or not
+    if (active && threadIdx.y == 0) store_partials(acc, g, c, chunks, blockIdx.y, part);
+}
+
+template <Act A, bool kRes>
+__device__ __forceinline__ void apply_row(const BnApply8& p, float (&v)[8], const float (&rv)[8], bfloat* y) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        v[j] = bn_act_value<A>(p, j, v[j]);
+        if constexpr (kRes) v[j] = rv[j] + v[j];
+    }
+    store8(y, v);
+}
+
+// y = act((x - mean) * gamma * invstd + beta) [+ res], one pass. grid (grid_x, apply_grid_y), block
+// (block_x, block_y), grid-stride over rows. kEval: `invstd` holds running_var, inverted here.
+// kRes: the residual `res` (which may be y itself: each thread reads its 8 values before writing
+// them, with a coherent load) is added in fp32 before the one rounding to bf16.
+// R: rows per loop turn, as in the statistics (the loads of R rows first, then each row as with R = 1).
+template <Act A, bool kEval, bool kRes, int R>
+__global__ void bn_act_apply_kernel(size_t rows, int c, const bfloat* __restrict__ x, const float* __restrict__ gamma,
+                                    const float* __restrict__ beta, const float* __restrict__ mean,
+                                    const float* __restrict__ invstd, double eps, const bfloat* res, bfloat* y) {
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= c / 8) return;  // no block-wide synchronisation in this kernel
+    const BnApply8 p = load_bn_apply8(g, gamma, beta, mean, invstd, kEval, eps);  // the z load_chan8 forms
+    float v[8], rv[8];
+    if constexpr (R == 1) {  // the measured kernel's loop, unchanged
+        for (size_t r = static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
+             r += static_cast<size_t>(gridDim.y) * blockDim.y) {
+            load8(x + r * c + 8 * g, v);
+            if constexpr (kRes) load8_rw(res + r * c + 8 * g, rv);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                v[j] = bn_act_value<A>(p, j, v[j]);
+                if constexpr (kRes) v[j] = rv[j] + v[j];
+            }
+            store8(y + r * c + 8 * g, v);
+        }
+    } else {
+        // A residual that is y itself: each thread reads its R rows' values before writing any of them.
+        uint4 raw[R], rraw[R];
+        rows_in_turns<R>(
+            static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y, rows, static_cast<size_t>(gridDim.y) * blockDim.y,
+            [&](size_t r, int u) {
+                raw[u] = ldg8_raw(x + r * c + 8 * g);
+                if constexpr (kRes) rraw[u] = ld8_raw(res + r * c + 8 * g);
+            },
+            [&] { tie_slots(raw, rraw, kRes, hidden_zero(c)); },
+            [&](size_t r, int u) {
+                unpack8(raw[u], v);
+                if constexpr (kRes) unpack8(rraw[u], rv);
+                apply_row<A, kRes>(p, v, rv, y + r * c + 8 * g);
+            });
+    }
+}
+
+// Backward, pass 1. grid (grid_x, chunks), block (block_x, block_y). part: sum g, sum g*xhat per
+// (chunk, channel), g = dy * act'(z) recomputed from x.
+template <Act A>
+__device__ __forceinline__ void reduce_add(const Chan8& p, const float (&v)[8], const float (&d)[8], float (&acc)[16]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        float gr, xhat;
+        grad_xhat<A>(p, j, v[j], d[j], gr, xhat);
+        acc[j] += gr;
+        acc[8 + j] = fmaf(gr, xhat, acc[8 + j]);
+    }
+}
+
+// R: rows per loop turn, as in the statistics (the same sums, bit for bit).
+template <Act A, int R>
+__global__ void bn_act_backward_reduce_kernel(size_t rows, int c, int chunks, const bfloat* __restrict__ x,
+                                              const bfloat* __restrict__ dy, const float* __restrict__ gamma,
+                                              const float* __restrict__ beta, const float* __restrict__ mean,
+                                              const float* __restrict__ invstd, float* __restrict__ part) {
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool active = g < c / 8;
+    float acc[16] = {};
+    if (active) {
+        const Chan8 p = load_chan8(g, gamma, beta, mean, invstd);
+        float v[8], d[8];
+        const size_t end = chunk_begin(rows, chunks, blockIdx.y + 1);
+        if constexpr (R == 1) {  // the measured kernel's loop, unchanged
+            for (size_t r = chunk_begin(rows, chunks, blockIdx.y) + threadIdx.y; r < end; r += blockDim.y) {
+                load8(x + r * c + 8 * g, v);
+                load8(dy + r * c + 8 * g, d);
+                reduce_add<A>(p, v, d, acc);
+            }
+        } else {
+            uint4 xr[R], dr[R];
+            rows_in_turns<R>(
+                chunk_begin(rows, chunks, blockIdx.y) + threadIdx.y, end, blockDim.y,
+                [&](size_t r, int u) {
+                    xr[u] = ldg8_raw(x + r * c + 8 * g);
+                    dr[u] = ldg8_raw(dy + r * c + 8 * g);
+                },
+                [&] { tie_slots(xr, dr, true, hidden_zero(c)); },
+                [&](size_t, int u) {
+                    unpack8(xr[u], v);
+                    unpack8(dr[u], d);
+                    reduce_add<A>(p, v, d, acc);
+                });
+        }
+    }
+    block_reduce16(acc);  // all threads, active or not
+    if (active && threadIdx.y == 0) store_partials(acc, g, c, chunks, blockIdx.y, part);
+}
+
+template <Act A>
+__device__ __forceinline__ void dx_row(const Chan8& p, const float (&mg)[8], const float (&mgx)[8], float (&v)[8],
+                                       const float (&d)[8], bfloat* __restrict__ dx) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        float gr, xhat;
+        grad_xhat<A>(p, j, v[j], d[j], gr, xhat);
+        v[j] = p.scale[j] * (gr - fmaf(xhat, mgx[j], mg[j]));
+    }
+    store8(dx, v);
+}
+
+// Backward, pass 3: dx = gamma*invstd * (g - mean(g) - xhat * mean(g*xhat)), overwriting dx.
+// grid (grid_x, apply_grid_y), block (block_x, block_y), grid-stride over rows.
+// R: rows per loop turn, as in the apply pass.
+template <Act A, int R>
+__global__ void bn_act_backward_dx_kernel(size_t rows, int c, const bfloat* __restrict__ x,
+                                          const bfloat* __restrict__ dy, const float* __restrict__ gamma,
+                                          const float* __restrict__ beta, const float* __restrict__ mean,
+                                          const float* __restrict__ invstd, const float* __restrict__ coef,
+                                          bfloat* __restrict__ dx) {
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= c / 8) return;  // no block-wide synchronisation in this kernel
+    const Chan8 p = load_chan8(g, gamma, beta, mean, invstd);
+    float mg[8], mgx[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        mg[j] = coef[8 * g + j];
+        mgx[j] = coef[c + 8 * g + j];
+    }
+    float v[8], d[8];
+    if constexpr (R == 1) {  // the measured kernel's loop, unchanged
+        for (size_t r = static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
+             r += static_cast<size_t>(gridDim.y) * blockDim.y) {
+            load8(x + r * c + 8 * g, v);
+            load8(dy + r * c + 8 * g, d);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                float gr, xhat;
+                grad_xhat<A>(p, j, v[j], d[j], gr, xhat);
+                v[j] = p.scale[j] * (gr - fmaf(xhat, mgx[j], mg[j]));
+            }
+            store8(dx + r * c + 8 * g, v);
+        }
+    } else {
+        uint4 xr[R], dr[R];
+        rows_in_turns<R>(
+            static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y, rows, static_cast<size_t>(gridDim.y) * blockDim.y,
+            [&](size_t r, int u) {
+                xr[u] = ldg8_raw(x + r * c + 8 * g);
+                dr[u] = ldg8_raw(dy + r * c + 8 * g);
+            },
+            [&] { tie_slots(xr, dr, true, hidden_zero(c)); },
+            [&](size_t r, int u) {
+                unpack8(xr[u], v);
+                unpack8(dr[u], d);
+                dx_row<A>(p, mg, mgx, v, d, dx + r * c + 8 * g);
+            });
+    }
+}
+
+}  // namespace
+
+}  // namespace kern
