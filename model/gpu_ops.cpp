@@ -51,9 +51,12 @@ struct GpuOps::Entry {
     ConvImpl impl = ConvImpl::Cudnn;
     double ms[2] = {-1, -1};  // fwd+dgrad+wgrad per candidate (cudnn, custom), -1 = not measured
     // CustomDepthwise: the variants run (gather: kern::kDwVariants, wgrad: kern::kDwWgradVariants) and,
-    // when autotuned, each valid variant's time (ms; -1 = not valid for the pass or not timed).
-    int fwd_variant = 0, dgrad_variant = 0, wgrad_variant = 0;
-    std::vector<double> fwd_variant_ms, dgrad_variant_ms, wgrad_variant_ms;
+    // when autotuned, each valid variant's time (ms; -1 = not valid for the pass or not timed). The
+    // dgrad has a choice per mode the step runs (use.needs_accumulate / needs_overwrite): dgrad_* for
+    // accumulate (dx read, added to, written), dgrad_ow_* for overwrite (dx only written); empty times
+    // for a mode the step does not run.
+    int fwd_variant = 0, dgrad_variant = 0, dgrad_ow_variant = 0, wgrad_variant = 0;
+    std::vector<double> fwd_variant_ms, dgrad_variant_ms, dgrad_ow_variant_ms, wgrad_variant_ms;
     // use.bn_prologue: the forward with the BN prologue (always the custom kernel), its variant and,
     // when autotuned, each prologue-capable variant's time (kern::dw_variant_prologue; -1 otherwise).
     int pro_fwd_variant = 0;
@@ -253,7 +256,9 @@ void GpuOps::run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShap
         return;
     }
     if (y) kern::dwconv3x3_forward_cuda(ex, s, x, w, y, nullptr, e.fwd_variant);
-    if (dgrad) kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate, e.dgrad_variant);
+    if (dgrad)
+        kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate,
+                                           accumulate ? e.dgrad_variant : e.dgrad_ow_variant);
     if (dw) kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_, nullptr,
                                                  e.wgrad_variant);
 }
@@ -277,9 +282,10 @@ double GpuOps::time_runs(const std::function<void()>& run, int iters) const {
 }
 
 // The custom depthwise kernels of e's shape: every valid variant of the forward, the wgrad and (when
-// the step needs it) the dgrad timed on its own, the fastest of each kept in e. Returns best forward
-// + best dgrad + best wgrad, comparable with cudnn_ms. The variants of a pass give bitwise-identical
-// results (kern::kDwVariants, kern::kDwWgradVariants), so the choice changes speed only.
+// the step needs it) the dgrad in each mode the step runs, timed on its own, the fastest of each kept
+// in e. Returns best forward + best wgrad + the mean over the modes of the best dgrad, comparable with
+// cudnn_ms. The variants of a pass give bitwise-identical results (kern::kDwVariants,
+// kern::kDwWgradVariants), so the choice changes speed only.
 double GpuOps::time_depthwise(Entry& e) const {
     const kern::ConvShape& s = e.shape;
     const size_t wsf = kern::dwconv3x3_workspace_floats(s);
@@ -287,7 +293,9 @@ double GpuOps::time_depthwise(Entry& e) const {
     // Kernels of a fraction of a millisecond: more runs than a cuDNN candidate gets, at little cost.
     const int iters = std::max(policy_.autotune_iters, 10);
     e.fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
-    e.dgrad_variant_ms.assign(kern::kDwVariantCount, -1.0);
+    const bool acc_mode = e.dgrad && e.use.needs_accumulate(), ow_mode = e.dgrad && e.use.needs_overwrite();
+    if (acc_mode) e.dgrad_variant_ms.assign(kern::kDwVariantCount, -1.0);
+    if (ow_mode) e.dgrad_ow_variant_ms.assign(kern::kDwVariantCount, -1.0);
     // policy_.dw_variants off: variant 0 only (the A/B of `bench step --no-dw-variants`).
     const int gathers = policy_.dw_variants ? kern::kDwVariantCount : 1;
     const int wgrads = policy_.dw_variants ? kern::kDwWgradVariantCount : 1;
@@ -295,9 +303,14 @@ double GpuOps::time_depthwise(Entry& e) const {
         if (kern::dwconv3x3_variant_supported(s, v, false))
             e.fwd_variant_ms[v] =
                 time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, v); }, iters);
-        if (e.dgrad && kern::dwconv3x3_variant_supported(s, v, true))
-            e.dgrad_variant_ms[v] =
-                time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true, v); }, iters);
+        if (e.dgrad && kern::dwconv3x3_variant_supported(s, v, true)) {
+            if (acc_mode)
+                e.dgrad_variant_ms[v] =
+                    time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true, v); }, iters);
+            if (ow_mode)
+                e.dgrad_ow_variant_ms[v] =
+                    time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, b.y, b.w, b.dx, false, v); }, iters);
+        }
     }
     e.wgrad_variant_ms.assign(kern::kDwWgradVariantCount, -1.0);
     for (int v = 0; v < wgrads; ++v) {
@@ -309,8 +322,17 @@ double GpuOps::time_depthwise(Entry& e) const {
     e.wgrad_variant = fastest_variant(e.wgrad_variant_ms);
     double total = e.fwd_variant_ms[e.fwd_variant] + e.wgrad_variant_ms[e.wgrad_variant];
     if (e.dgrad) {
-        e.dgrad_variant = fastest_variant(e.dgrad_variant_ms);
-        total += e.dgrad_variant_ms[e.dgrad_variant];
+        double dgrad = 0;
+        int modes = 0;
+        if (acc_mode) {
+            e.dgrad_variant = fastest_variant(e.dgrad_variant_ms);
+            dgrad += e.dgrad_variant_ms[e.dgrad_variant], ++modes;
+        }
+        if (ow_mode) {
+            e.dgrad_ow_variant = fastest_variant(e.dgrad_ow_variant_ms);
+            dgrad += e.dgrad_ow_variant_ms[e.dgrad_ow_variant], ++modes;
+        }
+        total += dgrad / modes;  // needs_accumulate() holds whenever overwrite does not: modes >= 1
     }
     return total;
 }
@@ -404,8 +426,9 @@ void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, 
         run_custom(e, ex, s, x, nullptr, nullptr, dy, nullptr, dw, false);
 }
 
-// "dwconv variants: fwd 2 (4ch 2x4) of [0.300 0.280 ...], dgrad 0 (8ch 2x4) of [...], wgrad 1 (4ch 1x4)
-// of [...]" (ms per variant, "-" = not valid for the pass or not timed).
+// "dwconv variants: fwd 2 (4ch 2x4) of [0.300 0.280 ...], dgrad 0 (8ch 2x4) of [...], dgrad overwrite 7
+// (4ch 2x4 s8x32) of [...], wgrad 1 (4ch 1x4) of [...]" (ms per variant, "-" = not valid for the pass
+// or not timed; "dgrad" is the accumulating mode, each dgrad part present when the step runs that mode).
 std::string GpuOps::depthwise_variants_line(const Entry& e) {
     auto list = [](const std::vector<double>& ms) {
         std::string l = "[";
@@ -422,9 +445,14 @@ std::string GpuOps::depthwise_variants_line(const Entry& e) {
     std::string line = rt::format("dwconv variants: fwd %d (%s)", e.fwd_variant,
                                   kern::dwconv3x3_variant_name(e.fwd_variant));
     if (!e.fwd_variant_ms.empty()) line += " of " + list(e.fwd_variant_ms) + " ms";
-    if (e.dgrad) {
+    if (e.dgrad && e.use.needs_accumulate()) {
         line += rt::format(", dgrad %d (%s)", e.dgrad_variant, kern::dwconv3x3_variant_name(e.dgrad_variant));
         if (!e.dgrad_variant_ms.empty()) line += " of " + list(e.dgrad_variant_ms) + " ms";
+    }
+    if (e.dgrad && e.use.needs_overwrite()) {
+        line += rt::format(", dgrad overwrite %d (%s)", e.dgrad_ow_variant,
+                           kern::dwconv3x3_variant_name(e.dgrad_ow_variant));
+        if (!e.dgrad_ow_variant_ms.empty()) line += " of " + list(e.dgrad_ow_variant_ms) + " ms";
     }
     line += rt::format(", wgrad %d (%s)", e.wgrad_variant, kern::dwconv3x3_wgrad_variant_name(e.wgrad_variant));
     if (!e.wgrad_variant_ms.empty()) line += " of " + list(e.wgrad_variant_ms) + " ms";

@@ -1,6 +1,7 @@
 // model::GpuOps with autotuning on depthwise shapes (model/gpu_ops.cpp): every variant of the custom
 // depthwise kernels valid for the shape is timed per direction (gather: kern::kDwVariants, wgrad:
-// kern::kDwWgradVariants), the fastest kept and listed by describe() (also when cuDNN was faster and runs the shape); when the
+// kern::kDwWgradVariants; the dgrad in each mode the step runs, accumulate and overwrite, with a choice
+// per mode), the fastest kept and listed by describe() (also when cuDNN was faster and runs the shape); when the
 // custom kernels run, the convolutions GpuOps runs give the same bits as the default variant called
 // directly (the variants' documented property) and the same filter gradient as the direct wgrad;
 // when cuDNN runs (under the CPU emulation it can be faster), the same values to rounding. A shape
@@ -107,7 +108,8 @@ std::vector<model::ConvUse> dw_uses(bool prologue) {
 TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;
-    const std::vector<model::ConvUse> uses = dw_uses(false);
+    std::vector<model::ConvUse> uses = dw_uses(false);
+    uses[0].dgrad_overwrite = true;  // the first shape's dgrad runs in both modes: a choice per mode
     Autotuned tuned(ctx, uses);
     const model::GpuOps& ops = tuned.ops;
     const std::vector<std::string>& lines = tuned.lines;
@@ -138,17 +140,33 @@ TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
         const std::string& vl = lines[k + 1];
         ASSERT_EQ(vl.find("  dwconv variants: fwd "), 0u) << vl;
         const std::vector<double> fwd = variant_times(vl, "fwd "), dgrad = variant_times(vl, "dgrad ");
+        const std::vector<double> dgrad_ow = variant_times(vl, "dgrad overwrite ");
         const std::vector<double> wgrad = variant_times(vl, "wgrad ");
         ASSERT_EQ(static_cast<int>(fwd.size()), kern::kDwVariantCount) << vl;
         ASSERT_EQ(static_cast<int>(dgrad.size()), kern::kDwVariantCount) << vl;
         ASSERT_EQ(static_cast<int>(wgrad.size()), kern::kDwWgradVariantCount) << vl;
+        // Each mode the step runs timed on its own (the overwrite one reads no dx): only those.
+        ASSERT_EQ(static_cast<int>(dgrad_ow.size()), u.needs_overwrite() ? kern::kDwVariantCount : 0) << vl;
         for (int v = 0; v < kern::kDwVariantCount; ++v) {
             EXPECT_GE(fwd[v], 0) << vl << " forward variant " << v << " not timed";
             EXPECT_EQ(dgrad[v] >= 0, kern::dw_variant_valid(v, s.stride, true)) << vl << " dgrad variant " << v;
+            if (!dgrad_ow.empty()) {
+                EXPECT_EQ(dgrad_ow[v] >= 0, kern::dw_variant_valid(v, s.stride, true)) << vl << " overwrite " << v;
+            }
         }
         // The chosen variants are the fastest timed (ties: the first).
         const int fv = std::atoi(vl.c_str() + vl.find("fwd ") + 4);
         const int dv = std::atoi(vl.c_str() + vl.find("dgrad ") + 6);
+        if (!dgrad_ow.empty()) {
+            const int ov = std::atoi(vl.c_str() + vl.find("dgrad overwrite ") + 16);
+            for (int v = 0; v < kern::kDwVariantCount; ++v)
+                if (dgrad_ow[v] >= 0) {
+                    EXPECT_LE(dgrad_ow[ov], dgrad_ow[v]) << vl;
+                }
+            EXPECT_NE(vl.find("dgrad overwrite " + std::to_string(ov) + " (" + kern::dwconv3x3_variant_name(ov) + ")"),
+                      std::string::npos)
+                << vl;
+        }
         const int wv = std::atoi(vl.c_str() + vl.find("wgrad ") + 6);
         for (int v = 0; v < kern::kDwWgradVariantCount; ++v) {
             EXPECT_GE(wgrad[v], 0) << vl << " wgrad variant " << v << " not timed";
@@ -175,12 +193,15 @@ TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
         const std::vector<float> dy = sftest::bf16_exact(sftest::random_uniform(yn, 13, -1, 1));
         const std::vector<float> dx0 = sftest::bf16_exact(sftest::random_uniform(xn, 14, -0.5, 0.5));
         Dev dx_(xn * 2), dw_(wn * 2), ddy(yn * 2), y1(yn * 2), y2(yn * 2), dx1(xn * 2), dx2(xn * 2);
+        Dev dxo1(xn * 2), dxo2(xn * 2);  // the overwrite mode's dx (filled with dx0: it must not be read)
         Dev dw1(wn * 4), dw2(wn * 4), dws(kern::dwconv3x3_workspace_floats(s) * 4);
         sftest::upload_bf16(dx_.h(), x);
         sftest::upload_bf16(dw_.h(), w);
         sftest::upload_bf16(ddy.h(), dy);
         sftest::upload_bf16(dx1.h(), dx0);
         sftest::upload_bf16(dx2.h(), dx0);
+        sftest::upload_bf16(dxo1.h(), dx0);
+        sftest::upload_bf16(dxo2.h(), dx0);
         sftest::upload(dw1.f(), std::vector<float>(wn, 0.25f));
         sftest::upload(dw2.f(), std::vector<float>(wn, 0.25f));
         SF_CUDA_CHECK(cudaDeviceSynchronize());
@@ -192,19 +213,27 @@ TEST(ModelGpuOpsGpu, DepthwiseVariantsAutotunedAndBitwiseEqual) {
         kern::dwconv3x3_backward_data_cuda(ex, s, ddy.h(), dw_.h(), dx2.h(), true);
         kern::dwconv3x3_backward_filter_cuda(ex, s, dx_.h(), ddy.h(), dw2.f(), dws.f(),
                                              kern::dwconv3x3_workspace_floats(s));
+        if (u.needs_overwrite()) {
+            ops.conv_backward_data(ex, s, ddy.h(), dw_.h(), dxo1.h(), false);
+            kern::dwconv3x3_backward_data_cuda(ex, s, ddy.h(), dw_.h(), dxo2.h(), false);
+        }
         ctx.synchronize();
         const std::vector<float> a_y = sftest::download_bf16(y1.h(), yn), b_y = sftest::download_bf16(y2.h(), yn);
         const std::vector<float> a_dx = sftest::download_bf16(dx1.h(), xn), b_dx = sftest::download_bf16(dx2.h(), xn);
         const std::vector<float> a_dw = sftest::download(dw1.f(), wn), b_dw = sftest::download(dw2.f(), wn);
+        const std::vector<float> a_dxo = sftest::download_bf16(dxo1.h(), xn);
+        const std::vector<float> b_dxo = sftest::download_bf16(dxo2.h(), xn);
         if (custom) {
             EXPECT_TRUE(bitwise_equal(a_y, b_y)) << what << " y";
             EXPECT_TRUE(bitwise_equal(a_dx, b_dx)) << what << " dx";
             EXPECT_TRUE(bitwise_equal(a_dw, b_dw)) << what << " dw";
+            EXPECT_TRUE(bitwise_equal(a_dxo, b_dxo)) << what << " dx (overwrite)";
         } else {
             using sftest::close_rel_l2, sftest::to_double;
             EXPECT_TRUE(close_rel_l2(to_double(a_y), to_double(b_y), 1e-2, what + " y"));
             EXPECT_TRUE(close_rel_l2(to_double(a_dx), to_double(b_dx), 1e-2, what + " dx"));
             EXPECT_TRUE(close_rel_l2(to_double(a_dw), to_double(b_dw), 1e-2, what + " dw"));
+            EXPECT_TRUE(close_rel_l2(to_double(a_dxo), to_double(b_dxo), 1e-2, what + " dx (overwrite)"));
         }
     }
 }

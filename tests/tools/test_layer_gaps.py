@@ -102,6 +102,26 @@ class LayerGapsTest(unittest.TestCase):
         md = layer_gaps.markdown(rep)
         self.assertIn("| n128 64x128 c64->64 k3 s1 g64 | fwd | 7 (4ch 2x4 s8x32) | 0.1500 | 0.3000 | 50.0% |", md)
 
+    def test_dgrad_overwrite_mode_is_its_own_pass(self):
+        # Since 2026-11-27 a dgrad run in both modes has a choice per mode: "dgrad" (accumulate) and
+        # "dgrad overwrite"; a shape whose step only overwrites has the second alone.
+        ow = " dgrad overwrite 7 (4ch 2x4 s8x32) of [0.2000 0.1900 0.1200 0.1400 0.1300 0.1500 0.1100 0.0900 0.1000] ms,"
+        both = VARIANTS.replace(" wgrad 3", ow + " wgrad 3")
+        e = layer_gaps.report(record([SHAPE, both, NAMES]))["depthwise_variants"][0]
+        self.assertEqual((e["passes"]["dgrad"]["chosen"], e["passes"]["dgrad"]["ms"]), (2, 0.20))
+        o = e["passes"]["dgrad overwrite"]
+        self.assertEqual((o["chosen"], o["name"], o["ms"], o["variant0_ms"]), (7, "4ch 2x4 s8x32", 0.09, 0.20))
+        self.assertEqual(o["best_direct"], {"variant": 2, "name": "4ch 2x4", "ms": 0.12})
+        only = VARIANTS.replace(" dgrad 2 (4ch 2x4) of [0.3000 0.3100 0.2000 0.2500 0.2200 0.2300 0.2400 0.2100 0.2600] ms,",
+                                ow)
+        self.assertNotEqual(only, VARIANTS)
+        e = layer_gaps.report(record([SHAPE, only, NAMES]))["depthwise_variants"][0]
+        self.assertNotIn("dgrad", e["passes"])
+        self.assertEqual(e["passes"]["dgrad overwrite"]["chosen"], 7)
+        md = layer_gaps.markdown(layer_gaps.report(record([SHAPE, both, NAMES])))
+        self.assertIn("| n128 64x128 c64->64 k3 s1 g64 | dgrad overwrite | 7 (4ch 2x4 s8x32) | 0.0900 | 0.2000 | 55.0% |",
+                      md)
+
     def test_prologue_forward_of_a_fused_shape(self):
         line = VARIANTS + (", fwd with BN prologue 6 (8ch 2x4 s8x32) of [0.9000 0.9500 - - - - 0.4500 0.5000 0.4800"
                            " 0.8000] ms")
