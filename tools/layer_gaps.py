@@ -116,9 +116,14 @@ def staged(name):
     return re.search(r" s\d+x\d+$", name) is not None
 
 
-def variant_report(conv_plans, fwd_names=None):
-    """Per depthwise shape with a variants line: each pass's choice against variant 0, and (gather
-    passes, when the names are known from the line) the fastest direct and staged variants."""
+def hoisted(name):
+    return name.endswith(" hoist") or name.endswith(" prefetch")
+
+
+def variant_report(conv_plans, fwd_names=None, wgrad_names=None):
+    """Per depthwise shape with a variants line: each pass's choice against variant 0, and (when the
+    names are known from the lines) the fastest of each kind: direct and staged variants of the gather
+    passes, per-pixel and hoisted-load variants of the wgrad."""
     out = []
     shape = None
     for line in conv_plans:
@@ -135,18 +140,33 @@ def variant_report(conv_plans, fwd_names=None):
                     d["variant0_ms"] = ms[0]
                     if ms[0]:
                         d["saved_pct"] = 100.0 * (ms[0] - d["ms"]) / ms[0]
-                    if p != "wgrad" and fwd_names:
-                        for kind, pick in (("direct", lambda i: not staged(fwd_names[i])),
-                                           ("staged", lambda i: staged(fwd_names[i]))):
-                            cand = [(t, i) for i, t in enumerate(ms) if t is not None and i < len(fwd_names) and pick(i)]
-                            if cand:
-                                t, i = min(cand)
-                                d["best_" + kind] = {"variant": i, "name": fwd_names[i], "ms": t}
+                    names = wgrad_names if p == "wgrad" else fwd_names
+                    kinds = (("per_pixel", lambda n: not hoisted(n)), ("hoisted", hoisted)) if p == "wgrad" else \
+                        (("direct", lambda n: not staged(n)), ("staged", staged))
+                    for kind, pick in kinds if names else ():
+                        cand = [(t, i) for i, t in enumerate(ms) if t is not None and i < len(names) and pick(names[i])]
+                        if cand:
+                            t, i = min(cand)
+                            d["best_" + kind] = {"variant": i, "name": names[i], "ms": t}
                 entry["passes"][p] = d
             out.append(entry)
         elif ": " in text and not text.startswith("cudnn plan") and not text.startswith("dwconv variant names"):
             shape = text.split(": ", 1)[0]
     return out
+
+
+def wgrad_names(conv_plans):
+    """Variant index -> name of the wgrad variants, from the 'dwconv variant names: ... wgrad [0 name |
+    ...]' line (None without one)."""
+    for line in conv_plans:
+        m = re.search(r"dwconv variant names: .*wgrad \[([^\]]*)\]", line)
+        if m:
+            names = {}
+            for item in m.group(1).split(" | "):
+                idx, _, name = item.strip().partition(" ")
+                names[int(idx)] = name
+            return [names.get(i, "variant %d" % i) for i in range(max(names) + 1)]
+    return None
 
 
 def gather_names(conv_plans):
@@ -189,7 +209,7 @@ def report(d):
         },
         "by_class": summarise(rows, layer_class),
         "by_resolution": summarise(rows, resolution),
-        "depthwise_variants": variant_report(plans, gather_names(plans)),
+        "depthwise_variants": variant_report(plans, gather_names(plans), wgrad_names(plans)),
     }
 
 
@@ -212,7 +232,8 @@ def markdown(rep):
         lines.append("")
     if rep["depthwise_variants"]:
         lines += ["## Depthwise variants (ms per call)", "",
-                  "| shape | pass | runs | ms | variant 0 ms | saved | fastest direct | fastest staged |",
+                  "| shape | pass | runs | ms | variant 0 ms | saved | fastest direct (wgrad: per-pixel loads) |"
+                  " fastest staged (wgrad: hoisted loads) |",
                   "|---|---|---|---:|---:|---:|---|---|"]
         for e in rep["depthwise_variants"]:
             for p in _PASSES:
@@ -228,7 +249,8 @@ def markdown(rep):
                     e["shape"], p, d["chosen"], d["name"], "%.4f" % d["ms"] if "ms" in d else "-",
                     "%.4f" % d["variant0_ms"] if d.get("variant0_ms") is not None else "-",
                     "%.1f%%" % d["saved_pct"] if "saved_pct" in d else "-",
-                    best("best_direct") if p != "wgrad" else "", best("best_staged") if p != "wgrad" else ""))
+                    best("best_per_pixel" if p == "wgrad" else "best_direct"),
+                    best("best_hoisted" if p == "wgrad" else "best_staged")))
         lines.append("")
     return "\n".join(lines)
 

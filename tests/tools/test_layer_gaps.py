@@ -102,6 +102,23 @@ class LayerGapsTest(unittest.TestCase):
         md = layer_gaps.markdown(rep)
         self.assertIn("| n128 64x128 c64->64 k3 s1 g64 | fwd | 7 (4ch 2x4 s8x32) | 0.1500 | 0.3000 | 50.0% |", md)
 
+    def test_wgrad_per_pixel_against_hoisted_loads(self):
+        names = NAMES.replace("4 2ch 1x4 w1]", "4 2ch 1x4 w1 | 5 8ch 1x4 w1 hoist | 6 4ch 1x4 w1 hoist |"
+                                                 " 7 4ch 1x4 w1 prefetch | 8 2ch 1x4 w1 prefetch]")
+        self.assertNotEqual(names, NAMES)
+        line = VARIANTS.replace("wgrad 3 (4ch 1x4 w1) of [0.2800 0.2700 0.2600 0.2000 0.2100] ms",
+                                "wgrad 7 (4ch 1x4 w1 prefetch) of [0.2800 0.2700 0.2600 0.2000 0.2100 0.1500 0.1200"
+                                " 0.1000 0.1100] ms")
+        self.assertNotEqual(line, VARIANTS)
+        rep = layer_gaps.report(record([SHAPE, line, names]))
+        w = rep["depthwise_variants"][0]["passes"]["wgrad"]
+        self.assertEqual((w["chosen"], w["ms"], w["variant0_ms"]), (7, 0.10, 0.28))
+        self.assertEqual(w["best_per_pixel"], {"variant": 3, "name": "4ch 1x4 w1", "ms": 0.20})
+        self.assertEqual(w["best_hoisted"], {"variant": 7, "name": "4ch 1x4 w1 prefetch", "ms": 0.10})
+        self.assertNotIn("best_direct", w)
+        self.assertIn("| wgrad | 7 (4ch 1x4 w1 prefetch) | 0.1000 | 0.2800 | 64.3% | 3 (4ch 1x4 w1) 0.2000 |"
+                      " 7 (4ch 1x4 w1 prefetch) 0.1000 |", layer_gaps.markdown(rep))
+
     def test_dgrad_overwrite_mode_is_its_own_pass(self):
         # Since 2026-11-27 a dgrad run in both modes has a choice per mode: "dgrad" (accumulate) and
         # "dgrad overwrite"; a shape whose step only overwrites has the second alone.
