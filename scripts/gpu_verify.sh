@@ -17,8 +17,9 @@
 #   uporder  bench step at batch 128, 256x512, in both fusion up-path orders (model.fusion_up_order:
 #            upsample_first, conv_first), each with its per-layer table: the A/B of
 #            docs/perf/OPTIMIZATION_LOG.md entry 1 (bench_up_<order>.json, uporder.log)
-#   fused    which cuDNN BatchNorm fusion graphs have plans through the GPU's handle (plan
-#            --fusion-graphs: fusion_graphs.json), then bench step at batch 128, 256x512, without and
+#   fused    which cuDNN BatchNorm fusion graphs have plans through the GPU's handle, and the ones the
+#            step would use executed, timed against the plain conv + the step's BN kernels and checked
+#            (plan --fusion-graphs --time: fusion_graphs.json), then bench step at batch 128, 256x512, without and
 #            with the fused LiteBlock (model.fuse_expand_dw), each with its per-layer table: the A/B of
 #            OPTIMIZATION_LOG.md entry 4 (bench_fuse_off.json, bench_fuse_on.json, fused.log)
 #   sanitize compute-sanitizer racecheck and synccheck over the custom-kernel gpu tests (each tool
@@ -229,7 +230,7 @@ case "$STAGE" in
         --json "$OUT_DIR/bench_up_$order.json" 2>&1 | tee -a "$OUT_DIR/uporder.log"
     done ;;
   fused)
-    "$SF" plan --batch 128 --cudnn-device gpu --fusion-graphs --json "$OUT_DIR/fusion_graphs.json" 2>&1 |
+    "$SF" plan --batch 128 --cudnn-device gpu --fusion-graphs --time --json "$OUT_DIR/fusion_graphs.json" 2>&1 |
       tee -a "$OUT_DIR/fused.log"
     for v in off on; do
       flag=(); [ "$v" = on ] && flag=(--fuse-expand-dw)

@@ -192,6 +192,14 @@ TEST(CudnnDeviceless, FusionGraphsAreReportedAndTheControlPlans) {
     std::printf("%s", text.c_str());
     SF_EXPECT_ERROR(tools::parse_plan_args({"--fusion-graphs"}, &help), "--fusion-graphs",
                     "give --cudnn-device FILE|gpu too");
+    // Deviceless nothing is executed, and the report says so.
+    EXPECT_NE(text.find("built and not executed"), std::string::npos);
+    EXPECT_FALSE(d.contains("fused_timed"));
+    // --time executes the graphs: only through a GPU's handle.
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--time"}, &help), "--time", "--fusion-graphs --cudnn-device gpu");
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--cudnn-device", a.cudnn_device, "--fusion-graphs", "--time"}, &help),
+                    "--time executes the fusion graphs");
+    EXPECT_TRUE(tools::parse_plan_args({"--cudnn-device", "gpu", "--fusion-graphs", "--time"}, &help).fusion_time);
 }
 
 }  // namespace

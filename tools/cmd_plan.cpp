@@ -20,7 +20,7 @@ const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
            "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]\n"
-           "                       [--fusion-graphs]]\n"
+           "                       [--fusion-graphs [--time]]]\n"
            "                      [--roofline [--device NAME] [--ceilings FILE] [--peak-tflops T] [--peak-gbps G]]\n"
            "  the memory plan (parameters, optimizer state, activations, activation gradients, workspace, bytes\n"
            "  zeroed per micro-step) for an input size and batch, without a GPU.\n"
@@ -31,6 +31,9 @@ const char* plan_usage() {
            "  exit 1 when a convolution the step needs has no cuDNN plan.\n"
            "  --fusion-graphs: also ask cuDNN whether the BatchNorm fusion graphs (conv + genstats; scale + bias +\n"
            "  identity/ReLU/SiLU + conv [+ genstats]) have engines and plans for that device (tools/plan_fusion.h)\n"
+           "  --time (with --cudnn-device gpu): execute the graphs the step would use on the GPU, each timed against\n"
+           "  the plain conv + the step's own BN kernels for the same work and checked against them\n"
+           "  (tools/plan_fusion_time.h)\n"
            "  --up-order: the fusion up paths' order (model.fusion_up_order, docs/MODEL.md)\n"
            "  --fuse-expand-dw: the fused LiteBlock (model.fuse_expand_dw, CUDA only; docs/GPU_STEP.md)\n"
            "  --roofline: the training step's modelled floor (bytes and FLOPs of every pass, by class and by pass)\n"
@@ -53,8 +56,8 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
             a.verbose = true;
             continue;
         }
-        if (s == "--roofline") {
-            a.roofline = true;
+        if (s == "--roofline" || s == "--time") {
+            (s == "--roofline" ? a.roofline : a.fusion_time) = true;
             continue;
         }
         if (s == "--fuse-expand-dw" || s == "--fusion-graphs") {
@@ -99,6 +102,8 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
              "--roofline: give --roofline too");
     SF_CHECK(!a.fusion_graphs || !a.cudnn_device.empty(),
              "plan: --fusion-graphs asks cuDNN about a device: give --cudnn-device FILE|gpu too");
+    SF_CHECK(!a.fusion_time || (a.fusion_graphs && a.cudnn_device == "gpu"),
+             "plan: --time executes the fusion graphs: give --fusion-graphs --cudnn-device gpu too");
     SF_CHECK(!a.cudnn_device.empty() || (!a.autotune && !a.verbose),
              "plan: --conv-policy and --verbose describe cuDNN plans: give --cudnn-device FILE too");
     return a;

@@ -1,6 +1,7 @@
 // cuDNN's BatchNorm fusion graphs, built and planned, never executed (tools/plan_fusion.h).
 #include "tools/plan_fusion.h"
 
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "tools/plan_cudnn.h"
+#include "tools/plan_fusion_time.h"
 
 namespace tools {
 
@@ -20,17 +22,15 @@ struct FusionShape {
     int64_t n, c_in, h, w, c_out, k;
 };
 
-// Builds one graph's descriptors; each tensor gets a fresh uid.
+// Builds one graph's descriptors; each tensor gets a fresh uid, and each non-virtual one a role (what
+// `--time` binds it to).
 class GraphBuilder {
 public:
-    const rt::CudnnDesc& tensor(cudnnDataType_t t, std::vector<int64_t> dims, bool is_virtual) {
-        rt::CudnnTensorSpec s;
-        s.dtype = t;
-        s.strides = rt::channels_last_strides(dims);
-        s.dims = std::move(dims);
-        s.uid = next_uid_++;
-        s.is_virtual = is_virtual;
-        return keep(rt::cudnn_tensor(s));
+    const rt::CudnnDesc& tensor(cudnnDataType_t t, std::vector<int64_t> dims, FusionRole role) {
+        return tensor(t, std::move(dims), false, role);
+    }
+    const rt::CudnnDesc& virtual_tensor(cudnnDataType_t t, std::vector<int64_t> dims) {
+        return tensor(t, std::move(dims), true, FusionRole::X);
     }
     // y = mode(x [, b]) in fp32.
     const rt::CudnnDesc& pointwise(cudnnPointwiseMode_t mode, const rt::CudnnDesc& x, const rt::CudnnDesc* b,
@@ -49,8 +49,8 @@ public:
     }
     // Per-channel sum and sum of squares of x (fp32 outputs of shape (1, C, 1, 1)).
     const rt::CudnnDesc& genstats(const rt::CudnnDesc& x, int64_t c) {
-        const rt::CudnnDesc& sum = tensor(CUDNN_DATA_FLOAT, {1, c, 1, 1}, false);
-        const rt::CudnnDesc& sq = tensor(CUDNN_DATA_FLOAT, {1, c, 1, 1}, false);
+        const rt::CudnnDesc& sum = tensor(CUDNN_DATA_FLOAT, {1, c, 1, 1}, FusionRole::Sum);
+        const rt::CudnnDesc& sq = tensor(CUDNN_DATA_FLOAT, {1, c, 1, 1}, FusionRole::SqSum);
         rt::CudnnDesc op(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
         const cudnnGenStatsMode_t m = CUDNN_GENSTATS_SUM_SQSUM;
         op.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &m)
@@ -69,8 +69,19 @@ public:
         return true;
     }
     const std::vector<const rt::CudnnDesc*>& ops() const { return ops_; }
+    const std::vector<FusionBinding>& bindings() const { return bindings_; }
 
 private:
+    const rt::CudnnDesc& tensor(cudnnDataType_t t, std::vector<int64_t> dims, bool is_virtual, FusionRole role) {
+        rt::CudnnTensorSpec s;
+        s.dtype = t;
+        s.strides = rt::channels_last_strides(dims);
+        s.dims = std::move(dims);
+        s.uid = next_uid_++;
+        s.is_virtual = is_virtual;
+        if (!is_virtual) bindings_.push_back({s.uid, role});
+        return keep(rt::cudnn_tensor(s));
+    }
     const rt::CudnnDesc& keep(rt::CudnnDesc d) {
         descs_.push_back(std::make_unique<rt::CudnnDesc>(std::move(d)));
         return *descs_.back();
@@ -83,6 +94,7 @@ private:
     int64_t next_uid_ = 1;
     std::vector<std::unique_ptr<rt::CudnnDesc>> descs_;
     std::vector<const rt::CudnnDesc*> ops_;
+    std::vector<FusionBinding> bindings_;
 };
 
 enum class Variant { Control, GenStats, Prologue, PrologueGenStats };
@@ -100,8 +112,10 @@ nlohmann::json graph_record(bool accepted, const std::string& reason) {
 }
 
 // Every engine of the graph by global index (the heuristics may propose fewer), then the heuristics'
-// own proposals, each with whether it finalizes into an execution plan.
-nlohmann::json probe_graph(const rt::CudnnTarget& t, const GraphBuilder& b) {
+// own proposals, each with whether it finalizes into an execution plan; the first of those plans (and
+// its workspace) goes to *plan when given.
+nlohmann::json probe_graph(const rt::CudnnTarget& t, const GraphBuilder& b, rt::CudnnDesc* first_plan = nullptr,
+                           int64_t* first_ws = nullptr) {
     rt::CudnnDesc g;
     std::string why;
     const bool accepted = rt::cudnn_try_op_graph(t, b.ops(), &g, &why);
@@ -139,7 +153,10 @@ nlohmann::json probe_graph(const rt::CudnnTarget& t, const GraphBuilder& b) {
         int64_t ws = 0;
         std::string w;
         if (!rt::cudnn_try_plan(t, c, &plan, &ws, &w)) continue;
-        if (hplans++ == 0) r["first_heuristic_plan"] = c.describe() + rt::format(" ws %lld", static_cast<long long>(ws));
+        if (hplans++ == 0) {
+            r["first_heuristic_plan"] = c.describe() + rt::format(" ws %lld", static_cast<long long>(ws));
+            if (first_plan) *first_plan = std::move(plan), *first_ws = ws;
+        }
     }
     r["heuristic_configs"] = cfgs.size();
     r["heuristic_plans"] = hplans;
@@ -147,8 +164,15 @@ nlohmann::json probe_graph(const rt::CudnnTarget& t, const GraphBuilder& b) {
     return r;
 }
 
+kern::Act act_of(cudnnPointwiseMode_t a) {
+    return a == CUDNN_POINTWISE_IDENTITY ? kern::Act::None : a == CUDNN_POINTWISE_RELU_FWD ? kern::Act::Relu
+                                                                                         : kern::Act::Silu;
+}
+
+// exec: time and check the graphs on this GPU (`--time`; tools/plan_fusion_time.h), only those the
+// step would use (fp32 scale and bias, identity or SiLU); null: probe every graph, execute nothing.
 nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std::string& device,
-                          const std::string& source) {
+                          const std::string& source, const rt::Exec* exec = nullptr) {
     const int64_t n = a.batch, h4 = a.height / 4, w4 = a.width / 4;
     const FusionShape shapes[] = {
         {"1x1 32->64 at 1/4 (LiteBlock expand)", n, 32, h4, w4, 64, 1},
@@ -157,7 +181,8 @@ nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std
         {"3x3 128->128 at 1/16 (FPN smooth)", n, 128, h4 / 4, w4 / 4, 128, 3},
     };
     nlohmann::json graphs = nlohmann::json::array();
-    int control = 0, fused = 0;
+    int control = 0, fused = 0, timed = 0, checked_ok = 0;
+    uint64_t seed = 7000;
     for (const FusionShape& s : shapes) {
         SF_CHECK(s.h > 0 && s.w > 0, "plan --fusion-graphs: the input %dx%d is too small for the 1/16 shapes",
                  a.height, a.width);
@@ -177,57 +202,81 @@ nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std
         for (cudnnDataType_t affine : {CUDNN_DATA_FLOAT, CUDNN_DATA_BFLOAT16})
             for (cudnnPointwiseMode_t act : {CUDNN_POINTWISE_IDENTITY, CUDNN_POINTWISE_RELU_FWD,
                                              CUDNN_POINTWISE_SWISH_FWD})
-                variants.push_back({Variant::Prologue, act, affine});
+                if (!exec || (affine == CUDNN_DATA_FLOAT && act != CUDNN_POINTWISE_RELU_FWD))
+                    variants.push_back({Variant::Prologue, act, affine});
         for (cudnnDataType_t affine : {CUDNN_DATA_FLOAT, CUDNN_DATA_BFLOAT16})
-            variants.push_back({Variant::PrologueGenStats, CUDNN_POINTWISE_SWISH_FWD, affine});
+            if (!exec || affine == CUDNN_DATA_FLOAT)
+                variants.push_back({Variant::PrologueGenStats, CUDNN_POINTWISE_SWISH_FWD, affine});
+        std::unique_ptr<FusionTimer> timer;
+        if (exec) timer = std::make_unique<FusionTimer>(*exec, FusionDims{s.n, s.c_in, s.h, s.w, s.c_out, s.k}, seed += 10);
         for (const V& v : variants) {
-            GraphBuilder b;
-            const rt::CudnnDesc cd = rt::cudnn_conv_desc(cs);
-            const rt::CudnnDesc& x = b.tensor(CUDNN_DATA_BFLOAT16, {s.n, s.c_in, s.h, s.w}, false);
-            const rt::CudnnDesc& w = b.tensor(CUDNN_DATA_BFLOAT16, {s.c_out, s.c_in, s.k, s.k}, false);
-            const rt::CudnnDesc& y = b.tensor(CUDNN_DATA_BFLOAT16, {s.n, s.c_out, s.h, s.w}, false);
             const bool prologue = v.v == Variant::Prologue || v.v == Variant::PrologueGenStats;
-            std::string name = "conv";
-            const rt::CudnnDesc* in = &x;
-            if (prologue) {
-                const rt::CudnnDesc& scale = b.tensor(v.affine, {1, s.c_in, 1, 1}, false);
-                const rt::CudnnDesc& bias = b.tensor(v.affine, {1, s.c_in, 1, 1}, false);
-                const rt::CudnnDesc& t1 = b.tensor(CUDNN_DATA_FLOAT, {s.n, s.c_in, s.h, s.w}, true);
-                const rt::CudnnDesc& t2 = b.tensor(CUDNN_DATA_FLOAT, {s.n, s.c_in, s.h, s.w}, true);
-                const rt::CudnnDesc& t3 = b.tensor(CUDNN_DATA_BFLOAT16, {s.n, s.c_in, s.h, s.w}, true);
-                b.pointwise(CUDNN_POINTWISE_MUL, x, &scale, t1);
-                b.pointwise(CUDNN_POINTWISE_ADD, t1, &bias, t2);
-                b.pointwise(v.act, t2, nullptr, t3);
-                in = &t3;
+            const bool genstats = v.v == Variant::GenStats || v.v == Variant::PrologueGenStats;
+            std::string name = v.v == Variant::Control ? "conv alone (control)" : "conv";
+            if (prologue)
                 name = rt::format("scale+bias (%s) + %s + conv", v.affine == CUDNN_DATA_FLOAT ? "fp32" : "bf16",
                                   act_name(v.act));
-            }
+            if (genstats) name += " + genstats";
+            GraphBuilder b;
             nlohmann::json r;
-            std::string why;
-            if (!b.conv(*in, w, y, cd, &why)) {
-                r = graph_record(false, "convolution operation refused: " + why);
-            } else {
-                if (v.v == Variant::GenStats || v.v == Variant::PrologueGenStats) {
-                    b.genstats(y, s.c_out);
-                    name += " + genstats";
+            rt::CudnnDesc plan;
+            int64_t ws = 0;
+            try {  // a cuDNN that lacks a descriptor type (an old runtime) refuses the graph, not the run
+                const rt::CudnnDesc cd = rt::cudnn_conv_desc(cs);
+                const rt::CudnnDesc& x = b.tensor(CUDNN_DATA_BFLOAT16, {s.n, s.c_in, s.h, s.w}, FusionRole::X);
+                const rt::CudnnDesc& w = b.tensor(CUDNN_DATA_BFLOAT16, {s.c_out, s.c_in, s.k, s.k}, FusionRole::W);
+                const rt::CudnnDesc& y = b.tensor(CUDNN_DATA_BFLOAT16, {s.n, s.c_out, s.h, s.w}, FusionRole::Y);
+                const rt::CudnnDesc* in = &x;
+                if (prologue) {
+                    const rt::CudnnDesc& scale = b.tensor(v.affine, {1, s.c_in, 1, 1}, FusionRole::Scale);
+                    const rt::CudnnDesc& bias = b.tensor(v.affine, {1, s.c_in, 1, 1}, FusionRole::Bias);
+                    const rt::CudnnDesc& t1 = b.virtual_tensor(CUDNN_DATA_FLOAT, {s.n, s.c_in, s.h, s.w});
+                    const rt::CudnnDesc& t2 = b.virtual_tensor(CUDNN_DATA_FLOAT, {s.n, s.c_in, s.h, s.w});
+                    const rt::CudnnDesc& t3 = b.virtual_tensor(CUDNN_DATA_BFLOAT16, {s.n, s.c_in, s.h, s.w});
+                    b.pointwise(CUDNN_POINTWISE_MUL, x, &scale, t1);
+                    b.pointwise(CUDNN_POINTWISE_ADD, t1, &bias, t2);
+                    b.pointwise(v.act, t2, nullptr, t3);
+                    in = &t3;
                 }
-                r = probe_graph(t, b);
+                std::string why;
+                if (!b.conv(*in, w, y, cd, &why)) {
+                    r = graph_record(false, "convolution operation refused: " + why);
+                } else {
+                    if (genstats) b.genstats(y, s.c_out);
+                    r = probe_graph(t, b, &plan, &ws);
+                }
+            } catch (const rt::Error& e) {
+                r = graph_record(false, std::string("descriptor refused: ") + e.what());
             }
-            if (v.v == Variant::Control) name = "conv alone (control)";
             r["shape"] = s.name;
             r["graph"] = name;
             const bool ok = r["engines_planned"].get<int>() > 0 || r["heuristic_plans"].get<int>() > 0;
             (v.v == Variant::Control ? control : fused) += ok ? 1 : 0;
+            if (timer && plan.valid()) {
+                r["time"] = v.v == Variant::Control
+                                ? timer->set_control(std::move(plan), ws, b.bindings())
+                                : timer->time_fused(plan, ws, b.bindings(), prologue, act_of(v.act),
+                                                    v.affine == CUDNN_DATA_BFLOAT16, genstats);
+                if (v.v != Variant::Control && !r["time"].contains("error")) {
+                    ++timed;
+                    checked_ok += r["time"]["ok"].get<bool>() ? 1 : 0;
+                }
+            }
             graphs.push_back(r);
         }
     }
-    return {{"device", device},
-            {"source", source},
-            {"cudnn_version", rt::cudnn_version_string(cudnnGetVersion())},
-            {"shapes", sizeof(shapes) / sizeof(shapes[0])},
-            {"graphs", graphs},
-            {"control_planned", control},
-            {"fused_planned", fused}};
+    nlohmann::json d = {{"device", device},
+                        {"source", source},
+                        {"cudnn_version", rt::cudnn_version_string(cudnnGetVersion())},
+                        {"shapes", sizeof(shapes) / sizeof(shapes[0])},
+                        {"graphs", graphs},
+                        {"control_planned", control},
+                        {"fused_planned", fused}};
+    if (exec) {
+        d["fused_timed"] = timed;
+        d["fused_checks_ok"] = checked_ok;
+    }
+    return d;
 }
 
 }  // namespace
@@ -242,13 +291,39 @@ nlohmann::json cudnn_fusion_json_gpu(const PlanArgs& a) {
     const rt::DeviceInfo d = rt::query_device_info(0);
     SF_CHECK(d.available, "plan: --cudnn-device gpu needs a usable CUDA device here: %s", d.reason.c_str());
     const rt::CudaContext ctx(0);
-    return fusion_for(a, rt::CudnnTarget::of(ctx.exec().cudnn), d.name, "gpu 0 (cuDNN handle)");
+    return fusion_for(a, rt::CudnnTarget::of(ctx.exec().cudnn), d.name, "gpu 0 (cuDNN handle)",
+                      a.fusion_time ? &ctx.exec() : nullptr);
 }
 
+namespace {
+
+// "fused 0.123 ms, unfused 0.200 ms (conv 0.100 + apply 0.050 + stats 0.050): 1.63x; y rel L2 2e-03,
+// sums 1e-06 / 2e-06: ok", "conv 0.100 ms" (control), or the error.
+std::string fusion_time_text(const nlohmann::json& t) {
+    if (t.contains("error")) return "not timed: " + t["error"].get<std::string>().substr(0, 160);
+    if (!t.contains("unfused_ms")) return rt::format("timed: conv %.4f ms", t["ms"].get<double>());
+    const nlohmann::json& u = t["unfused"];
+    std::string parts = rt::format("conv %.4f", u["conv_ms"].get<double>());
+    if (u.contains("apply_ms")) parts += rt::format(" + apply %.4f", u["apply_ms"].get<double>());
+    if (u.contains("stats_ms")) parts += rt::format(" + stats %.4f", u["stats_ms"].get<double>());
+    std::string check;
+    const nlohmann::json& c = t["check"];
+    const auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };  // null: NaN
+    if (c.contains("y_rel_l2")) check += rt::format("; y rel L2 %.1e", num(c["y_rel_l2"]));
+    if (c.contains("sum_rel_err"))
+        check += rt::format("; sums %.1e / %.1e", num(c["sum_rel_err"]), num(c["sqsum_rel_err"]));
+    return rt::format("timed: fused %.4f ms, unfused %.4f ms (%s): %.2fx%s: %s", t["ms"].get<double>(),
+                      t["unfused_ms"].get<double>(), parts.c_str(), t["speedup"].get<double>(), check.c_str(),
+                      t["ok"].get<bool>() ? "ok" : "CHECK FAILED");
+}
+
+}  // namespace
+
 std::string cudnn_fusion_text(const nlohmann::json& d) {
-    std::string out = rt::format("cuDNN %s BatchNorm fusion graphs for %s (%s), built and not executed:\n",
+    std::string out = rt::format("cuDNN %s BatchNorm fusion graphs for %s (%s), %s:\n",
                                  d["cudnn_version"].get<std::string>().c_str(), d["device"].get<std::string>().c_str(),
-                                 d["source"].get<std::string>().c_str());
+                                 d["source"].get<std::string>().c_str(),
+                                 d.contains("fused_timed") ? "built, executed and timed" : "built and not executed");
     std::string shape;
     for (const nlohmann::json& g : d["graphs"]) {
         if (g["shape"].get<std::string>() != shape) {
@@ -266,9 +341,13 @@ std::string cudnn_fusion_text(const nlohmann::json& d) {
                           g["heuristic_configs"].get<int>(), g["heuristic_plans"].get<int>(),
                           g["first_heuristic_plan"].is_null() ? "" : ": ",
                           g["first_heuristic_plan"].is_null() ? "" : g["first_heuristic_plan"].get<std::string>().c_str());
+        if (g.contains("time")) out += "      " + fusion_time_text(g["time"]) + "\n";
     }
     out += rt::format("control graphs with a plan: %d of %zu shapes; fused graphs with a plan: %d\n",
                       d["control_planned"].get<int>(), d["shapes"].get<size_t>(), d["fused_planned"].get<int>());
+    if (d.contains("fused_timed"))
+        out += rt::format("fused graphs timed: %d, their checks passed: %d\n", d["fused_timed"].get<int>(),
+                          d["fused_checks_ok"].get<int>());
     return out;
 }
 

@@ -8,7 +8,10 @@
 //     identity, ReLU, SiLU (cuDNN's swish); scale and bias fp32 or bf16), and the same + genstats,
 // and reports per graph whether cuDNN accepts it, how many engines it has, how many of them
 // finalize and give an execution plan, and what the heuristics propose. Nothing is executed: whether
-// an engine exists, not whether it is fast. Without a device (a property JSON) cuDNN 9.19 gives no
+// an engine exists, not whether it is fast. With `--time` (a GPU's handle only) the graphs the step
+// would use (fp32 scale and bias, identity or SiLU) are executed, timed against the plain conv + the
+// step's own BN kernels and checked (tools/plan_fusion_time.h; each graph's "time" member), and the
+// document gains "fused_timed" and "fused_checks_ok". Without a device (a property JSON) cuDNN 9.19 gives no
 // plan for any fused graph (the heuristics return none) while the control plans: only a run through a
 // GPU's handle answers the question.
 // JSON (the "cudnn_fusion" member of the slidefuse.plan/1 document):

@@ -45,6 +45,7 @@ struct PlanArgs {
     model::UpOrder up_order = model::UpOrder::UpsampleFirst;  // --up-order (model/up_order.h)
     bool fuse_expand_dw = false;  // --fuse-expand-dw (model.fuse_expand_dw; CUDA only)
     bool fusion_graphs = false;   // --fusion-graphs: cuDNN's BN fusion graphs (tools/plan_fusion.h)
+    bool fusion_time = false;     // --time (with --fusion-graphs --cudnn-device gpu): execute and time them
     // --roofline: the step's modelled floor (tools/plan_roofline.h) at the peaks of --device NAME
     // (the datasheet table, tools/roofline.h; default "H100 SXM"), overridden by --ceilings FILE
     // (`bench ceilings --json`) and --peak-tflops / --peak-gbps.

@@ -23,7 +23,7 @@ case "$1" in
          echo "first layer beyond tolerance: stem.conv1 fwd"; exit "${SF_FAKE_CHECK_RC:-0}" ;;
   devices) [ "$2" = --help ] && { echo "usage: slidefuse devices [--cudnn-json FILE]"; exit 0; }
            [ "$2" = --cudnn-json ] && echo '{"deviceName": "Fake"}' > "$3"; exit "${SF_FAKE_DEVICES_RC:-0}" ;;
-  plan) shift; eng=e2; out=
+  plan) echo "plan args: $*"; shift; eng=e2; out=
         while [ $# -gt 0 ]; do
           case "$1" in --json) out=$2 ;; --cudnn-device) [ "$2" = gpu ] && eng=${SF_FAKE_HANDLE_ENGINE:-e2} ;; esac; shift
         done
@@ -240,7 +240,9 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(self.out)), ["bench_fuse_off.json", "bench_fuse_on.json", "commit.txt",
                                                          "fused.log", "fusion_graphs.json", "gpu.txt"])
         with open(os.path.join(self.out, "fused.log")) as f:
-            runs = [l for l in f.read().splitlines() if l.startswith("bench args:")]
+            log = f.read().splitlines()
+        runs = [l for l in log if l.startswith("bench args:")]
+        self.assertIn("--fusion-graphs --time", [l for l in log if l.startswith("plan args:")][0])
         self.assertEqual(len(runs), 2)
         self.assertNotIn("--fuse-expand-dw", runs[0])
         self.assertIn("--fuse-expand-dw", runs[1])

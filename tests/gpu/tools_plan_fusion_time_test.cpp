@@ -1,0 +1,153 @@
+// `slidefuse plan --cudnn-device gpu --fusion-graphs --time` (tools/plan_fusion.h,
+// tools/plan_fusion_time.h): through the GPU's cuDNN handle, the graphs the step would use (4 shapes x
+// control, conv + genstats, fp32 scale + bias + identity / SiLU + conv, and the SiLU one + genstats)
+// are planned; every control is executed and timed; every fused graph with a plan is executed, timed
+// against the control + the step's own BN kernels, and its outputs checked (y against the conv of the
+// apply pass's output, genstats' sums against fp64 sums of y). On an H100 / H200 every fused graph
+// plans (2026-11-27), so this asserts the fused graphs compute what the step would need; under the
+// emulated cuDNN (no pointwise or genstats operations) they are refused with cuDNN's status, and only
+// the controls run.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kernels/conv_cudnn_probe.h"
+#include "runtime/cudnn_graph.h"
+#include "runtime/exec.h"
+#include "tests/support/compare.h"
+#include "tools/plan_fusion.h"
+#include "tools/plan_fusion_time.h"
+#include "tools/plan_report.h"
+
+namespace {
+
+TEST(ToolsPlanFusionGpu, TimesTheStepsGraphsAndChecksThem) {
+    SF_REQUIRE_GPU();
+    tools::PlanArgs a;
+    a.batch = 2;
+    a.height = 64;
+    a.width = 128;
+    a.cudnn_device = "gpu";
+    a.fusion_graphs = true;
+    a.fusion_time = true;
+    const nlohmann::json d = tools::cudnn_fusion_json_gpu(a);
+    ASSERT_EQ(d["graphs"].size(), 4u * 5u) << d.dump(1);
+    int controls = 0, fused_planned = 0, fused_timed = 0;
+    for (const nlohmann::json& g : d["graphs"]) {
+        const std::string what = g["shape"].get<std::string>() + " / " + g["graph"].get<std::string>();
+        const bool planned = g["heuristic_plans"].get<int>() > 0;
+        if (g["graph"] == "conv alone (control)") {
+            ++controls;
+            ASSERT_TRUE(planned) << what;
+            ASSERT_TRUE(g.contains("time")) << what;
+            ASSERT_FALSE(g["time"].contains("error")) << what << ": " << g["time"].dump();
+            EXPECT_GT(g["time"]["ms"].get<double>(), 0.0) << what;
+            continue;
+        }
+        EXPECT_EQ(g["graph"].get<std::string>().find("bf16"), std::string::npos) << what << ": fp32 affine only";
+        EXPECT_EQ(g["graph"].get<std::string>().find("relu"), std::string::npos) << what;
+        if (!planned) {
+            EXPECT_FALSE(g.contains("time")) << what;
+            continue;
+        }
+        ++fused_planned;
+        ASSERT_TRUE(g.contains("time")) << what;
+        const nlohmann::json& t = g["time"];
+        ASSERT_FALSE(t.contains("error")) << what << ": " << t.dump();
+        ++fused_timed;
+        EXPECT_GT(t["ms"].get<double>(), 0.0) << what;
+        const bool prologue = g["graph"].get<std::string>().find("scale+bias") != std::string::npos;
+        const bool genstats = g["graph"].get<std::string>().find("genstats") != std::string::npos;
+        EXPECT_EQ(t["unfused"].contains("apply_ms"), prologue) << what;
+        EXPECT_EQ(t["unfused"].contains("stats_ms"), genstats) << what;
+        EXPECT_EQ(t["check"].contains("y_rel_l2"), prologue) << what;
+        EXPECT_EQ(t["check"].contains("sum_rel_err"), genstats) << what;
+        EXPECT_TRUE(t["ok"].get<bool>()) << what << ": " << t.dump();
+    }
+    EXPECT_EQ(controls, 4);
+    EXPECT_EQ(d["fused_timed"].get<int>(), fused_timed);
+    EXPECT_EQ(d["fused_checks_ok"].get<int>(), fused_timed);
+    EXPECT_EQ(fused_timed, fused_planned);
+    const std::string text = tools::cudnn_fusion_text(d);
+    std::printf("%s", text.c_str());
+    EXPECT_NE(text.find("timed: conv "), std::string::npos) << text;
+    EXPECT_NE(text.find("fused graphs timed: " + std::to_string(fused_timed)), std::string::npos) << text;
+}
+
+// The control of a 1x1 32 -> 32 shape (n 2, 8x16) as a plan, with its bindings (uids 1, 2, 3).
+struct ControlPlan {
+    rt::CudnnDesc plan;
+    int64_t ws = 0;
+    std::vector<tools::FusionBinding> bindings = {
+        {1, tools::FusionRole::X}, {2, tools::FusionRole::W}, {3, tools::FusionRole::Y}};
+};
+ControlPlan control_plan(const rt::Exec& ex, const tools::FusionDims& d) {
+    auto tensor = [](int64_t uid, std::vector<int64_t> dims) {
+        rt::CudnnTensorSpec s;
+        s.dtype = CUDNN_DATA_BFLOAT16;
+        s.strides = rt::channels_last_strides(dims);
+        s.dims = std::move(dims);
+        s.uid = uid;
+        return rt::cudnn_tensor(s);
+    };
+    const rt::CudnnDesc x = tensor(1, {d.n, d.c_in, d.h, d.w}), w = tensor(2, {d.c_out, d.c_in, d.k, d.k});
+    const rt::CudnnDesc y = tensor(3, {d.n, d.c_out, d.h, d.w});
+    rt::CudnnConvSpec cs;
+    cs.pre_pad = cs.post_pad = {0, 0};
+    cs.stride = cs.dilation = {1, 1};
+    const rt::CudnnDesc cd = rt::cudnn_conv_desc(cs);
+    rt::CudnnDesc op, graph;
+    std::string why;
+    SF_CHECK(kern::conv_cudnn_operation(kern::ConvOp::Fprop, x, w, y, cd, 0.0f, &op, &why), "%s", why.c_str());
+    const rt::CudnnTarget t = rt::CudnnTarget::of(ex.cudnn);
+    SF_CHECK(rt::cudnn_try_op_graph(t, {&op}, &graph, &why), "%s", why.c_str());
+    ControlPlan c;
+    for (const rt::CudnnEngineConfig& cfg : rt::cudnn_engine_configs(t, graph, &why))
+        if (rt::cudnn_try_plan(t, cfg, &c.plan, &c.ws, &why)) return c;
+    SF_FAIL("no plan for the control: %s", why.c_str());
+}
+
+// FusionTimer on its own, with a plain convolution standing in for a fused graph (the emulated cuDNN
+// has no pointwise or genstats operations; on a GPU this checks the checks too): as what it is, it is
+// timed against itself and passes; claimed to apply a SiLU prologue, its y is the plain conv's, not
+// the conv of the apply pass's output, and the y check fails; claimed to write genstats' sums, it
+// writes none, and that check fails. A fused graph before any control is refused.
+TEST(ToolsPlanFusionGpu, TimerChecksCatchAGraphThatComputesSomethingElse) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const tools::FusionDims d{2, 32, 8, 16, 32, 1};
+    tools::FusionTimer timer(ctx.exec(), d, 5);
+    ControlPlan stand_in = control_plan(ctx.exec(), d);
+    const nlohmann::json early = timer.time_fused(stand_in.plan, stand_in.ws, stand_in.bindings, false,
+                                                  kern::Act::None, false, false);
+    EXPECT_NE(early.value("error", "").find("control"), std::string::npos) << early.dump();
+
+    ControlPlan control = control_plan(ctx.exec(), d);
+    const nlohmann::json c = timer.set_control(std::move(control.plan), control.ws, control.bindings);
+    ASSERT_FALSE(c.contains("error")) << c.dump();
+    EXPECT_GT(c["ms"].get<double>(), 0.0);
+
+    const nlohmann::json same = timer.time_fused(stand_in.plan, stand_in.ws, stand_in.bindings, false,
+                                                 kern::Act::None, false, false);
+    ASSERT_FALSE(same.contains("error")) << same.dump();
+    EXPECT_TRUE(same["ok"].get<bool>()) << same.dump();
+    EXPECT_GT(same["ms"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(same["unfused_ms"].get<double>(), c["ms"].get<double>());
+
+    const nlohmann::json pro = timer.time_fused(stand_in.plan, stand_in.ws, stand_in.bindings, true,
+                                                kern::Act::Silu, false, false);
+    ASSERT_FALSE(pro.contains("error")) << pro.dump();
+    EXPECT_GT(pro["check"]["y_rel_l2"].get<double>(), 1e-2) << pro.dump();
+    EXPECT_FALSE(pro["ok"].get<bool>()) << pro.dump();
+    EXPECT_GT(pro["unfused"]["apply_ms"].get<double>(), 0.0);
+
+    const nlohmann::json gs = timer.time_fused(stand_in.plan, stand_in.ws, stand_in.bindings, false,
+                                               kern::Act::None, false, true);
+    ASSERT_FALSE(gs.contains("error")) << gs.dump();
+    EXPECT_FALSE(gs["ok"].get<bool>()) << gs.dump();
+    EXPECT_GT(gs["unfused"]["stats_ms"].get<double>(), 0.0);
+}
+
+}  // namespace
