@@ -46,6 +46,9 @@ struct PlanArgs {
     bool fuse_expand_dw = false;  // --fuse-expand-dw (model.fuse_expand_dw; CUDA only)
     bool fusion_graphs = false;   // --fusion-graphs: cuDNN's BN fusion graphs (tools/plan_fusion.h)
     bool fusion_time = false;     // --time (with --fusion-graphs --cudnn-device gpu): execute and time them
+    // Tests only: the first shape's control and its SiLU prologue + genstats graph, nothing else (on a
+    // GPU each fused graph costs seconds of runtime compilation; the gpu suite runs under a deadline).
+    bool fusion_smoke = false;
     // --roofline: the step's modelled floor (tools/plan_roofline.h) at the peaks of --device NAME
     // (the datasheet table, tools/roofline.h; default "H100 SXM"), overridden by --ceilings FILE
     // (`bench ceilings --json`) and --peak-tflops / --peak-gbps.
