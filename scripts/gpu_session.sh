@@ -49,7 +49,7 @@ train_pid=$!
 
 # ---- first: env, plans, every gpu test, check, memcheck, ceilings, bench (contended) ----
 say "first: foreground"
-OUT="$W/first" SF_T_TESTS=$(budget 300 240) scripts/gpu_verify.sh first "$B" >"$W/first.out" 2>&1
+OUT="$W/first" SF_T_TESTS=$(budget 320 220) scripts/gpu_verify.sh first "$B" >"$W/first.out" 2>&1
 say "first: rc $? -- $(grep -E '^tests' "$W/first/summary.txt" 2>/dev/null)"
 pack
 
