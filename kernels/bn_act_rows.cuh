@@ -94,30 +94,18 @@ __device__ __forceinline__ size_t chunk_begin(size_t rows, int chunks, int k) {
 __device__ __forceinline__ uint4 ldg8_raw(const bfloat* __restrict__ p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ uint4 ld8_raw(const bfloat* p) { return *reinterpret_cast<const uint4*>(p); }
 
-// 0 for the positive C every kernel runs with (the plan checks it), from a kernel argument, so that
-// the compiler cannot fold it away.
-__device__ __forceinline__ unsigned hidden_zero(int c) { return static_cast<unsigned>(c >> 31); }
-
-// Every word of a[0] (and of b[0] when with_b) ^= (a[1].x ^ ... ^ a[N-1].x [^ b[1].x ^ ... ]) & zero,
-// for a zero the compiler cannot see (rows_in_turns' tie): the values are unchanged, but row 0's use
-// now waits for every slot's load. One chain over both arrays (two let ptxas wait on the first before
-// issuing the second array's loads), into every word (ptxas starts on untied words early otherwise).
+// rows_in_turns' tie (kernels/cuda_util.cuh, "issuing a batch of loads together"): every word of a[0]
+// (and of b[0] when with_b) ^= (a[1].x ^ ... ^ a[N-1].x [^ b[1].x ^ ...]) & zero. One chain over both
+// arrays (two let ptxas wait on the first before issuing the second array's loads), into every word
+// (ptxas starts on untied words early otherwise).
 template <int N>
 __device__ __forceinline__ void tie_slots(uint4 (&a)[N], uint4 (&b)[N], bool with_b, unsigned zero) {
     unsigned t = 0;
 #pragma unroll
-    for (int u = 1; u < N; ++u) t ^= a[u].x ^ (with_b ? b[u].x : 0u);
+    for (int u = 1; u < N; ++u) t ^= word0(a[u]) ^ (with_b ? word0(b[u]) : 0u);
     t &= zero;
-    a[0].x ^= t;
-    a[0].y ^= t;
-    a[0].z ^= t;
-    a[0].w ^= t;
-    if (with_b) {
-        b[0].x ^= t;
-        b[0].y ^= t;
-        b[0].z ^= t;
-        b[0].w ^= t;
-    }
+    xor_words(a[0], t);
+    if (with_b) xor_words(b[0], t);
 }
 
 // A thread's rows r, r + step, ... below end in turns of R (R > 1): load(row, u) issues the loads of

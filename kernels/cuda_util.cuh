@@ -82,6 +82,39 @@ __device__ __forceinline__ void load8(const bfloat* __restrict__ p, float (&v)[8
 __device__ __forceinline__ void load8_rw(const bfloat* p, float (&v)[8]) { loadv_rw<8>(p, v); }
 __device__ __forceinline__ void store8(bfloat* p, const float (&v)[8]) { storev<8>(p, v); }
 
+// ---- issuing a batch of loads together (tying) ----
+// ptxas schedules a thread's independent loads near their uses to keep few registers live, not knowing
+// that a load takes ~1,000 cycles; a kernel that wants N loads in flight ties the first value it uses to
+// all of them: first ^= (xor of the others' words) & zero, with a zero the compiler cannot fold. The
+// value does not change; its use now waits for every load, so all of them are issued before it
+// (tools/sass_loads.py shows the batches).
+
+// 0 for the positive count every caller passes (a kernel argument the plan checked), as a value the
+// compiler cannot prove to be 0.
+__device__ __forceinline__ unsigned hidden_zero(int positive) { return static_cast<unsigned>(positive >> 31); }
+
+// The first 32-bit word of a raw vector (uint4, uint2 or one unsigned: 8, 4 or 2 bf16).
+template <class T>
+__device__ __forceinline__ unsigned word0(const T& u) {
+    if constexpr (sizeof(T) == 4) return u;
+    else return u.x;
+}
+
+// t xor-ed into every 32-bit word of a raw vector.
+template <class T>
+__device__ __forceinline__ void xor_words(T& u, unsigned t) {
+    if constexpr (sizeof(T) == 4) {
+        u ^= t;
+    } else {
+        u.x ^= t;
+        u.y ^= t;
+        if constexpr (sizeof(T) == 16) {
+            u.z ^= t;
+            u.w ^= t;
+        }
+    }
+}
+
 // ---- deterministic finalize of per-chunk partials ----
 
 // out(e, v): dst[e] += v, the usual consumer of finalize_partials.

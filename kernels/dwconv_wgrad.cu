@@ -191,32 +191,9 @@ __device__ __forceinline__ void wgrad_load_tile(const DwConvPlan& pl, const bflo
     }
 }
 
-// The first 32-bit word of a raw vector (uint4, uint2 or one unsigned: V = 8, 4, 2 bf16), and t xor-ed
-// into every word of one.
-template <class T>
-__device__ __forceinline__ unsigned word0(const T& u) {
-    if constexpr (sizeof(T) == 4) return u;
-    else return u.x;
-}
-template <class T>
-__device__ __forceinline__ void xor_words(T& u, unsigned t) {
-    if constexpr (sizeof(T) == 4) {
-        u ^= t;
-    } else {
-        u.x ^= t;
-        u.y ^= t;
-        if constexpr (sizeof(T) == 16) {
-            u.z ^= t;
-            u.w ^= t;
-        }
-    }
-}
-
-// Makes the first value the tile's multiplies read (dy pixel 0) depend on every other load of the
-// tile: d[0] ^= (xor of the other vectors' first words) & zero, zero a value the compiler cannot fold
-// (0 for the positive C the plan requires). The bits do not change; ptxas then issues all of the
-// tile's loads before the first multiply instead of splitting them into batches to save registers
-// (tools/sass_loads.py: 4 dependent batches per tile for 8 channels per thread without it).
+// Ties the tile (kernels/cuda_util.cuh, "issuing a batch of loads together"): dy pixel 0, the first
+// value its multiplies read, depends on every other load of the tile, so all 22 are issued before the
+// first multiply (tools/sass_loads.py: 4 dependent batches per tile for 8 channels per thread without).
 template <int S, int V>
 __device__ __forceinline__ void wgrad_tie_tile(WgradRaw<S, V>& r, int c) {
     unsigned t = 0;
@@ -226,7 +203,7 @@ __device__ __forceinline__ void wgrad_tie_tile(WgradRaw<S, V>& r, int c) {
     for (int i = 0; i < WgradRaw<S, V>::IR; ++i)
 #pragma unroll
         for (int j = 0; j < WgradRaw<S, V>::IC; ++j) t ^= word0(r.x[i][j]);
-    xor_words(r.d[0], t & static_cast<unsigned>(c >> 31));
+    xor_words(r.d[0], t & hidden_zero(c));
 }
 
 // Multiplies a loaded tile into the 9V sums: wgrad_tile's loops (input pixel (i, j) row-major, then the

@@ -15,6 +15,7 @@
 #include "runtime/device_info.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "runtime/stream_timing.h"
 
 namespace model {
 
@@ -265,20 +266,7 @@ void GpuOps::run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShap
 
 // Mean ms of `iters` runs of run() on the stream, after one warm-up run (plan time: synchronises).
 double GpuOps::time_runs(const std::function<void()>& run, int iters) const {
-    run();  // warm-up
-    cudaEvent_t start, stop;
-    SF_CUDA_CHECK(cudaEventCreate(&start));
-    SF_CUDA_CHECK(cudaEventCreate(&stop));
-    iters = std::max(1, iters);
-    SF_CUDA_CHECK(cudaEventRecord(start, ex_.stream));
-    for (int i = 0; i < iters; ++i) run();
-    SF_CUDA_CHECK(cudaEventRecord(stop, ex_.stream));
-    SF_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    SF_CUDA_CHECK(cudaEventDestroy(start));
-    SF_CUDA_CHECK(cudaEventDestroy(stop));
-    return ms / iters;
+    return rt::stream_mean_ms(ex_.stream, 1, iters, run);
 }
 
 // The custom depthwise kernels of e's shape: every valid variant of the forward, the wgrad and (when

@@ -14,6 +14,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/device_info.h"
 #include "runtime/error.h"
+#include "runtime/stream_timing.h"
 #include "tools/cli_numbers.h"
 
 namespace tools {
@@ -21,24 +22,6 @@ namespace tools {
 const char* const kCeilingsSchema = "slidefuse.ceilings/1";
 
 namespace {
-
-// Mean ms of `iters` runs of `body` on `stream` after `warmup` untimed ones.
-template <class F>
-double time_ms(cudaStream_t stream, int warmup, int iters, F body) {
-    for (int i = 0; i < warmup; ++i) body();
-    cudaEvent_t start = nullptr, stop = nullptr;
-    SF_CUDA_CHECK(cudaEventCreate(&start));
-    SF_CUDA_CHECK(cudaEventCreate(&stop));
-    SF_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < iters; ++i) body();
-    SF_CUDA_CHECK(cudaEventRecord(stop, stream));
-    SF_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    SF_CUDA_CHECK(cudaEventDestroy(start));
-    SF_CUDA_CHECK(cudaEventDestroy(stop));
-    return static_cast<double>(ms) / iters;
-}
 
 // cuBLASLt descriptors of one GEMM, destroyed on scope exit.
 struct LtGemm {
@@ -114,7 +97,7 @@ double gemm_bf16_ms(const rt::Exec& ex, int n, const void* a, const void* b, voi
                            static_cast<double>(res.wavesCount), res.workspaceSize);
     }
     const float alpha = 1.0f, beta = 0.0f;
-    return time_ms(ex.stream, warmup, iters, [&] {
+    return rt::stream_mean_ms(ex.stream, warmup, iters, [&] {
         SF_CUBLAS_CHECK(cublasLtMatmul(ex.cublaslt, g.op, &alpha, a, g.layout, b, g.layout, &beta, d, g.layout, d,
                                        g.layout, &res.algo, workspace, res.workspaceSize, ex.stream));
     });
@@ -134,7 +117,7 @@ Ceilings measure_ceilings(const rt::Exec& ex, const std::string& device_name, co
         SF_CUDA_CHECK(cudaMemsetAsync(src, 0x3C, o.copy_bytes, ex.stream));
         c.copy_bytes = o.copy_bytes;
         c.copy_iters = o.iters;
-        c.copy_ms = time_ms(ex.stream, o.warmup, o.iters, [&] {
+        c.copy_ms = rt::stream_mean_ms(ex.stream, o.warmup, o.iters, [&] {
             SF_CUDA_CHECK(cudaMemcpyAsync(dst, src, o.copy_bytes, cudaMemcpyDeviceToDevice, ex.stream));
         });
         c.copy_gbps = 2.0 * static_cast<double>(o.copy_bytes) / (c.copy_ms * 1e6);

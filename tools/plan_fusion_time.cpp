@@ -14,6 +14,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/hash.h"
+#include "runtime/stream_timing.h"
 
 namespace tools {
 
@@ -106,19 +107,19 @@ FusionTimer::FusionTimer(const rt::Exec& ex, const FusionDims& d, uint64_t seed)
 
 FusionTimer::~FusionTimer() = default;
 
-// Executes plan with the shape's buffers: x as given (x_act: the reference chain, which writes y_ref,
-// runs once untimed; x: timed, writes y), the affine vectors of the graph's type. Returns ms per run
-// (0 for the reference run); throws rt::Error with cuDNN's reason when the execution is refused.
-double FusionTimer::run_ms(const rt::CudnnDesc& plan, int64_t ws, const std::vector<FusionBinding>& b, void* x,
+// Executes plan with the shape's buffers and the affine vectors of the graph's type. reference: the
+// reference chain (reads x_act, writes y_ref), once, untimed, returns 0; else reads x, writes y, and
+// returns the mean ms of kFusionTimedRuns runs after one warm-up. Throws rt::Error with cuDNN's reason
+// when the execution is refused.
+double FusionTimer::run_ms(const rt::CudnnDesc& plan, int64_t ws, const std::vector<FusionBinding>& b, bool reference,
                            bool bf16_affine) {
     DevMem workspace(static_cast<size_t>(std::max<int64_t>(ws, 0)));
     std::vector<int64_t> uids;
     std::vector<void*> ptrs;
-    const bool reference = x == buf_->x_act.p;
     for (const FusionBinding& e : b) {
         void* p = nullptr;
         switch (e.role) {
-            case FusionRole::X: p = x; break;
+            case FusionRole::X: p = reference ? buf_->x_act.p : buf_->x.p; break;
             case FusionRole::W: p = buf_->w.p; break;
             case FusionRole::Y: p = reference ? buf_->y_ref.p : buf_->y.p; break;
             case FusionRole::Scale: p = bf16_affine ? buf_->scale16.p : buf_->scale32.p; break;
@@ -135,48 +136,17 @@ double FusionTimer::run_ms(const rt::CudnnDesc& plan, int64_t ws, const std::vec
                                                        static_cast<int>(uids.size()), workspace.p, &why);
         SF_CHECK(st == CUDNN_STATUS_SUCCESS, "cudnnBackendExecute refused the plan: %s", why.c_str());
     };
-    execute();  // warm-up (or the one untimed run)
-    SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
-    if (reference) return 0;
-    cudaEvent_t start, stop;
-    SF_CUDA_CHECK(cudaEventCreate(&start));
-    SF_CUDA_CHECK(cudaEventCreate(&stop));
-    SF_CUDA_CHECK(cudaEventRecord(start, ex_.stream));
-    for (int i = 0; i < kFusionTimedRuns; ++i) execute();
-    SF_CUDA_CHECK(cudaEventRecord(stop, ex_.stream));
-    SF_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    SF_CUDA_CHECK(cudaEventDestroy(start));
-    SF_CUDA_CHECK(cudaEventDestroy(stop));
-    return ms / kFusionTimedRuns;
+    if (reference) {
+        execute();
+        SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
+        return 0;
+    }
+    return rt::stream_mean_ms(ex_.stream, 1, kFusionTimedRuns, execute);
 }
-
-namespace {
-
-// Mean ms of kFusionTimedRuns runs of f after one warm-up, on the stream.
-template <class F>
-double time_kernel(const rt::Exec& ex, F&& f) {
-    f();
-    cudaEvent_t start, stop;
-    SF_CUDA_CHECK(cudaEventCreate(&start));
-    SF_CUDA_CHECK(cudaEventCreate(&stop));
-    SF_CUDA_CHECK(cudaEventRecord(start, ex.stream));
-    for (int i = 0; i < kFusionTimedRuns; ++i) f();
-    SF_CUDA_CHECK(cudaEventRecord(stop, ex.stream));
-    SF_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    SF_CUDA_CHECK(cudaEventDestroy(start));
-    SF_CUDA_CHECK(cudaEventDestroy(stop));
-    return ms / kFusionTimedRuns;
-}
-
-}  // namespace
 
 double FusionTimer::apply_ms(kern::Act act) {
     Buffers& b = *buf_;
-    return time_kernel(ex_, [&] {
+    return rt::stream_mean_ms(ex_.stream, 1, kFusionTimedRuns, [&] {
         kern::bn_act_forward_eval(ex_, act, b.rows, static_cast<int>(d_.c_in), static_cast<kern::bf16*>(b.x.p),
                                   static_cast<float*>(b.scale32.p), static_cast<float*>(b.bias32.p),
                                   static_cast<float*>(b.zeros_in.p), static_cast<float*>(b.ones_in.p), kEps,
@@ -186,7 +156,7 @@ double FusionTimer::apply_ms(kern::Act act) {
 
 double FusionTimer::stats_ms() {
     Buffers& b = *buf_;
-    return time_kernel(ex_, [&] {
+    return rt::stream_mean_ms(ex_.stream, 1, kFusionTimedRuns, [&] {
         kern::bn_stats_train(ex_, b.rows, static_cast<int>(d_.c_out), static_cast<kern::bf16*>(b.y.p),
                              static_cast<float*>(b.stat_mean.p), static_cast<float*>(b.stat_invstd.p),
                              static_cast<float*>(b.stat_rm.p), static_cast<float*>(b.stat_rv.p), 0.1, kEps,
@@ -196,7 +166,7 @@ double FusionTimer::stats_ms() {
 
 nlohmann::json FusionTimer::set_control(rt::CudnnDesc plan, int64_t workspace_bytes, std::vector<FusionBinding> b) {
     try {
-        conv_ms_ = run_ms(plan, workspace_bytes, b, buf_->x.p, false);
+        conv_ms_ = run_ms(plan, workspace_bytes, b, false, false);
     } catch (const rt::Error& e) {
         return {{"error", e.what()}};
     }
@@ -216,7 +186,7 @@ nlohmann::json FusionTimer::time_fused(const rt::CudnnDesc& plan, int64_t worksp
         SF_CUDA_CHECK(cudaMemsetAsync(buf.y.p, 0xff, buf.out_elems * 2, ex_.stream));
         SF_CUDA_CHECK(cudaMemsetAsync(buf.sum.p, 0xff, static_cast<size_t>(d_.c_out) * 4, ex_.stream));
         SF_CUDA_CHECK(cudaMemsetAsync(buf.sqsum.p, 0xff, static_cast<size_t>(d_.c_out) * 4, ex_.stream));
-        const double ms = run_ms(plan, workspace_bytes, bindings, buf.x.p, bf16_affine);
+        const double ms = run_ms(plan, workspace_bytes, bindings, false, bf16_affine);
         nlohmann::json r = {{"ms", ms}};
         nlohmann::json parts = {{"conv_ms", conv_ms_}};
         double unfused = conv_ms_;
@@ -253,7 +223,7 @@ nlohmann::json FusionTimer::time_fused(const rt::CudnnDesc& plan, int64_t worksp
             parts["apply_ms"] = apply_ms(act);
             unfused += parts["apply_ms"].get<double>();
             SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
-            run_ms(control_, control_ws_, control_b_, buf.x_act.p, false);
+            run_ms(control_, control_ws_, control_b_, true, false);
             const std::vector<double> y = download_bf16(buf.y.p, buf.out_elems);
             const std::vector<double> ref = download_bf16(buf.y_ref.p, buf.out_elems);
             double num = 0, den = 0;

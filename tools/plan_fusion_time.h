@@ -59,7 +59,7 @@ public:
 
 private:
     struct Buffers;
-    double run_ms(const rt::CudnnDesc& plan, int64_t ws, const std::vector<FusionBinding>& b, void* x,
+    double run_ms(const rt::CudnnDesc& plan, int64_t ws, const std::vector<FusionBinding>& b, bool reference,
                   bool bf16_affine);
     double apply_ms(kern::Act act);  // the apply pass into x_act, timed
     double stats_ms();               // the statistics pass over y, timed
