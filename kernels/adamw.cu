@@ -11,6 +11,7 @@
 
 #include "kernels/adamw_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
 
 namespace kern {
@@ -82,6 +83,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 __global__ void __launch_bounds__(kOptimThreads)
     grad_norm_kernel(size_t n, const float* __restrict__ grad, double* __restrict__ partials,
                      unsigned* __restrict__ counter, double beta1, double beta2, DeviceStepState* state) {
+    rt::pdl_entry();
     __shared__ double smem[kWarps];
     __shared__ bool is_last;
     const size_t groups = n / 4;
@@ -126,6 +128,7 @@ __global__ void __launch_bounds__(kOptimThreads)
 __global__ void __launch_bounds__(kOptimThreads)
     adamw_kernel(size_t n, float* __restrict__ master, __nv_bfloat16* __restrict__ working, float* __restrict__ grad,
                  float* __restrict__ m, float* __restrict__ v, AdamWCoeffs c, DeviceStepState* state) {
+    rt::pdl_entry();
     const size_t groups = n / 4, tail = n - 4 * groups;
     const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -180,6 +183,7 @@ __global__ void __launch_bounds__(kOptimThreads)
 // per epoch), same integer cycle search and the same double expression. One thread.
 __global__ void schedule_sgdr_kernel(double base_lr, double eta_min, int t0, int t_mult,
                                      const int32_t* __restrict__ epoch, DeviceStepState* state) {
+    rt::pdl_entry();
     const int32_t e = *epoch;
     int64_t t_i = t0, t_cur = e > 0 ? e : 0;
     if (t_mult == 1) {
@@ -221,8 +225,8 @@ void grad_norm_cuda(const rt::Exec& ex, size_t n, const float* grad, double* par
              "grad_norm_cuda: state must be a non-null, aligned device pointer (got %p)", static_cast<void*>(state));
     const size_t blocks = grad_norm_grid(n);
     unsigned* counter = reinterpret_cast<unsigned*>(partials + blocks);
-    grad_norm_kernel<<<static_cast<unsigned>(blocks), kOptimThreads, 0, ex.stream>>>(n, grad, partials, counter,
-                                                                                     c.beta1, c.beta2, state);
+    rt::launch(ex, "grad_norm_kernel", grad_norm_kernel, static_cast<unsigned>(blocks), kOptimThreads, 0, n, grad,
+               partials, counter, c.beta1, c.beta2, state);
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -240,8 +244,8 @@ void adamw_cuda(const rt::Exec& ex, size_t n, float* master, bf16* working, floa
     SF_CHECK(rt::aligned(state, alignof(DeviceStepState)),
              "adamw_cuda: state must be a non-null, aligned device pointer (got %p)", static_cast<void*>(state));
     const unsigned blocks = static_cast<unsigned>(adamw_grid(n));
-    adamw_kernel<<<blocks, kOptimThreads, 0, ex.stream>>>(n, master, reinterpret_cast<__nv_bfloat16*>(working), grad, m,
-                                                          v, adamw_coeffs(c), state);
+    rt::launch(ex, "adamw_kernel", adamw_kernel, blocks, kOptimThreads, 0, n, master,
+               reinterpret_cast<__nv_bfloat16*>(working), grad, m, v, adamw_coeffs(c), state);
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -252,7 +256,8 @@ void schedule_sgdr_cuda(const rt::Exec& ex, DeviceStepState* state, double base_
     SF_CHECK(rt::aligned(state, alignof(DeviceStepState)) && rt::aligned(epoch_device, alignof(int32_t)),
              "schedule_sgdr_cuda: state and epoch_device must be non-null, aligned device pointers (got %p, %p)",
              static_cast<void*>(state), static_cast<const void*>(epoch_device));
-    schedule_sgdr_kernel<<<1, 1, 0, ex.stream>>>(base_lr, eta_min, t0, t_mult, epoch_device, state);
+    rt::launch(ex, "schedule_sgdr_kernel", schedule_sgdr_kernel, 1, 1, 0, base_lr, eta_min, t0, t_mult, epoch_device,
+               state);
     SF_CUDA_CHECK_LAUNCH();
 }
 

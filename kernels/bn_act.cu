@@ -21,6 +21,7 @@
 #include "kernels/bn_act_rows.cuh"
 #include "kernels/cuda_util.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
 
 namespace kern {
@@ -66,6 +67,7 @@ __global__ void bn_act_stats_finalize_kernel(size_t rows, int c, int chunks, con
                                              const float* __restrict__ part, float* __restrict__ save_mean,
                                              float* __restrict__ save_invstd, float* __restrict__ running_mean,
                                              float* __restrict__ running_var, double momentum, double eps) {
+    rt::pdl_entry();
     double s0, s1;
     finalize_sums(c, chunks, part, s0, s1);
     const int ch = blockIdx.x * kFinalizeX + threadIdx.x;
@@ -87,6 +89,7 @@ __global__ void bn_act_stats_finalize_kernel(size_t rows, int c, int chunks, con
 __global__ void bn_act_backward_finalize_kernel(size_t rows, int c, int chunks, const float* __restrict__ part,
                                                 float* __restrict__ dgamma, float* __restrict__ dbeta,
                                                 float* __restrict__ coef) {
+    rt::pdl_entry();
     double s0, s1;
     finalize_sums(c, chunks, part, s0, s1);
     const int ch = blockIdx.x * kFinalizeX + threadIdx.x;
@@ -137,11 +140,11 @@ void launch_apply(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, const 
     with_row_batch(pl, [&](auto rb) {
         constexpr int R = decltype(rb)::value;
         if (res)
-            bn_act_apply_kernel<A, kEval, true, R><<<grid, block, 0, ex.stream>>>(
-                pl.rows, pl.c, dev(x), gamma, beta, mean, invstd_or_var, eps, dev(res), dev(y));
+            rt::launch(ex, "bn_act_apply_kernel", bn_act_apply_kernel<A, kEval, true, R>, grid, block, 0, pl.rows, pl.c,
+                       dev(x), gamma, beta, mean, invstd_or_var, eps, dev(res), dev(y));
         else
-            bn_act_apply_kernel<A, kEval, false, R><<<grid, block, 0, ex.stream>>>(
-                pl.rows, pl.c, dev(x), gamma, beta, mean, invstd_or_var, eps, nullptr, dev(y));
+            rt::launch(ex, "bn_act_apply_kernel", bn_act_apply_kernel<A, kEval, false, R>, grid, block, 0, pl.rows,
+                       pl.c, dev(x), gamma, beta, mean, invstd_or_var, eps, nullptr, dev(y));
     });
     SF_CUDA_CHECK_LAUNCH();
 }
@@ -175,16 +178,18 @@ void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, con
     float* coef = ws + 2 * static_cast<size_t>(pl.chunks) * pl.c;  // 2 * C
     const dim3 block(pl.block_x, pl.block_y);
     with_row_batch(pl, [&](auto rb) {
-        bn_act_backward_reduce_kernel<A, decltype(rb)::value><<<dim3(pl.grid_x, pl.chunks), block, 0, ex.stream>>>(
-            pl.rows, pl.c, pl.chunks, dev(x), dev(dy), gamma, beta, mean, invstd, part);
+        rt::launch(ex, "bn_act_backward_reduce_kernel", bn_act_backward_reduce_kernel<A, decltype(rb)::value>,
+                   dim3(pl.grid_x, pl.chunks), block, 0, pl.rows, pl.c, pl.chunks, dev(x), dev(dy), gamma, beta, mean,
+                   invstd, part);
     });
     SF_CUDA_CHECK_LAUNCH();
-    bn_act_backward_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(
-        pl.rows, pl.c, pl.chunks, part, dgamma, dbeta, coef);
+    rt::launch(ex, "bn_act_backward_finalize_kernel", bn_act_backward_finalize_kernel, pl.finalize_blocks,
+               dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, part, dgamma, dbeta, coef);
     SF_CUDA_CHECK_LAUNCH();
     with_row_batch(pl, [&](auto rb) {
-        bn_act_backward_dx_kernel<A, decltype(rb)::value><<<dim3(pl.grid_x, pl.apply_grid_y), block, 0, ex.stream>>>(
-            pl.rows, pl.c, dev(x), dev(dy), gamma, beta, mean, invstd, coef, dev(dx));
+        rt::launch(ex, "bn_act_backward_dx_kernel", bn_act_backward_dx_kernel<A, decltype(rb)::value>,
+                   dim3(pl.grid_x, pl.apply_grid_y), block, 0, pl.rows, pl.c, dev(x), dev(dy), gamma, beta, mean,
+                   invstd, coef, dev(dx));
     });
     SF_CUDA_CHECK_LAUNCH();
 }
@@ -226,12 +231,13 @@ namespace {
 void launch_stats(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, float* save_mean, float* save_invstd,
                   float* running_mean, float* running_var, double momentum, double eps, float* workspace) {
     with_row_batch(pl, [&](auto rb) {
-        bn_act_stats_kernel<decltype(rb)::value><<<dim3(pl.grid_x, pl.chunks), dim3(pl.block_x, pl.block_y), 0,
-                                                   ex.stream>>>(pl.rows, pl.c, pl.chunks, dev(x), workspace);
+        rt::launch(ex, "bn_act_stats_kernel", bn_act_stats_kernel<decltype(rb)::value>, dim3(pl.grid_x, pl.chunks),
+                   dim3(pl.block_x, pl.block_y), 0, pl.rows, pl.c, pl.chunks, dev(x), workspace);
     });
     SF_CUDA_CHECK_LAUNCH();
-    bn_act_stats_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(
-        pl.rows, pl.c, pl.chunks, dev(x), workspace, save_mean, save_invstd, running_mean, running_var, momentum, eps);
+    rt::launch(ex, "bn_act_stats_finalize_kernel", bn_act_stats_finalize_kernel, pl.finalize_blocks,
+               dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, dev(x), workspace, save_mean, save_invstd,
+               running_mean, running_var, momentum, eps);
     SF_CUDA_CHECK_LAUNCH();
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/bn_act_cuda.h"
 #include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
+#include "runtime/launch.cuh"
 
 namespace kern {
 
@@ -150,6 +151,7 @@ __device__ __forceinline__ void stats_add(const float (&k)[8], const float (&v)[
 template <int R>
 __global__ void bn_act_stats_kernel(size_t rows, int c, int chunks, const bfloat* __restrict__ x,
                                     float* __restrict__ part) {
+    rt::pdl_entry();
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = g < c / 8;
     float acc[16] = {};
@@ -196,6 +198,7 @@ template <Act A, bool kEval, bool kRes, int R>
 __global__ void bn_act_apply_kernel(size_t rows, int c, const bfloat* __restrict__ x, const float* __restrict__ gamma,
                                     const float* __restrict__ beta, const float* __restrict__ mean,
                                     const float* __restrict__ invstd, double eps, const bfloat* res, bfloat* y) {
+    rt::pdl_entry();
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= c / 8) return;  // no block-wide synchronisation in this kernel
     const BnApply8 p = load_bn_apply8(g, gamma, beta, mean, invstd, kEval, eps);  // the z load_chan8 forms
@@ -249,6 +252,7 @@ __global__ void bn_act_backward_reduce_kernel(size_t rows, int c, int chunks, co
                                               const bfloat* __restrict__ dy, const float* __restrict__ gamma,
                                               const float* __restrict__ beta, const float* __restrict__ mean,
                                               const float* __restrict__ invstd, float* __restrict__ part) {
+    rt::pdl_entry();
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = g < c / 8;
     float acc[16] = {};
@@ -303,6 +307,7 @@ __global__ void bn_act_backward_dx_kernel(size_t rows, int c, const bfloat* __re
                                           const float* __restrict__ beta, const float* __restrict__ mean,
                                           const float* __restrict__ invstd, const float* __restrict__ coef,
                                           bfloat* __restrict__ dx) {
+    rt::pdl_entry();
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= c / 8) return;  // no block-wide synchronisation in this kernel
     const Chan8 p = load_chan8(g, gamma, beta, mean, invstd);

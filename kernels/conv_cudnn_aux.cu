@@ -10,6 +10,7 @@
 
 #include "kernels/conv_cudnn.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
 
 namespace kern {
@@ -23,6 +24,7 @@ using bfloat = __nv_bfloat16;
 // dst = bf16(float(dst) + float(src)), 8 bf16 (one uint4) per vector.
 __global__ void conv_add_bf16_kernel(bfloat* __restrict__ dst, const bfloat* __restrict__ src, size_t vectors,
                                      size_t tail) {
+    rt::pdl_entry();
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
     for (size_t v = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
         uint4 a = reinterpret_cast<const uint4*>(dst)[v];
@@ -45,6 +47,7 @@ __global__ void conv_add_bf16_kernel(bfloat* __restrict__ dst, const bfloat* __r
 // dst += src, 4 floats (one float4) per vector.
 __global__ void conv_add_f32_kernel(float* __restrict__ dst, const float* __restrict__ src, size_t vectors,
                                     size_t tail) {
+    rt::pdl_entry();
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
     for (size_t v = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
         float4 a = reinterpret_cast<const float4*>(dst)[v];
@@ -64,6 +67,7 @@ __global__ void conv_add_f32_kernel(float* __restrict__ dst, const float* __rest
 // dst += float(src): 8 bf16 (one uint4) into 8 floats (two float4) per vector.
 __global__ void conv_add_f32_bf16_kernel(float* __restrict__ dst, const bfloat* __restrict__ src, size_t vectors,
                                          size_t tail) {
+    rt::pdl_entry();
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
     for (size_t v = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
         const uint4 b = __ldg(reinterpret_cast<const uint4*>(src) + v);
@@ -105,23 +109,24 @@ bool check_args(const rt::Exec& ex, const void* dst, const void* src, size_t n, 
 void conv_add_bf16(const rt::Exec& ex, bf16* dst, const bf16* src, size_t n) {
     if (!check_args(ex, dst, src, n, "conv_add_bf16")) return;
     const ConvAddGeometry g = conv_add_geometry(n, 8);
-    conv_add_bf16_kernel<<<g.blocks, kConvAddThreads, 0, ex.stream>>>(
-        reinterpret_cast<bfloat*>(dst), reinterpret_cast<const bfloat*>(src), g.vectors, g.tail);
+    rt::launch(ex, "conv_add_bf16_kernel", conv_add_bf16_kernel, g.blocks, kConvAddThreads, 0,
+               reinterpret_cast<bfloat*>(dst), reinterpret_cast<const bfloat*>(src), g.vectors, g.tail);
     SF_CUDA_CHECK_LAUNCH();
 }
 
 void conv_add_f32(const rt::Exec& ex, float* dst, const float* src, size_t n) {
     if (!check_args(ex, dst, src, n, "conv_add_f32")) return;
     const ConvAddGeometry g = conv_add_geometry(n, 4);
-    conv_add_f32_kernel<<<g.blocks, kConvAddThreads, 0, ex.stream>>>(dst, src, g.vectors, g.tail);
+    rt::launch(ex, "conv_add_f32_kernel", conv_add_f32_kernel, g.blocks, kConvAddThreads, 0, dst, src, g.vectors,
+               g.tail);
     SF_CUDA_CHECK_LAUNCH();
 }
 
 void conv_add_f32_bf16(const rt::Exec& ex, float* dst, const bf16* src, size_t n) {
     if (!check_args(ex, dst, src, n, "conv_add_f32_bf16")) return;
     const ConvAddGeometry g = conv_add_geometry(n, 8);
-    conv_add_f32_bf16_kernel<<<g.blocks, kConvAddThreads, 0, ex.stream>>>(dst, reinterpret_cast<const bfloat*>(src),
-                                                                          g.vectors, g.tail);
+    rt::launch(ex, "conv_add_f32_bf16_kernel", conv_add_f32_bf16_kernel, g.blocks, kConvAddThreads, 0, dst,
+               reinterpret_cast<const bfloat*>(src), g.vectors, g.tail);
     SF_CUDA_CHECK_LAUNCH();
 }
 

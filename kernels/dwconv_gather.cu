@@ -14,6 +14,7 @@
 
 #include "kernels/dwconv_device.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 
 namespace kern {
 
@@ -70,6 +71,7 @@ template <int S, int V, int TH, int TW, Act A, bool kPro, bool kLean = false>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_forward_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ w,
                              bfloat* __restrict__ y, DwPrologue pro) {
+    rt::pdl_entry();
     constexpr int IR = S * (TH - 1) + 3, IC = S * (TW - 1) + 3;  // input rows / columns under the tile
     const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;    // < 2^31 + kDwThreads: no wrap
     if (t >= pl.fwd.items) return;
@@ -128,6 +130,7 @@ template <int S, int V, int TH, int TW, bool kLean = false>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_backward_data_kernel(DwConvPlan pl, const bfloat* __restrict__ dy, const bfloat* __restrict__ w,
                                    bfloat* __restrict__ dx, bool accumulate) {
+    rt::pdl_entry();
     static_assert(S == 1 || (TH % 2 == 0 && TW % 2 == 0), "stride-2 dgrad tiles must start on even pixels");
     constexpr int kOff = S == 1 ? 1 : 0;
     constexpr int NR = S == 1 ? TH + 2 : TH / 2 + 1, NC = S == 1 ? TW + 2 : TW / 2 + 1;
@@ -267,6 +270,7 @@ template <int S, int V, int TH, int TW, int E, Act A, bool kPro>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_forward_staged_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ w,
                                     bfloat* __restrict__ y, DwPrologue pro) {
+    rt::pdl_entry();
     constexpr int IR = S * (TH - 1) + 3, IC = S * (TW - 1) + 3;
     __shared__ __align__(16) bfloat src[E];
     const DwTileGrid& g = pl.fwd;
@@ -322,6 +326,7 @@ template <int S, int V, int TH, int TW, int E>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_backward_data_staged_kernel(DwConvPlan pl, const bfloat* __restrict__ dy, const bfloat* __restrict__ w,
                                           bfloat* __restrict__ dx, bool accumulate) {
+    rt::pdl_entry();
     static_assert(S == 1 || (TH % 2 == 0 && TW % 2 == 0), "stride-2 dgrad tiles must start on even pixels");
     constexpr int kOff = S == 1 ? 1 : 0;
     constexpr int NR = S == 1 ? TH + 2 : TH / 2 + 1, NC = S == 1 ? TW + 2 : TW / 2 + 1;
@@ -388,11 +393,13 @@ void forward_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, c
     if constexpr (kPro && !dw_variant_prologue(Vi)) {
         SF_FAIL("dwconv3x3: variant %d (%s) has no BN prologue", Vi, dwconv3x3_variant_name(Vi));
     } else if constexpr (v.block_h > 0) {
-        dwconv3x3_forward_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi), A, kPro>
-            <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y), pro);
+        rt::launch(ex, "dwconv3x3_forward_staged_kernel",
+                   dwconv3x3_forward_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi), A, kPro>, grid,
+                   kDwThreads, 0, pl, dev(x), dev(w), dev(y), pro);
     } else {
-        dwconv3x3_forward_kernel<S, v.vec, v.tile_h, v.tile_w, A, kPro, v.lean>
-            <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y), pro);
+        rt::launch(ex, "dwconv3x3_forward_kernel",
+                   dwconv3x3_forward_kernel<S, v.vec, v.tile_h, v.tile_w, A, kPro, v.lean>, grid, kDwThreads, 0, pl,
+                   dev(x), dev(w), dev(y), pro);
     }
 }
 
@@ -403,11 +410,13 @@ void backward_data_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16
     if constexpr (S == 1 || (v.tile_h % 2 == 0 && v.tile_w % 2 == 0)) {
         const unsigned grid = static_cast<unsigned>(pl.dgrad.grid);
         if constexpr (v.block_h > 0) {
-            dwconv3x3_backward_data_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi)>
-                <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
+            rt::launch(ex, "dwconv3x3_backward_data_staged_kernel",
+                       dwconv3x3_backward_data_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi)>, grid,
+                       kDwThreads, 0, pl, dev(dy), dev(w), dev(dx), accumulate);
         } else {
-            dwconv3x3_backward_data_kernel<S, v.vec, v.tile_h, v.tile_w, v.lean>
-                <<<grid, kDwThreads, 0, ex.stream>>>(pl, dev(dy), dev(w), dev(dx), accumulate);
+            rt::launch(ex, "dwconv3x3_backward_data_kernel",
+                       dwconv3x3_backward_data_kernel<S, v.vec, v.tile_h, v.tile_w, v.lean>, grid, kDwThreads, 0, pl,
+                       dev(dy), dev(w), dev(dx), accumulate);
         }
     } else {
         SF_FAIL("dwconv3x3: variant %d (%s) cannot run the stride-2 dgrad", Vi, dwconv3x3_variant_name(Vi));

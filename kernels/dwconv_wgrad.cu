@@ -9,6 +9,7 @@
 
 #include "kernels/dwconv_device.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 
 namespace kern {
 
@@ -117,6 +118,7 @@ template <int S, int Vi, Act A, bool kPro, int V = kDwWgradVariants[Vi].vec,
 __global__ void __launch_bounds__(kThreads)
     dwconv3x3_wgrad_partial_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
                                    float* __restrict__ part, DwPrologue pro) {
+    rt::pdl_entry();
     const DwWgradGrid& wg = pl.wgrad;
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = g < wg.groups;
@@ -240,6 +242,7 @@ template <int S, int Vi, int V = kDwWgradVariants[Vi].vec, int kThreads = kDwWgr
 __global__ void __launch_bounds__(kThreads)
     dwconv3x3_wgrad_hoisted_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
                                    float* __restrict__ part) {
+    rt::pdl_entry();
     const DwWgradGrid& wg = pl.wgrad;
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = g < wg.groups;
@@ -280,6 +283,7 @@ __global__ void __launch_bounds__(kThreads)
 // order and dw[e] += the total. The order depends only on the shape.
 __global__ void dwconv3x3_wgrad_finalize_kernel(int entries, int chunks, const float* __restrict__ part,
                                                 float* __restrict__ dw) {
+    rt::pdl_entry();
     finalize_partials<kDwFinalizeX, kDwFinalizeY>(entries, chunks, part, AddTo{dw});
 }
 
@@ -288,10 +292,12 @@ void launch_wgrad(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const
                   const DwPrologue& pro) {
     const dim3 grid(pl.wgrad.grid_x, pl.wgrad.chunks), block(pl.wgrad.block_x, pl.wgrad.block_y);
     if constexpr (kDwWgradVariants[Vi].loads == DwWgradLoads::per_pixel) {
-        dwconv3x3_wgrad_partial_kernel<S, Vi, A, kPro><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), part, pro);
+        rt::launch(ex, "dwconv3x3_wgrad_partial_kernel", dwconv3x3_wgrad_partial_kernel<S, Vi, A, kPro>, grid, block, 0,
+                   pl, dev(x), dev(dy), part, pro);
     } else {
         static_assert(!kPro, "the BN prologue runs in variant 0 only");
-        dwconv3x3_wgrad_hoisted_kernel<S, Vi><<<grid, block, 0, ex.stream>>>(pl, dev(x), dev(dy), part);
+        rt::launch(ex, "dwconv3x3_wgrad_hoisted_kernel", dwconv3x3_wgrad_hoisted_kernel<S, Vi>, grid, block, 0, pl,
+                   dev(x), dev(dy), part);
     }
 }
 
@@ -320,8 +326,8 @@ void dw_launch_backward_filter(const rt::Exec& ex, const DwConvPlan& pl, const b
         wgrad_stride<2>(ex, pl, x, dy, part, pro);
     SF_CUDA_CHECK_LAUNCH();
     const DwWgradGrid& wg = pl.wgrad;
-    dwconv3x3_wgrad_finalize_kernel<<<wg.finalize_blocks, dim3(kDwFinalizeX, kDwFinalizeY), 0, ex.stream>>>(
-        pl.c * 9, wg.chunks, part, dw);
+    rt::launch(ex, "dwconv3x3_wgrad_finalize_kernel", dwconv3x3_wgrad_finalize_kernel, wg.finalize_blocks,
+               dim3(kDwFinalizeX, kDwFinalizeY), 0, pl.c * 9, wg.chunks, part, dw);
     SF_CUDA_CHECK_LAUNCH();
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
 
 namespace kern {
@@ -244,12 +245,14 @@ __device__ __forceinline__ size_t chunk_begin(size_t rows, int chunks, int k) {
 // Any flat op. Grid elt_blocks(s) x kEltThreads.
 template <class Op>
 __global__ void elt_kernel(EltSplit s, Op op) {
+    rt::pdl_entry();
     elt_loop(s, op);
 }
 
 // Fusion forward: the weights are read from device memory inside the kernel. Grid elt_blocks(s).
 __global__ void fusion_forward_kernel(EltSplit s, const bfloat* a, const bfloat* b, const float* __restrict__ wa,
                                       const float* __restrict__ wb, bfloat* y) {
+    rt::pdl_entry();
     FusionForwardOp op{a, b, y, fusion_scalars(wa, wb)};
     elt_loop(s, op);
 }
@@ -259,6 +262,7 @@ __global__ void fusion_forward_kernel(EltSplit s, const bfloat* a, const bfloat*
 __global__ void fusion_backward_kernel(EltSplit s, const bfloat* a, const bfloat* b, const bfloat* dy,
                                        const float* __restrict__ wa, const float* __restrict__ wb, bfloat* da,
                                        bfloat* db, float* __restrict__ part, bool acc_a, bool acc_b) {
+    rt::pdl_entry();
     __shared__ float smem[kWarps];
     FusionBackwardOp op{a, b, dy, da, db, fusion_scalars(wa, wb), acc_a, acc_b};
     elt_loop(s, op);
@@ -276,6 +280,7 @@ __global__ void fusion_backward_kernel(EltSplit s, const bfloat* a, const bfloat
 __global__ void fusion_backward_finalize_kernel(int blocks, const float* __restrict__ part,
                                                 const float* __restrict__ wa, const float* __restrict__ wb,
                                                 float* __restrict__ dwa, float* __restrict__ dwb) {
+    rt::pdl_entry();
     __shared__ double smem[kWarps];
     double s_a = 0.0, s_b = 0.0;
     for (int k = threadIdx.x; k < blocks; k += blockDim.x) {
@@ -298,6 +303,7 @@ __global__ void fusion_backward_finalize_kernel(int blocks, const float* __restr
 template <int W>
 __global__ void column_sum_kernel(size_t rows, int c, int chunks, const bfloat* __restrict__ x,
                                   float* __restrict__ part) {
+    rt::pdl_entry();
     __shared__ float sm[W][kEltThreads];
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = g < c / W;
@@ -338,6 +344,7 @@ __global__ void column_sum_kernel(size_t rows, int c, int chunks, const bfloat* 
 // column_sum, pass 2. grid ceil(C/32), block (32, 8): lane y adds chunks y, y + 8, ... in fp64,
 // lane 0 adds the 8 lane sums in order; out[column] += the total.
 __global__ void column_sum_finalize_kernel(int c, int chunks, const float* __restrict__ part, float* __restrict__ out) {
+    rt::pdl_entry();
     finalize_partials<kFinalizeX, kFinalizeY>(c, chunks, part, AddTo{out});
 }
 
@@ -362,7 +369,7 @@ void check_workspace(const char* op, const float* ws, size_t ws_floats, size_t n
 
 template <class Op>
 void launch_elt(const rt::Exec& ex, const EltSplit& s, const Op& op) {
-    elt_kernel<Op><<<static_cast<unsigned>(elt_blocks(s)), kEltThreads, 0, ex.stream>>>(s, op);
+    rt::launch(ex, "elt_kernel", elt_kernel<Op>, static_cast<unsigned>(elt_blocks(s)), kEltThreads, 0, s, op);
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -467,12 +474,12 @@ void column_sum_bf16_cuda(const rt::Exec& ex, size_t rows, int c, const bf16* x,
     check_workspace(op, ws, ws_floats, pl.workspace_floats, "column_sum_workspace_floats");
     const dim3 grid(pl.grid_x, pl.chunks), block(pl.block_x, pl.block_y);
     if (vector)
-        column_sum_kernel<8><<<grid, block, 0, ex.stream>>>(rows, c, pl.chunks, dev(x), ws);
+        rt::launch(ex, "column_sum_kernel", column_sum_kernel<8>, grid, block, 0, rows, c, pl.chunks, dev(x), ws);
     else
-        column_sum_kernel<1><<<grid, block, 0, ex.stream>>>(rows, c, pl.chunks, dev(x), ws);
+        rt::launch(ex, "column_sum_kernel", column_sum_kernel<1>, grid, block, 0, rows, c, pl.chunks, dev(x), ws);
     SF_CUDA_CHECK_LAUNCH();
-    column_sum_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(c, pl.chunks, ws,
-                                                                                                   out);
+    rt::launch(ex, "column_sum_finalize_kernel", column_sum_finalize_kernel, pl.finalize_blocks,
+               dim3(kFinalizeX, kFinalizeY), 0, c, pl.chunks, ws, out);
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -483,8 +490,8 @@ void fusion_forward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const
     if (n == 0) return;
     check_ptrs(op, {{"a", a, 2}, {"b", b, 2}, {"y", y, 2}, {"wa", wa, 4}, {"wb", wb, 4}});
     const EltSplit s = split_bf16(n, {a, b, y});
-    fusion_forward_kernel<<<static_cast<unsigned>(elt_blocks(s)), kEltThreads, 0, ex.stream>>>(s, dev(a), dev(b), wa,
-                                                                                               wb, dev(y));
+    rt::launch(ex, "fusion_forward_kernel", fusion_forward_kernel, static_cast<unsigned>(elt_blocks(s)), kEltThreads, 0,
+               s, dev(a), dev(b), wa, wb, dev(y));
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -509,10 +516,11 @@ void fusion_backward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, cons
     const size_t blocks = fusion_backward_blocks(n);
     check_workspace(op, ws, ws_floats, 2 * blocks, "fusion_backward_workspace_floats");
     const EltSplit s = split_bf16(n, {a, b, dy, da, db});
-    fusion_backward_kernel<<<static_cast<unsigned>(blocks), kEltThreads, 0, ex.stream>>>(
-        s, dev(a), dev(b), dev(dy), wa, wb, dev(da), dev(db), ws, accumulate_da, accumulate_db);
+    rt::launch(ex, "fusion_backward_kernel", fusion_backward_kernel, static_cast<unsigned>(blocks), kEltThreads, 0, s,
+               dev(a), dev(b), dev(dy), wa, wb, dev(da), dev(db), ws, accumulate_da, accumulate_db);
     SF_CUDA_CHECK_LAUNCH();
-    fusion_backward_finalize_kernel<<<1, kEltThreads, 0, ex.stream>>>(static_cast<int>(blocks), ws, wa, wb, dwa, dwb);
+    rt::launch(ex, "fusion_backward_finalize_kernel", fusion_backward_finalize_kernel, 1, kEltThreads, 0,
+               static_cast<int>(blocks), ws, wa, wb, dwa, dwb);
     SF_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/fill_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 
 namespace kern {
 
@@ -18,6 +19,7 @@ constexpr size_t kFillMaxBlocks = 4096;  // the grid-stride loop covers the rest
 
 // Grid-stride loop over the float4 body; head and tail elements by threads 0..2.
 __global__ void fill_kernel(size_t n, float value, float* __restrict__ y) {
+    rt::pdl_entry();
     const size_t misalign = (16u - (reinterpret_cast<uintptr_t>(y) & 15u)) & 15u;  // bytes to the boundary
     const size_t head = misalign / sizeof(float) < n ? misalign / sizeof(float) : n;
     const size_t body = (n - head) / 4;
@@ -42,7 +44,7 @@ void fill_cuda(const rt::Exec& ex, size_t n, float value, float* y) {
              "fill_cuda: y must be a non-null, 4-byte aligned device pointer (got %p)", static_cast<void*>(y));
     const size_t work = n / 4 + 1;  // float4 stores, plus at least one thread for head/tail
     const int blocks = static_cast<int>(std::min((work + kFillThreads - 1) / kFillThreads, kFillMaxBlocks));
-    fill_kernel<<<blocks, kFillThreads, 0, ex.stream>>>(n, value, y);
+    rt::launch(ex, "fill_kernel", fill_kernel, blocks, kFillThreads, 0, n, value, y);
     SF_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,6 +19,7 @@
 #include "kernels/cuda_util.cuh"
 #include "kernels/head_conv_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
 
 namespace kern {
@@ -54,6 +55,7 @@ template <int K>
 __global__ void head_conv_forward_kernel(size_t rows, int cin, const bfloat* __restrict__ x,
                                          const float* __restrict__ w, const float* __restrict__ b,
                                          float* __restrict__ y) {
+    rt::pdl_entry();
     const int lane = threadIdx.x % kHeadConvLanes, ry = threadIdx.x / kHeadConvLanes;
     const bool has = lane < cin / 8;
     float wr[K][8];
@@ -93,6 +95,7 @@ template <int K>
 __global__ void head_conv_backward_kernel(size_t rows, int cin, int chunks, const bfloat* __restrict__ x,
                                           const float* __restrict__ dy, const float* __restrict__ w, bfloat* dx,
                                           float* __restrict__ part, bool accumulate) {
+    rt::pdl_entry();
     constexpr int kVals = 9 * K;  // per lane: dw[k][0..8) then db[k]
     __shared__ float sm[kWarps][kHeadConvLanes][kVals];
     const int lane = threadIdx.x % kHeadConvLanes, ry = threadIdx.x / kHeadConvLanes;
@@ -177,6 +180,7 @@ struct AddToDwDb {
 
 __global__ void head_conv_finalize_kernel(int wn, int entries, int chunks, const float* __restrict__ part,
                                           float* __restrict__ dw, float* __restrict__ db) {
+    rt::pdl_entry();
     finalize_partials<kFinalizeX, kFinalizeY>(entries, chunks, part, AddToDwDb{wn, dw, db});
 }
 
@@ -188,20 +192,20 @@ void check_f32(const char* op, const char* name, const float* p) { rt::check_dev
 template <int K>
 void launch_forward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* w, const float* b,
                     float* y) {
-    head_conv_forward_kernel<K>
-        <<<pl.forward_blocks, kHeadConvThreads, 0, ex.stream>>>(pl.rows, pl.cin, dev(x), w, b, y);
+    rt::launch(ex, "head_conv_forward_kernel", head_conv_forward_kernel<K>, pl.forward_blocks, kHeadConvThreads, 0,
+               pl.rows, pl.cin, dev(x), w, b, y);
     SF_CUDA_CHECK_LAUNCH();
 }
 
 template <int K>
 void launch_backward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* dy, const float* w,
                      bf16* dx, float* dw, float* db, float* ws, bool accumulate) {
-    head_conv_backward_kernel<K><<<pl.chunks, kHeadConvThreads, 0, ex.stream>>>(pl.rows, pl.cin, pl.chunks, dev(x), dy,
-                                                                                w, dev(dx), ws, accumulate);
+    rt::launch(ex, "head_conv_backward_kernel", head_conv_backward_kernel<K>, pl.chunks, kHeadConvThreads, 0, pl.rows,
+               pl.cin, pl.chunks, dev(x), dy, w, dev(dx), ws, accumulate);
     SF_CUDA_CHECK_LAUNCH();
     const int wn = K * pl.cin;
-    head_conv_finalize_kernel<<<pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, ex.stream>>>(wn, wn + K, pl.chunks,
-                                                                                                  ws, dw, db);
+    rt::launch(ex, "head_conv_finalize_kernel", head_conv_finalize_kernel, pl.finalize_blocks,
+               dim3(kFinalizeX, kFinalizeY), 0, wn, wn + K, pl.chunks, ws, dw, db);
     SF_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,6 +12,7 @@
 
 #include "kernels/preprocess.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 
 namespace kern {
 
@@ -45,6 +46,7 @@ __device__ __forceinline__ uint32_t pack(__nv_bfloat16 lo, __nv_bfloat16 hi) {
 template <int CP>
 __global__ void preprocess_vec4_kernel(unsigned groups, unsigned h, unsigned w, const uint8_t* __restrict__ pixels,
                                        const data::Label* __restrict__ labels, __nv_bfloat16* __restrict__ out) {
+    rt::pdl_entry();
     const __nv_bfloat16 one = __float2bfloat16_rn(1.0f), zero = __float2bfloat16_rn(0.0f);
     const unsigned hw = h * w;
     for (unsigned g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
@@ -85,6 +87,7 @@ __global__ void preprocess_vec4_kernel(unsigned groups, unsigned h, unsigned w, 
 __global__ void preprocess_pixel_kernel(unsigned pixels_total, unsigned h, unsigned w, int cp,
                                         const uint8_t* __restrict__ pixels, const data::Label* __restrict__ labels,
                                         __nv_bfloat16* __restrict__ out) {
+    rt::pdl_entry();
     const unsigned hw = h * w;
     for (unsigned p = blockIdx.x * blockDim.x + threadIdx.x; p < pixels_total; p += gridDim.x * blockDim.x) {
         const unsigned n = p / hw, y = (p - n * hw) / w, x = p - n * hw - y * w;
@@ -126,14 +129,14 @@ void preprocess_cuda(const rt::Exec& ex, int n, int h, int w, int cp, const uint
     if (vec) {
         const unsigned groups = static_cast<unsigned>(total / 4);
         if (cp == 1)
-            preprocess_vec4_kernel<1>
-                <<<blocks_for(groups), kThreads, 0, ex.stream>>>(groups, uh, uw, pixels, labels, out);
+            rt::launch(ex, "preprocess_vec4_kernel", preprocess_vec4_kernel<1>, blocks_for(groups), kThreads, 0, groups,
+                       uh, uw, pixels, labels, out);
         else
-            preprocess_vec4_kernel<3>
-                <<<blocks_for(groups), kThreads, 0, ex.stream>>>(groups, uh, uw, pixels, labels, out);
+            rt::launch(ex, "preprocess_vec4_kernel", preprocess_vec4_kernel<3>, blocks_for(groups), kThreads, 0, groups,
+                       uh, uw, pixels, labels, out);
     } else {
-        preprocess_pixel_kernel<<<blocks_for(total), kThreads, 0, ex.stream>>>(static_cast<unsigned>(total), uh, uw, cp,
-                                                                               pixels, labels, out);
+        rt::launch(ex, "preprocess_pixel_kernel", preprocess_pixel_kernel, blocks_for(total), kThreads, 0,
+                   static_cast<unsigned>(total), uh, uw, cp, pixels, labels, out);
     }
     SF_CUDA_CHECK_LAUNCH();
 }

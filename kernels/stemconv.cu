@@ -24,6 +24,7 @@
 #include "kernels/cuda_util.cuh"
 #include "kernels/stemconv_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
 
 namespace kern {
@@ -156,6 +157,7 @@ template <int CIN>
 __global__ void __launch_bounds__(kFwdMaxThreads)
     stemconv_forward_kernel(StemConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ w,
                             bfloat* __restrict__ y) {
+    rt::pdl_entry();
     constexpr int K = 9 * CIN;  // taps x input channels per output channel
     __shared__ __align__(16) float xs[kHaloPixels * CIN];
     __shared__ __align__(16) float ws[K * kStemMaxCout];
@@ -289,6 +291,7 @@ template <int CIN, int GB>
 __global__ void __launch_bounds__(wgrad_threads(GB), wgrad_min_blocks(CIN, GB))
     stemconv_wgrad_partial_kernel(StemConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
                                   float* __restrict__ part) {
+    rt::pdl_entry();
     __shared__ __align__(16) float xs[kHaloPixels * CIN];
     __shared__ __align__(16) float dys[kTilePixels * dy_stride(GB)];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -358,6 +361,7 @@ __global__ void __launch_bounds__(wgrad_threads(GB), wgrad_min_blocks(CIN, GB))
 // dw[e] += the total rounded to fp32. The order depends only on the shape.
 __global__ void stemconv_wgrad_finalize_kernel(int entries, int chunks, const float* __restrict__ part,
                                                float* __restrict__ dw) {
+    rt::pdl_entry();
     finalize_partials<kStemFinalizeX, kStemFinalizeY>(entries, chunks, part, AddTo{dw});
 }
 
@@ -392,8 +396,8 @@ size_t w_bytes(const StemConvPlan& pl) { return static_cast<size_t>(pl.entries) 
 
 template <int CIN, int GB>
 void launch_wgrad_partial(const rt::Exec& ex, const StemConvPlan& pl, const bf16* x, const bf16* dy, float* part) {
-    stemconv_wgrad_partial_kernel<CIN, GB>
-        <<<dim3(pl.wgrad_cblocks, pl.chunks), wgrad_threads(GB), 0, ex.stream>>>(pl, dev(x), dev(dy), part);
+    rt::launch(ex, "stemconv_wgrad_partial_kernel", stemconv_wgrad_partial_kernel<CIN, GB>,
+               dim3(pl.wgrad_cblocks, pl.chunks), wgrad_threads(GB), 0, pl, dev(x), dev(dy), part);
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -433,9 +437,11 @@ void stemconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x
              "%s: y must not alias x or w", op);
     const dim3 grid(pl.tiles_w, pl.tiles_h, pl.n);
     if (pl.cin == 2) {
-        stemconv_forward_kernel<2><<<grid, pl.fwd_threads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y));
+        rt::launch(ex, "stemconv_forward_kernel", stemconv_forward_kernel<2>, grid, pl.fwd_threads, 0, pl, dev(x),
+                   dev(w), dev(y));
     } else {
-        stemconv_forward_kernel<4><<<grid, pl.fwd_threads, 0, ex.stream>>>(pl, dev(x), dev(w), dev(y));
+        rt::launch(ex, "stemconv_forward_kernel", stemconv_forward_kernel<4>, grid, pl.fwd_threads, 0, pl, dev(x),
+                   dev(w), dev(y));
     }
     SF_CUDA_CHECK_LAUNCH();
 }
@@ -465,8 +471,8 @@ void stemconv_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const
     } else {
         wgrad_partial<4>(ex, pl, x, dy, workspace);
     }
-    stemconv_wgrad_finalize_kernel<<<pl.finalize_blocks, dim3(kStemFinalizeX, kStemFinalizeY), 0, ex.stream>>>(
-        pl.entries, pl.chunks, workspace, dw);
+    rt::launch(ex, "stemconv_wgrad_finalize_kernel", stemconv_wgrad_finalize_kernel, pl.finalize_blocks,
+               dim3(kStemFinalizeX, kStemFinalizeY), 0, pl.entries, pl.chunks, workspace, dw);
     SF_CUDA_CHECK_LAUNCH();
 }
 

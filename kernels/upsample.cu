@@ -20,6 +20,7 @@
 #include "kernels/cuda_util.cuh"
 #include "kernels/upsample_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
 
 namespace kern {
@@ -64,6 +65,7 @@ __device__ __forceinline__ void store_w(bfloat* p, const float (&v)[W]) {
 template <int F, int W>
 __global__ void upsample_forward_kernel(int n, int h, int w, int c, const bfloat* __restrict__ x,
                                         bfloat* __restrict__ y) {
+    rt::pdl_entry();
     const int oh_n = F * h, ow_n = F * w, groups = c / W;
     const size_t items = static_cast<size_t>(n) * oh_n * ow_n * groups;
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -95,6 +97,7 @@ __global__ void upsample_forward_kernel(int n, int h, int w, int c, const bfloat
 template <int F, int W>
 __global__ void upsample_backward_kernel(int n, int h, int w, int c, const bfloat* __restrict__ dy,
                                          bfloat* __restrict__ dx, bool accumulate) {
+    rt::pdl_entry();
     const int oh_n = F * h, ow_n = F * w, groups = c / W;
     const size_t items = static_cast<size_t>(n) * h * w * groups;
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -143,11 +146,11 @@ template <int F, int W>
 void launch(const rt::Exec& ex, bool forward, const Shape4& in, size_t blocks, const bf16* src, bf16* dst,
             bool accumulate) {
     if (forward)
-        upsample_forward_kernel<F, W><<<static_cast<unsigned>(blocks), kUpsampleThreads, 0, ex.stream>>>(
-            in.n, in.h, in.w, in.c, dev(src), dev(dst));
+        rt::launch(ex, "upsample_forward_kernel", upsample_forward_kernel<F, W>, static_cast<unsigned>(blocks),
+                   kUpsampleThreads, 0, in.n, in.h, in.w, in.c, dev(src), dev(dst));
     else
-        upsample_backward_kernel<F, W><<<static_cast<unsigned>(blocks), kUpsampleThreads, 0, ex.stream>>>(
-            in.n, in.h, in.w, in.c, dev(src), dev(dst), accumulate);
+        rt::launch(ex, "upsample_backward_kernel", upsample_backward_kernel<F, W>, static_cast<unsigned>(blocks),
+                   kUpsampleThreads, 0, in.n, in.h, in.w, in.c, dev(src), dev(dst), accumulate);
     SF_CUDA_CHECK_LAUNCH();
 }
 

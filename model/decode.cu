@@ -11,6 +11,7 @@
 
 #include "model/decode_cuda.h"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
 
 namespace model {
@@ -106,6 +107,7 @@ __device__ Peak block_argmax(const ObjectMaps& o, int r0, int r1, float* sv, int
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_kernel(int h, int w, int stride, const float* __restrict__ zg, const float* __restrict__ zs,
                   const float* __restrict__ zo, const float* __restrict__ vm, Decoded* __restrict__ out) {
+    rt::pdl_entry();
     __shared__ float sv[kDecodeThreads / 32];
     __shared__ int si[kDecodeThreads / 32];
     __shared__ Peak bcast;
@@ -142,6 +144,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 __global__ void __launch_bounds__(kMetricsThreads)
     metrics_kernel(int n_real, const Decoded* __restrict__ dec, const data::Label* __restrict__ labels,
                    DeviceMetricSums* acc) {
+    rt::pdl_entry();
     __shared__ double eg[kMetricsThreads], es[kMetricsThreads], ec[kMetricsThreads];
     DeviceMetricSums s{};
     if (threadIdx.x == 0) s = *acc;
@@ -191,8 +194,8 @@ void decode_cuda(const rt::Exec& ex, int n, int h, int w, int stride, const floa
              "decode_cuda: offset logits must be a non-null, 4-byte aligned device pointer");
     SF_CHECK(!valid_min || rt::aligned(valid_min, 4), "decode_cuda: misaligned valid_min");
     SF_CHECK(rt::aligned(out, alignof(Decoded)), "decode_cuda: null or misaligned output");
-    decode_kernel<<<n, kDecodeThreads, 0, ex.stream>>>(h, w, stride, logit_gap, logit_slider, logit_offset, valid_min,
-                                                       out);
+    rt::launch(ex, "decode_kernel", decode_kernel, n, kDecodeThreads, 0, h, w, stride, logit_gap, logit_slider,
+               logit_offset, valid_min, out);
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -203,7 +206,7 @@ void metrics_accumulate_cuda(const rt::Exec& ex, int n_real, const Decoded* deco
     SF_CHECK(rt::aligned(decoded, alignof(Decoded)) && rt::aligned(labels, alignof(data::Label)),
              "metrics_accumulate_cuda: null or misaligned decoded / labels");
     SF_CHECK(rt::aligned(acc, 8), "metrics_accumulate_cuda: null or misaligned acc");
-    metrics_kernel<<<1, kMetricsThreads, 0, ex.stream>>>(n_real, decoded, labels, acc);
+    rt::launch(ex, "metrics_kernel", metrics_kernel, 1, kMetricsThreads, 0, n_real, decoded, labels, acc);
     SF_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,22 +1,24 @@
-#include "model/device_util.h"
-
 #include <cuda_runtime.h>
 
 #include "kernels/adamw_cuda.h"
+#include "model/device_util.h"
 #include "model/train_step_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
+#include "runtime/launch.cuh"
 
 namespace model {
 
 namespace {
 __global__ void increment_kernel(int64_t* __restrict__ c, size_t n) {
+    rt::pdl_entry();
     for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x)
         c[i] += 1;
 }
 // model::warmup_cosine_lr on the device (same double expression).
 __global__ void warmup_cosine_kernel(double base, double eta_min, int64_t warmup, int64_t total,
                                      kern::DeviceStepState* __restrict__ st) {
+    rt::pdl_entry();
     const int64_t step = st->step + st->skipped;
     double lr;
     if (step < warmup) {
@@ -33,11 +35,13 @@ __global__ void warmup_cosine_kernel(double base, double eta_min, int64_t warmup
 // epoch (0-based) of the coming step for the per-epoch SGDR schedule.
 __global__ void epoch_kernel(int64_t steps_per_epoch, const kern::DeviceStepState* __restrict__ st,
                              int32_t* __restrict__ epoch) {
+    rt::pdl_entry();
     *epoch = static_cast<int32_t>((st->step + st->skipped) / steps_per_epoch);
 }
 
 __global__ void record_kernel(kern::DeviceStepState* __restrict__ st, double* __restrict__ step_loss, double inv_accum,
                               StepRecord* __restrict__ ring, int ring_size) {
+    rt::pdl_entry();
     // A non-finite micro-batch total (the loss adds every total, so the sum is then non-finite too)
     // skips the update, as TrainStep::optimizer_step does; grad_norm_cuda only sees the gradients.
     if (!isfinite(*step_loss)) st->nonfinite = 1;
@@ -58,7 +62,7 @@ void record_step_cuda(const rt::Exec& ex, kern::DeviceStepState* state, double* 
     SF_CHECK(ex.is_cuda(), "record_step_cuda needs a CUDA Exec");
     SF_CHECK(state && step_loss && ring && ring_size > 0 && accum >= 1,
              "record_step_cuda: bad arguments");
-    record_kernel<<<1, 1, 0, ex.stream>>>(state, step_loss, 1.0 / accum, ring, ring_size);
+    rt::launch(ex, "record_kernel", record_kernel, 1, 1, 0, state, step_loss, 1.0 / accum, ring, ring_size);
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -66,11 +70,12 @@ void schedule_lr_cuda(const rt::Exec& ex, const LrSchedule& s, kern::DeviceStepS
     SF_CHECK(ex.is_cuda(), "schedule_lr_cuda needs a CUDA Exec");
     SF_CHECK(state && epoch_scratch && s.steps_per_epoch >= 1, "schedule_lr_cuda: bad arguments");
     if (s.sgdr) {
-        epoch_kernel<<<1, 1, 0, ex.stream>>>(s.steps_per_epoch, state, epoch_scratch);
+        rt::launch(ex, "epoch_kernel", epoch_kernel, 1, 1, 0, s.steps_per_epoch, state, epoch_scratch);
         SF_CUDA_CHECK_LAUNCH();
         kern::schedule_sgdr_cuda(ex, state, s.base_lr, s.eta_min, s.t0, s.t_mult, epoch_scratch);
     } else {
-        warmup_cosine_kernel<<<1, 1, 0, ex.stream>>>(s.base_lr, s.eta_min, s.warmup_steps, s.total_steps, state);
+        rt::launch(ex, "warmup_cosine_kernel", warmup_cosine_kernel, 1, 1, 0, s.base_lr, s.eta_min, s.warmup_steps,
+                   s.total_steps, state);
         SF_CUDA_CHECK_LAUNCH();
     }
 }
@@ -87,7 +92,7 @@ void increment_counters_cuda(const rt::Exec& ex, int64_t* counters, size_t n) {
     if (n == 0) return;
     SF_CHECK(counters != nullptr, "increment_counters_cuda: null counters");
     const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
-    increment_kernel<<<blocks, 256, 0, ex.stream>>>(counters, n);
+    rt::launch(ex, "increment_kernel", increment_kernel, blocks, 256, 0, counters, n);
     SF_CUDA_CHECK_LAUNCH();
 }
 

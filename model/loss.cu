@@ -22,6 +22,7 @@
 #include "model/loss_cuda.h"
 #include "model/loss_device.cuh"
 #include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
 
 namespace model {
@@ -158,6 +159,7 @@ __device__ void block_sum(double (&v)[K], double* smem) {
 
 // Launch 1. grid n*h (block = one grid row), block loss_row_threads(w): threads over the row's cells.
 __global__ void __launch_bounds__(kLossRowMaxThreads) loss_rows_kernel(LossArgs a) {
+    rt::pdl_entry();
     __shared__ double smem[(kLossRowMaxThreads / 32) * kRowSlotCount];
     const int b = blockIdx.x / a.h, r = blockIdx.x % a.h;
     const SampleCtx s = sample_ctx(a, b);
@@ -174,6 +176,7 @@ __global__ void __launch_bounds__(kLossRowMaxThreads) loss_rows_kernel(LossArgs 
 // Launch 2. grid n (block = one sample), block kLossSampleThreads. Phases separated by barriers;
 // threads 0 / 32 / 64 (three different warps) run the sequential parts side by side.
 __global__ void __launch_bounds__(kLossSampleThreads) loss_sample_kernel(LossArgs a) {
+    rt::pdl_entry();
     __shared__ double eg[kLossMaxRows], dg[kLossMaxRows], es[kLossMaxRows], ds[kLossMaxRows];
     __shared__ double gg[kLossMaxRows], gs[kLossMaxRows];
     __shared__ double mx_g, mx_s, z_g, z_s, dot_g, dot_s;
@@ -220,6 +223,7 @@ __global__ void __launch_bounds__(kLossSampleThreads) loss_sample_kernel(LossArg
 // Launch 3. One block of kLossBatchThreads: thread t sums samples t, t + 256, ... in order, then a
 // fixed block tree; thread 0 assembles the terms; then threads write the per-sample coefficients.
 __global__ void __launch_bounds__(kLossBatchThreads) loss_batch_kernel(LossArgs a) {
+    rt::pdl_entry();
     __shared__ double smem[(kLossBatchThreads / 32) * kBatchQCount];
     __shared__ BatchScalars bs;
     double q[kBatchQCount] = {};
@@ -232,6 +236,7 @@ __global__ void __launch_bounds__(kLossBatchThreads) loss_batch_kernel(LossArgs 
 
 // Launch 4. One thread per cell.
 __global__ void __launch_bounds__(kLossGradThreads) loss_grad_kernel(LossArgs a, size_t cells) {
+    rt::pdl_entry();
     const size_t k = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (k < cells) grad_cell(a, k);
 }
@@ -241,6 +246,7 @@ __global__ void __launch_bounds__(kLossGradThreads) loss_grad_kernel(LossArgs a,
 __global__ void __launch_bounds__(kMaskGridThreads)
     mask_grid_kernel(size_t cells, int h, int w, int H, int W, int C, int mask_c, int stride,
                      const bfloat* __restrict__ input, float* __restrict__ avg, float* __restrict__ mn) {
+    rt::pdl_entry();
     const size_t cell = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (cell >= cells) return;
     const int j = static_cast<int>(cell % w), i = static_cast<int>((cell / w) % h);
@@ -320,8 +326,9 @@ void mask_grid_cuda(const rt::Exec& ex, int n, int H, int W, int C, int mask_c, 
              "mask_grid_cuda: misaligned output");
     const int h = H / stride, w = W / stride;
     const size_t cells = static_cast<size_t>(n) * h * w;
-    mask_grid_kernel<<<static_cast<unsigned>(mask_grid_blocks(cells)), kMaskGridThreads, 0, ex.stream>>>(
-        cells, h, w, H, W, C, mask_c, stride, reinterpret_cast<const bfloat*>(input), valid_avg, valid_min);
+    rt::launch(ex, "mask_grid_kernel", mask_grid_kernel, static_cast<unsigned>(mask_grid_blocks(cells)),
+               kMaskGridThreads, 0, cells, h, w, H, W, C, mask_c, stride, reinterpret_cast<const bfloat*>(input),
+               valid_avg, valid_min);
     SF_CUDA_CHECK_LAUNCH();
 }
 
@@ -372,14 +379,14 @@ void loss_forward_backward_cuda(const rt::Exec& ex, const LossConfig& cfg, const
     a.out = out;
     a.loss_sum = loss_sum;
 
-    loss_rows_kernel<<<p.row_blocks, p.row_threads, 0, ex.stream>>>(a);
+    rt::launch(ex, "loss_rows_kernel", loss_rows_kernel, p.row_blocks, p.row_threads, 0, a);
     SF_CUDA_CHECK_LAUNCH();
-    loss_sample_kernel<<<p.sample_blocks, kLossSampleThreads, 0, ex.stream>>>(a);
+    rt::launch(ex, "loss_sample_kernel", loss_sample_kernel, p.sample_blocks, kLossSampleThreads, 0, a);
     SF_CUDA_CHECK_LAUNCH();
-    loss_batch_kernel<<<1, kLossBatchThreads, 0, ex.stream>>>(a);
+    rt::launch(ex, "loss_batch_kernel", loss_batch_kernel, 1, kLossBatchThreads, 0, a);
     SF_CUDA_CHECK_LAUNCH();
     if (grads) {
-        loss_grad_kernel<<<p.grad_blocks, kLossGradThreads, 0, ex.stream>>>(a, p.cells);
+        rt::launch(ex, "loss_grad_kernel", loss_grad_kernel, p.grad_blocks, kLossGradThreads, 0, a, p.cells);
         SF_CUDA_CHECK_LAUNCH();
     }
 }

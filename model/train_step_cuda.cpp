@@ -274,6 +274,14 @@ GraphNodeCounts count_nodes(cudaGraph_t graph) {
         else
             ++c.others;
     }
+    size_t ne = 0;
+    SF_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &ne));
+    std::vector<cudaGraphNode_t> from(ne), to(ne);
+    std::vector<cudaGraphEdgeData> data(ne);
+    if (ne > 0) SF_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &ne));
+    c.edges = static_cast<int>(ne);
+    for (size_t i = 0; i < ne; ++i)
+        if (data[i].type == cudaGraphDependencyTypeProgrammatic) ++c.programmatic_edges;
     c.captured = true;
     return c;
 }

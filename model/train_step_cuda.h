@@ -82,9 +82,13 @@ void download_state(const rt::Exec& ex, const Planner& p, const CheckpointView& 
 // Nodes of a captured step graph by type (cudaGraphGetNodes, cudaGraphNodeGetType): the kernels a
 // replay launches (a cuDNN execution or an NCCL allreduce is one or more of them), copies, memsets,
 // and the rest (event, host and other nodes). `captured` is false until the graph exists.
+// edges: the graph's dependencies (cudaGraphGetEdges); programmatic_edges: those of type
+// cudaGraphDependencyTypeProgrammatic, what the step's kernels launched with programmatic dependent
+// launch become when captured (rt::Exec::pdl; 0 without it).
 struct GraphNodeCounts {
     bool captured = false;
     int kernels = 0, memcpys = 0, memsets = 0, others = 0;
+    int edges = 0, programmatic_edges = 0;
     int total() const { return kernels + memcpys + memsets + others; }
 };
 

@@ -4,6 +4,7 @@
 #include "model/train_step_cuda_guard.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
+#include "runtime/launch.cuh"
 
 namespace model {
 
@@ -14,6 +15,7 @@ namespace {
 __global__ void bn_state_commit_kernel(const kern::DeviceStepState* __restrict__ st, float* __restrict__ live,
                                        float* __restrict__ shadow, size_t n, int64_t* __restrict__ live_c,
                                        int64_t* __restrict__ shadow_c, size_t nc) {
+    rt::pdl_entry();
     const bool skip = st->nonfinite != 0;
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
     for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n + nc; i += stride) {
@@ -38,8 +40,8 @@ void bn_state_commit_cuda(const rt::Exec& ex, const kern::DeviceStepState* state
     SF_CHECK(state && (n == 0 || (live && shadow)) && (nc == 0 || (live_counters && shadow_counters)),
              "bn_state_commit_cuda: null pointers (%zu floats, %zu counters)", n, nc);
     if (n + nc == 0) return;
-    bn_state_commit_kernel<<<bn_guard_blocks(n + nc), kBnGuardThreads, 0, ex.stream>>>(
-        state, live, shadow, n, live_counters, shadow_counters, nc);
+    rt::launch(ex, "bn_state_commit_kernel", bn_state_commit_kernel, bn_guard_blocks(n + nc), kBnGuardThreads, 0, state,
+               live, shadow, n, live_counters, shadow_counters, nc);
     SF_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,6 +27,10 @@ struct Exec {
     cudnnHandle_t cudnn = nullptr;
     cublasLtHandle_t cublaslt = nullptr;
     ScopeObserver* observer = nullptr;  // per-layer timing (eager profiling); null normally
+    // The project's kernels launched with programmatic dependent launch (runtime/launch.cuh): each
+    // may be scheduled while its predecessor on the stream finishes. Off unless asked for
+    // (`bench step --pdl`; docs/GPU_STEP.md).
+    bool pdl = false;
 
     bool is_cuda() const { return backend == Backend::Cuda; }
     static Exec cpu() { return Exec{}; }

@@ -12,7 +12,8 @@
 #             (CUDA, CPU reference and the CPU reference's bf16 floor)
 #   then      with the GPU to itself and the time left: `bench step --layers` at batch 128 (the
 #             depthwise variants' times; issue "GPU speed"), the same step with `--bn-row-batch 4`
-#             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B) and with
+#             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
+#             (programmatic dependent launch of the project's kernels) and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B). (`plan --fusion-graphs` ran
 #             here until the H200 answered it on 2026-11-27: `scripts/gpu_verify.sh fused` runs it.)
 # Everything lands in a work folder that is packed into $OUT/session.tar.gz after every phase (so
@@ -86,6 +87,14 @@ if [ "$(left)" -gt 60 ]; then
     timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --bn-row-batch 4 \
       --json "$W/bench_bn4.json" >"$W/bench_bn4.log" 2>&1
     say "bench --bn-row-batch 4: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_bn4.log" | sed 's/^ *//' | cut -c1-120)"
+  fi
+  pack
+  # The same step with programmatic dependent launch of the project's kernels (bitwise-equal results).
+  if [ "$(left)" -gt 40 ]; then
+    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --pdl \
+      --json "$W/bench_pdl.json" >"$W/bench_pdl.log" 2>&1
+    say "bench --pdl: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_pdl.log" | sed 's/^ *//' | cut -c1-120)"
+    say "bench --pdl: $(grep -m1 -E '^ *graphs:' "$W/bench_pdl.log" | sed 's/^ *//' | cut -c1-160)"
   fi
   pack
   # The same step with the depthwise kernels in variant 0 only: the step-level A/B of the variants.

@@ -17,7 +17,7 @@ TEST(BenchStep, ParsesEveryOption) {
         {"--batch-sizes", "32,64,512", "--size", "160x320", "--channels", "4", "--steps", "60", "--warmup", "5",
          "--eager", "--deterministic", "--search", "--memory-budget-gb", "40", "--layers", "--layers-batch", "16",
          "--peak-tflops", "900", "--peak-gbps", "3000", "--up-order", "upsample_first", "--fuse-expand-dw",
-         "--no-dw-variants", "--bn-row-batch", "4", "--json", "out.json"});
+         "--no-dw-variants", "--bn-row-batch", "4", "--pdl", "--json", "out.json"});
     EXPECT_EQ(o.batch_sizes, (std::vector<int>{32, 64, 512}));
     EXPECT_EQ(o.height, 160);
     EXPECT_EQ(o.width, 320);
@@ -34,6 +34,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_TRUE(o.fuse_expand_dw);
     EXPECT_FALSE(o.dw_variants);
     EXPECT_EQ(o.bn_row_batch, 4);
+    EXPECT_TRUE(o.pdl);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);
@@ -46,6 +47,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_EQ(d.up_order, model::UpOrder::ConvFirst);  // what training on CUDA runs by default
     EXPECT_TRUE(d.dw_variants);
     EXPECT_EQ(d.bn_row_batch, 1);  // the measured kernels until a GPU says 4 pays
+    EXPECT_FALSE(d.pdl);           // plain launches until a GPU says PDL pays
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }
@@ -133,6 +135,13 @@ TEST(BenchStep, GraphNodesRecordAndLine) {
     const nlohmann::json extra = {{"plan_seconds", 1.5}, {"graph_nodes", j}};
     EXPECT_EQ(tools::graph_nodes_line(extra),
               "graphs: 1484 kernel nodes per micro-step (1487 nodes), 5 per optimizer step (5)");
+    EXPECT_EQ(j["micro_step"]["edges"], 0);
+    EXPECT_EQ(j["micro_step"]["programmatic_edges"], 0);
+    micro.edges = 1486;
+    micro.programmatic_edges = 1100;  // --pdl: the line says how many of the edges PDL became
+    const nlohmann::json pdl = {{"graph_nodes", tools::graph_nodes_json(micro, optim)}};
+    EXPECT_EQ(tools::graph_nodes_line(pdl), "graphs: 1484 kernel nodes per micro-step (1487 nodes), 5 per optimizer "
+                                            "step (5); 1100 of the micro-step's 1486 edges programmatic");
     EXPECT_EQ(tools::graph_nodes_line(nlohmann::json{{"plan_seconds", 1.5}}), "");  // eager runs
     EXPECT_EQ(tools::graph_nodes_line(nlohmann::json()), "");
 }

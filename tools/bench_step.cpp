@@ -182,6 +182,13 @@ kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     return p;
 }
 
+// The Exec the benchmarked network and step run on: the context's, with --pdl.
+rt::Exec step_exec(const rt::CudaContext& ctx, const StepBenchOptions& o) {
+    rt::Exec ex = ctx.exec();
+    ex.pdl = o.pdl;
+    return ex;
+}
+
 bool is_oom(const std::string& what) {
     // rt::Arena says "out of device memory", CUDA "out of memory" / cudaErrorMemoryAllocation.
     return what.find("out of memory") != std::string::npos || what.find("out of device memory") != std::string::npos ||
@@ -242,7 +249,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
     }
     try {
         const auto t0 = std::chrono::steady_clock::now();
-        Rig rig(ctx.exec(), b, o, nccl);
+        Rig rig(step_exec(ctx, o), b, o, nccl);
         const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         rig.step.set_use_graphs(!o.eager);
         for (int k = 0; k < o.warmup; ++k) rig.run_step();
@@ -271,7 +278,8 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"fusion_up_order", model::up_order_name(o.up_order)},
                    {"fuse_expand_dw", o.fuse_expand_dw},
                    {"dw_variants", o.dw_variants},
-                   {"bn_row_batch", o.bn_row_batch}};
+                   {"bn_row_batch", o.bn_row_batch},
+                   {"pdl", o.pdl}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());
@@ -293,7 +301,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
 
 LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o, const DevicePeaks& peaks) {
     EventObserver obs;
-    rt::Exec ex = ctx.exec();
+    rt::Exec ex = step_exec(ctx, o);
     ex.observer = &obs;
     Rig rig(ex, b, o, nullptr);      // one GPU's compute: no allreduce in the per-layer table
     rig.step.set_use_graphs(false);  // events around every layer: eager calls only
@@ -401,8 +409,10 @@ void print_run(int b, const BenchRun& r) {
 
 nlohmann::json graph_nodes_json(const model::GraphNodeCounts& micro, const model::GraphNodeCounts& optimizer) {
     auto one = [](const model::GraphNodeCounts& c) {
-        return nlohmann::json{{"kernels", c.kernels}, {"memcpys", c.memcpys}, {"memsets", c.memsets},
-                              {"others", c.others},   {"total", c.total()}};
+        return nlohmann::json{{"kernels", c.kernels}, {"memcpys", c.memcpys},
+                              {"memsets", c.memsets}, {"others", c.others},
+                              {"total", c.total()},   {"edges", c.edges},
+                              {"programmatic_edges", c.programmatic_edges}};
     };
     return {{"micro_step", one(micro)}, {"optimizer", one(optimizer)}};
 }
@@ -410,9 +420,15 @@ nlohmann::json graph_nodes_json(const model::GraphNodeCounts& micro, const model
 std::string graph_nodes_line(const nlohmann::json& extra) {
     if (!extra.is_object() || !extra.contains("graph_nodes")) return "";
     const nlohmann::json& g = extra["graph_nodes"];
-    return rt::format("graphs: %d kernel nodes per micro-step (%d nodes), %d per optimizer step (%d)",
-                      g.at("micro_step").at("kernels").get<int>(), g.at("micro_step").at("total").get<int>(),
-                      g.at("optimizer").at("kernels").get<int>(), g.at("optimizer").at("total").get<int>());
+    std::string line = rt::format("graphs: %d kernel nodes per micro-step (%d nodes), %d per optimizer step (%d)",
+                                  g.at("micro_step").at("kernels").get<int>(), g.at("micro_step").at("total").get<int>(),
+                                  g.at("optimizer").at("kernels").get<int>(), g.at("optimizer").at("total").get<int>());
+    // Programmatic dependent launch (--pdl): how many of the micro-step's dependencies it became.
+    const nlohmann::json& m = g.at("micro_step");
+    if (m.contains("programmatic_edges") && m["programmatic_edges"].get<int>() > 0)
+        line += rt::format("; %d of the micro-step's %d edges programmatic", m["programmatic_edges"].get<int>(),
+                           m.value("edges", 0));
+    return line;
 }
 
 int bench_step(const StepBenchOptions& o, const std::string& command_line) {
@@ -425,6 +441,9 @@ int bench_step(const StepBenchOptions& o, const std::string& command_line) {
     std::unique_ptr<rt::NcclComm> nccl;
     if (o.world >= 1) nccl = std::make_unique<rt::NcclComm>(c.rank(), o.world, device);
     const rt::DeviceInfo dev = rt::query_device_info(device);
+    SF_CHECK(!o.pdl || dev.cc_major >= 9,
+             "bench step: --pdl needs programmatic dependent launch, compute capability 9.0 or newer; %s is %d.%d",
+             dev.name.c_str(), dev.cc_major, dev.cc_minor);
     rt::Nvml nvml(dev.pci_bus_id, dev.ordinal);
     const bool print = rt::is_rank0();  // every rank runs the same steps (collectives); rank 0 reports
     BenchHeader h;

@@ -32,6 +32,7 @@ struct StepBenchOptions {
     bool fuse_expand_dw = false;  // --fuse-expand-dw (model.fuse_expand_dw: the fused LiteBlock)
     bool dw_variants = true;      // --no-dw-variants: the custom depthwise kernels in variant 0 only
     int bn_row_batch = 1;         // --bn-row-batch N: the BN + activation kernels' rows per loop turn
+    bool pdl = false;             // --pdl: the project's kernels with programmatic dependent launch (rt::Exec::pdl)
     std::string json;                       // output file ("" = none)
 };
 

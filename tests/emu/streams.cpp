@@ -313,19 +313,22 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
 // A node per captured operation: a copy, a memset, or a kernel (every other operation: kernels, and
 // the cuDNN, cuBLASLt and NCCL calls, which launch kernels on a GPU; the emulation counts one each).
 // Event records and waits inside a capture are edges, not nodes, as in CUDA.
+static void build_nodes(cudaGraph_t graph) {
+    if (graph->nodes.size() == graph->ops.size()) return;
+    graph->nodes.clear();
+    for (const sfemu::Op& op : graph->ops) {
+        CUgraphNode_st n;
+        if (op.what == "cudaMemcpyAsync")
+            n.type = cudaGraphNodeTypeMemcpy;
+        else if (op.what == "cudaMemsetAsync")
+            n.type = cudaGraphNodeTypeMemset;
+        graph->nodes.push_back(n);
+    }
+}
+
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* numNodes) {
     if (!graph || !numNodes) return set_error(cudaErrorInvalidValue);
-    if (graph->nodes.size() != graph->ops.size()) {
-        graph->nodes.clear();
-        for (const sfemu::Op& op : graph->ops) {
-            CUgraphNode_st n;
-            if (op.what == "cudaMemcpyAsync")
-                n.type = cudaGraphNodeTypeMemcpy;
-            else if (op.what == "cudaMemsetAsync")
-                n.type = cudaGraphNodeTypeMemset;
-            graph->nodes.push_back(n);
-        }
-    }
+    build_nodes(graph);
     if (!nodes) {
         *numNodes = graph->nodes.size();
         return cudaSuccess;
@@ -333,6 +336,29 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t*
     const size_t got = std::min(*numNodes, graph->nodes.size());
     for (size_t i = 0; i < *numNodes; ++i) nodes[i] = i < got ? &graph->nodes[i] : nullptr;
     *numNodes = got;
+    return cudaSuccess;
+}
+
+// The emulated graph replays its operations in capture order: a chain, node i -> node i + 1, every
+// edge an ordinary (full) dependency. The emulation has no programmatic dependent launch
+// (runtime/launch.cuh runs the plain launch), so it never reports a programmatic edge.
+cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
+                              cudaGraphEdgeData* edgeData, size_t* numEdges) {
+    if (!graph || !numEdges) return set_error(cudaErrorInvalidValue);
+    build_nodes(graph);
+    const size_t n = graph->nodes.empty() ? 0 : graph->nodes.size() - 1;
+    if (!from && !to && !edgeData) {
+        *numEdges = n;
+        return cudaSuccess;
+    }
+    if (!from || !to) return set_error(cudaErrorInvalidValue);
+    const size_t got = std::min(*numEdges, n);
+    for (size_t i = 0; i < got; ++i) {
+        from[i] = &graph->nodes[i];
+        to[i] = &graph->nodes[i + 1];
+        if (edgeData) edgeData[i] = cudaGraphEdgeData{};
+    }
+    *numEdges = got;
     return cudaSuccess;
 }
 

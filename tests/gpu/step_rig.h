@@ -80,6 +80,7 @@ inline model::LrSchedule constant_lr(double lr) {
 // A CUDA network + step with the CPU net's initial weights, and device slots for the batches.
 struct GpuRig {
     rt::CudaContext ctx{0};
+    rt::Exec exec;  // the network's and step's: ctx's, with rt::Exec::pdl as asked
     model::SiderNetCuda net;
     model::CudaTrainStep step;
     rt::Arena slots{"test slots", rt::MemKind::Device};
@@ -88,12 +89,14 @@ struct GpuRig {
 
     // order: the CUDA network's fusion up-path order (the CPU network's own may differ: same weights);
     // fuse_expand_dw: the fused LiteBlock (NetShape::fuse_expand_dw); bn_row_batch: the BatchNorm row
-    // kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch).
+    // kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch); pdl: the project's kernels with
+    // programmatic dependent launch (rt::Exec::pdl).
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
                     model::UpOrder order = model::UpOrder::UpsampleFirst, bool fuse_expand_dw = false,
-                    int bn_row_batch = 1)
-        : net(with_order(init.shape(), order, fuse_expand_dw), ctx.exec(), policy(deterministic, bn_row_batch)),
-          step(net, ctx.exec(), model::LossConfig{}, optim(), constant_lr(1e-3), accum) {
+                    int bn_row_batch = 1, bool pdl = false)
+        : exec(with_pdl(ctx.exec(), pdl)),
+          net(with_order(init.shape(), order, fuse_expand_dw), exec, policy(deterministic, bn_row_batch)),
+          step(net, exec, model::LossConfig{}, optim(), constant_lr(1e-3), accum) {
         const model::NetShape& sh = init.shape();
         const size_t po = slots.reserve(static_cast<size_t>(sh.batch) * sh.height * sh.width, 256, "pixels");
         const size_t lo = slots.reserve(static_cast<size_t>(sh.batch) * sizeof(data::Label), 256, "labels");
@@ -112,6 +115,10 @@ struct GpuRig {
         kern::ConvPolicy p = kern::run_conv_policy(deterministic);
         p.bn_row_batch = bn_row_batch;
         return p;
+    }
+    static rt::Exec with_pdl(rt::Exec ex, bool pdl) {
+        ex.pdl = pdl;
+        return ex;
     }
     static model::NetShape with_order(model::NetShape s, model::UpOrder o, bool fuse_expand_dw) {
         s.up_order = o;

@@ -309,7 +309,7 @@ class GpuVerifyTest(unittest.TestCase):
 
     def test_session_runs_every_stage_under_one_deadline(self):
         # scripts/gpu_session.sh: train in the background, first, sanitize, evalcmp, the per-layer bench
-        # and the two step A/Bs, everything packed into OUT (the weights beside the archive).
+        # and the three step A/Bs, everything packed into OUT (the weights beside the archive).
         self.fake_gpu(True)
         run = os.path.join(ROOT, "runs", "gpu_verify_train")
         if os.path.exists(run):
@@ -326,7 +326,8 @@ class GpuVerifyTest(unittest.TestCase):
                 names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
-                         "bench_variants.json", "bench_bn4.json", "bench_dw0.json", "session.log"):
+                         "bench_variants.json", "bench_bn4.json", "bench_pdl.json", "bench_dw0.json",
+                         "session.log"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
             with open(os.path.join(self.out, "session.log")) as f:
@@ -337,6 +338,8 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"sanitize: rc 1")  # SF_SANITIZER=none: no sanitizer to run
             self.assertIn("] done", log)
             self.assertRegex(log, r"bench --bn-row-batch 4: rc 0")
+            self.assertRegex(log, r"bench --pdl: rc 0")
+            self.assertRegex(log, r"bench --no-dw-variants: rc 0")
         finally:
             shutil.rmtree(run, ignore_errors=True)
 
