@@ -33,9 +33,19 @@ constexpr int kFinalizeY = 8;   // chunk lanes per finalize block
 
 // The row kernels (statistics, apply, backward reduce, dx) and their helpers: kernels/bn_act_rows.cuh.
 
+// Chunks per lane whose partials the row_batch 4 finalize loads before adding the first of them.
+constexpr int kFinalizeBatch = 16;
+
 // Per-channel fixed-order fp64 sums over the chunks of both partial arrays, for channel
 // blockIdx.x * 32 + threadIdx.x; valid in threads with threadIdx.y == 0. Block (32, 8): lane y adds
 // chunks y, y + 8, ...; then lane 0 adds the 8 lane sums in order.
+// R == 1 (the measured kernels): each chunk's two partials are loaded and added before the next
+// chunk's are loaded (ptxas issues 8 loads per round trip: 16 round trips for 512 chunks).
+// R == 4 (with the row kernels' row_batch 4): a lane loads kFinalizeBatch chunks' partials (32 loads)
+// before adding the first, then adds them in the same order, so the sums are the same bits; a chunk
+// past the end loads nothing and adds +0.0, which leaves a sum that started at +0.0 unchanged (such a
+// sum is never -0.0). 4 round trips for 512 chunks.
+template <int R>
 __device__ __forceinline__ void finalize_sums(int c, int chunks, const float* __restrict__ part, double& s0,
                                               double& s1) {
     __shared__ double sm[2][kFinalizeY][kFinalizeX];
@@ -43,9 +53,26 @@ __device__ __forceinline__ void finalize_sums(int c, int chunks, const float* __
     s0 = 0.0;
     s1 = 0.0;
     if (ch < c) {
-        for (int k = threadIdx.y; k < chunks; k += kFinalizeY) {
-            s0 += static_cast<double>(part[static_cast<size_t>(k) * c + ch]);
-            s1 += static_cast<double>(part[static_cast<size_t>(chunks + k) * c + ch]);
+        if constexpr (R == 1) {
+            for (int k = threadIdx.y; k < chunks; k += kFinalizeY) {
+                s0 += static_cast<double>(part[static_cast<size_t>(k) * c + ch]);
+                s1 += static_cast<double>(part[static_cast<size_t>(chunks + k) * c + ch]);
+            }
+        } else {
+            for (int k0 = threadIdx.y; k0 < chunks; k0 += kFinalizeBatch * kFinalizeY) {
+                float a[kFinalizeBatch], b[kFinalizeBatch];
+#pragma unroll
+                for (int u = 0; u < kFinalizeBatch; ++u) {
+                    const int k = k0 + u * kFinalizeY;
+                    a[u] = k < chunks ? part[static_cast<size_t>(k) * c + ch] : 0.0f;
+                    b[u] = k < chunks ? part[static_cast<size_t>(chunks + k) * c + ch] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < kFinalizeBatch; ++u) {
+                    s0 += static_cast<double>(a[u]);
+                    s1 += static_cast<double>(b[u]);
+                }
+            }
         }
     }
     sm[0][threadIdx.y][threadIdx.x] = s0;
@@ -63,13 +90,14 @@ __device__ __forceinline__ void finalize_sums(int c, int chunks, const float* __
 
 // Forward statistics, pass 2. grid finalize_blocks, block (32, 8). Writes mean, invstd (biased
 // variance) and updates the running statistics (unbiased variance), all from fp64.
+template <int R>
 __global__ void bn_act_stats_finalize_kernel(size_t rows, int c, int chunks, const bfloat* __restrict__ x,
                                              const float* __restrict__ part, float* __restrict__ save_mean,
                                              float* __restrict__ save_invstd, float* __restrict__ running_mean,
                                              float* __restrict__ running_var, double momentum, double eps) {
     rt::pdl_entry();
     double s0, s1;
-    finalize_sums(c, chunks, part, s0, s1);
+    finalize_sums<R>(c, chunks, part, s0, s1);
     const int ch = blockIdx.x * kFinalizeX + threadIdx.x;
     if (threadIdx.y != 0 || ch >= c) return;
     const double n = static_cast<double>(rows);
@@ -86,12 +114,13 @@ __global__ void bn_act_stats_finalize_kernel(size_t rows, int c, int chunks, con
 
 // Backward, pass 2. grid finalize_blocks, block (32, 8). dbeta += sum g, dgamma += sum g*xhat;
 // coef[0..C) = sum g / rows, coef[C..2C) = sum g*xhat / rows for the dx pass.
+template <int R>
 __global__ void bn_act_backward_finalize_kernel(size_t rows, int c, int chunks, const float* __restrict__ part,
                                                 float* __restrict__ dgamma, float* __restrict__ dbeta,
                                                 float* __restrict__ coef) {
     rt::pdl_entry();
     double s0, s1;
-    finalize_sums(c, chunks, part, s0, s1);
+    finalize_sums<R>(c, chunks, part, s0, s1);
     const int ch = blockIdx.x * kFinalizeX + threadIdx.x;
     if (threadIdx.y != 0 || ch >= c) return;
     dbeta[ch] += static_cast<float>(s0);
@@ -183,8 +212,11 @@ void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, con
                    invstd, part);
     });
     SF_CUDA_CHECK_LAUNCH();
-    rt::launch(ex, "bn_act_backward_finalize_kernel", bn_act_backward_finalize_kernel, pl.finalize_blocks,
-               dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, part, dgamma, dbeta, coef);
+    with_row_batch(pl, [&](auto rb) {
+        rt::launch(ex, "bn_act_backward_finalize_kernel", bn_act_backward_finalize_kernel<decltype(rb)::value>,
+                   pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, part, dgamma, dbeta,
+                   coef);
+    });
     SF_CUDA_CHECK_LAUNCH();
     with_row_batch(pl, [&](auto rb) {
         rt::launch(ex, "bn_act_backward_dx_kernel", bn_act_backward_dx_kernel<A, decltype(rb)::value>,
@@ -235,9 +267,11 @@ void launch_stats(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, float*
                    dim3(pl.block_x, pl.block_y), 0, pl.rows, pl.c, pl.chunks, dev(x), workspace);
     });
     SF_CUDA_CHECK_LAUNCH();
-    rt::launch(ex, "bn_act_stats_finalize_kernel", bn_act_stats_finalize_kernel, pl.finalize_blocks,
-               dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, dev(x), workspace, save_mean, save_invstd,
-               running_mean, running_var, momentum, eps);
+    with_row_batch(pl, [&](auto rb) {
+        rt::launch(ex, "bn_act_stats_finalize_kernel", bn_act_stats_finalize_kernel<decltype(rb)::value>,
+                   pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, dev(x), workspace,
+                   save_mean, save_invstd, running_mean, running_var, momentum, eps);
+    });
     SF_CUDA_CHECK_LAUNCH();
 }
 

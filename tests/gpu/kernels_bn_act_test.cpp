@@ -469,4 +469,28 @@ TEST(KernelsBnActGpu, RowBatchBitwiseEqualToOneRow) {
     }
 }
 
+// The finalize's fp64 sums of fp32 chunk partials are exact for ordinary data, so the test above
+// cannot see the order in which a lane adds its chunks (a reversed batch passed it under the
+// emulation). Here dy is +2^70 in chunks 128m + y and -2^70 in chunks 128m + 8 + y (y < 8; 4 rows per
+// chunk) and small elsewhere: in the order of row_batch 1 each lane's pair cancels exactly before its
+// small partials are added, so dbeta keeps them; any other order loses them to rounding.
+TEST(KernelsBnActGpu, RowBatchFinalizeAddsChunksInOrder) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const size_t rows = 512 * 4;
+    const int c = 8;
+    Inputs in = random_inputs(rows, c, 1900);
+    const double big = std::exp2(70.0);
+    for (size_t r = 0; r < rows; ++r) {
+        const size_t j = (r / 4) % 128;
+        for (int ch = 0; ch < c; ++ch)
+            if (j < 16) in.dy[r * c + ch] = static_cast<float>(j < 8 ? big : -big);
+    }
+    const Outputs one = run_gpu(ctx, kern::Act::None, in, 1);
+    for (int ch = 0; ch < c; ++ch)  // the small partials survived: the construction shows the order
+        EXPECT_GT(std::fabs(one.dbeta[ch] - in.dbeta0[ch]), 1e-3f) << "channel " << ch;
+    for (int rb : kern::kBnActRowBatches)
+        if (rb != 1) expect_bitwise_equal(one, run_gpu(ctx, kern::Act::None, in, rb), "row_batch " + std::to_string(rb));
+}
+
 }  // namespace
