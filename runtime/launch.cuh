@@ -6,7 +6,8 @@
 //
 // is `bn_act_stats_kernel<R><<<grid, block, 0, ex.stream>>>(rows, c, ...)` when ex.pdl is false, and
 // the same launch with cudaLaunchAttributeProgrammaticStreamSerialization when it is true: the
-// kernel's blocks may then be scheduled while the previous kernel on the stream is still finishing.
+// kernel's blocks may then be scheduled while the previous kernel on the stream is still finishing
+// (during a stream capture only where the launch's predecessors are all kernels: pdl_allowed).
 // That is only safe because every kernel launched here starts with rt::pdl_entry() (checked over
 // the sources by tests/tools/test_pdl_entry.py):
 //   griddepcontrol.wait              wait until the previous grid has completed and its memory is
@@ -37,6 +38,26 @@ __device__ __forceinline__ void pdl_entry() {
 #endif
 }
 
+#ifndef SF_EMU
+// With PDL asked for, whether this launch may carry the attribute: always outside a stream capture;
+// inside one only when every node the launch will depend on is a kernel node (a programmatic edge
+// joins two kernels; after a memset, a copy or the capture's first node the launch keeps its
+// ordinary dependency instead of relying on how the capture would treat the attribute there).
+inline bool pdl_allowed(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const cudaGraphNode_t* deps = nullptr;
+    size_t n = 0;
+    SF_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &n));
+    if (status != cudaStreamCaptureStatusActive) return true;
+    for (size_t i = 0; i < n; ++i) {
+        cudaGraphNodeType t = cudaGraphNodeTypeEmpty;
+        SF_CUDA_CHECK(cudaGraphNodeGetType(deps[i], &t));
+        if (t != cudaGraphNodeTypeKernel) return false;
+    }
+    return n > 0;
+}
+#endif
+
 template <class... P, class... A>
 void launch(const Exec& ex, const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
@@ -52,8 +73,9 @@ void launch(const Exec& ex, const char* name, void (*kernel)(P...), dim3 grid, d
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = ex.stream;
-    cfg.attrs = ex.pdl ? attr : nullptr;
-    cfg.numAttrs = ex.pdl ? 1u : 0u;
+    const bool pdl = ex.pdl && pdl_allowed(ex.stream);
+    cfg.attrs = pdl ? attr : nullptr;
+    cfg.numAttrs = pdl ? 1u : 0u;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 #endif
     if (e != cudaSuccess) throw_cuda(__FILE__, __LINE__, name, e);
