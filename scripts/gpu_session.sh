@@ -14,7 +14,8 @@
 #             depthwise variants' times; issue "GPU speed"), the same step with `--bn-row-batch 4`
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
 #             (programmatic dependent launch of the project's kernels) and with
-#             `--no-dw-variants` (the depthwise variants' step-level A/B). (`plan --fusion-graphs` ran
+#             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
+#             per-layer run's step by tools/bench_ab.py (bench_ab.md). (`plan --fusion-graphs` ran
 #             here until the H200 answered it on 2026-11-27: `scripts/gpu_verify.sh fused` runs it.)
 # Everything lands in a work folder that is packed into $OUT/session.tar.gz after every phase (so
 # a command killed at its limit still returns what finished), plus $OUT/session.log and the training
@@ -102,6 +103,15 @@ if [ "$(left)" -gt 60 ]; then
     timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --no-dw-variants \
       --json "$W/bench_dw0.json" >"$W/bench_dw0.log" 2>&1
     say "bench --no-dw-variants: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_dw0.log" | sed 's/^ *//' | cut -c1-120)"
+  fi
+  # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
+  ab=()
+  for f in bench_bn4 bench_pdl bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+  if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
+    python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
+      >"$W/bench_ab.log" 2>&1
+    say "A/B: rc $?"
+    grep -E '^###|^\| *128 |^warning' "$W/bench_ab.md" 2>/dev/null | while IFS= read -r l; do say "A/B: $l"; done
   fi
 fi
 say "done"

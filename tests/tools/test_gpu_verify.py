@@ -35,7 +35,8 @@ case "$1" in
            echo "  bf16 GEMM (fp32 acc.)       701.5 TFLOP/s (n = 8192)"; exit "${SF_FAKE_CEILINGS_RC:-0}"
          fi
          echo "bench args: $*"
-         shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && echo '{}' > "$2"; shift; done
+         ms=10.0; case " $* " in *" --pdl "*) ms=9.0 ;; esac
+         shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && printf '{"schema": "slidefuse.bench/1", "commit": "c", "device": {"name": "Fake"}, "runs": [{"batch": 128, "mode": "graph", "status": "ok", "median_ms": %s, "p10_ms": %s, "p90_ms": %s, "samples_per_s": 12800.0, "extra": {}}]}' "$ms" "$ms" "$ms" > "$2"; shift; done
          echo "[slidefuse info] CUDA backend: GPU 0 Fake (sm_90), cuDNN 9.19.0 loaded"
          echo "  batch   16:   1234.5 samples/s   12.960 ms/step"; exit "${SF_FAKE_BENCH_RC:-0}" ;;
   train) out=; prev=
@@ -340,6 +341,10 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"bench --bn-row-batch 4: rc 0")
             self.assertRegex(log, r"bench --pdl: rc 0")
             self.assertRegex(log, r"bench --no-dw-variants: rc 0")
+            # tools/bench_ab.py over the three A/Bs against the per-layer run's step
+            self.assertIn("bench_ab.md", names)
+            self.assertRegex(log, r"A/B: \| 128 \| 10\.000 .* \| 9\.000 .* \| -1\.000 ms \(-10\.0%\) .* faster \|")
+            self.assertRegex(log, r"A/B: ### bench_pdl.json against bench_variants.json")
         finally:
             shutil.rmtree(run, ignore_errors=True)
 
