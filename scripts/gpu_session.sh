@@ -15,8 +15,10 @@
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
 #             (programmatic dependent launch of the project's kernels) and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
-#             per-layer run's step by tools/bench_ab.py (bench_ab.md). (`plan --fusion-graphs` ran
-#             here until the H200 answered it on 2026-11-27: `scripts/gpu_verify.sh fused` runs it.)
+#             per-layer run's step by tools/bench_ab.py (bench_ab.md); then, with the time left,
+#             `plan --fusion-graphs --time` (the cuDNN BN-fusion graphs timed against the plain conv and
+#             our BN kernels; its graph lines are logged as they finish, so a cut keeps those).
+#             (`scripts/gpu_verify.sh fused` runs it on its own.)
 # Everything lands in a work folder that is packed into $OUT/session.tar.gz after every phase (so
 # a command killed at its limit still returns what finished), plus $OUT/session.log and the training
 # run's best weights, $OUT/best_weights.safetensors (evalcmp questions can then be studied on a CPU).
@@ -112,6 +114,17 @@ if [ "$(left)" -gt 60 ]; then
       >"$W/bench_ab.log" 2>&1
     say "A/B: rc $?"
     grep -E '^###|^\| *128 |^warning' "$W/bench_ab.md" 2>/dev/null | while IFS= read -r l; do say "A/B: $l"; done
+  fi
+  pack
+  # With the time left: what each cuDNN BatchNorm-fusion graph costs against the plain conv + our BN
+  # kernels (OPTIMIZATION_LOG entry 0). Runtime compilation makes it a minute or more; each graph's
+  # lines reach the log as it finishes, so a cut still reports the graphs done.
+  if [ "$(left)" -gt 45 ]; then
+    ft=$(budget 150 5)
+    say "plan --fusion-graphs --time: limit ${ft}s"
+    timeout -k 5 "$ft" "$B/slidefuse" plan --batch 128 --cudnn-device gpu --fusion-graphs --time \
+      --json "$W/fusion_time.json" >"$W/fusion_time.log" 2>&1
+    say "fusion graphs: rc $? -- $(grep -c '^fusion graph ' "$W/fusion_time.log") done; $(grep -m1 'fused graphs timed' "$W/fusion_time.log")"
   fi
 fi
 say "done"

@@ -1,7 +1,9 @@
 // cuDNN's BatchNorm fusion graphs, built and planned, never executed (tools/plan_fusion.h).
 #include "tools/plan_fusion.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -169,8 +171,45 @@ kern::Act act_of(cudnnPointwiseMode_t a) {
                                                                                          : kern::Act::Silu;
 }
 
+// "fused 0.123 ms, unfused 0.200 ms (conv 0.100 + apply 0.050 + stats 0.050): 1.63x; y rel L2 2e-03,
+// sums 1e-06 / 2e-06: ok", "conv 0.100 ms" (control), or the error.
+std::string fusion_time_text(const nlohmann::json& t) {
+    if (t.contains("error")) return "not timed: " + t["error"].get<std::string>().substr(0, 160);
+    if (!t.contains("unfused_ms")) return rt::format("timed: conv %.4f ms", t["ms"].get<double>());
+    const nlohmann::json& u = t["unfused"];
+    std::string parts = rt::format("conv %.4f", u["conv_ms"].get<double>());
+    if (u.contains("apply_ms")) parts += rt::format(" + apply %.4f", u["apply_ms"].get<double>());
+    if (u.contains("stats_ms")) parts += rt::format(" + stats %.4f", u["stats_ms"].get<double>());
+    std::string check;
+    const nlohmann::json& c = t["check"];
+    const auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };  // null: NaN
+    if (c.contains("y_rel_l2")) check += rt::format("; y rel L2 %.1e", num(c["y_rel_l2"]));
+    if (c.contains("sum_rel_err"))
+        check += rt::format("; sums %.1e / %.1e", num(c["sum_rel_err"]), num(c["sqsum_rel_err"]));
+    return rt::format("timed: fused %.4f ms, unfused %.4f ms (%s): %.2fx%s: %s", t["ms"].get<double>(),
+                      t["unfused_ms"].get<double>(), parts.c_str(), t["speedup"].get<double>(), check.c_str(),
+                      t["ok"].get<bool>() ? "ok" : "CHECK FAILED");
+}
+
+// One graph's lines of the report: its engines and plans (or why cuDNN refused it), and its timing.
+std::string graph_lines(const nlohmann::json& g) {
+    if (!g["accepted"].get<bool>())
+        return rt::format("    %-46s graph refused: %s\n", g["graph"].get<std::string>().c_str(),
+                          g["reason"].get<std::string>().substr(0, 120).c_str());
+    std::string out =
+        rt::format("    %-46s engines %2d, %2d finalize, %2d plan; heuristics %2d, %2d plan%s%s\n",
+                   g["graph"].get<std::string>().c_str(), g["engines"].get<int>(), g["engines_finalized"].get<int>(),
+                   g["engines_planned"].get<int>(), g["heuristic_configs"].get<int>(), g["heuristic_plans"].get<int>(),
+                   g["first_heuristic_plan"].is_null() ? "" : ": ",
+                   g["first_heuristic_plan"].is_null() ? "" : g["first_heuristic_plan"].get<std::string>().c_str());
+    if (g.contains("time")) out += "      " + fusion_time_text(g["time"]) + "\n";
+    return out;
+}
+
 // exec: time and check the graphs on this GPU (`--time`; tools/plan_fusion_time.h), only those the
 // step would use (fp32 scale and bias, identity or SiLU); null: probe every graph, execute nothing.
+// Each graph's lines also go to stderr as it is done (runtime compilation makes a graph take
+// seconds on a GPU): a command cut at its time limit still shows the graphs it finished.
 nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std::string& device,
                           const std::string& source, const rt::Exec* exec = nullptr) {
     const int64_t n = a.batch, h4 = a.height / 4, w4 = a.width / 4;
@@ -184,6 +223,8 @@ nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std
     int control = 0, fused = 0, timed = 0, checked_ok = 0;
     uint64_t seed = 7000;
     const size_t nshapes = a.fusion_smoke ? 1 : sizeof(shapes) / sizeof(shapes[0]);
+    const auto t0 = std::chrono::steady_clock::now();
+    size_t done = 0;
     for (size_t si = 0; si < nshapes; ++si) {
         const FusionShape& s = shapes[si];
         SF_CHECK(s.h > 0 && s.w > 0, "plan --fusion-graphs: the input %dx%d is too small for the 1/16 shapes",
@@ -266,6 +307,10 @@ nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std
                 }
             }
             graphs.push_back(r);
+            std::fprintf(stderr, "fusion graph %zu of %zu (%.1f s): %s\n%s", ++done, nshapes * variants.size(),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), s.name,
+                         graph_lines(r).c_str());
+            std::fflush(stderr);
         }
     }
     nlohmann::json d = {{"device", device},
@@ -298,29 +343,6 @@ nlohmann::json cudnn_fusion_json_gpu(const PlanArgs& a) {
                       a.fusion_time ? &ctx.exec() : nullptr);
 }
 
-namespace {
-
-// "fused 0.123 ms, unfused 0.200 ms (conv 0.100 + apply 0.050 + stats 0.050): 1.63x; y rel L2 2e-03,
-// sums 1e-06 / 2e-06: ok", "conv 0.100 ms" (control), or the error.
-std::string fusion_time_text(const nlohmann::json& t) {
-    if (t.contains("error")) return "not timed: " + t["error"].get<std::string>().substr(0, 160);
-    if (!t.contains("unfused_ms")) return rt::format("timed: conv %.4f ms", t["ms"].get<double>());
-    const nlohmann::json& u = t["unfused"];
-    std::string parts = rt::format("conv %.4f", u["conv_ms"].get<double>());
-    if (u.contains("apply_ms")) parts += rt::format(" + apply %.4f", u["apply_ms"].get<double>());
-    if (u.contains("stats_ms")) parts += rt::format(" + stats %.4f", u["stats_ms"].get<double>());
-    std::string check;
-    const nlohmann::json& c = t["check"];
-    const auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };  // null: NaN
-    if (c.contains("y_rel_l2")) check += rt::format("; y rel L2 %.1e", num(c["y_rel_l2"]));
-    if (c.contains("sum_rel_err"))
-        check += rt::format("; sums %.1e / %.1e", num(c["sum_rel_err"]), num(c["sqsum_rel_err"]));
-    return rt::format("timed: fused %.4f ms, unfused %.4f ms (%s): %.2fx%s: %s", t["ms"].get<double>(),
-                      t["unfused_ms"].get<double>(), parts.c_str(), t["speedup"].get<double>(), check.c_str(),
-                      t["ok"].get<bool>() ? "ok" : "CHECK FAILED");
-}
-
-}  // namespace
 
 std::string cudnn_fusion_text(const nlohmann::json& d) {
     std::string out = rt::format("cuDNN %s BatchNorm fusion graphs for %s (%s), %s:\n",
@@ -333,18 +355,7 @@ std::string cudnn_fusion_text(const nlohmann::json& d) {
             shape = g["shape"].get<std::string>();
             out += "  " + shape + "\n";
         }
-        if (!g["accepted"].get<bool>()) {
-            out += rt::format("    %-46s graph refused: %s\n", g["graph"].get<std::string>().c_str(),
-                              g["reason"].get<std::string>().substr(0, 120).c_str());
-            continue;
-        }
-        out += rt::format("    %-46s engines %2d, %2d finalize, %2d plan; heuristics %2d, %2d plan%s%s\n",
-                          g["graph"].get<std::string>().c_str(), g["engines"].get<int>(),
-                          g["engines_finalized"].get<int>(), g["engines_planned"].get<int>(),
-                          g["heuristic_configs"].get<int>(), g["heuristic_plans"].get<int>(),
-                          g["first_heuristic_plan"].is_null() ? "" : ": ",
-                          g["first_heuristic_plan"].is_null() ? "" : g["first_heuristic_plan"].get<std::string>().c_str());
-        if (g.contains("time")) out += "      " + fusion_time_text(g["time"]) + "\n";
+        out += graph_lines(g);
     }
     out += rt::format("control graphs with a plan: %d of %zu shapes; fused graphs with a plan: %d\n",
                       d["control_planned"].get<int>(), d["shapes"].get<size_t>(), d["fused_planned"].get<int>());

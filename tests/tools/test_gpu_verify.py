@@ -345,6 +345,9 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertIn("bench_ab.md", names)
             self.assertRegex(log, r"A/B: \| 128 \| 10\.000 .* \| 9\.000 .* \| -1\.000 ms \(-10\.0%\) .* faster \|")
             self.assertRegex(log, r"A/B: ### bench_pdl.json against bench_variants.json")
+            self.assertRegex(log, r"plan --fusion-graphs --time: limit \d+s")
+            self.assertRegex(log, r"fusion graphs: rc 0 -- 0 done")
+            self.assertIn("fusion_time.log", names)
         finally:
             shutil.rmtree(run, ignore_errors=True)
 
