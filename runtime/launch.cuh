@@ -46,8 +46,9 @@ __device__ __forceinline__ void pdl_entry() {
 inline bool pdl_allowed(cudaStream_t stream) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     const cudaGraphNode_t* deps = nullptr;
+    const cudaGraphEdgeData* edges = nullptr;  // asked for, else a dependency with edge data is cudaErrorLossyQuery
     size_t n = 0;
-    SF_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &n));
+    SF_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &edges, &n));
     if (status != cudaStreamCaptureStatusActive) return true;
     for (size_t i = 0; i < n; ++i) {
         cudaGraphNodeType t = cudaGraphNodeTypeEmpty;
