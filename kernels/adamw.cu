@@ -227,7 +227,6 @@ void grad_norm_cuda(const rt::Exec& ex, size_t n, const float* grad, double* par
     unsigned* counter = reinterpret_cast<unsigned*>(partials + blocks);
     rt::launch(ex, "grad_norm_kernel", grad_norm_kernel, static_cast<unsigned>(blocks), kOptimThreads, 0, n, grad,
                partials, counter, c.beta1, c.beta2, state);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void adamw_cuda(const rt::Exec& ex, size_t n, float* master, bf16* working, float* grad, float* m, float* v,
@@ -246,7 +245,6 @@ void adamw_cuda(const rt::Exec& ex, size_t n, float* master, bf16* working, floa
     const unsigned blocks = static_cast<unsigned>(adamw_grid(n));
     rt::launch(ex, "adamw_kernel", adamw_kernel, blocks, kOptimThreads, 0, n, master,
                reinterpret_cast<__nv_bfloat16*>(working), grad, m, v, adamw_coeffs(c), state);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void schedule_sgdr_cuda(const rt::Exec& ex, DeviceStepState* state, double base_lr, double eta_min, int t0, int t_mult,
@@ -258,7 +256,6 @@ void schedule_sgdr_cuda(const rt::Exec& ex, DeviceStepState* state, double base_
              static_cast<void*>(state), static_cast<const void*>(epoch_device));
     rt::launch(ex, "schedule_sgdr_kernel", schedule_sgdr_kernel, 1, 1, 0, base_lr, eta_min, t0, t_mult, epoch_device,
                state);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kern

@@ -175,7 +175,6 @@ void launch_apply(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, const 
             rt::launch(ex, "bn_act_apply_kernel", bn_act_apply_kernel<A, kEval, false, R>, grid, block, 0, pl.rows,
                        pl.c, dev(x), gamma, beta, mean, invstd_or_var, eps, nullptr, dev(y));
     });
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 template <bool kEval>
@@ -211,19 +210,16 @@ void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, con
                    dim3(pl.grid_x, pl.chunks), block, 0, pl.rows, pl.c, pl.chunks, dev(x), dev(dy), gamma, beta, mean,
                    invstd, part);
     });
-    SF_CUDA_CHECK_LAUNCH();
     with_row_batch(pl, [&](auto rb) {
         rt::launch(ex, "bn_act_backward_finalize_kernel", bn_act_backward_finalize_kernel<decltype(rb)::value>,
                    pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, part, dgamma, dbeta,
                    coef);
     });
-    SF_CUDA_CHECK_LAUNCH();
     with_row_batch(pl, [&](auto rb) {
         rt::launch(ex, "bn_act_backward_dx_kernel", bn_act_backward_dx_kernel<A, decltype(rb)::value>,
                    dim3(pl.grid_x, pl.apply_grid_y), block, 0, pl.rows, pl.c, dev(x), dev(dy), gamma, beta, mean,
                    invstd, coef, dev(dx));
     });
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -266,13 +262,11 @@ void launch_stats(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, float*
         rt::launch(ex, "bn_act_stats_kernel", bn_act_stats_kernel<decltype(rb)::value>, dim3(pl.grid_x, pl.chunks),
                    dim3(pl.block_x, pl.block_y), 0, pl.rows, pl.c, pl.chunks, dev(x), workspace);
     });
-    SF_CUDA_CHECK_LAUNCH();
     with_row_batch(pl, [&](auto rb) {
         rt::launch(ex, "bn_act_stats_finalize_kernel", bn_act_stats_finalize_kernel<decltype(rb)::value>,
                    pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, dev(x), workspace,
                    save_mean, save_invstd, running_mean, running_var, momentum, eps);
     });
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void check_stats_vectors(const char* op, const float* save_mean, const float* save_invstd, const float* running_mean,

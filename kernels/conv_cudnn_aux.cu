@@ -111,7 +111,6 @@ void conv_add_bf16(const rt::Exec& ex, bf16* dst, const bf16* src, size_t n) {
     const ConvAddGeometry g = conv_add_geometry(n, 8);
     rt::launch(ex, "conv_add_bf16_kernel", conv_add_bf16_kernel, g.blocks, kConvAddThreads, 0,
                reinterpret_cast<bfloat*>(dst), reinterpret_cast<const bfloat*>(src), g.vectors, g.tail);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void conv_add_f32(const rt::Exec& ex, float* dst, const float* src, size_t n) {
@@ -119,7 +118,6 @@ void conv_add_f32(const rt::Exec& ex, float* dst, const float* src, size_t n) {
     const ConvAddGeometry g = conv_add_geometry(n, 4);
     rt::launch(ex, "conv_add_f32_kernel", conv_add_f32_kernel, g.blocks, kConvAddThreads, 0, dst, src, g.vectors,
                g.tail);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void conv_add_f32_bf16(const rt::Exec& ex, float* dst, const bf16* src, size_t n) {
@@ -127,7 +125,6 @@ void conv_add_f32_bf16(const rt::Exec& ex, float* dst, const bf16* src, size_t n
     const ConvAddGeometry g = conv_add_geometry(n, 8);
     rt::launch(ex, "conv_add_f32_bf16_kernel", conv_add_f32_bf16_kernel, g.blocks, kConvAddThreads, 0, dst,
                reinterpret_cast<const bfloat*>(src), g.vectors, g.tail);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kern

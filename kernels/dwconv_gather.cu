@@ -458,7 +458,6 @@ void dw_launch_forward(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, 
         forward_stride<1>(ex, pl, x, w, y, pro);
     else
         forward_stride<2>(ex, pl, x, w, y, pro);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void dw_launch_backward_data(const rt::Exec& ex, const DwConvPlan& pl, const bf16* dy, const bf16* w, bf16* dx,
@@ -467,7 +466,6 @@ void dw_launch_backward_data(const rt::Exec& ex, const DwConvPlan& pl, const bf1
         backward_data_stride<1>(ex, pl, dy, w, dx, accumulate);
     else
         backward_data_stride<2>(ex, pl, dy, w, dx, accumulate);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kern

@@ -324,11 +324,9 @@ void dw_launch_backward_filter(const rt::Exec& ex, const DwConvPlan& pl, const b
         wgrad_stride<1>(ex, pl, x, dy, part, pro);
     else
         wgrad_stride<2>(ex, pl, x, dy, part, pro);
-    SF_CUDA_CHECK_LAUNCH();
     const DwWgradGrid& wg = pl.wgrad;
     rt::launch(ex, "dwconv3x3_wgrad_finalize_kernel", dwconv3x3_wgrad_finalize_kernel, wg.finalize_blocks,
                dim3(kDwFinalizeX, kDwFinalizeY), 0, pl.c * 9, wg.chunks, part, dw);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kern

@@ -370,7 +370,6 @@ void check_workspace(const char* op, const float* ws, size_t ws_floats, size_t n
 template <class Op>
 void launch_elt(const rt::Exec& ex, const EltSplit& s, const Op& op) {
     rt::launch(ex, "elt_kernel", elt_kernel<Op>, static_cast<unsigned>(elt_blocks(s)), kEltThreads, 0, s, op);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 // Split for bf16 operands only (at most 5).
@@ -477,10 +476,8 @@ void column_sum_bf16_cuda(const rt::Exec& ex, size_t rows, int c, const bf16* x,
         rt::launch(ex, "column_sum_kernel", column_sum_kernel<8>, grid, block, 0, rows, c, pl.chunks, dev(x), ws);
     else
         rt::launch(ex, "column_sum_kernel", column_sum_kernel<1>, grid, block, 0, rows, c, pl.chunks, dev(x), ws);
-    SF_CUDA_CHECK_LAUNCH();
     rt::launch(ex, "column_sum_finalize_kernel", column_sum_finalize_kernel, pl.finalize_blocks,
                dim3(kFinalizeX, kFinalizeY), 0, c, pl.chunks, ws, out);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void fusion_forward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, const float* wa,
@@ -492,7 +489,6 @@ void fusion_forward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const
     const EltSplit s = split_bf16(n, {a, b, y});
     rt::launch(ex, "fusion_forward_kernel", fusion_forward_kernel, static_cast<unsigned>(elt_blocks(s)), kEltThreads, 0,
                s, dev(a), dev(b), wa, wb, dev(y));
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void fusion_backward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, const bf16* b, const float* wa,
@@ -518,10 +514,8 @@ void fusion_backward_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* a, cons
     const EltSplit s = split_bf16(n, {a, b, dy, da, db});
     rt::launch(ex, "fusion_backward_kernel", fusion_backward_kernel, static_cast<unsigned>(blocks), kEltThreads, 0, s,
                dev(a), dev(b), dev(dy), wa, wb, dev(da), dev(db), ws, accumulate_da, accumulate_db);
-    SF_CUDA_CHECK_LAUNCH();
     rt::launch(ex, "fusion_backward_finalize_kernel", fusion_backward_finalize_kernel, 1, kEltThreads, 0,
                static_cast<int>(blocks), ws, wa, wb, dwa, dwb);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kern

@@ -45,7 +45,6 @@ void fill_cuda(const rt::Exec& ex, size_t n, float value, float* y) {
     const size_t work = n / 4 + 1;  // float4 stores, plus at least one thread for head/tail
     const int blocks = static_cast<int>(std::min((work + kFillThreads - 1) / kFillThreads, kFillMaxBlocks));
     rt::launch(ex, "fill_kernel", fill_kernel, blocks, kFillThreads, 0, n, value, y);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kern

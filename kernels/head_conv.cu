@@ -194,7 +194,6 @@ void launch_forward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, c
                     float* y) {
     rt::launch(ex, "head_conv_forward_kernel", head_conv_forward_kernel<K>, pl.forward_blocks, kHeadConvThreads, 0,
                pl.rows, pl.cin, dev(x), w, b, y);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 template <int K>
@@ -202,11 +201,9 @@ void launch_backward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, 
                      bf16* dx, float* dw, float* db, float* ws, bool accumulate) {
     rt::launch(ex, "head_conv_backward_kernel", head_conv_backward_kernel<K>, pl.chunks, kHeadConvThreads, 0, pl.rows,
                pl.cin, pl.chunks, dev(x), dy, w, dev(dx), ws, accumulate);
-    SF_CUDA_CHECK_LAUNCH();
     const int wn = K * pl.cin;
     rt::launch(ex, "head_conv_finalize_kernel", head_conv_finalize_kernel, pl.finalize_blocks,
                dim3(kFinalizeX, kFinalizeY), 0, wn, wn + K, pl.chunks, ws, dw, db);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

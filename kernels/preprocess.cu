@@ -138,7 +138,6 @@ void preprocess_cuda(const rt::Exec& ex, int n, int h, int w, int cp, const uint
         rt::launch(ex, "preprocess_pixel_kernel", preprocess_pixel_kernel, blocks_for(total), kThreads, 0,
                    static_cast<unsigned>(total), uh, uw, cp, pixels, labels, out);
     }
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kern

@@ -398,7 +398,6 @@ template <int CIN, int GB>
 void launch_wgrad_partial(const rt::Exec& ex, const StemConvPlan& pl, const bf16* x, const bf16* dy, float* part) {
     rt::launch(ex, "stemconv_wgrad_partial_kernel", stemconv_wgrad_partial_kernel<CIN, GB>,
                dim3(pl.wgrad_cblocks, pl.chunks), wgrad_threads(GB), 0, pl, dev(x), dev(dy), part);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 template <int CIN>
@@ -443,7 +442,6 @@ void stemconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x
         rt::launch(ex, "stemconv_forward_kernel", stemconv_forward_kernel<4>, grid, pl.fwd_threads, 0, pl, dev(x),
                    dev(w), dev(y));
     }
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void stemconv_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
@@ -473,7 +471,6 @@ void stemconv_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const
     }
     rt::launch(ex, "stemconv_wgrad_finalize_kernel", stemconv_wgrad_finalize_kernel, pl.finalize_blocks,
                dim3(kStemFinalizeX, kStemFinalizeY), 0, pl.entries, pl.chunks, workspace, dw);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kern

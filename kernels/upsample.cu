@@ -151,7 +151,6 @@ void launch(const rt::Exec& ex, bool forward, const Shape4& in, size_t blocks, c
     else
         rt::launch(ex, "upsample_backward_kernel", upsample_backward_kernel<F, W>, static_cast<unsigned>(blocks),
                    kUpsampleThreads, 0, in.n, in.h, in.w, in.c, dev(src), dev(dst), accumulate);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 // Checks, picks the width and the grid (threads own the pixels of y forward, of dx backward),

@@ -196,7 +196,6 @@ void decode_cuda(const rt::Exec& ex, int n, int h, int w, int stride, const floa
     SF_CHECK(rt::aligned(out, alignof(Decoded)), "decode_cuda: null or misaligned output");
     rt::launch(ex, "decode_kernel", decode_kernel, n, kDecodeThreads, 0, h, w, stride, logit_gap, logit_slider,
                logit_offset, valid_min, out);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void metrics_accumulate_cuda(const rt::Exec& ex, int n_real, const Decoded* decoded, const data::Label* labels,
@@ -207,7 +206,6 @@ void metrics_accumulate_cuda(const rt::Exec& ex, int n_real, const Decoded* deco
              "metrics_accumulate_cuda: null or misaligned decoded / labels");
     SF_CHECK(rt::aligned(acc, 8), "metrics_accumulate_cuda: null or misaligned acc");
     rt::launch(ex, "metrics_kernel", metrics_kernel, 1, kMetricsThreads, 0, n_real, decoded, labels, acc);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace model

@@ -63,7 +63,6 @@ void record_step_cuda(const rt::Exec& ex, kern::DeviceStepState* state, double* 
     SF_CHECK(state && step_loss && ring && ring_size > 0 && accum >= 1,
              "record_step_cuda: bad arguments");
     rt::launch(ex, "record_kernel", record_kernel, 1, 1, 0, state, step_loss, 1.0 / accum, ring, ring_size);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void schedule_lr_cuda(const rt::Exec& ex, const LrSchedule& s, kern::DeviceStepState* state, int32_t* epoch_scratch) {
@@ -71,12 +70,10 @@ void schedule_lr_cuda(const rt::Exec& ex, const LrSchedule& s, kern::DeviceStepS
     SF_CHECK(state && epoch_scratch && s.steps_per_epoch >= 1, "schedule_lr_cuda: bad arguments");
     if (s.sgdr) {
         rt::launch(ex, "epoch_kernel", epoch_kernel, 1, 1, 0, s.steps_per_epoch, state, epoch_scratch);
-        SF_CUDA_CHECK_LAUNCH();
         kern::schedule_sgdr_cuda(ex, state, s.base_lr, s.eta_min, s.t0, s.t_mult, epoch_scratch);
     } else {
         rt::launch(ex, "warmup_cosine_kernel", warmup_cosine_kernel, 1, 1, 0, s.base_lr, s.eta_min, s.warmup_steps,
                    s.total_steps, state);
-        SF_CUDA_CHECK_LAUNCH();
     }
 }
 
@@ -93,7 +90,6 @@ void increment_counters_cuda(const rt::Exec& ex, int64_t* counters, size_t n) {
     SF_CHECK(counters != nullptr, "increment_counters_cuda: null counters");
     const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
     rt::launch(ex, "increment_kernel", increment_kernel, blocks, 256, 0, counters, n);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace model

@@ -329,7 +329,6 @@ void mask_grid_cuda(const rt::Exec& ex, int n, int H, int W, int C, int mask_c, 
     rt::launch(ex, "mask_grid_kernel", mask_grid_kernel, static_cast<unsigned>(mask_grid_blocks(cells)),
                kMaskGridThreads, 0, cells, h, w, H, W, C, mask_c, stride, reinterpret_cast<const bfloat*>(input),
                valid_avg, valid_min);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 void loss_forward_backward_cuda(const rt::Exec& ex, const LossConfig& cfg, const HeadLogits<float>& logits,
@@ -380,14 +379,10 @@ void loss_forward_backward_cuda(const rt::Exec& ex, const LossConfig& cfg, const
     a.loss_sum = loss_sum;
 
     rt::launch(ex, "loss_rows_kernel", loss_rows_kernel, p.row_blocks, p.row_threads, 0, a);
-    SF_CUDA_CHECK_LAUNCH();
     rt::launch(ex, "loss_sample_kernel", loss_sample_kernel, p.sample_blocks, kLossSampleThreads, 0, a);
-    SF_CUDA_CHECK_LAUNCH();
     rt::launch(ex, "loss_batch_kernel", loss_batch_kernel, 1, kLossBatchThreads, 0, a);
-    SF_CUDA_CHECK_LAUNCH();
     if (grads) {
         rt::launch(ex, "loss_grad_kernel", loss_grad_kernel, p.grad_blocks, kLossGradThreads, 0, a, p.cells);
-        SF_CUDA_CHECK_LAUNCH();
     }
 }
 

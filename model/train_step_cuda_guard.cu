@@ -42,7 +42,6 @@ void bn_state_commit_cuda(const rt::Exec& ex, const kern::DeviceStepState* state
     if (n + nc == 0) return;
     rt::launch(ex, "bn_state_commit_kernel", bn_state_commit_kernel, bn_guard_blocks(n + nc), kBnGuardThreads, 0, state,
                live, shadow, n, live_counters, shadow_counters, nc);
-    SF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace model

@@ -32,5 +32,3 @@ namespace rt {
         if (sf_s_ != CUBLAS_STATUS_SUCCESS) ::rt::throw_cublas(__FILE__, __LINE__, #call, sf_s_); \
     } while (0)
 
-// After a kernel launch: reports launch-configuration errors without synchronising.
-#define SF_CUDA_CHECK_LAUNCH() SF_CUDA_CHECK(cudaGetLastError())

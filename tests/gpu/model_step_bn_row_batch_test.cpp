@@ -36,10 +36,7 @@ TEST(CudaStep, BnRowBatchFourIsBitwiseEqualToOne) {
     EXPECT_EQ(four.net.gpu_ops()->bn_row_batch(), 4);
     for (size_t k = 0; k < b.pixels.size(); ++k) {
         for (GpuRig* r : {&one, &four}) {
-            r->load(b.pixels[k], b.labels[k]);
-            r->step.micro_step(0);
-            r->step.optimizer_step();
-            r->ctx.synchronize();
+            r->train_step(b.pixels[k], b.labels[k]);
         }
     }
     expect_rigs_bitwise_equal(one, four);

@@ -317,10 +317,7 @@ TEST(CudaStep, GraphReplayIsBitwiseEqualToEager) {
     graph.step.set_use_graphs(true);
     for (int k = 0; k < 5; ++k) {
         for (GpuRig* r : {&eager, &graph}) {
-            r->load(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
-            r->step.micro_step(0);
-            r->step.optimizer_step();
-            r->ctx.synchronize();
+            r->train_step(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
         }
         // The first call of each kind runs eagerly, the second captures: the node counts exist from then.
         EXPECT_EQ(graph.step.micro_graph_nodes().captured, k >= 1) << "step " << k;
@@ -382,10 +379,7 @@ TEST(CudaStep, FusedExpandDepthwiseIsBitwiseEqualToUnfused) {
     plain.step.set_use_graphs(false);  // eager against captured: the fusion must survive capture too
     for (int k = 0; k < 3; ++k) {
         for (GpuRig* r : {&plain, &fused}) {
-            r->load(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
-            r->step.micro_step(0);
-            r->step.optimizer_step();
-            r->ctx.synchronize();
+            r->train_step(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
         }
     }
     expect_rigs_bitwise_equal(plain, fused);  // and an eval forward: the prologue with the running statistics

@@ -30,10 +30,7 @@ TEST(CudaStep, PdlIsBitwiseEqualToPlainLaunches) {
     // Step 1 runs eagerly, steps 2 and 3 capture and replay the graphs (CudaTrainStep::micro_step).
     for (size_t k = 0; k < b.pixels.size(); ++k) {
         for (GpuRig* r : {&plain, &pdl}) {
-            r->load(b.pixels[k], b.labels[k]);
-            r->step.micro_step(0);
-            r->step.optimizer_step();
-            r->ctx.synchronize();
+            r->train_step(b.pixels[k], b.labels[k]);
         }
     }
     const model::GraphNodeCounts& gp = plain.step.micro_graph_nodes();

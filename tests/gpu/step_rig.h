@@ -134,6 +134,13 @@ struct GpuRig {
                                       ctx.exec().stream));
         ctx.synchronize();
     }
+    // One training step on a host batch: loaded, a micro-step on slot 0, the optimizer step, finished.
+    void train_step(const std::vector<uint8_t>& px, const std::vector<data::Label>& lb) {
+        load(px, lb);
+        step.micro_step(0);
+        step.optimizer_step();
+        ctx.synchronize();
+    }
     template <class T>
     std::vector<T> fetch(const T* dev, size_t n) {
         std::vector<T> h(n);
