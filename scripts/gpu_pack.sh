@@ -13,8 +13,13 @@ PACK_DIR=${PACK_DIR:-.gpu}
 # Only the two binaries are built (BUILD_TARGETS= builds everything, the test suites too).
 BUILD_TARGETS=${BUILD_TARGETS-slidefuse sf_gpu_tests} BUILD_DIR="$BUILD_DIR" \
   CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=$ARCH ${CMAKE_ARGS:-}" ./scripts/setup.sh
+# torch.compile cache parts returned by an earlier lease (scripts/gpu_compare.sh) survive a re-pack.
+keep=$(mktemp -d)
+mv "$PACK_DIR"/inductor_cache.tgz.part* "$keep"/ 2>/dev/null || true
 rm -rf "$PACK_DIR"
 mkdir -p "$PACK_DIR/tests"
+mv "$keep"/* "$PACK_DIR"/ 2>/dev/null && echo "[gpu_pack] kept $(ls "$PACK_DIR"/inductor_cache.tgz.part* | wc -l) inductor cache part(s)"
+rmdir "$keep"
 cp "$BUILD_DIR/slidefuse" "$PACK_DIR/"
 cp "$BUILD_DIR/tests/sf_gpu_tests" "$PACK_DIR/tests/"
 if [ -d .git ]; then

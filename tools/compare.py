@@ -15,7 +15,14 @@ Runners, in this order (each in its own process; a failing runner is recorded, n
 
     python3 tools/compare.py                              # everything, default sizes, on cuda
     python3 tools/compare.py --skip libtorch,compile_max_autotune --batch-sizes 128
+    python3 tools/compare.py --runners slidefuse,compile_max_autotune,eager_bf16_cl --deadline 570
     python3 tools/compare.py --from-json a.json b.json    # table + chart from existing reports
+
+--runners sets which runners run and in what order (default: the order above). --deadline S
+bounds the whole comparison to S seconds from its start: each runner (and build, and the data
+generation) gets at most the time left minus a reserve for writing the outputs (and never more than
+--timeout); a runner with less than 30 s left is not started and is recorded as skipped, so a
+command with a hard limit (a GPU lease) still writes its .json/.md with whatever finished.
 
 Data: --data DIR (a folder of *.sfshard) is given to every baseline; without it, compare.py makes
 one with `slidefuse generate` (256x512) so that all baselines train on the same samples, or falls
@@ -28,9 +35,9 @@ import glob
 import json
 import math
 import os
+import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,184 +48,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "baselines"))
 import bench_schema  # noqa: E402
+from compare_report import build_combined, render_markdown, write_outputs  # noqa: E402
 
 RUNNERS = ("slidefuse", "eager_fp32", "eager_bf16_cl", "compile_max_autotune", "libtorch")
 TORCH_MODES = ("eager_fp32", "eager_bf16_cl", "compile_max_autotune")
-COMPARE_SCHEMA = "slidefuse.compare/1"
-
-
-# ------------------------------------------------------------------------------------------------
-# Table and speedup arithmetic (pure functions; tests/baselines/test_baselines.py checks them)
-# ------------------------------------------------------------------------------------------------
-def is_slidefuse(tool):
-    return tool == "slidefuse" or tool.startswith("slidefuse-")
-
-
-def collect_rows(reports):
-    """Flat rows (one per tool x run) from bench reports: dict(tool, mode, batch, samples_per_s,
-    median_ms, p10_ms, p90_ms, peak_gib, status, error)."""
-    rows = []
-    for rep in reports:
-        for r in rep.get("runs", []):
-            peak = r.get("peak_mem_bytes")
-            rows.append(dict(tool=rep["tool"], mode=r.get("mode", ""), batch=r["batch"], samples_per_s=r.get("samples_per_s"),
-                             median_ms=r.get("median_ms"), p10_ms=r.get("p10_ms"), p90_ms=r.get("p90_ms"),
-                             peak_gib=None if peak is None else peak / 2.0 ** 30, status=r.get("status", "error"),
-                             error=r.get("error")))
-    return rows
-
-
-def speedups(rows):
-    """{(baseline tool, batch): slidefuse samples/s / baseline samples/s} for every batch size where
-    both have an "ok" run (the first slidefuse report's run is the reference)."""
-    ref = {}
-    for r in rows:
-        if is_slidefuse(r["tool"]) and r["status"] == "ok" and r["samples_per_s"] and r["batch"] not in ref:
-            ref[r["batch"]] = r["samples_per_s"]
-    out = {}
-    for r in rows:
-        if is_slidefuse(r["tool"]) or r["status"] != "ok" or not r["samples_per_s"]:
-            continue
-        if r["batch"] in ref:
-            out[(r["tool"], r["batch"])] = ref[r["batch"]] / r["samples_per_s"]
-    return out
-
-
-def _fmt(v, spec, none="—"):
-    return none if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
-
-
-def _status_text(r):
-    if r["status"] == "ok":
-        return "ok"
-    err = (r.get("error") or "").strip()
-    if err.startswith("skipped: "):
-        return "skipped (%s)" % err[len("skipped: "):]
-    return "%s: %s" % (r["status"], err[:120]) if err else r["status"]
-
-
-def render_markdown(combined):
-    """The .md text for a combined result (see build_combined)."""
-    reports = [x["report"] for x in combined["runners"] if x.get("report")]
-    rows = collect_rows(reports)
-    sp = speedups(rows)
-    cfg = combined.get("config", {})
-    dev = combined.get("device") or {}
-    lines = ["# slidefuse vs baselines — %s, %s" % (combined.get("gpu", "unknown GPU"), combined.get("date", "")[:10]), ""]
-    facts = ["commit `%s`" % combined.get("commit", "unknown")]
-    for k, label in (("driver", "driver"), ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("torch", "torch")):
-        if dev.get(k):
-            facts.append("%s %s" % (label, dev[k]))
-    if cfg:
-        facts.append("input %sx%sx2, loss `%s`" % (cfg.get("height"), cfg.get("width"), cfg.get("loss_variant", "sider")))
-        clock = "wall-clock" if str(cfg.get("device", "cuda")).startswith("cpu") else "CUDA-event"
-        facts.append("%s timed steps after %s warm-up steps (median of per-step %s times)"
-                     % (cfg.get("steps"), cfg.get("warmup"), clock))
-        facts.append("data: %s" % cfg.get("data_desc", "?"))
-    lines += [", ".join(facts) + ".", ""]
-    orders = sorted({r.get("extra", {}).get("fusion_up_order") for rep in reports if is_slidefuse(rep.get("tool", ""))
-                     for r in rep.get("runs", [])} - {None})
-    if orders:
-        lines += ["slidefuse ran the fusion up paths in %s order (docs/MODEL.md: `conv_first` is the 1x1 conv before "
-                  "the upsample, the same function and parameters as the original's `upsample_first`, which the "
-                  "baselines run)." % " and ".join("`%s`" % o for o in orders), ""]
-    lines += ["| tool | mode | batch | samples/s | ms/step median (p10–p90) | peak memory GiB | slidefuse speedup | status |",
-              "|---|---|---:|---:|---:|---:|---:|---|"]
-    for r in sorted(rows, key=lambda r: (r["batch"], not is_slidefuse(r["tool"]), r["tool"])):
-        ms = "—" if r["median_ms"] is None else "%.3f (%.3f–%.3f)" % (r["median_ms"], r["p10_ms"], r["p90_ms"])
-        s = sp.get((r["tool"], r["batch"]))
-        lines.append("| %s | %s | %d | %s | %s | %s | %s | %s |" % (
-            r["tool"], r["mode"], r["batch"], _fmt(r["samples_per_s"], ",.1f"), ms, _fmt(r["peak_gib"], ".2f"),
-            "—" if s is None else "%.2fx" % s, _status_text(r)))
-    baselines = sorted({t for (t, _) in sp})
-    if baselines:
-        batches = sorted({b for (_, b) in sp})
-        lines += ["", "## Speedup of slidefuse (samples/s ratio, same batch size)", "",
-                  "| batch | " + " | ".join("vs %s" % t for t in baselines) + " |",
-                  "|---:|" + "---:|" * len(baselines)]
-        for b in batches:
-            lines.append("| %d | " % b + " | ".join(_fmt(sp.get((t, b)), ".2f") + ("x" if (t, b) in sp else "")
-                                                   for t in baselines) + " |")
-    problems = [x for x in combined["runners"] if x.get("status") != "ok"]
-    if problems:
-        lines += ["", "## Runners that did not produce a report", ""]
-        for x in problems:
-            lines.append("- `%s`: %s — %s" % (x["runner"], x["status"], (x.get("error") or "").replace("\n", " ")[:300]))
-    if combined.get("chart"):
-        lines += ["", "![samples/s by batch size](%s)" % os.path.basename(combined["chart"])]
-    return "\n".join(lines) + "\n"
-
-
-def write_chart(combined, path):
-    """Grouped bar chart of samples/s per batch size and tool. Returns None on success, else why not."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install matplotlib): no PNG chart written"
-    reports = [x["report"] for x in combined["runners"] if x.get("report")]
-    rows = [r for r in collect_rows(reports) if r["status"] == "ok" and r["samples_per_s"]]
-    if not rows:
-        return "no successful run to plot"
-    tools = []
-    for r in sorted(rows, key=lambda r: (not is_slidefuse(r["tool"]), r["tool"])):
-        if r["tool"] not in tools:
-            tools.append(r["tool"])
-    batches = sorted({r["batch"] for r in rows})
-    val = {(r["tool"], r["batch"]): r["samples_per_s"] for r in rows}
-    sp = speedups(rows)
-    width = 0.8 / len(tools)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(batches) * max(1, len(tools)) / 2), 4.5))
-    for k, t in enumerate(tools):
-        xs = [i + (k - (len(tools) - 1) / 2) * width for i in range(len(batches))]
-        ys = [val.get((t, b), 0.0) for b in batches]
-        bars = ax.bar(xs, ys, width * 0.95, label=t)
-        for bar, b in zip(bars, batches):
-            s = sp.get((t, b))
-            if s is not None:
-                ax.annotate("%.2fx" % s, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
-                            va="bottom", fontsize=7)
-    ax.set_xticks(range(len(batches)))
-    ax.set_xticklabels(["batch %d" % b for b in batches])
-    ax.set_ylabel("samples/s (median step)")
-    ax.set_title("%s — %s (labels: slidefuse speedup)" % (combined.get("gpu", ""), combined.get("date", "")[:10]),
-                 fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return None
-
-
-def build_combined(runner_results, config, date=None, commit=None):
-    """The .json content: runner results (each with its bench report or an error) and context."""
-    reports = [x["report"] for x in runner_results if x.get("report")]
-    device = {}
-    for rep in reports:  # the GPU facts, preferably from a GPU report
-        d = rep.get("device") or {}
-        if d.get("cuda") or not device:
-            device = d
-    return {"schema": COMPARE_SCHEMA, "date": date or bench_schema.utc_now(), "commit": commit or bench_schema.read_commit(),
-            "host": socket.gethostname(), "gpu": device.get("name") or "unknown", "device": device,
-            "config": config, "command": " ".join(shlex.quote(a) for a in sys.argv), "runners": runner_results}
-
-
-def write_outputs(combined, out_dir, stem):
-    """Writes stem.json, stem.md and (matplotlib permitting) stem.png; returns the paths written."""
-    os.makedirs(out_dir, exist_ok=True)
-    base = os.path.join(out_dir, stem)
-    png = base + ".png"
-    why = write_chart(combined, png)
-    combined["chart"] = None if why else png
-    if why:
-        print("compare: " + why, file=sys.stderr)
-    with open(base + ".json", "w") as f:
-        json.dump(combined, f, indent=1)
-        f.write("\n")
-    with open(base + ".md", "w") as f:
-        f.write(render_markdown(combined))
-    return [p for p in (base + ".json", base + ".md", png) if os.path.exists(p)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -255,6 +88,29 @@ def run_cmd(cmd, log_path, timeout, cwd=REPO, env=None):
         if rc == 124:
             log.write("\n[compare: killed after %d s]\n" % timeout)
     return rc, time.time() - t0
+
+
+DEADLINE_RESERVE_S = 15  # kept back from the last runner for writing the outputs
+MIN_RUNNER_S = 30  # a runner is not started with less than this left before the deadline
+
+
+class Budget:
+    """Per-runner time limits: --timeout each, and with --deadline never past the deadline."""
+
+    def __init__(self, timeout, deadline=None, start=None, clock=time.time):
+        self.timeout, self.deadline, self.clock = timeout, deadline, clock
+        self.start = clock() if start is None else start
+
+    def left(self):
+        return None if self.deadline is None else self.deadline - (self.clock() - self.start)
+
+    def next_timeout(self):
+        """Seconds the next runner may take, or None when too little is left to start it."""
+        left = self.left()
+        if left is None:
+            return self.timeout
+        t = int(min(self.timeout, left - DEADLINE_RESERVE_S))
+        return t if t >= MIN_RUNNER_S else None
 
 
 def tail(path, n=2000):
@@ -340,13 +196,13 @@ def load_report(path):
     return rep
 
 
-def run_one(name, cmd, args, work, env=None):
+def run_one(name, cmd, args, work, env=None, timeout=None):
     out = os.path.join(work, name + ".json")
     if os.path.exists(out):
         os.remove(out)
     cmd = cmd + ["--json", out]
     log = os.path.join(work, name + ".log")
-    rc, secs = run_cmd(cmd, log, args.timeout, env=env)
+    rc, secs = run_cmd(cmd, log, args.timeout if timeout is None else timeout, env=env)
     res = {"runner": name, "command": " ".join(shlex.quote(c) for c in cmd), "returncode": rc, "seconds": round(secs, 1)}
     if os.path.exists(out):
         try:
@@ -356,7 +212,13 @@ def run_one(name, cmd, args, work, env=None):
         except (ValueError, json.JSONDecodeError) as e:
             res.update(status="failed", error=str(e))
             return res
-    res.update(status="failed", error="exit code %d, no report; log tail: %s" % (rc, tail(log, 600).strip()))
+    if rc == 124:
+        why = "killed at its time limit (%d s), no report; log tail: %s" % (
+            args.timeout if timeout is None else timeout,
+            re.sub(r"\[compare: killed after \d+ s\]", "", tail(log, 600)).strip())
+    else:
+        why = "exit code %d, no report; log tail: %s" % (rc, tail(log, 600).strip())
+    res.update(status="failed", error=why)
     return res
 
 
@@ -373,6 +235,10 @@ def main(argv=None):
     ap.add_argument("--data", help="folder of *.sfshard for the baselines (default: generated)")
     ap.add_argument("--synthetic", action="store_true", help="baselines use random batches")
     ap.add_argument("--skip", default="", help="comma-separated runners to skip: " + ",".join(RUNNERS))
+    ap.add_argument("--runners", default=",".join(RUNNERS),
+                    help="comma-separated runners to run, in this order (default: %(default)s)")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds for the whole comparison: later runners get what is left (see above)")
     ap.add_argument("--slidefuse", help="slidefuse binary (default: found under build*/ or built)")
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build-compare"), help="where to build slidefuse if needed")
     ap.add_argument("--no-build", action="store_true", help="never run CMake")
@@ -395,6 +261,15 @@ def main(argv=None):
     unknown = skip - set(RUNNERS)
     if unknown:
         ap.error("--skip: unknown runner(s) %s (known: %s)" % (", ".join(sorted(unknown)), ", ".join(RUNNERS)))
+    order = [s.strip() for s in args.runners.split(",") if s.strip()]
+    unknown = [r for r in order if r not in RUNNERS]
+    if unknown or not order or len(set(order)) != len(order):
+        ap.error("--runners: each of %s at most once, got %r" % (", ".join(RUNNERS), args.runners))
+    if args.deadline is not None and args.deadline < MIN_RUNNER_S + DEADLINE_RESERVE_S:
+        ap.error("--deadline: at least %d s" % (MIN_RUNNER_S + DEADLINE_RESERVE_S))
+    explicit_skip = set(skip)
+    skip |= {r for r in RUNNERS if r not in order}
+    budget = Budget(args.timeout, args.deadline)
     date = args.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
 
     if args.from_json:
@@ -415,38 +290,55 @@ def main(argv=None):
         common = ["--batch-sizes", bs, "--height", str(args.height), "--width", str(args.width),
                   "--steps", str(args.steps), "--warmup", str(args.warmup)]
         # slidefuse is needed to run it, or (found, not built) to generate the shared data.
+        def within_budget():  # args with --timeout cut to what the deadline leaves
+            return argparse.Namespace(**dict(vars(args), timeout=budget.next_timeout() or MIN_RUNNER_S))
+
         slidefuse, why_sf = None, "--skip"
         if "slidefuse" not in skip or not (args.data or args.synthetic):
             slidefuse, why_sf = locate_slidefuse(args.slidefuse, args.build_dir,
-                                                 "slidefuse" not in skip and not args.no_build, args.timeout, work)
-        data, data_desc = prepare_data(args, slidefuse, work)
+                                                 "slidefuse" not in skip and not args.no_build,
+                                                 within_budget().timeout, work)
+        data, data_desc = prepare_data(within_budget(), slidefuse, work)
         base_extra = ["--pool", str(args.pool), "--loss-variant", args.loss_variant, "--device", args.device]
         base_extra += ["--data", data] if data else ["--synthetic"]
         commit = bench_schema.read_commit()
-        for name in RUNNERS:
+        for name in [r for r in order if r not in skip] + [r for r in RUNNERS if r in skip]:
             if name in skip:
-                results.append({"runner": name, "status": "skipped", "error": "--skip"})
+                why = "--skip" if name in explicit_skip else "not in --runners"
+                results.append({"runner": name, "status": "skipped", "error": why})
+                continue
+            timeout = budget.next_timeout()
+            if timeout is None:
+                results.append({"runner": name, "status": "skipped",
+                                "error": "--deadline: %.0f s of %.0f s left, too little to start it"
+                                         % (max(0.0, budget.left()), args.deadline)})
+                print("compare: %s not started: %s" % (name, results[-1]["error"]), flush=True)
                 continue
             if name == "slidefuse":
                 if not slidefuse:
                     results.append({"runner": name, "status": "failed", "error": why_sf})
                     continue
                 cmd = [slidefuse, "bench", "step"] + common + shlex.split(args.slidefuse_extra)
-                results.append(run_one(name, cmd, args, work))
+                results.append(run_one(name, cmd, args, work, timeout=timeout))
             elif name in TORCH_MODES:
                 cmd = [args.python, os.path.join(HERE, "baselines", "torch_baseline.py"), "--mode", name,
                        "--commit", commit] + common + base_extra
-                results.append(run_one(name, cmd, args, work))
+                results.append(run_one(name, cmd, args, work, timeout=timeout))
             else:
-                exe, why = locate_libtorch(args, work)
+                exe, why = locate_libtorch(within_budget(), work)
                 if not exe:
                     results.append({"runner": name, "status": "failed", "error": why})
                     continue
+                timeout = budget.next_timeout()
+                if timeout is None:
+                    results.append({"runner": name, "status": "skipped",
+                                    "error": "--deadline: too little left after building it"})
+                    continue
                 cmd = [exe, "--mode", "bf16_cl", "--commit", commit] + common + base_extra
-                results.append(run_one(name, cmd, args, work))
+                results.append(run_one(name, cmd, args, work, timeout=timeout))
         config = dict(batch_sizes=args.batch_sizes, height=args.height, width=args.width, steps=args.steps,
                       warmup=args.warmup, pool=args.pool, loss_variant=args.loss_variant, device=args.device,
-                      data=data, data_desc=data_desc, work_dir=work)
+                      data=data, data_desc=data_desc, work_dir=work, runners=order, deadline=args.deadline)
     combined = build_combined(results, config, date=date)
     slug = args.gpu_slug or bench_schema.gpu_slug(combined["gpu"])
     paths = write_outputs(combined, args.out_dir, "%s-%s" % (date, slug))

@@ -4,8 +4,7 @@
     /usr/bin/python3 -m unittest tests/baselines/test_baselines.py -v
     /usr/bin/python3 tests/baselines/test_baselines.py
 
-Always run (standard library + numpy): the JSON schema helpers, compare.py's table and speedup
-arithmetic on canned reports and its --from-json command line, the shard reader/writer and the
+Always run (standard library + numpy): the JSON schema helpers, the shard reader/writer and the
 loader's epoch order. With torch: the vectorised loss against tools/reference (float64, values and
 gradients, both variants), the preprocessing, tiny CPU runs of every torch_baseline mode (schema-
 valid JSON), parity.py's pieces. With the slidefuse binary (build*/slidefuse or $SLIDEFUSE_BIN):
@@ -13,9 +12,7 @@ the reader on `slidefuse generate` output, and parity.py against `slidefuse trai
 With CMake + LibTorch: the LibTorch baseline is built (cached under the temp folder) and checked
 against the Python model. Everything runs at tiny sizes on the CPU.
 """
-import contextlib
 import glob
-import io
 import json
 import math
 import os
@@ -35,9 +32,10 @@ BASE = os.path.join(REPO, "tools", "baselines")
 sys.path.insert(0, BASE)
 sys.path.insert(0, os.path.join(REPO, "tools"))
 sys.path.insert(0, os.path.join(REPO, "tools", "reference"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_schema  # noqa: E402
-import compare  # noqa: E402
+from canned import canned_report  # noqa: E402
 
 shards = None
 if np is not None:
@@ -80,19 +78,6 @@ def read_bytes(path):
 def write_bytes(path, data):
     with open(path, "wb") as f:
         f.write(data)
-
-
-def canned_report(tool, batch_ms, mode="m", status=None, peak=2 ** 30):
-    runs = []
-    for b, t in batch_ms.items():
-        if t is None:
-            runs.append(bench_schema.make_run(b, 256, 512, 2, mode, 10, [], None, status=status or "oom",
-                                              error="CUDA out of memory"))
-        else:
-            runs.append(bench_schema.make_run(b, 256, 512, 2, mode, 10, t, peak))
-    return bench_schema.make_report(tool, {"name": "NVIDIA H100 80GB HBM3", "driver": "570.1", "cuda": "12.8",
-                                           "cudnn": "91000", "torch": "2.11.0"}, runs, commit="abc123",
-                                    date="2026-11-21T10:00:00Z")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,88 +131,6 @@ class SchemaTest(unittest.TestCase):
     def test_gpu_slug(self):
         self.assertEqual(bench_schema.gpu_slug("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3")
         self.assertEqual(bench_schema.gpu_slug(None), "unknown-gpu")
-
-
-# ------------------------------------------------------------------------------------------------
-class CompareTest(unittest.TestCase):
-    """compare.py's arithmetic on canned reports (no torch involved)."""
-
-    def setUp(self):
-        # slidefuse: 10 ms at batch 128 (12,800 samples/s), 18 ms at 256.
-        self.sf = canned_report("slidefuse", {128: [10.0, 10.0, 10.0], 256: [18.0, 20.0, 19.0]}, mode="graph")
-        # eager bf16: 25 ms (5,120/s) and 50 ms (5,120/s); compile: 12.5 ms and OOM at 256.
-        self.eager = canned_report("pytorch-eager_bf16_cl", {128: [25.0, 25.0], 256: [50.0, 50.0, 40.0, 60.0]},
-                                   mode="eager_bf16_cl")
-        self.comp = canned_report("pytorch-compile_max_autotune", {128: [12.5], 256: None}, mode="compile_max_autotune")
-
-    def test_speedups(self):
-        rows = compare.collect_rows([self.sf, self.eager, self.comp])
-        sp = compare.speedups(rows)
-        self.assertAlmostEqual(sp[("pytorch-eager_bf16_cl", 128)], 2.5)
-        self.assertAlmostEqual(sp[("pytorch-eager_bf16_cl", 256)], 50.0 / 19.0)
-        self.assertAlmostEqual(sp[("pytorch-compile_max_autotune", 128)], 1.25)
-        self.assertNotIn(("pytorch-compile_max_autotune", 256), sp)  # OOM: no ratio
-        self.assertFalse(any(compare.is_slidefuse(t) for t, _ in sp))
-
-    def test_markdown_rows(self):
-        combined = compare.build_combined(
-            [{"runner": "slidefuse", "status": "ok", "report": self.sf},
-             {"runner": "eager_bf16_cl", "status": "ok", "report": self.eager},
-             {"runner": "compile_max_autotune", "status": "ok", "report": self.comp},
-             {"runner": "libtorch", "status": "failed", "error": "building libtorch_baseline failed (rc 1)"}],
-            {"height": 256, "width": 512, "steps": 50, "warmup": 10, "device": "cuda", "data_desc": "shards"},
-            date="2026-11-21T10:00:00Z", commit="abc123")
-        md = compare.render_markdown(combined)
-        self.assertIn("| slidefuse | graph | 128 | 12,800.0 | 10.000 (10.000–10.000) | 1.00 | — | ok |", md)
-        self.assertIn("| pytorch-eager_bf16_cl | eager_bf16_cl | 128 | 5,120.0 | 25.000 (25.000–25.000) | 1.00 | 2.50x | ok |",
-                      md)
-        self.assertIn("| pytorch-compile_max_autotune | compile_max_autotune | 256 | — | — | — | — | "
-                      "oom: CUDA out of memory |", md)
-        self.assertIn("| 128 | 1.25x | 2.50x |", md)  # speedup matrix, baselines sorted by name
-        self.assertIn("| 256 | — | 2.63x |", md)
-        self.assertIn("`libtorch`: failed — building libtorch_baseline failed (rc 1)", md)
-        self.assertIn("NVIDIA H100 80GB HBM3", md)
-        self.assertEqual(combined["gpu"], "NVIDIA H100 80GB HBM3")
-        self.assertIn("CUDA-event", md)
-        self.assertNotIn("fusion up paths", md)  # reports without the record say nothing of it
-        for r in self.sf["runs"]:
-            r.setdefault("extra", {})["fusion_up_order"] = "conv_first"
-        self.assertIn("slidefuse ran the fusion up paths in `conv_first` order", compare.render_markdown(combined))
-
-    def test_from_json_command_line_records_failures(self):
-        with tempfile.TemporaryDirectory() as d:
-            paths = []
-            for name, rep in (("sf", self.sf), ("eager", self.eager)):
-                p = os.path.join(d, name + ".json")
-                with open(p, "w") as f:
-                    json.dump(rep, f)
-                paths.append(p)
-            broken = os.path.join(d, "broken.json")
-            with open(broken, "w") as f:
-                json.dump({"schema": "slidefuse.bench/1", "tool": "x"}, f)
-            out = os.path.join(d, "out")
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                rc = compare.main(["--from-json"] + paths + [broken, "--out-dir", out, "--date", "2026-11-21"])
-            self.assertEqual(rc, 0)
-            stem = os.path.join(out, "2026-11-21-nvidia-h100-80gb-hbm3")
-            with open(stem + ".json") as f:
-                combined = json.load(f)
-            self.assertEqual(combined["schema"], "slidefuse.compare/1")
-            self.assertEqual([x["status"] for x in combined["runners"]], ["ok", "ok", "failed"])
-            self.assertIn("missing top-level key 'device'", combined["runners"][2]["error"])
-            with open(stem + ".md") as f:
-                self.assertIn("2.50x", f.read())
-            try:
-                import matplotlib  # noqa: F401
-                self.assertTrue(os.path.getsize(stem + ".png") > 1000)
-            except ImportError:
-                self.assertFalse(os.path.exists(stem + ".png"))
-                self.assertIsNone(combined["chart"])
-
-    def test_unknown_skip_is_an_error(self):
-        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
-            compare.main(["--skip", "nonsense"])
-        self.assertIn("unknown runner(s) nonsense", err.getvalue())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -419,80 +322,6 @@ class LossTest(unittest.TestCase):
                 np.testing.assert_array_equal(x[i, 1].numpy(), _mask_np(r, 32, 64).astype(np.float32))
         self.assertEqual(float(tb.preprocess(b["pixels"], b["rect"])[1, 1, 10, 2]), 0.0)
         self.assertEqual(float(tb.preprocess(b["pixels"], b["rect"])[1, 1, 10, 3]), 1.0)
-
-
-# ------------------------------------------------------------------------------------------------
-@needs_torch
-class TorchBaselineTest(unittest.TestCase):
-    def _run(self, mode, extra, d):
-        out = os.path.join(d, mode + ".json")
-        cmd = [sys.executable, os.path.join(BASE, "torch_baseline.py"), "--mode", mode, "--device", "cpu",
-               "--batch-sizes", "2", "--height", "32", "--width", "64", "--steps", "2", "--warmup", "1",
-               "--pool", "2", "--json", out] + extra
-        r = subprocess.run(cmd, capture_output=True, text=True, env=ENV1)
-        return r, out
-
-    def test_every_mode_writes_schema_valid_json(self):
-        import torch_baseline as tb
-        with tempfile.TemporaryDirectory() as d:
-            data = os.path.join(d, "data")
-            os.mkdir(data)
-            pix, lab = shards.synthetic_batch(3, 32, 64, 1, seed=9)
-            shards.write_shard(os.path.join(data, "s.sfshard"), pix, lab)
-            for mode, extra in (("eager_fp32", ["--data", data]), ("eager_bf16_cl", ["--synthetic"]),
-                                ("compile_max_autotune", ["--data", data])):
-                with self.subTest(mode=mode):
-                    r, out = self._run(mode, extra, d)
-                    self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-                    with open(out) as f:
-                        rep = json.load(f)
-                    self.assertEqual(bench_schema.validate(rep), [])
-                    self.assertEqual(rep["tool"], "pytorch-" + mode)
-                    run = rep["runs"][0]
-                    self.assertEqual((run["batch"], run["height"], run["width"], run["channels"], run["mode"]),
-                                     (2, 32, 64, 2, mode))
-                    if mode == "compile_max_autotune" and tb.compile_unavailable_reason():
-                        self.assertEqual(run["status"], "error")
-                        self.assertTrue(run["error"].startswith("skipped: torch.compile is not available"))
-                    else:
-                        self.assertEqual(run["status"], "ok", run.get("error"))
-                        self.assertEqual(run["timed_steps"], 2)
-                        self.assertIsNone(run["peak_mem_bytes"])  # CPU
-            r, out = self._run("eager_fp32", ["--data", data, "--height", "64"], d)
-            with open(out) as f:
-                run = json.load(f)["runs"][0]
-            self.assertEqual(run["status"], "error")
-            self.assertIn("shards are 32x64, the benchmark input is 64x64", run["error"])
-            self.assertEqual(r.returncode, 1)
-
-    def test_trainer_step_equals_reference_loss_and_adamw(self):
-        import sider_ref
-        import torch_baseline as tb
-        pix, lab = shards.synthetic_batch(2, 32, 64, 1, seed=2)
-        b = tb.device_batch(pix, lab, "cpu")
-        model = tb.build_model("cpu", channels_last=False, seed=3)
-        tr = tb.Trainer(model, "eager_fp32", "cpu", loss_dtype=torch.float64)
-        before = {k: v.clone() for k, v in model.state_dict().items()}
-        terms = tr.step(b)
-        # the same forward and the reference loss by hand
-        ref_model = sider_ref.build_model(2)
-        ref_model.load_state_dict(before)
-        x = tb.preprocess(b["pixels"], b["rect"], channels_last=False)
-        logits, _ = ref_model.train()(x)
-        ref = sider_ref.loss({k: v.double() for k, v in logits.items()}, x.double(), shards.label_arrays(lab), "sider")
-        self.assertAlmostEqual(float(terms["total"]), float(ref["total"]), delta=1e-9 * abs(float(ref["total"])))
-        ref["total"].backward()
-        opt = torch.optim.AdamW(ref_model.parameters(), lr=3e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.05)
-        torch.nn.utils.clip_grad_norm_(ref_model.parameters(), 1.0)
-        opt.step()
-        got = model.state_dict()
-        for k, v in ref_model.state_dict().items():
-            if v.is_floating_point():
-                want, have = (v - before[k]).double(), (got[k] - before[k]).double()  # the step's update
-                self.assertLessEqual(float((want - have).norm()), 1e-4 * float(want.norm()) + 1e-12, k)
-            else:
-                self.assertTrue(torch.equal(v, got[k]), k)
-        self.assertGreater(float((got["stem.conv1.conv.weight"] - before["stem.conv1.conv.weight"]).norm()), 0)
 
 
 # ------------------------------------------------------------------------------------------------

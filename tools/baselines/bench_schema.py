@@ -8,7 +8,7 @@ tools/compare.py. Pure Python (no torch, no numpy), so compare.py and the tests 
      "device": {"name", "driver", "cuda", "cudnn", "torch"?},
      "runs": [{"batch", "height", "width", "channels", "mode", "warmup_steps", "timed_steps",
                "timings_ms": [...], "median_ms", "p10_ms", "p90_ms", "samples_per_s",
-               "peak_mem_bytes", "status": "ok" | "oom" | "error", "error"?: str}],
+               "peak_mem_bytes", "status": "ok" | "oom" | "error", "error"?: str, "extra"?: {...}}],
      "nvml": {...}?}
 
 Statistics: percentiles by linear interpolation between the sorted timings (numpy's default
@@ -83,8 +83,9 @@ def read_commit(repo=None):
 
 
 def make_run(batch, height, width, channels, mode, warmup_steps, timings_ms, peak_mem_bytes, status="ok",
-             error=None):
-    """One "runs" entry from raw per-step timings (ms). Statistics are None when nothing was timed."""
+             error=None, extra=None):
+    """One "runs" entry from raw per-step timings (ms). Statistics are None when nothing was timed.
+    extra: the runner's own facts about the run (an object; e.g. which optimizer implementation ran)."""
     t = [float(v) for v in timings_ms]
     s = sorted(t)
     med = percentile(s, 0.5)
@@ -98,6 +99,8 @@ def make_run(batch, height, width, channels, mode, warmup_steps, timings_ms, pea
     }
     if error is not None:
         run["error"] = str(error)
+    if extra is not None:
+        run["extra"] = dict(extra)
     return run
 
 
@@ -151,6 +154,8 @@ def validate(rep, min_timed_steps=1):
         if missing:
             errs.append("%s: missing %s" % (where, ", ".join(missing)))
             continue
+        if "extra" in r and not isinstance(r["extra"], dict):
+            errs.append(where + ": 'extra' must be an object")
         if r["status"] not in STATUSES:
             errs.append("%s: status %r not one of %s" % (where, r["status"], "/".join(STATUSES)))
         for k in ("batch", "height", "width", "channels"):

@@ -1063,6 +1063,8 @@ std::string run_json(const Settings& s, const Run& r) {
     o << "\"peak_mem_bytes\": " << (r.peak < 0 ? std::string("null") : std::to_string(r.peak))
       << ", \"status\": " << jstr(r.status);
     if (!r.error.empty()) o << ", \"error\": " << jstr(r.error);
+    // The C++ API has no fused or multi-tensor AdamW: say which update ran (compare.py lists it).
+    o << ", \"extra\": {\"optimizer\": \"AdamW per-parameter (torch::optim)\"}";
     return o.str() + "}";
 }
 

@@ -11,6 +11,14 @@ Modes
   compile_max_autotune  eager_bf16_cl + torch.compile(mode="max-autotune", dynamic=False) of the
                         model and of the loss (skipped, with the reason, where torch.compile is absent)
 
+The optimizer is AdamW with torch's fused kernels wherever torch has them for the parameters
+(`fused=True`: CUDA, torch >= 2.0), its default implementation elsewhere (the CPU cross-checks);
+each run records which one ran ("extra": {"optimizer": ...}). The compiled mode also records the
+wall time of every warm-up step (the first one compiles and autotunes; each is printed as it ends,
+so a run cut at its time limit still shows how far it got) and dynamo's / inductor's counters:
+graph breaks (with their reasons), graphs compiled, recompilations and CUDA-graph skips, which say
+whether the timed step is one captured graph or pieces of eager code between several.
+
 One timed step = preprocessing of a device-resident uint8 batch ([pixels/255, mask] as
 kernels/preprocess.cu) -> forward -> loss (tools/baselines/loss_vec.py, fp32) -> zero_grad ->
 backward -> clip_grad_norm_(1.0) -> AdamW(lr 3e-4, betas (0.9, 0.999), eps 1e-8, wd 0.05).
@@ -28,7 +36,9 @@ state, the data pool, activations). Each batch size gets a fresh model and optim
 """
 import argparse
 import gc
+import inspect
 import json
+import logging
 import os
 import platform
 import shutil
@@ -92,9 +102,36 @@ def build_model(device, channels_last, state_dict=None, seed=42, input_channels=
     return m.train()
 
 
+def fused_adamw_available(params):
+    """True when torch's AdamW has a fused implementation for these parameters: a `fused` argument
+    (torch >= 2.0) and every parameter a floating-point CUDA tensor. The CPU keeps the default
+    implementation: the cross-checks against slidefuse's CPU backend compare its arithmetic."""
+    params = list(params)
+    if not params or "fused" not in inspect.signature(torch.optim.AdamW.__init__).parameters:
+        return False
+    return all(p.is_cuda and p.is_floating_point() for p in params)
+
+
 def make_optimizer(model, lr=RECIPE["lr"], betas=RECIPE["betas"], eps=RECIPE["eps"],
-                   weight_decay=RECIPE["weight_decay"]):
-    return torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+                   weight_decay=RECIPE["weight_decay"], fused=None):
+    """AdamW of the recipe; fused=None: fused where fused_adamw_available, True/False to force."""
+    params = list(model.parameters())
+    if fused is None:
+        fused = fused_adamw_available(params)
+    kw = {"fused": True} if fused else {}
+    return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **kw)
+
+
+def optimizer_name(opt):
+    """"AdamW fused" | "AdamW foreach" | "AdamW for-loop": the implementation opt.step() runs."""
+    d = opt.defaults
+    if d.get("fused"):
+        return "AdamW fused"
+    foreach = d.get("foreach")
+    if foreach is None:  # torch's default: foreach for CUDA tensors, the per-parameter loop otherwise
+        ps = [p for g in opt.param_groups for p in g["params"]]
+        foreach = bool(ps) and all(p.is_cuda for p in ps)
+    return "AdamW foreach" if foreach else "AdamW for-loop"
 
 
 _LUT = {}
@@ -233,6 +270,66 @@ def load_pool(args, batch, input_channels):
     return [(pix[k * batch:(k + 1) * batch], lab[k * batch:(k + 1) * batch]) for k in range(args.pool)]
 
 
+class CudagraphSkipLog(logging.Handler):
+    """Collects inductor's "skipping cudagraphs due to ..." warnings (the counter alone does not say
+    why). torch's logging gives "torch", "torch._inductor" and "torch._dynamo" handlers of their own
+    and stops propagation there, so the handler sits on all three. Installed around a whole run."""
+
+    LOGGERS = ("torch", "torch._inductor", "torch._dynamo")
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.reasons = []
+
+    def emit(self, record):
+        try:
+            msg = record.getMessage()
+        except Exception:  # noqa: BLE001 (a malformed record must not break the benchmark)
+            return
+        if "skipping cudagraphs" in msg and msg[:300] not in self.reasons:
+            self.reasons.append(msg[:300])
+
+    def __enter__(self):
+        for name in self.LOGGERS:
+            logging.getLogger(name).addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self)
+        return False
+
+
+def reset_compile_counters():
+    """Clears dynamo's and inductor's counters (compile_counters reads them after the warm-up)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover (no torch.compile: the mode is skipped before this)
+        return
+    counters.clear()
+
+
+def compile_counters():
+    """What torch.compile did since reset_compile_counters: graph breaks (count and up to 8 reasons),
+    graphs compiled, frames dynamo converted (more than the two compiled functions: recompilations
+    or resumed frames after breaks), AOT-autograd graphs and CUDA-graph skips (inductor then runs
+    that graph without a CUDA graph). A whole-graph compile of this step shows 0 breaks, 2 graphs
+    (model, loss), 2 frames, 0 skips."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover
+        return {}
+    breaks = counters.get("graph_break", {})
+    out = {"graph_breaks": int(sum(breaks.values())),
+           "graphs": int(counters.get("stats", {}).get("unique_graphs", 0)),
+           "frames": int(counters.get("frames", {}).get("ok", 0)),
+           "aot_autograd_graphs": int(counters.get("aot_autograd", {}).get("ok", 0)),
+           "cudagraph_skips": int(counters.get("inductor", {}).get("cudagraph_skips", 0))}
+    if breaks:
+        out["graph_break_reasons"] = [str(k)[:300] for k, _ in breaks.most_common(8)]
+    return out
+
+
 def _is_oom(e):
     oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
     return (oom_type is not None and isinstance(e, oom_type)) or "out of memory" in str(e).lower()
@@ -250,6 +347,7 @@ def bench_one(args, mode, batch, device):
         return bench_schema.make_run(timings_ms=[], peak_mem_bytes=None, status="error", error="skipped: " + why,
                                      **run)
     trainer = pool = None
+    skip_log = CudagraphSkipLog().__enter__()  # removed in `finally`
     try:
         if cuda:
             torch.backends.cudnn.benchmark = cfg["cudnn_benchmark"]
@@ -261,8 +359,24 @@ def bench_one(args, mode, batch, device):
         pool = [device_batch(p, l, dev) for p, l in load_pool(args, batch, args.input_channels)]
         model = build_model(dev, cfg["channels_last"], seed=args.seed, input_channels=args.input_channels)
         trainer = Trainer(model, mode, dev, variant=args.loss_variant)
+        extra = run["extra"] = {"optimizer": optimizer_name(trainer.opt)}
+        warmup_s = []
+        if cfg["compile"]:
+            reset_compile_counters()
+            extra["warmup_s"] = warmup_s  # filled as the steps end: kept by a run that fails in them
+            extra["cudagraph_skip_reasons"] = skip_log.reasons
+        if cfg["compile"] and args.warmup > 0:
+            print("pytorch-%s batch %d: warm-up step 1/%d started: torch.compile traces, compiles and autotunes "
+                  "here" % (mode, batch, args.warmup), file=sys.stderr, flush=True)
         for i in range(args.warmup):
+            t0 = time.perf_counter()
             trainer.step(pool[i % len(pool)])
+            if cfg["compile"]:  # untimed: a sync per warm-up step shows where the compile time goes
+                if cuda:
+                    torch.cuda.synchronize(dev)
+                warmup_s.append(round(time.perf_counter() - t0, 3))
+                print("pytorch-%s batch %d: warm-up step %d/%d took %.1f s" % (mode, batch, i + 1, args.warmup,
+                                                                           warmup_s[-1]), file=sys.stderr, flush=True)
         if cuda:
             torch.cuda.synchronize(dev)
             # Peak over the timed steps: what a training step needs (model, optimizer state, data
@@ -285,7 +399,9 @@ def bench_one(args, mode, batch, device):
                 terms = trainer.step(pool[(args.warmup + i) % len(pool)])
                 timings.append((time.perf_counter() - t0) * 1000.0)
             peak = None
-        last = float(terms["total"]) if args.steps > 0 else float("nan")
+        if cfg["compile"]:  # after the timed steps too: a recompilation there would show as frames > 2
+            extra.update(compile_counters())
+        last = float(terms["total"].detach()) if args.steps > 0 else float("nan")
         if args.steps > 0 and not np.isfinite(last):
             return bench_schema.make_run(timings_ms=timings, peak_mem_bytes=peak, status="error",
                                          error="non-finite loss %r after the timed steps" % last, **run)
@@ -295,8 +411,11 @@ def bench_one(args, mode, batch, device):
         status = "oom" if cuda and _is_oom(e) else "error"
         if str(e).startswith("skipped: "):
             msg = str(e)
+        elif cfg["compile"] and "extra" in run:
+            run["extra"].update(compile_counters())
         return bench_schema.make_run(timings_ms=[], peak_mem_bytes=None, status=status, error=msg, **run)
     finally:
+        skip_log.__exit__(None, None, None)
         trainer = pool = None  # noqa: F841
         gc.collect()
         if cuda:
