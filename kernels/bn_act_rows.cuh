@@ -85,11 +85,6 @@ __device__ __forceinline__ void store_partials(const float (&acc)[16], int g, in
     }
 }
 
-// Rows [begin, end) of chunk k of `chunks`: an even split, every chunk non-empty since chunks <= rows.
-__device__ __forceinline__ size_t chunk_begin(size_t rows, int chunks, int k) {
-    return rows * static_cast<size_t>(k) / static_cast<size_t>(chunks);
-}
-
 // The raw 8 bf16 of one row's channel group: read-only (__ldg) or coherent (rw, for a residual that
 // may be the output). The batched row loops (R > 1) issue R rows' loads with these before unpacking any.
 __device__ __forceinline__ uint4 ldg8_raw(const bfloat* __restrict__ p) { return __ldg(reinterpret_cast<const uint4*>(p)); }

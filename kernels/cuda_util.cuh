@@ -117,6 +117,13 @@ __device__ __forceinline__ void xor_words(T& u, unsigned t) {
 
 // ---- deterministic finalize of per-chunk partials ----
 
+// First row of chunk k when `rows` rows are split into `chunks` row chunks (chunk k is rows
+// [chunk_begin(k), chunk_begin(k + 1))): an even split, every chunk non-empty when chunks <= rows.
+// The first pass of every two-pass reduction uses it, so its chunks depend on (rows, chunks) only.
+__device__ __forceinline__ size_t chunk_begin(size_t rows, int chunks, int k) {
+    return rows * static_cast<size_t>(k) / static_cast<size_t>(chunks);
+}
+
 // out(e, v): dst[e] += v, the usual consumer of finalize_partials.
 struct AddTo {
     float* dst;

@@ -43,10 +43,6 @@ __device__ __forceinline__ void load_lane_weights(const float* __restrict__ w, i
         for (int j = 0; j < 8; ++j) wr[k][j] = has ? __ldg(w + k * cin + 8 * lane + j) : 0.0f;
 }
 
-__device__ __forceinline__ size_t chunk_begin(size_t rows, int chunks, int k) {
-    return rows * static_cast<size_t>(k) / static_cast<size_t>(chunks);
-}
-
 // ---- kernels ----
 
 // y (rows, K) = x (rows, Cin) w^T + b. Grid forward_blocks x 256, grid-stride over 32-row tiles

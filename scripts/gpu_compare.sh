@@ -16,6 +16,8 @@
 #   SF_DEADLINE   seconds from the start by which everything has ended (default 570)
 #   SF_RUNNERS    compare.py --runners (default slidefuse,compile_max_autotune,eager_bf16_cl,eager_fp32,libtorch)
 #   SF_BATCH      batch sizes (default 128)
+#   SF_SLIDEFUSE_EXTRA  more `slidefuse bench step` arguments (compare.py --slidefuse-extra), e.g.
+#                 switches a step-level A/B has shown faster before they become the default
 #   SF_COMPARE_EXTRA  more compare.py arguments (a dry run on a CPU: "--device cpu --synthetic
 #                 --height 64 --width 128 --steps 2 --warmup 1"; SF_PYTHON a Python with torch >= 2)
 set -uo pipefail
@@ -58,7 +60,7 @@ reserve=25
 say "compare: runners $RUNNERS, batch $BATCH, deadline $(( DEADLINE - reserve - $(now) ))s"
 "$PY" tools/compare.py --slidefuse "$B/slidefuse" --no-build --batch-sizes "$BATCH" --runners "$RUNNERS" \
   --deadline $(( DEADLINE - reserve - $(now) )) --out-dir "$FINAL" --work-dir "$(mktemp -d)/work" \
-  ${SF_COMPARE_EXTRA:-} 2>&1 |
+  ${SF_SLIDEFUSE_EXTRA:+--slidefuse-extra "$SF_SLIDEFUSE_EXTRA"} ${SF_COMPARE_EXTRA:-} 2>&1 |
   tee -a "$FINAL/compare.log"
 rc=${PIPESTATUS[0]}
 say "compare: rc $rc"

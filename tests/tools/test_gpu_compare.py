@@ -110,9 +110,13 @@ class GpuCompareTest(unittest.TestCase):
 
     def test_no_cache_returned_when_compile_is_not_run(self):
         out = os.path.join(self.tmp, "out")
-        r = self.run_script(out, os.path.join(self.tmp, "cache"), "slidefuse")
+        r = self.run_script(out, os.path.join(self.tmp, "cache"), "slidefuse",
+                            SF_SLIDEFUSE_EXTRA="--pdl --bn-row-batch 4")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertFalse(glob.glob(os.path.join(out, "inductor_cache*")))
+        with open(os.path.join(out, "compare.log")) as f:
+            self.assertIn("bench step --batch-sizes 128 --height 256 --width 512 --steps 50 --warmup 10 --pdl "
+                          "--bn-row-batch 4 --json", f.read())
         c = self.combined(out)
         self.assertEqual(c["config"]["runners"], ["slidefuse"])
         self.assertLessEqual(c["config"]["deadline"], 200 - 25)
