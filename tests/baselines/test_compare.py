@@ -71,6 +71,25 @@ class CompareTest(unittest.TestCase):
             r.setdefault("extra", {})["fusion_up_order"] = "conv_first"
         self.assertIn("slidefuse ran the fusion up paths in `conv_first` order", compare_report.render_markdown(combined))
 
+    def test_speed_targets(self):
+        rows = compare_report.collect_rows([self.sf, self.eager, self.comp])
+        cfg = {"height": 256, "width": 512}
+        self.assertEqual(compare_report.target_lines(rows, cfg), [
+            "slidefuse 12,800.0 samples/s: target 5,000 samples/s, met (256% of it)",
+            "1.25x torch.compile(max-autotune): target 2.0x, not met",
+            "2.50x PyTorch eager bf16 + channels_last: target 3.0x, not met"])
+        self.assertEqual(compare_report.target_lines(rows, {"height": 160, "width": 320}), [])  # another size
+        rows = compare_report.collect_rows([canned_report("slidefuse", {128: [64.0]}, mode="graph")])
+        self.assertEqual(compare_report.target_lines(rows, cfg), [
+            "slidefuse 2,000.0 samples/s: target 5,000 samples/s, not met (40% of it)",
+            "2.0x torch.compile(max-autotune): not measured in this run",
+            "3.0x PyTorch eager bf16 + channels_last: not measured in this run"])
+        combined = compare_report.build_combined(
+            [{"runner": "slidefuse", "status": "ok", "report": self.sf}], dict(cfg, steps=50, warmup=10),
+            date="2026-11-21T10:00:00Z", commit="abc123")
+        self.assertIn("## Against the speed targets (256x512, batch 128)\n\n- slidefuse 12,800.0 samples/s",
+                      compare_report.render_markdown(combined))
+
     def test_how_the_baselines_ran(self):
         self.eager["runs"][0]["extra"] = {"optimizer": "AdamW fused"}
         self.comp["runs"][0]["extra"] = {

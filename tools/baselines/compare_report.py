@@ -96,6 +96,37 @@ def run_notes(reports):
     return out
 
 
+# The project's speed targets at 256x512, batch 128 (docs/perf/OPTIMIZATION_LOG.md, entry 0): slidefuse's
+# samples/s, and its speedup over each named baseline in the same run.
+TARGET_BATCH = 128
+TARGET_SAMPLES_PER_S = 5000.0
+TARGET_SPEEDUPS = (("pytorch-compile_max_autotune", "torch.compile(max-autotune)", 2.0),
+                   ("pytorch-eager_bf16_cl", "PyTorch eager bf16 + channels_last", 3.0))
+
+
+def target_lines(rows, config):
+    """Each target met or not, with the figure, when the run is at 256x512 and has batch 128 (else
+    []): slidefuse's samples/s against TARGET_SAMPLES_PER_S, its speedups against TARGET_SPEEDUPS
+    (a baseline without an "ok" run at that batch is reported as not measured)."""
+    if (config.get("height"), config.get("width")) != (256, 512):
+        return []
+    sf = [r for r in rows if is_slidefuse(r["tool"]) and r["batch"] == TARGET_BATCH and r["status"] == "ok"]
+    if not sf or not sf[0]["samples_per_s"]:
+        return []
+    sps = sf[0]["samples_per_s"]
+    out = ["slidefuse %s samples/s: target %s samples/s, %s (%.0f%% of it)"
+           % (format(sps, ",.1f"), format(TARGET_SAMPLES_PER_S, ",.0f"),
+              "met" if sps >= TARGET_SAMPLES_PER_S else "not met", 100.0 * sps / TARGET_SAMPLES_PER_S)]
+    sp = speedups(rows)
+    for tool, label, want in TARGET_SPEEDUPS:
+        got = sp.get((tool, TARGET_BATCH))
+        if got is None:
+            out.append("%.1fx %s: not measured in this run" % (want, label))
+        else:
+            out.append("%.2fx %s: target %.1fx, %s" % (got, label, want, "met" if got >= want else "not met"))
+    return out
+
+
 def render_markdown(combined):
     """The .md text for a combined result (see build_combined)."""
     reports = [x["report"] for x in combined["runners"] if x.get("report")]
@@ -138,6 +169,9 @@ def render_markdown(combined):
         for b in batches:
             lines.append("| %d | " % b + " | ".join(_fmt(sp.get((t, b)), ".2f") + ("x" if (t, b) in sp else "")
                                                    for t in baselines) + " |")
+    targets = target_lines(rows, cfg)
+    if targets:
+        lines += ["", "## Against the speed targets (256x512, batch %d)" % TARGET_BATCH, ""] + ["- " + t for t in targets]
     notes = run_notes(reports)
     if notes:
         lines += ["", "## How the baselines ran", ""] + ["- " + n for n in notes]
