@@ -147,7 +147,8 @@ def locate_libtorch(args, work):
     """Builds (or reuses) tools/baselines/libtorch_baseline. Returns (path or None, why not)."""
     src = os.path.join(HERE, "baselines")
     exe = os.path.join(args.libtorch_build, "libtorch_baseline")
-    newest_src = max(os.path.getmtime(os.path.join(src, f)) for f in ("libtorch_baseline.cpp", "CMakeLists.txt"))
+    newest_src = max(os.path.getmtime(f) for f in glob.glob(os.path.join(src, "*.cpp")) + glob.glob(os.path.join(src, "*.h"))
+                     + [os.path.join(src, "CMakeLists.txt")])
     if os.access(exe, os.X_OK) and os.path.getmtime(exe) >= newest_src:
         return exe, None
     if not shutil.which("cmake"):

@@ -15,27 +15,10 @@ import sys
 import tempfile
 import unittest
 
-try:
-    import numpy as np  # noqa: F401
-    import torch
-    torch.set_num_threads(1)
-    HAVE_TORCH = True
-except ImportError:  # pragma: no cover
-    HAVE_TORCH = False
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BASE = os.path.join(REPO, "tools", "baselines")
-sys.path.insert(0, BASE)
-sys.path.insert(0, os.path.join(REPO, "tools", "reference"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_support import BASE, ENV1, HAVE_TORCH, needs_torch, shards, torch  # noqa: E402
 
 import bench_schema  # noqa: E402
-
-shards = None
-if HAVE_TORCH:
-    import shards  # noqa: E402
-
-needs_torch = unittest.skipUnless(HAVE_TORCH, "torch (and numpy) not importable")
-ENV1 = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 @needs_torch
