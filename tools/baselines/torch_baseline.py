@@ -289,19 +289,25 @@ class CudagraphSkipLog(logging.Handler):
         if "skipping cudagraphs" in msg and msg[:300] not in self.reasons:
             self.reasons.append(msg[:300])
 
-    def __enter__(self):
+    def install(self):
         for name in self.LOGGERS:
             logging.getLogger(name).addHandler(self)
         return self
 
-    def __exit__(self, *exc):
+    def remove(self):
         for name in self.LOGGERS:
             logging.getLogger(name).removeHandler(self)
+
+    def __enter__(self):
+        return self.install()
+
+    def __exit__(self, *exc):
+        self.remove()
         return False
 
 
 def reset_compile_counters():
-    """Clears dynamo's and inductor's counters (compile_counters reads them after the warm-up)."""
+    """Clears dynamo's and inductor's counters (compile_counters reads them after the timed steps)."""
     try:
         from torch._dynamo.utils import counters
     except ImportError:  # pragma: no cover (no torch.compile: the mode is skipped before this)
@@ -347,7 +353,7 @@ def bench_one(args, mode, batch, device):
         return bench_schema.make_run(timings_ms=[], peak_mem_bytes=None, status="error", error="skipped: " + why,
                                      **run)
     trainer = pool = None
-    skip_log = CudagraphSkipLog().__enter__()  # removed in `finally`
+    skip_log = CudagraphSkipLog().install()  # removed in `finally`
     try:
         if cuda:
             torch.backends.cudnn.benchmark = cfg["cudnn_benchmark"]
@@ -415,7 +421,7 @@ def bench_one(args, mode, batch, device):
             run["extra"].update(compile_counters())
         return bench_schema.make_run(timings_ms=[], peak_mem_bytes=None, status=status, error=msg, **run)
     finally:
-        skip_log.__exit__(None, None, None)
+        skip_log.remove()
         trainer = pool = None  # noqa: F841
         gc.collect()
         if cuda:
