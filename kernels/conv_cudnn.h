@@ -59,6 +59,12 @@ struct ConvPolicy {
     // together). Bitwise-equal results; `bench step --bn-row-batch N` is the A/B. Not a convolution
     // choice, but the network's kernels take their choices from this one policy (model::GpuOps).
     int bn_row_batch = 1;
+    // model::GpuOps: the stride-1 depthwise convolutions the custom kernels run take their dgrad and wgrad
+    // in one fused kernel (kern::dwconv3x3_backward_fused_cuda: one pass over dy and x instead of two
+    // each). dx is the same bits; dw the same sum in another order (not bitwise the two-pass wgrad's),
+    // so unlike the variants this changes results in the last bits. `bench step --dw-fused-bwd` is the
+    // A/B; off until a GPU measures it (docs/perf/OPTIMIZATION_LOG.md entry 15).
+    bool dw_fused_bwd = false;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

@@ -119,6 +119,17 @@ DwConvPlan dwconv3x3_plan(const ConvShape& s, int fwd_variant, int dgrad_variant
     return dwconv3x3_geometry(s.n, s.h, s.w, s.cin, s.stride, fwd_variant, dgrad_variant, wgrad_variant);
 }
 
+bool dwconv3x3_fused_supported(const ConvShape& s) { return unsupported_reason(s).empty() && s.stride == 1; }
+
+DwFusedPlan dwconv3x3_fused_plan(const ConvShape& s) {
+    const std::string why = unsupported_reason(s);
+    SF_CHECK(why.empty(), "dwconv3x3: unsupported shape: %s", why.c_str());
+    SF_CHECK(s.stride == 1, "dwconv3x3: the fused backward runs stride 1 only (stride=%d)", s.stride);
+    return dwconv3x3_fused_geometry(s.n, s.h, s.w, s.cin);
+}
+
+size_t dwconv3x3_fused_workspace_floats(const ConvShape& s) { return dwconv3x3_fused_plan(s).workspace_floats; }
+
 const char* dwconv3x3_variant_name(int v) {
     static const char* const names[] = {"8ch 2x4",       "8ch 1x4",       "4ch 2x4",
                                         "4ch 1x4",       "2ch 2x4",       "2ch 4x4",
@@ -193,6 +204,37 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
              "%s: the workspace must not alias x or dy", op);
     check_prologue(op, pro, pl, {{dw, dw_bytes}, {workspace, ws_bytes}});
     dw_launch_backward_filter(ex, pl, x, dy, dw, workspace, pro);
+}
+
+void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
+                                   const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
+                                   bool accumulate) {
+    const char* op = "dwconv3x3_backward_fused_cuda";
+    rt::check_cuda_exec(op, ex);
+    const DwFusedPlan fp = dwconv3x3_fused_plan(s);
+    check_bf16(op, "x", x);
+    check_bf16(op, "dy", dy);
+    check_bf16(op, "w", w);
+    check_bf16(op, "dx", dx);
+    rt::check_device_ptr(op, "dw", dw, alignof(float));
+    rt::check_device_ptr(op, "workspace", workspace, 16);
+    SF_CHECK(workspace_floats >= fp.workspace_floats,
+             "%s: workspace of %zu floats is too small for n=%d h=%d w=%d C=%d (need "
+             "dwconv3x3_fused_workspace_floats = %zu)",
+             op, workspace_floats, fp.n, fp.h, fp.w, fp.c, fp.workspace_floats);
+    const size_t act = static_cast<size_t>(fp.n) * fp.h * fp.w * fp.c * sizeof(bf16);
+    const size_t wb = static_cast<size_t>(fp.c) * 9 * sizeof(bf16);
+    const size_t dw_bytes = static_cast<size_t>(fp.c) * 9 * sizeof(float);
+    const size_t ws_bytes = fp.workspace_floats * sizeof(float);
+    SF_CHECK(!rt::overlap(dx, act, dy, act) && !rt::overlap(dx, act, x, act) && !rt::overlap(dx, act, w, wb),
+             "%s: dx must not alias dy, x or w", op);
+    SF_CHECK(!rt::overlap(dw, dw_bytes, x, act) && !rt::overlap(dw, dw_bytes, dy, act) &&
+                 !rt::overlap(dw, dw_bytes, dx, act) && !rt::overlap(dw, dw_bytes, workspace, ws_bytes),
+             "%s: dw must not alias x, dy, dx or the workspace", op);
+    SF_CHECK(!rt::overlap(workspace, ws_bytes, x, act) && !rt::overlap(workspace, ws_bytes, dy, act) &&
+                 !rt::overlap(workspace, ws_bytes, dx, act),
+             "%s: the workspace must not alias x, dy or dx", op);
+    dw_launch_backward_fused(ex, fp, x, dy, w, dx, dw, workspace, accumulate);
 }
 
 }  // namespace kern

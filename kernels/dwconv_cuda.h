@@ -291,6 +291,78 @@ constexpr DwConvPlan dwconv3x3_geometry(int n, int h, int w, int c, int stride, 
     return pl;
 }
 
+// ---- the fused stride-1 backward: dgrad and wgrad in one pass over dy (docs/KERNELS_DWCONV.md) ----
+// A staged kernel: block b owns channel block b % cblocks (cb channels, dw_stage_channels) and a chunk
+// of the n * blocks_h * blocks_w spatial blocks of kDwFusedBlockH x kDwFusedBlockW dx pixels; for each
+// spatial block in turn it copies dy's and x's (block + 1-pixel halo) pixels into shared memory, then
+// every thread takes its kDwFusedTileH x kDwFusedTileW thread tiles (kDwFusedVec channels, channel group
+// fastest) and computes dx there (the staged dgrad's loop: the bits of every dgrad variant) and adds the
+// same tiles' dy x x-window products into its 9 * kDwFusedVec filter sums (dy pixel (p, q) with the
+// x pixels (p - 1 + r, q - 1 + s), the forward's pairing). At the end the threads of a channel group
+// (kDwThreads / groups lanes) are added with a fixed tree and the block writes its chunk's partials;
+// a finalize pass adds the chunks per (c, tap) in fp64 into dw, as the wgrad's second pass does.
+// Per element: dy and x are read once from DRAM (their halos, 1.41x, mostly from L2), dx written once:
+// three tensor passes instead of the separate dgrad's two and wgrad's two.
+// The partition of the filter sums (spatial blocks, chunks, lanes) is a function of the shape only,
+// so two runs are bitwise equal; it is not the two-pass wgrad's partition, so dw differs from
+// dwconv3x3_backward_filter_cuda's in the last bits (dx does not differ at all).
+constexpr int kDwFusedBlockH = 8, kDwFusedBlockW = 16;  // dx (= dy, stride 1) pixels per spatial block
+constexpr int kDwFusedVec = 4, kDwFusedTileH = 2, kDwFusedTileW = 4;  // channels and pixels per thread tile
+constexpr int kDwFusedMaxBlocks = 1024;                 // chunks * cblocks at most (the grid)
+// Shared memory per staged tensor at the widest block (64 channels, pitch 64): (8+2) x (16+2) pixels.
+constexpr int kDwFusedStageElems = (kDwFusedBlockH + 2) * (kDwFusedBlockW + 2) * 64;
+static_assert(2 * kDwFusedStageElems * 2 <= 48 * 1024, "the fused backward's two staged blocks exceed 48 KiB");
+static_assert(9 * kDwFusedVec * kDwThreads * 4 <= kDwFusedStageElems * 2,
+              "the fused backward's lane tree must fit in one staged block's shared memory");
+static_assert(kDwFusedBlockH % kDwFusedTileH == 0 && kDwFusedBlockW % kDwFusedTileW == 0,
+              "a spatial block holds whole thread tiles");
+
+struct DwFusedPlan {
+    int n = 0, h = 0, w = 0, c = 0;  // stride 1: dy is n x h x w x c too
+    DwTileGrid stage;                // block_h/w, blocks_h/w, cb, cblocks, pitch, src_h/w (of the staged dgrad)
+    long long spatial = 0;           // n * blocks_h * blocks_w spatial blocks
+    int chunks = 0;                  // even, non-empty ranges of the spatial blocks, one per block row
+    long long grid = 0;              // cblocks * chunks blocks (1-D), channel block fastest
+    int groups = 0;                  // channel groups per block: cb / kDwFusedVec
+    int lanes = 0;                   // threads per channel group: kDwThreads / groups
+    int finalize_blocks = 0;         // ceil(C*9 / kDwFinalizeX)
+    size_t workspace_floats = 0;     // chunks * C * 9 partials
+};
+
+// The fused plan of a supported stride-1 shape, unchecked (dwconv3x3_fused_plan checks): pure.
+constexpr DwFusedPlan dwconv3x3_fused_geometry(int n, int h, int w, int c) {
+    DwFusedPlan f;
+    f.n = n;
+    f.h = h;
+    f.w = w;
+    f.c = c;
+    DwTileGrid& g = f.stage;
+    g.vec = kDwFusedVec;
+    g.groups = c / kDwFusedVec;
+    g.tile_h = kDwFusedTileH;
+    g.tile_w = kDwFusedTileW;
+    g.block = kDwThreads;
+    g.block_h = kDwFusedBlockH;
+    g.block_w = kDwFusedBlockW;
+    g.blocks_h = static_cast<int>(dw_ceil_div(h, kDwFusedBlockH));
+    g.blocks_w = static_cast<int>(dw_ceil_div(w, kDwFusedBlockW));
+    g.cb = dw_stage_channels(c);
+    g.cblocks = c / g.cb;
+    g.pitch = dw_stage_pitch(g.cb);
+    g.src_h = kDwFusedBlockH + 2;
+    g.src_w = kDwFusedBlockW + 2;
+    f.spatial = static_cast<long long>(n) * g.blocks_h * g.blocks_w;
+    const long long per_cblock = std::max(1, kDwFusedMaxBlocks / g.cblocks);
+    f.chunks = static_cast<int>(std::min(f.spatial, per_cblock));
+    f.grid = static_cast<long long>(g.cblocks) * f.chunks;
+    g.grid = f.grid;
+    f.groups = g.cb / kDwFusedVec;
+    f.lanes = kDwThreads / f.groups;
+    f.finalize_blocks = static_cast<int>(dw_ceil_div(9LL * c, kDwFinalizeX));
+    f.workspace_floats = static_cast<size_t>(f.chunks) * static_cast<size_t>(c) * 9;
+    return f;
+}
+
 // The producer's BatchNorm + activation, applied to every input pixel on load (see the header comment):
 // x' = bf16(act(fmaf(x - mean, gamma * inv, beta))) per channel, inv = invstd (train: the batch
 // statistics bn_stats_train saved) or 1/sqrt(running_var + eps) (eval: `invstd` holds running_var).
@@ -331,6 +403,13 @@ const char* dwconv3x3_wgrad_variant_name(int v);
 // fp32 workspace backward_filter needs: chunks * C * 9 floats (scratch, no initialisation needed).
 size_t dwconv3x3_workspace_floats(const ConvShape& s);
 
+// Whether the fused backward can run s: s supported and stride 1. Never throws.
+bool dwconv3x3_fused_supported(const ConvShape& s);
+// Its plan; throws rt::Error naming what is unsupported (the shape's reason, or the stride).
+DwFusedPlan dwconv3x3_fused_plan(const ConvShape& s);
+// fp32 workspace the fused backward needs: chunks * C * 9 floats (scratch, no initialisation needed).
+size_t dwconv3x3_fused_workspace_floats(const ConvShape& s);
+
 // x (N,H,W,C), w (C*9), y (N,P,Q,C), all bf16. y overwritten. pro: null, or the producer's BN +
 // activation applied to x on load (DwPrologue; in the variants of dw_variant_prologue, all bitwise
 // equal). variant: index into kDwVariants.
@@ -351,5 +430,14 @@ void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const 
 void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
                                     float* workspace, size_t workspace_floats, const DwPrologue* pro = nullptr,
                                     int variant = 0);
+
+// The fused stride-1 backward (DwFusedPlan): x (N,H,W,C), dy (N,H,W,C), w (C*9) bf16; dx (N,H,W,C) bf16,
+// overwritten (accumulate = false) or dx += as backward_data; dw (C*9) fp32 +=. dx is bitwise what
+// dwconv3x3_backward_data_cuda writes (any variant); dw equals backward_filter's sum to fp32 rounding
+// of another summation order, deterministic. Workspace: at least dwconv3x3_fused_workspace_floats(s)
+// floats. Checks as the two separate launchers (dx apart from x, dy, w, dw and the workspace).
+void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
+                                   const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
+                                   bool accumulate);
 
 }  // namespace kern

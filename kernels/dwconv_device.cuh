@@ -28,6 +28,11 @@ void dw_launch_backward_data(const rt::Exec& ex, const DwConvPlan& pl, const bf1
 void dw_launch_backward_filter(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* dy, float* dw,
                                float* part, const DwPrologue* pro);
 
+// The fused stride-1 backward (kernels/dwconv_bwd_fused.cu): dx (+)= dgrad, partials into part, then
+// dw += their fixed-order sum.
+void dw_launch_backward_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w,
+                              bf16* dx, float* dw, float* part, bool accumulate);
+
 // Calls f(std::integral_constant<int, v>{}) for the runtime variant index v of a table of kCount
 // variants (kDwVariants, kDwWgradVariants): every variant gets its instance, with no list to keep in step
 // with the table. Throws rt::Error when v is out of range.
@@ -103,6 +108,94 @@ template <int V>
 __device__ __forceinline__ void fmav(float (&acc)[V], const float (&v)[V], const float (&wt)[V]) {
 #pragma unroll
     for (int k = 0; k < V; ++k) acc[k] = fmaf(v[k], wt[k], acc[k]);
+}
+
+// ---- staged blocks (the staged gather variants of dwconv_gather.cu, the fused backward of
+// dwconv_bwd_fused.cu) ----
+
+// Block b of a staged grid: channels [c0, c0 + cb), destination pixels from (d0, e0), image n.
+struct StagedBlock {
+    int c0, n, d0, e0;
+};
+
+__device__ __forceinline__ StagedBlock staged_block(unsigned b, const DwTileGrid& g) {
+    StagedBlock sb;
+    sb.c0 = static_cast<int>(b % static_cast<unsigned>(g.cblocks)) * g.cb;
+    b /= static_cast<unsigned>(g.cblocks);
+    sb.e0 = static_cast<int>(b % static_cast<unsigned>(g.blocks_w)) * g.block_w;
+    b /= static_cast<unsigned>(g.blocks_w);
+    sb.d0 = static_cast<int>(b % static_cast<unsigned>(g.blocks_h)) * g.block_h;
+    sb.n = static_cast<int>(b / static_cast<unsigned>(g.blocks_h));
+    return sb;
+}
+
+// Copies source pixels [r0, r0 + g.src_h) x [s0, s0 + g.src_w), channels [0, g.cb) of the image at
+// `img` (rows x cols pixels of c channels, already offset to the block's first channel) into `src`,
+// pixel (i, j) at (i * g.src_w + j) * g.pitch; zeros where the pixel is outside the image (the
+// padding). 128-bit loads, kBatch in flight per thread before their stores; consecutive threads take
+// consecutive 16-byte chunks of a pixel, then consecutive pixels of a row: coalesced. The chunk count
+// cb/8 divides kDwThreads, so a thread's chunk is fixed and its pixel advances by kDwThreads/chunks per
+// load: the row and column are stepped, not divided out, per load.
+// kPro (the forward's BN prologue): the thread's chunk is channels c0 + 8*part .. of the image, and each
+// in-image pixel chunk is stored as bf16(act(bn(x))), the value the direct prologue kernels compute per
+// tap-window load and bn_act_forward_* stores: once per staged pixel here. The padding stays +0.
+// kTwo (the fused backward): the same pixels of a second image of the same geometry, img2, go to src2
+// in the same turns, so both tensors' loads are in flight together (8 per thread).
+template <Act A = Act::None, bool kPro = false, bool kTwo = false>
+__device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int rows, int cols, int c, int r0, int s0,
+                                             const DwTileGrid& g, bfloat* src, const DwPrologue& pro = DwPrologue{},
+                                             int c0 = 0, const bfloat* __restrict__ img2 = nullptr,
+                                             bfloat* src2 = nullptr) {
+    static_assert(!(kPro && kTwo), "the prologue stages one image");
+    constexpr int kBatch = 4;
+    static_assert(kDwThreads % 8 == 0, "a pixel's chunk count (1, 2, 4 or 8) must divide the block");
+    const int chunks = g.cb / 8, step = kDwThreads / chunks, part = static_cast<int>(threadIdx.x) % chunks;
+    const BnApply8 bn = load_prologue<kPro>(pro, c0 / 8 + part);
+    const int pixels = g.src_h * g.src_w;
+    int pix = static_cast<int>(threadIdx.x) / chunks;
+    int row = pix / g.src_w, col = pix % g.src_w;  // of pixel `pix`; step < src_w is not assumed
+    while (pix < pixels) {
+        uint4 u[kBatch];
+        uint4 u2[kTwo ? kBatch : 1];
+        int at[kBatch];
+        bool inside[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            u[k] = make_uint4(0u, 0u, 0u, 0u);
+            at[k] = -1;
+            inside[k] = false;
+            if (pix < pixels) {
+                const int r = r0 + row, q = s0 + col;
+                at[k] = pix * g.pitch + 8 * part;
+                inside[k] = in_range(r, rows) && in_range(q, cols);
+                if constexpr (kTwo) u2[k] = make_uint4(0u, 0u, 0u, 0u);
+                if (inside[k]) {
+                    const size_t at_img = (static_cast<size_t>(r) * cols + q) * c;
+                    u[k] = __ldg(reinterpret_cast<const uint4*>(img + at_img) + part);
+                    if constexpr (kTwo) u2[k] = __ldg(reinterpret_cast<const uint4*>(img2 + at_img) + part);
+                }
+                pix += step;
+                col += step;
+                while (col >= g.src_w) col -= g.src_w, ++row;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            if (at[k] < 0) continue;
+            if constexpr (kPro) {
+                if (inside[k]) {
+                    float v[8];
+                    unpack8(u[k], v);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) v[j] = bn_act_value<A>(bn, j, v[j]);
+                    storev<8>(src + at[k], v);  // rounds to bf16 as the apply pass's store does
+                    continue;
+                }
+            }
+            *reinterpret_cast<uint4*>(src + at[k]) = u[k];
+            if constexpr (kTwo) *reinterpret_cast<uint4*>(src2 + at[k]) = u2[k];
+        }
+    }
 }
 
 }  // namespace kern

@@ -62,6 +62,11 @@ struct GpuOps::Entry {
     // when autotuned, each prologue-capable variant's time (kern::dw_variant_prologue; -1 otherwise).
     int pro_fwd_variant = 0;
     std::vector<double> pro_fwd_variant_ms;
+    // kern::ConvPolicy::dw_fused_bwd on a stride-1 depthwise shape with a dgrad: the backward runs fused
+    // (when the custom kernels run the shape), and, when autotuned, its time per dgrad mode (ms; -1 =
+    // the step does not run that mode, or not timed).
+    bool fused = false;
+    double fused_ms = -1, fused_ow_ms = -1;
 };
 
 namespace {
@@ -128,6 +133,8 @@ size_t conv_workspace_bound(const std::vector<ConvUse>& convs, const kern::ConvP
         bound = std::max(bound, cudnn_max + scratch);
         if (kern::dwconv3x3_supported(u.shape))
             bound = std::max(bound, kern::dwconv3x3_workspace_floats(u.shape) * sizeof(float));
+        if (policy.dw_fused_bwd && u.dgrad && kern::dwconv3x3_fused_supported(u.shape))
+            bound = std::max(bound, kern::dwconv3x3_fused_workspace_floats(u.shape) * sizeof(float));
         if (kern::stemconv_supported(u.shape))
             bound = std::max(bound, kern::stemconv_workspace_floats(u.shape) * sizeof(float));
     }
@@ -222,6 +229,9 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
             std::max(custom_ws_floats_, custom == ConvImpl::CustomStem ? kern::stemconv_workspace_floats(u.shape)
                                                                        : kern::dwconv3x3_workspace_floats(u.shape));
         e.impl = custom;
+        e.fused = custom == ConvImpl::CustomDepthwise && policy_.dw_fused_bwd && u.dgrad &&
+                  kern::dwconv3x3_fused_supported(u.shape);
+        if (e.fused) custom_ws_floats_ = std::max(custom_ws_floats_, kern::dwconv3x3_fused_workspace_floats(u.shape));
         if (!policy_.autotune) {
             entries_.push_back(e);
             continue;
@@ -273,10 +283,13 @@ double GpuOps::time_runs(const std::function<void()>& run, int iters) const {
 // the step needs it) the dgrad in each mode the step runs, timed on its own, the fastest of each kept
 // in e. Returns best forward + best wgrad + the mean over the modes of the best dgrad, comparable with
 // cudnn_ms. The variants of a pass give bitwise-identical results (kern::kDwVariants,
-// kern::kDwWgradVariants), so the choice changes speed only.
+// kern::kDwWgradVariants), so the choice changes speed only. With e.fused the fused backward is timed
+// in each dgrad mode too, and it replaces dgrad + wgrad in the returned total (the separate passes' times
+// stay in the variants line: the fused kernel's A/B per shape).
 double GpuOps::time_depthwise(Entry& e) const {
     const kern::ConvShape& s = e.shape;
-    const size_t wsf = kern::dwconv3x3_workspace_floats(s);
+    const size_t wsf =
+        std::max(kern::dwconv3x3_workspace_floats(s), e.fused ? kern::dwconv3x3_fused_workspace_floats(s) : 0);
     const TimingBuffers b(s, wsf, e.dgrad, ex_.stream);
     // Kernels of a fraction of a millisecond: more runs than a cuDNN candidate gets, at little cost.
     const int iters = std::max(policy_.autotune_iters, 10);
@@ -319,6 +332,17 @@ double GpuOps::time_depthwise(Entry& e) const {
         if (ow_mode) {
             e.dgrad_ow_variant = fastest_variant(e.dgrad_ow_variant_ms);
             dgrad += e.dgrad_ow_variant_ms[e.dgrad_ow_variant], ++modes;
+        }
+        if (e.fused) {  // the fused kernel replaces this dgrad and the wgrad
+            total -= e.wgrad_variant_ms[e.wgrad_variant];
+            dgrad = 0;
+            auto time_fused = [&](bool acc) {
+                return time_runs(
+                    [&] { kern::dwconv3x3_backward_fused_cuda(ex_, s, b.x, b.y, b.w, b.dx, b.dw, b.ws, wsf, acc); },
+                    iters);
+            };
+            if (acc_mode) dgrad += (e.fused_ms = time_fused(true));
+            if (ow_mode) dgrad += (e.fused_ow_ms = time_fused(false));
         }
         total += dgrad / modes;  // needs_accumulate() holds whenever overwrite does not: modes >= 1
     }
@@ -414,6 +438,20 @@ void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, 
         run_custom(e, ex, s, x, nullptr, nullptr, dy, nullptr, dw, false);
 }
 
+bool GpuOps::dw_fused_backward(const kern::ConvShape& s) const {
+    const Entry& e = find(s);
+    return e.fused && e.impl == ConvImpl::CustomDepthwise;
+}
+
+void GpuOps::conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
+                                 const kern::bf16* dy, const kern::bf16* w, kern::bf16* dx, float* dw,
+                                 bool accumulate) const {
+    SF_CHECK(dw_fused_backward(s), "convolution %s does not run a fused backward (GpuOps::dw_fused_backward)",
+             s.describe().c_str());
+    check_dgrad_mode(find(s).use, accumulate);
+    kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws_, custom_ws_floats_, accumulate);
+}
+
 // "dwconv variants: fwd 2 (4ch 2x4) of [0.300 0.280 ...], dgrad 0 (8ch 2x4) of [...], dgrad overwrite 7
 // (4ch 2x4 s8x32) of [...], wgrad 1 (4ch 1x4) of [...]" (ms per variant, "-" = not valid for the pass
 // or not timed; "dgrad" is the accumulating mode, each dgrad part present when the step runs that mode).
@@ -444,6 +482,11 @@ std::string GpuOps::depthwise_variants_line(const Entry& e) {
     }
     line += rt::format(", wgrad %d (%s)", e.wgrad_variant, kern::dwconv3x3_wgrad_variant_name(e.wgrad_variant));
     if (!e.wgrad_variant_ms.empty()) line += " of " + list(e.wgrad_variant_ms) + " ms";
+    if (e.fused) {  // the fused backward runs in place of the dgrad and wgrad above (dw_fused_bwd)
+        line += ", fused backward runs";
+        if (e.fused_ms >= 0) line += rt::format(", fused %.4f ms", e.fused_ms);
+        if (e.fused_ow_ms >= 0) line += rt::format(", fused overwrite %.4f ms", e.fused_ow_ms);
+    }
     if (e.use.bn_prologue) {
         line += rt::format(", fwd with BN prologue %d (%s)", e.pro_fwd_variant,
                            kern::dwconv3x3_variant_name(e.pro_fwd_variant));

@@ -80,6 +80,14 @@ public:
                             kern::bf16* dx, bool accumulate = true) const;
     void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                               const kern::bf16* dy, float* dw) const;
+    // Whether s's backward runs as one fused kernel (kern::ConvPolicy::dw_fused_bwd, a stride-1 depthwise
+    // shape the custom kernels run, planned with its dgrad): then a layer with no BN prologue calls
+    // conv_backward_fused instead of conv_backward_data + conv_backward_filter.
+    bool dw_fused_backward(const kern::ConvShape& s) const;
+    // dx (+)= dgrad and dw += wgrad in one kernel (kern::dwconv3x3_backward_fused_cuda); accumulate as
+    // conv_backward_data. Only where dw_fused_backward(s).
+    void conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* dy,
+                             const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate) const;
     // The depthwise forward reading its producer's pre-BN output through the producer's BN + activation
     // (the fused LiteBlock): always the custom kernel (cuDNN has no such op), in the prologue-capable
     // forward variant autotuning found fastest for s (kern::dw_variant_prologue; variant 0 without

@@ -131,6 +131,15 @@ inline void conv_backward_filter(const GpuOps* gpu, const rt::Exec& ex, const ke
     bool none;
     if (grad_op({dy}, {}, &none)) gpu->conv_backward_filter(ex, s, x, dy, dw);
 }
+// CUDA: dgrad and wgrad of a depthwise conv in one kernel (GpuOps::dw_fused_backward): reported to the
+// tape as conv_backward_data followed by conv_backward_filter, the calls it replaces.
+inline void conv_backward_fused(const GpuOps* gpu, const rt::Exec& ex, const kern::ConvShape& s, const bf16* x,
+                                const bf16* dy, const bf16* w, bf16* dx, float* dw) {
+    bool acc, none;
+    const bool run = grad_op({dy}, {dx}, &acc, &s);
+    const bool run_w = grad_op({dy}, {}, &none);
+    if (run && run_w) gpu->conv_backward_fused(ex, s, x, dy, w, dx, dw, acc);
+}
 // CUDA: the depthwise conv's backward-filter with its input's BN prologue (the fused LiteBlock):
 // the custom kernel, whatever GpuOps picked for the shape's other passes.
 inline void dwconv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const bf16* x_pre, const bf16* dy,

@@ -159,6 +159,12 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
                              gamma.g, beta.g, ws, ws_floats);
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
         if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);
+        // The planner traces the backward on a CPU Exec before GpuOps is prepared: the separate calls
+        // report the same reads and writes to the tape as the fused one.
+        if (x.g && !prologue && ex.is_cuda() && ops->dw_fused_backward(cs)) {
+            ops::conv_backward_fused(ops, ex, cs, x.v, conv_out().g, weight.h, x.g, weight.g);
+            return;
+        }
         if (x.g) ops::conv_backward_data(ops, ex, cs, conv_out().g, weight.h, x.g);
         if (prologue) {
             const kern::DwPrologue pro = prologue->dw_prologue(true);

@@ -11,7 +11,8 @@
 #   then      wait for `train` (stopped with a checkpoint at its own limit), `evalcmp` on its checkpoint
 #             (CUDA, CPU reference and the CPU reference's bf16 floor)
 #   then      with the GPU to itself and the time left: `bench step --layers` at batch 128 (the
-#             depthwise variants' times; issue "GPU speed"), the same step with `--bn-row-batch 4`
+#             depthwise variants' times; issue "GPU speed"), the same step with `--dw-fused-bwd` (the
+#             stride-1 depthwise dgrad + wgrad in one kernel), with `--bn-row-batch 4`
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
 #             (programmatic dependent launch of the project's kernels) and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
@@ -85,6 +86,16 @@ if [ "$(left)" -gt 60 ]; then
   timeout -k 5 "$bl" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --layers --layers-batch 128 \
     --json "$W/bench_variants.json" >"$W/bench_variants.log" 2>&1
   say "bench: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_variants.log" | sed 's/^ *//' | cut -c1-120)"
+  # The same step with the stride-1 depthwise dgrad + wgrad fused (one pass over dy and x); its
+  # "fused ... ms" per shape, in the variants lines of the log, against the separate passes' times.
+  if [ "$(left)" -gt 40 ]; then
+    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --dw-fused-bwd \
+      --json "$W/bench_dwfused.json" >"$W/bench_dwfused.log" 2>&1
+    say "bench --dw-fused-bwd: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_dwfused.log" | sed 's/^ *//' | cut -c1-120)"
+    grep -E 'fused backward runs' "$W/bench_dwfused.log" | sed -E 's/^ *([^:]*): .*(, fused backward runs.*)$/\1\2/' |
+      head -12 | while IFS= read -r l; do say "bench --dw-fused-bwd: $l"; done
+  fi
+  pack
   # The same step with the BatchNorm row kernels four rows per loop turn (bitwise-equal results).
   if [ "$(left)" -gt 40 ]; then
     timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --bn-row-batch 4 \
@@ -108,7 +119,7 @@ if [ "$(left)" -gt 60 ]; then
   fi
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_bn4 bench_pdl bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+  for f in bench_dwfused bench_bn4 bench_pdl bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1

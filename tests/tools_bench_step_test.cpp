@@ -17,7 +17,7 @@ TEST(BenchStep, ParsesEveryOption) {
         {"--batch-sizes", "32,64,512", "--size", "160x320", "--channels", "4", "--steps", "60", "--warmup", "5",
          "--eager", "--deterministic", "--search", "--memory-budget-gb", "40", "--layers", "--layers-batch", "16",
          "--peak-tflops", "900", "--peak-gbps", "3000", "--up-order", "upsample_first", "--fuse-expand-dw",
-         "--no-dw-variants", "--bn-row-batch", "4", "--pdl", "--json", "out.json"});
+         "--no-dw-variants", "--bn-row-batch", "4", "--pdl", "--dw-fused-bwd", "--json", "out.json"});
     EXPECT_EQ(o.batch_sizes, (std::vector<int>{32, 64, 512}));
     EXPECT_EQ(o.height, 160);
     EXPECT_EQ(o.width, 320);
@@ -35,6 +35,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(o.dw_variants);
     EXPECT_EQ(o.bn_row_batch, 4);
     EXPECT_TRUE(o.pdl);
+    EXPECT_TRUE(o.dw_fused_bwd);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);
@@ -48,6 +49,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_TRUE(d.dw_variants);
     EXPECT_EQ(d.bn_row_batch, 1);  // the measured kernels until a GPU says 4 pays
     EXPECT_FALSE(d.pdl);           // plain launches until a GPU says PDL pays
+    EXPECT_FALSE(d.dw_fused_bwd);  // the separate depthwise passes until a GPU says the fused one pays
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }

@@ -179,6 +179,7 @@ kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     p.max_candidates = o.conv_candidates;
     p.dw_variants = o.dw_variants;
     p.bn_row_batch = o.bn_row_batch;
+    p.dw_fused_bwd = o.dw_fused_bwd;
     return p;
 }
 
@@ -234,6 +235,20 @@ size_t device_used_bytes() {
     return rt::query_device_memory(&free_b, &total_b, &why) ? total_b - free_b : 0;
 }
 
+// From GpuOps::describe(): "<shape>: dwconv variants: ..." for each shape whose variants line says the
+// fused backward runs (the line follows its shape's line).
+std::vector<std::string> dw_fused_lines(const std::vector<std::string>& describe) {
+    std::vector<std::string> out;
+    for (size_t i = 1; i < describe.size(); ++i)
+        if (describe[i].find("fused backward runs") != std::string::npos) {
+            const std::string& head = describe[i - 1];
+            const size_t colon = head.find(':');
+            const size_t start = describe[i].find_first_not_of(' ');
+            out.push_back(head.substr(0, colon) + ": " + describe[i].substr(start == std::string::npos ? 0 : start));
+        }
+    return out;
+}
+
 BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int b, const StepBenchOptions& o) {
     BenchRun r;
     r.config = {b, o.height, o.width, o.channels, o.eager ? "eager" : "graph", o.warmup};
@@ -279,10 +294,14 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"fuse_expand_dw", o.fuse_expand_dw},
                    {"dw_variants", o.dw_variants},
                    {"bn_row_batch", o.bn_row_batch},
-                   {"pdl", o.pdl}};
+                   {"pdl", o.pdl},
+                   {"dw_fused_bwd", o.dw_fused_bwd}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());
+        // --dw-fused-bwd: the depthwise shapes that ran the fused backward, each with its variants line
+        // (the separate passes' times and the fused kernel's, from the plan-time timing).
+        if (o.dw_fused_bwd) r.extra["dw_fused"] = dw_fused_lines(rig.net.gpu_ops()->describe());
         if (nccl) {  // the allreduce alone, after the timed steps, on the step's stream
             const model::Planner& p = rig.net.plan();
             const AllreduceTiming a =
@@ -399,6 +418,8 @@ void print_run(int b, const BenchRun& r) {
                 b * 1000.0 / t.median, t.median, t.p10, t.p90, r.peak_mem_bytes / 1e9);
     const std::string graphs = graph_nodes_line(r.extra);
     if (!graphs.empty()) std::printf("              %s\n", graphs.c_str());
+    if (r.extra.is_object() && r.extra.contains("dw_fused"))
+        for (const auto& line : r.extra["dw_fused"]) std::printf("              %s\n", line.get<std::string>().c_str());
     if (r.extra.is_object() && r.extra.contains("allreduce")) {
         const AllreduceTiming at = allreduce_from_json(r.extra["allreduce"]);
         std::printf("              %s, %.1f%% of the step\n", allreduce_line(at).c_str(), 100.0 * at.ms / t.median);

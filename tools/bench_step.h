@@ -33,6 +33,7 @@ struct StepBenchOptions {
     bool dw_variants = true;      // --no-dw-variants: the custom depthwise kernels in variant 0 only
     int bn_row_batch = 1;         // --bn-row-batch N: the BN + activation kernels' rows per loop turn
     bool pdl = false;             // --pdl: the project's kernels with programmatic dependent launch (rt::Exec::pdl)
+    bool dw_fused_bwd = false;    // --dw-fused-bwd: stride-1 depthwise dgrad + wgrad in one kernel (ConvPolicy)
     std::string json;                       // output file ("" = none)
 };
 

@@ -48,7 +48,7 @@ const char* kBenchUsage =
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--no-dw-variants]\n"
-    "                                [--bn-row-batch 1|4] [--pdl] [--json OUT]\n"
+    "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
     "           --world N: NCCL gradient allreduce in every step over the job's N ranks\n"
@@ -62,6 +62,8 @@ const char* kBenchUsage =
     "           or 4: four rows' loads issued together; bitwise-equal results; docs/KERNELS_BN_ACT.md)\n"
     "           --pdl: the project's kernels launched with programmatic dependent launch (each scheduled\n"
     "           while its predecessor finishes; bitwise-equal results; docs/GPU_STEP.md)\n"
+    "           --dw-fused-bwd: the stride-1 depthwise convolutions' dgrad and wgrad in one kernel (one pass\n"
+    "           over dy and x; the same dx, dw summed in another order; docs/KERNELS_DWCONV.md)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
     "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -315,6 +317,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
         if (s == "--pdl") {
             o.pdl = true;
+            continue;
+        }
+        if (s == "--dw-fused-bwd") {
+            o.dw_fused_bwd = true;
             continue;
         }
         SF_CHECK(s.rfind("--", 0) == 0, "bench step: unexpected argument '%s'\n%s", s.c_str(), kBenchUsage);

@@ -70,18 +70,20 @@ struct Autotuned {
     model::GpuOps ops;
     Dev ws;
     std::vector<std::string> lines;
-    Autotuned(const rt::CudaContext& ctx, const std::vector<model::ConvUse>& uses, bool dw_variants = true)
-        : ops(ctx.exec(), policy(dw_variants)), ws(prepared(ops, uses)) {
+    Autotuned(const rt::CudaContext& ctx, const std::vector<model::ConvUse>& uses, bool dw_variants = true,
+              bool dw_fused_bwd = false)
+        : ops(ctx.exec(), policy(dw_variants, dw_fused_bwd)), ws(prepared(ops, uses)) {
         ops.bind_workspace(ws.p, ops.workspace_bytes());
         lines = ops.describe();
         for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
     }
-    static kern::ConvPolicy policy(bool dw_variants) {
+    static kern::ConvPolicy policy(bool dw_variants, bool dw_fused_bwd) {
         kern::ConvPolicy p;
         p.autotune = true;
         p.autotune_iters = 1;
         p.max_candidates = 1;
         p.dw_variants = dw_variants;
+        p.dw_fused_bwd = dw_fused_bwd;
         return p;
     }
     static size_t prepared(model::GpuOps& o, const std::vector<model::ConvUse>& uses) {
@@ -340,6 +342,80 @@ TEST(ModelGpuOpsGpu, PrologueForwardVariantsAutotunedAndBitwiseEqual) {
     kern::DwPrologue pro;
     SF_EXPECT_ERROR(ops.dwconv_forward_prologue(ex, plain.shape, nullptr, nullptr, nullptr, pro),
                     "planned without a BN prologue");
+}
+
+// ConvPolicy::dw_fused_bwd with autotuning: the stride-1 shape (both dgrad modes) has the fused backward
+// timed in each mode and, when the custom kernels run it, runs it (the variants line says so); its dx
+// and dw through GpuOps are those of the fused kernel called directly; the stride-2 shape never fuses
+// and conv_backward_fused refuses it; a mode the step does not run is refused.
+TEST(ModelGpuOpsGpu, FusedBackwardTimedAndRun) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    std::vector<model::ConvUse> uses = dw_uses(false);
+    uses[0].dgrad_overwrite = true;
+    uses[1].dgrad_accumulate = false;  // the stride-2 shape overwrites only
+    uses[1].dgrad_overwrite = true;
+    Autotuned tuned(ctx, uses, true, true);
+    const model::GpuOps& ops = tuned.ops;
+    const rt::Exec& ex = ctx.exec();
+    for (const model::ConvUse& u : uses) {
+        const kern::ConvShape& s = u.shape;
+        const std::string what = s.describe();
+        size_t k = 0;
+        while (k < tuned.lines.size() && tuned.lines[k].rfind(what + ":", 0) != 0) ++k;
+        ASSERT_LT(k + 1, tuned.lines.size()) << what << ": not in describe()";
+        const std::string& head = tuned.lines[k];
+        const std::string& vl = tuned.lines[k + 1];
+        const bool custom = head.find("custom-depthwise") != std::string::npos;
+        const bool fused = s.stride == 1 && custom;
+        EXPECT_EQ(ops.dw_fused_backward(s), fused) << head;
+        EXPECT_EQ(vl.find("fused backward runs") != std::string::npos, s.stride == 1) << vl;
+        if (s.stride == 1) {  // timed in both modes whichever implementation won
+            const size_t a = vl.find("runs, fused "), o = vl.find(", fused overwrite ");
+            ASSERT_NE(a, std::string::npos) << vl;
+            ASSERT_NE(o, std::string::npos) << vl;
+            EXPECT_GT(std::atof(vl.c_str() + a + 12), 0) << vl;
+            EXPECT_GT(std::atof(vl.c_str() + o + 18), 0) << vl;
+        }
+        const size_t xn = s.in().numel(), wn = s.weight_numel();
+        Dev x(xn * 2), w(wn * 2), dy(xn * 2), dx1(xn * 2), dx2(xn * 2), dw1(wn * 4), dw2(wn * 4);
+        if (!fused) {
+            SF_EXPECT_ERROR(ops.conv_backward_fused(ex, s, x.h(), dy.h(), w.h(), dx1.h(), dw1.f(), false),
+                            "does not run a fused backward");
+            continue;
+        }
+        sftest::upload_bf16(x.h(), sftest::bf16_exact(sftest::random_uniform(xn, 31, -1, 1)));
+        sftest::upload_bf16(w.h(), sftest::bf16_exact(sftest::random_uniform(wn, 32, -0.5, 0.5)));
+        sftest::upload_bf16(dy.h(), sftest::bf16_exact(sftest::random_uniform(xn, 33, -1, 1)));
+        const std::vector<float> dx0 = sftest::bf16_exact(sftest::random_uniform(xn, 34, -0.5, 0.5));
+        sftest::upload_bf16(dx1.h(), dx0);
+        sftest::upload_bf16(dx2.h(), dx0);
+        sftest::upload(dw1.f(), std::vector<float>(wn, 0.25f));
+        sftest::upload(dw2.f(), std::vector<float>(wn, 0.25f));
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
+        const size_t wsf = kern::dwconv3x3_fused_workspace_floats(s);
+        Dev ws(wsf * 4);
+        ops.conv_backward_fused(ex, s, x.h(), dy.h(), w.h(), dx1.h(), dw1.f(), true);
+        kern::dwconv3x3_backward_fused_cuda(ex, s, x.h(), dy.h(), w.h(), dx2.h(), dw2.f(), ws.f(), wsf, true);
+        ctx.synchronize();
+        EXPECT_TRUE(bitwise_equal(sftest::download_bf16(dx1.h(), xn), sftest::download_bf16(dx2.h(), xn))) << what;
+        EXPECT_TRUE(bitwise_equal(sftest::download(dw1.f(), wn), sftest::download(dw2.f(), wn))) << what;
+    }
+    // An overwrite-only stride-1 shape under the deterministic policy (the custom kernels, untimed): fused,
+    // and its accumulate mode, never planned, is refused before anything runs.
+    model::ConvUse only_ow = uses[0];
+    only_ow.shape = dw_shape(2, 8, 8, 16, 1);
+    only_ow.dgrad_accumulate = false;
+    kern::ConvPolicy det = kern::run_conv_policy(true);
+    det.dw_fused_bwd = true;
+    model::GpuOps dops(ex, det);
+    dops.prepare({only_ow});
+    Dev dws(dops.workspace_bytes());
+    dops.bind_workspace(dws.p, dops.workspace_bytes());
+    ASSERT_TRUE(dops.dw_fused_backward(only_ow.shape));
+    Dev x(2048 * 2), dy(2048 * 2), w(144 * 2), dx(2048 * 2), dw(144 * 4);
+    SF_EXPECT_ERROR(dops.conv_backward_fused(ex, only_ow.shape, x.h(), dy.h(), w.h(), dx.h(), dw.f(), true),
+                    "asked to accumulate");
 }
 
 }  // namespace

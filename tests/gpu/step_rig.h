@@ -90,12 +90,13 @@ struct GpuRig {
     // order: the CUDA network's fusion up-path order (the CPU network's own may differ: same weights);
     // fuse_expand_dw: the fused LiteBlock (NetShape::fuse_expand_dw); bn_row_batch: the BatchNorm row
     // kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch); pdl: the project's kernels with
-    // programmatic dependent launch (rt::Exec::pdl).
+    // programmatic dependent launch (rt::Exec::pdl); dw_fused_bwd: the stride-1 depthwise backward fused
+    // (kern::ConvPolicy::dw_fused_bwd).
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
                     model::UpOrder order = model::UpOrder::UpsampleFirst, bool fuse_expand_dw = false,
-                    int bn_row_batch = 1, bool pdl = false)
+                    int bn_row_batch = 1, bool pdl = false, bool dw_fused_bwd = false)
         : exec(with_pdl(ctx.exec(), pdl)),
-          net(with_order(init.shape(), order, fuse_expand_dw), exec, policy(deterministic, bn_row_batch)),
+          net(with_order(init.shape(), order, fuse_expand_dw), exec, policy(deterministic, bn_row_batch, dw_fused_bwd)),
           step(net, exec, model::LossConfig{}, optim(), constant_lr(1e-3), accum) {
         const model::NetShape& sh = init.shape();
         const size_t po = slots.reserve(static_cast<size_t>(sh.batch) * sh.height * sh.width, 256, "pixels");
@@ -111,9 +112,10 @@ struct GpuRig {
     }
     // Deterministic engines and no autotuning (as train.deterministic): two rigs then pick the same
     // cuDNN engines and custom kernels, which the bitwise comparison of two rigs needs.
-    static kern::ConvPolicy policy(bool deterministic, int bn_row_batch) {
+    static kern::ConvPolicy policy(bool deterministic, int bn_row_batch, bool dw_fused_bwd) {
         kern::ConvPolicy p = kern::run_conv_policy(deterministic);
         p.bn_row_batch = bn_row_batch;
+        p.dw_fused_bwd = dw_fused_bwd;
         return p;
     }
     static rt::Exec with_pdl(rt::Exec ex, bool pdl) {

@@ -36,6 +36,8 @@ case "$1" in
          fi
          echo "bench args: $*"
          ms=10.0; case " $* " in *" --pdl "*) ms=9.0 ;; esac
+         case " $* " in *" --dw-fused-bwd "*)
+           echo "              n128 64x128 c64->64 k3 s1 g64: dwconv variants: fwd 7 (4ch 2x4 s8x32) of [0.1] ms, fused backward runs, fused overwrite 0.1500 ms" ;; esac
          shift; while [ $# -gt 0 ]; do [ "$1" = --json ] && printf '{"schema": "slidefuse.bench/1", "commit": "c", "device": {"name": "Fake"}, "runs": [{"batch": 128, "mode": "graph", "status": "ok", "median_ms": %s, "p10_ms": %s, "p90_ms": %s, "samples_per_s": 12800.0, "extra": {}}]}' "$ms" "$ms" "$ms" > "$2"; shift; done
          echo "[slidefuse info] CUDA backend: GPU 0 Fake (sm_90), cuDNN 9.19.0 loaded"
          echo "  batch   16:   1234.5 samples/s   12.960 ms/step"; exit "${SF_FAKE_BENCH_RC:-0}" ;;
@@ -310,7 +312,7 @@ class GpuVerifyTest(unittest.TestCase):
 
     def test_session_runs_every_stage_under_one_deadline(self):
         # scripts/gpu_session.sh: train in the background, first, sanitize, evalcmp, the per-layer bench
-        # and the three step A/Bs, everything packed into OUT (the weights beside the archive).
+        # and the four step A/Bs, everything packed into OUT (the weights beside the archive).
         self.fake_gpu(True)
         run = os.path.join(ROOT, "runs", "gpu_verify_train")
         if os.path.exists(run):
@@ -327,7 +329,8 @@ class GpuVerifyTest(unittest.TestCase):
                 names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
-                         "bench_variants.json", "bench_bn4.json", "bench_pdl.json", "bench_dw0.json",
+                         "bench_variants.json", "bench_dwfused.json", "bench_bn4.json", "bench_pdl.json",
+                         "bench_dw0.json",
                          "session.log"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
@@ -338,6 +341,10 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"evalcmp: rc 0")
             self.assertRegex(log, r"sanitize: rc 1")  # SF_SANITIZER=none: no sanitizer to run
             self.assertIn("] done", log)
+            self.assertRegex(log, r"bench --dw-fused-bwd: rc 0")
+            self.assertIn("bench --dw-fused-bwd: n128 64x128 c64->64 k3 s1 g64, fused backward runs, "
+                          "fused overwrite 0.1500 ms", log)
+            self.assertRegex(log, r"A/B: ### bench_dwfused.json against bench_variants.json")
             self.assertRegex(log, r"bench --bn-row-batch 4: rc 0")
             self.assertRegex(log, r"bench --pdl: rc 0")
             self.assertRegex(log, r"bench --no-dw-variants: rc 0")

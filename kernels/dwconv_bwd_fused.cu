@@ -1,0 +1,193 @@
+// The fused stride-1 backward of the depthwise 3x3 convolution (kernels/dwconv_cuda.h, DwFusedPlan):
+// dx and the filter gradient in one pass over dy, launched through dw_launch_backward_fused
+// (kernels/dwconv_device.cuh) by the checked launcher of kernels/dwconv.cu.
+//
+// Pass 1: a block stages one spatial block of dy and of x (with their 1-pixel halos) at a time in
+// shared memory, the staged dgrad's way (stage_source), and each thread multiplies, per thread tile,
+// the tile's dy pixels into its x window for the filter sums, then runs the staged dgrad's loop (so dx
+// has the bits of every dgrad variant). After the block's chunk of
+// spatial blocks, the lanes of each channel group are added with a fixed tree and the chunk's
+// partials written. Pass 2 adds the chunks per (c, tap) in fp64, in a fixed order, into dw.
+// No atomics: two runs are bitwise equal. Design and bytes: docs/KERNELS_DWCONV.md, "The fused
+// backward".
+#include <cstdint>
+
+#include "kernels/dwconv_device.cuh"
+#include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
+
+namespace kern {
+
+namespace {
+
+constexpr int kV = kDwFusedVec, kTH = kDwFusedTileH, kTW = kDwFusedTileW;
+
+// Spatial block sp of the fused plan: image n, first dx row d0 and column e0 (block column fastest).
+struct FusedSpatial {
+    int n, d0, e0;
+};
+
+__device__ __forceinline__ FusedSpatial fused_spatial(long long sp, const DwTileGrid& g) {
+    FusedSpatial f;
+    const long long bw = sp % g.blocks_w, rest = sp / g.blocks_w;
+    f.e0 = static_cast<int>(bw) * g.block_w;
+    f.d0 = static_cast<int>(rest % g.blocks_h) * g.block_h;
+    f.n = static_cast<int>(rest / g.blocks_h);
+    return f;
+}
+
+// One thread tile: dx rows [h0, h0 + kTH), columns [w0, w0 + kTW) of channel group gi. sdy0 and sx0
+// point at the tile's first staged dy and x pixel (its top-left halo pixel) and channel group.
+// wgrad first: tile pixel (a, b)'s dy is window pixel (a + 1, b + 1), and x window pixel (i, j) pairs
+// with it through tap (i - a, j - b) (the forward's pairing); acc[k*9 + tap] (channel V*gi + k, dw's
+// layout). dy outside the image was staged as +0, so tile pixels past the edge add +0 products.
+// Then dgrad: the staged dgrad kernel's loop at stride 1 (dy window pixel (i, j) feeds tile pixel
+// (i + r - 2, j + s - 2) through tap (r, s)), so every dx pixel adds the same fmafs in the same order
+// as every dgrad variant. In this order the tile's dy (wgrad) and its dx sums (dgrad) are never live
+// together: 167 registers without spills (sm_90, nvcc 13.0), where the other order spilled.
+__device__ __forceinline__ void fused_tile(const bfloat* sdy0, const bfloat* sx0, int src_w, int pitch,
+                                           const float (&wt)[9][kV], bfloat* __restrict__ dxn, int h0, int w0,
+                                           int h, int w, int c, bool accumulate, float (&acc)[9 * kV]) {
+    constexpr int NR = kTH + 2, NC = kTW + 2;
+    {
+        float d[kTH][kTW][kV];
+#pragma unroll
+        for (int a = 0; a < kTH; ++a)
+#pragma unroll
+            for (int b = 0; b < kTW; ++b) loadv_rw<kV>(sdy0 + ((a + 1) * src_w + (b + 1)) * pitch, d[a][b]);
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+#pragma unroll
+            for (int j = 0; j < NC; ++j) {
+                float v[kV];
+                loadv_rw<kV>(sx0 + (i * src_w + j) * pitch, v);
+#pragma unroll
+                for (int a = 0; a < kTH; ++a) {
+                    const int r = i - a;
+                    if (r < 0 || r > 2) continue;
+#pragma unroll
+                    for (int b = 0; b < kTW; ++b) {
+                        const int s = j - b;
+                        if (s < 0 || s > 2) continue;
+#pragma unroll
+                        for (int k = 0; k < kV; ++k)
+                            acc[k * 9 + r * 3 + s] = fmaf(d[a][b][k], v[k], acc[k * 9 + r * 3 + s]);
+                    }
+                }
+            }
+        }
+    }
+    float o[kTH][kTW][kV] = {};
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            float v[kV];
+            loadv_rw<kV>(sdy0 + (i * src_w + j) * pitch, v);
+#pragma unroll
+            for (int r = 0; r < 3; ++r) {
+                const int a = i + r - 2;
+                if (a < 0 || a >= kTH) continue;
+#pragma unroll
+                for (int s = 0; s < 3; ++s) {
+                    const int b = j + s - 2;
+                    if (b < 0 || b >= kTW) continue;
+                    fmav<kV>(o[a][b], v, wt[r * 3 + s]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < kTH; ++a) {
+        if (h0 + a >= h) break;
+#pragma unroll
+        for (int b = 0; b < kTW; ++b) {
+            if (w0 + b >= w) break;
+            bfloat* p = dxn + (static_cast<size_t>(h0 + a) * w + (w0 + b)) * c;
+            float old[kV] = {};
+            if (accumulate) loadv_rw<kV>(p, old);  // dx is read and written by this thread only
+#pragma unroll
+            for (int k = 0; k < kV; ++k) old[k] += o[a][b][k];
+            storev<kV>(p, old);
+        }
+    }
+}
+
+// Pass 1. 1-D grid fp.grid x kDwThreads: block b owns channel block b % cblocks and chunk b / cblocks
+// (spatial blocks [spatial*k/chunks, spatial*(k+1)/chunks)). Thread t's channel group is t % groups for
+// every tile it takes (groups divides kDwThreads), so its 9V filter sums run over the whole chunk; lane
+// t / groups. Then a fixed tree over the lanes (lanes [0, s) add lanes [s, 2s), s halving) in shared
+// memory, and lane 0 writes part[k][c*9 + tap] for its 9V entries.
+__global__ void __launch_bounds__(kDwThreads, 3)
+    dwconv3x3_backward_fused_kernel(DwFusedPlan fp, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
+                                    const bfloat* __restrict__ w, bfloat* __restrict__ dx, float* __restrict__ part,
+                                    bool accumulate) {
+    rt::pdl_entry();
+    __shared__ __align__(16) bfloat sdy[kDwFusedStageElems];
+    __shared__ __align__(16) bfloat sx[kDwFusedStageElems];
+    const DwTileGrid& g = fp.stage;
+    const int cbi = static_cast<int>(blockIdx.x % static_cast<unsigned>(g.cblocks));
+    const int chunk = static_cast<int>(blockIdx.x / static_cast<unsigned>(g.cblocks));
+    const int c0 = cbi * g.cb;
+    const long long lo = fp.spatial * chunk / fp.chunks, hi = fp.spatial * (chunk + 1) / fp.chunks;
+    const int t = static_cast<int>(threadIdx.x);
+    const int gi = t % fp.groups, tc = g.block_w / kTW, items = fp.groups * (g.block_h / kTH) * tc;
+    float wt[9][kV];
+    load_weights<kV>(w, c0 / kV + gi, wt);
+    float acc[9 * kV] = {};
+    const size_t image = static_cast<size_t>(fp.h) * fp.w * fp.c;
+    for (long long sp = lo; sp < hi; ++sp) {
+        const FusedSpatial f = fused_spatial(sp, g);
+        const size_t base = static_cast<size_t>(f.n) * image + c0;
+        stage_source<Act::None, false, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, DwPrologue{}, 0,
+                                             x + base, sx);
+        __syncthreads();
+        for (int item = t; item < items; item += kDwThreads) {
+            const int rest = item / fp.groups, ta = (rest / tc) * kTH, tb = (rest % tc) * kTW;
+            const int h0 = f.d0 + ta, w0 = f.e0 + tb;
+            if (h0 >= fp.h || w0 >= fp.w) continue;
+            const int off = (ta * g.src_w + tb) * g.pitch + kV * gi;
+            fused_tile(sdy + off, sx + off, g.src_w, g.pitch, wt, dx + static_cast<size_t>(f.n) * image + c0 + kV * gi,
+                       h0, w0, fp.h, fp.w, fp.c, accumulate, acc);
+        }
+        __syncthreads();  // the next spatial block overwrites the staged pixels
+    }
+    // The lane tree, in the staged dy's shared memory (free now: the loop ended on a barrier).
+    // red[k][t]: consecutive threads, consecutive words.
+    float* red = reinterpret_cast<float*>(sdy);
+#pragma unroll
+    for (int k = 0; k < 9 * kV; ++k) red[k * kDwThreads + t] = acc[k];
+    __syncthreads();
+    const int lane = t / fp.groups;
+    for (int s = fp.lanes / 2; s > 0; s >>= 1) {
+        if (lane < s) {
+#pragma unroll
+            for (int k = 0; k < 9 * kV; ++k) red[k * kDwThreads + t] += red[k * kDwThreads + t + s * fp.groups];
+        }
+        __syncthreads();
+    }
+    if (lane == 0) {
+        float* dst = part + static_cast<size_t>(chunk) * fp.c * 9 + static_cast<size_t>(c0 + kV * gi) * 9;
+#pragma unroll
+        for (int k = 0; k < 9 * kV; ++k) dst[k] = red[k * kDwThreads + t];
+    }
+}
+
+// Pass 2: the wgrad's finalize (fixed-order fp64 sum of the chunk partials per (c, tap), dw +=).
+__global__ void dwconv3x3_fused_finalize_kernel(int entries, int chunks, const float* __restrict__ part,
+                                                float* __restrict__ dw) {
+    rt::pdl_entry();
+    finalize_partials<kDwFinalizeX, kDwFinalizeY>(entries, chunks, part, AddTo{dw});
+}
+
+}  // namespace
+
+void dw_launch_backward_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w,
+                              bf16* dx, float* dw, float* part, bool accumulate) {
+    rt::launch(ex, "dwconv3x3_backward_fused_kernel", dwconv3x3_backward_fused_kernel,
+               static_cast<unsigned>(fp.grid), kDwThreads, 0, fp, dev(x), dev(dy), dev(w), dev(dx), part, accumulate);
+    rt::launch(ex, "dwconv3x3_fused_finalize_kernel", dwconv3x3_fused_finalize_kernel, fp.finalize_blocks,
+               dim3(kDwFinalizeX, kDwFinalizeY), 0, fp.c * 9, fp.chunks, part, dw);
+}
+
+}  // namespace kern

@@ -1,0 +1,197 @@
+// The fused stride-1 depthwise backward (kern::dwconv3x3_backward_fused_cuda, kernels/dwconv_bwd_fused.cu)
+// against the separate passes and an fp64 reference, on the same bf16 inputs:
+//   - dx bitwise equal to dwconv3x3_backward_data_cuda's (variant 0: every variant gives the same bits),
+//     accumulating into non-zero dx and overwriting (dx starting as NaNs, never read);
+//   - dw (accumulated into non-zero dw) within relative L2 1e-5 of the fp64 sum and of the two-pass
+//     wgrad's (only the summation order differs), nothing written past dx or dw;
+//   - small-integer inputs: dx and dw exact;
+//   - two runs bitwise equal (a fixed partition and fixed-order sums).
+// Shapes: partial spatial blocks in both directions (8 x 16 blocks), one-pixel images, several spatial
+// blocks per chunk and one per chunk, 8-, 32- and 64-channel blocks and several channel blocks.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/conv.h"
+#include "kernels/dwconv_cuda.h"
+#include "runtime/arena.h"
+#include "runtime/cuda_check.h"
+#include "runtime/exec.h"
+#include "tests/support/compare.h"
+#include "tests/support/dw_shape.h"
+#include "tests/support/gpu_buffers.h"
+
+namespace {
+
+using sftest::download;
+using sftest::download_bf16;
+using sftest::strip_guard;
+using sftest::upload;
+using sftest::upload_bf16;
+
+constexpr size_t kGuard = 64;
+const float kSentinel = 0.0078125f;  // 2^-7: bf16-exact; an accumulating write past the end changes it
+
+struct Case {
+    int n, h, w, c;
+};
+
+std::string name_of(const Case& k) {
+    return "n=" + std::to_string(k.n) + " " + std::to_string(k.h) + "x" + std::to_string(k.w) + "x" +
+           std::to_string(k.c);
+}
+
+struct Inputs {
+    std::vector<float> x, w, dy, dx0, dw0;  // bf16-exact but dw0 (fp32)
+};
+
+Inputs make_inputs(const kern::ConvShape& s, uint64_t seed, bool integers) {
+    const size_t nx = s.in().numel(), nw = s.weight_numel();
+    auto vals = [&](size_t n, uint64_t sd, double lo, double hi) {
+        const std::vector<double> v = integers ? sftest::random_ints(n, sd, static_cast<int>(lo), static_cast<int>(hi))
+                                               : sftest::random_uniform(n, sd, lo, hi);
+        return sftest::bf16_exact(v);
+    };
+    Inputs in;
+    in.x = vals(nx, seed, -2, 2);
+    in.w = vals(nw, seed + 1, -2, 2);
+    in.dy = vals(nx, seed + 2, -2, 2);
+    in.dx0 = vals(nx, seed + 3, -8, 8);  // integers: |dx| <= 8 + 9*4, exact in bf16
+    const std::vector<double> dw0 = integers ? sftest::random_ints(nw, seed + 4, -16, 16)
+                                             : sftest::random_uniform(nw, seed + 4, -1, 1);
+    const double scale = integers ? 1.0 : std::sqrt(static_cast<double>(s.in().pixels()));
+    for (double v : dw0) in.dw0.push_back(static_cast<float>(v * scale));
+    return in;
+}
+
+struct Outputs {
+    std::vector<float> dx, dw;
+    bool guards_intact = true;
+};
+
+// The backward on the GPU: fused, or the separate dgrad (variant 0) and wgrad (variant 0). dx starts
+// as dx0 (accumulate) or as NaNs (overwrite: never read), dw as dw0; each is followed by kGuard sentinels.
+Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inputs& in, bool fused, bool accumulate) {
+    const size_t nx = s.in().numel(), nw = s.weight_numel();
+    const size_t wsn = fused ? kern::dwconv3x3_fused_workspace_floats(s) : kern::dwconv3x3_workspace_floats(s);
+    rt::Arena arena("dwconv_fused_test", rt::MemKind::Device);
+    const size_t o_x = arena.reserve(nx * 2, 256, "x"), o_w = arena.reserve(nw * 2, 256, "w");
+    const size_t o_dy = arena.reserve(nx * 2, 256, "dy"), o_dx = arena.reserve((nx + kGuard) * 2, 256, "dx");
+    const size_t o_dw = arena.reserve((nw + kGuard) * 4, 256, "dw"), o_ws = arena.reserve(wsn * 4, 256, "ws");
+    arena.allocate();
+    arena.seal();
+    kern::bf16* x = arena.ptr<kern::bf16>(o_x);
+    kern::bf16* w = arena.ptr<kern::bf16>(o_w);
+    kern::bf16* dy = arena.ptr<kern::bf16>(o_dy);
+    kern::bf16* dx = arena.ptr<kern::bf16>(o_dx);
+    float* dw = arena.ptr<float>(o_dw);
+    float* ws = arena.ptr<float>(o_ws);
+    upload_bf16(x, in.x);
+    upload_bf16(w, in.w);
+    upload_bf16(dy, in.dy);
+    std::vector<float> dx0 = accumulate ? in.dx0 : std::vector<float>(nx, std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> dw0 = in.dw0;
+    dx0.resize(nx + kGuard, kSentinel);
+    dw0.resize(nw + kGuard, kSentinel);
+    upload_bf16(dx, dx0);
+    upload(dw, dw0);
+    SF_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may still be in flight; ctx's stream is separate
+    const rt::Exec& ex = ctx.exec();
+    if (fused) {
+        kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws, wsn, accumulate);
+    } else {
+        kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate, 0);
+        kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, ws, wsn, nullptr, 0);
+    }
+    ctx.synchronize();
+    Outputs out;
+    out.dx = strip_guard(download_bf16(dx, nx + kGuard), nx, kSentinel, out.guards_intact);
+    out.dw = strip_guard(download(dw, nw + kGuard), nw, kSentinel, out.guards_intact);
+    return out;
+}
+
+// dw0 + the fp64 filter gradient: dw[c*9 + r*3 + s] += sum over (n, p, q) of dy[n,p,q,c] * x[n,p-1+r,q-1+s,c].
+std::vector<double> dw_fp64(const kern::ConvShape& s, const Inputs& in) {
+    std::vector<double> dw(in.dw0.begin(), in.dw0.end()), sum(dw.size(), 0.0);
+    const int h = s.h, w = s.w, c = s.cin;
+    for (int n = 0; n < s.n; ++n)
+        for (int p = 0; p < h; ++p)
+            for (int q = 0; q < w; ++q)
+                for (int r = 0; r < 3; ++r)
+                    for (int t = 0; t < 3; ++t) {
+                        const int hi = p - 1 + r, wi = q - 1 + t;
+                        if (hi < 0 || hi >= h || wi < 0 || wi >= w) continue;
+                        const size_t o = ((static_cast<size_t>(n) * h + p) * w + q) * c;
+                        const size_t i = ((static_cast<size_t>(n) * h + hi) * w + wi) * c;
+                        for (int ch = 0; ch < c; ++ch)
+                            sum[static_cast<size_t>(ch) * 9 + r * 3 + t] += static_cast<double>(in.dy[o + ch]) * in.x[i + ch];
+                    }
+    for (size_t e = 0; e < dw.size(); ++e) dw[e] += static_cast<float>(sum[e]);  // the kernels add one fp32 value
+    return dw;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+const Case kCases[] = {
+    {2, 7, 9, 8},     {1, 1, 1, 8},     {2, 5, 1, 8},     {1, 16, 32, 24},  {2, 15, 33, 64},  {3, 8, 16, 512},
+    {2, 19, 70, 32},  {2, 17, 40, 96},  {2, 9, 17, 128},  {4, 32, 64, 64},
+};
+
+TEST(KernelsDwconvFusedGpu, MatchesSeparatePasses) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    uint64_t seed = 5100;
+    for (const Case& k : kCases) {
+        const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
+        const Inputs in = make_inputs(s, seed += 10, false);
+        const std::vector<double> ref = dw_fp64(s, in);
+        for (bool accumulate : {true, false}) {
+            const std::string what = name_of(k) + (accumulate ? "" : " overwrite");
+            const Outputs sep = run_gpu(ctx, s, in, false, accumulate), got = run_gpu(ctx, s, in, true, accumulate);
+            EXPECT_TRUE(got.guards_intact && sep.guards_intact) << what << ": wrote past dx or dw";
+            EXPECT_TRUE(bitwise_equal(got.dx, sep.dx)) << what << " dx";
+            using sftest::close_rel_l2, sftest::to_double;
+            EXPECT_TRUE(close_rel_l2(to_double(got.dw), ref, 1e-5, what + " dw vs fp64"));
+            EXPECT_TRUE(close_rel_l2(to_double(got.dw), to_double(sep.dw), 1e-5, what + " dw vs the two-pass wgrad"));
+        }
+    }
+}
+
+TEST(KernelsDwconvFusedGpu, ExactOnSmallIntegers) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    uint64_t seed = 5700;
+    for (const Case& k : {Case{2, 15, 33, 64}, Case{2, 8, 16, 512}, Case{3, 7, 9, 24}}) {
+        const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
+        const Inputs in = make_inputs(s, seed += 10, true);
+        const std::string what = name_of(k) + " (integers)";
+        const Outputs sep = run_gpu(ctx, s, in, false, true), got = run_gpu(ctx, s, in, true, true);
+        using sftest::close_elementwise, sftest::to_double;
+        EXPECT_TRUE(got.guards_intact) << what;
+        EXPECT_TRUE(bitwise_equal(got.dx, sep.dx)) << what << " dx";
+        EXPECT_TRUE(close_elementwise(to_double(got.dw), dw_fp64(s, in), 0, 0, what + " dw"));
+    }
+}
+
+TEST(KernelsDwconvFusedGpu, Deterministic) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    for (const Case& k : {Case{8, 32, 64, 64}, Case{16, 8, 16, 512}, Case{3, 19, 70, 32}}) {
+        const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
+        const Inputs in = make_inputs(s, 6000 + k.c, false);
+        const Outputs a = run_gpu(ctx, s, in, true, true), b = run_gpu(ctx, s, in, true, true);
+        EXPECT_TRUE(a.guards_intact && b.guards_intact) << name_of(k);
+        EXPECT_TRUE(bitwise_equal(a.dx, b.dx)) << name_of(k) << " dx";
+        EXPECT_TRUE(bitwise_equal(a.dw, b.dw)) << name_of(k) << " dw";
+    }
+}
+
+}  // namespace

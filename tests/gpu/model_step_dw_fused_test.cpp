@@ -1,0 +1,90 @@
+// The fused stride-1 depthwise backward (kern::ConvPolicy::dw_fused_bwd, what `bench step --dw-fused-bwd`
+// runs) through the whole CUDA network and step: exactly the stride-1 depthwise convolutions run it
+// (GpuOps::dw_fused_backward), and one micro-step's gradients equal the separate passes' bit for bit
+// everywhere but in the fused layers' filter gradients (dx is the same bits, so every other gradient
+// is), which agree to fp32 rounding of another summation order; the same loss; two fused networks
+// give the same bits (the kernel's partition is fixed). The kernel itself:
+// tests/gpu/kernels_dwconv_fused_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/dwconv_cuda.h"
+#include "model/gpu_ops.h"
+#include "model/train_step_cuda.h"
+#include "tests/gpu/step_rig.h"
+#include "tests/support/compare.h"
+
+namespace {
+
+using namespace steprig;
+
+// A depthwise 3x3 filter: torch shape (C, 1, 3, 3) with C > 1.
+bool depthwise_weight(const model::ParamInfo& p) {
+    return p.conv_weight && p.torch_shape.size() == 4 && p.torch_shape[0] > 1 && p.torch_shape[1] == 1 &&
+           p.torch_shape[2] == 3 && p.torch_shape[3] == 3;
+}
+
+double rel_l2(const float* a, const float* b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; ++i) {
+        d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+        r += static_cast<double>(b[i]) * b[i];
+    }
+    return r > 0 ? std::sqrt(d / r) : std::sqrt(d);
+}
+
+TEST(CudaStep, DwFusedBackwardMatchesSeparatePasses) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(1);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    const model::UpOrder order = model::UpOrder::ConvFirst;
+    GpuRig sep(cpu, true, 1, order), fused(cpu, true, 1, order, false, 1, false, true),
+        again(cpu, true, 1, order, false, 1, false, true);
+
+    // Exactly the stride-1 depthwise shapes with a dgrad run fused (the deterministic policy runs every
+    // depthwise shape on the custom kernels).
+    int fused_shapes = 0;
+    for (const model::ConvUse& u : fused.net.plan().convs()) {
+        const bool want = u.dgrad && kern::dwconv3x3_fused_supported(u.shape);
+        EXPECT_EQ(fused.net.gpu_ops()->dw_fused_backward(u.shape), want) << u.shape.describe();
+        EXPECT_FALSE(sep.net.gpu_ops()->dw_fused_backward(u.shape)) << u.shape.describe();
+        fused_shapes += want;
+    }
+    EXPECT_GT(fused_shapes, 0);
+
+    for (GpuRig* r : {&sep, &fused, &again}) {
+        r->load(b.pixels[0], b.labels[0]);
+        r->step.micro_step(0);
+        r->ctx.synchronize();
+    }
+    const model::ParamTable& t = cpu.table();
+    const std::vector<float> gs = sep.fetch(sep.net.plan().grad(), t.flat_size);
+    const std::vector<float> gf = fused.fetch(fused.net.plan().grad(), t.flat_size);
+    const std::vector<float> ga = again.fetch(again.net.plan().grad(), t.flat_size);
+    EXPECT_EQ(0, std::memcmp(gf.data(), ga.data(), t.flat_size * sizeof(float))) << "two fused networks differ";
+    EXPECT_EQ(sep.step.read_stats().loss.total, fused.step.read_stats().loss.total);
+
+    int depthwise = 0, differ = 0;
+    for (const model::ParamInfo& p : t.params) {
+        const float* a = gf.data() + p.offset;
+        const float* s = gs.data() + p.offset;
+        if (depthwise_weight(p)) {
+            ++depthwise;
+            differ += std::memcmp(a, s, p.numel * sizeof(float)) != 0;
+            EXPECT_LE(rel_l2(a, s, p.numel), 1e-5) << p.name;
+        } else {
+            EXPECT_EQ(0, std::memcmp(a, s, p.numel * sizeof(float))) << p.name << " (not a depthwise filter)";
+        }
+    }
+    EXPECT_GT(depthwise, 0);
+    // The fused partition sums in another order: some filter gradient has other last bits (else the
+    // fused kernel did not run, or summed exactly as the two-pass wgrad, which it does not).
+    EXPECT_GT(differ, 0);
+}
+
+}  // namespace
