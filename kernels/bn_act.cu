@@ -203,7 +203,7 @@ void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, con
                      const float* beta, const float* mean, const float* invstd, bf16* dx, float* dgamma, float* dbeta,
                      float* ws) {
     float* part = ws;                                              // 2 * chunks * C
-    float* coef = ws + 2 * static_cast<size_t>(pl.chunks) * pl.c;  // 2 * C
+    float* coef = ws + 2 * static_cast<size_t>(pl.chunks) * pl.c;  // 2 * C (bn_act_backward_coef_offset)
     const dim3 block(pl.block_x, pl.block_y);
     with_row_batch(pl, [&](auto rb) {
         rt::launch(ex, "bn_act_backward_reduce_kernel", bn_act_backward_reduce_kernel<A, decltype(rb)::value>,
@@ -215,6 +215,7 @@ void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, con
                    pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, part, dgamma, dbeta,
                    coef);
     });
+    if (!dx) return;  // bn_act_backward_stats: the coefficients stay in the workspace
     with_row_batch(pl, [&](auto rb) {
         rt::launch(ex, "bn_act_backward_dx_kernel", bn_act_backward_dx_kernel<A, decltype(rb)::value>,
                    dim3(pl.grid_x, pl.apply_grid_y), block, 0, pl.rows, pl.c, dev(x), dev(dy), gamma, beta, mean,
@@ -349,6 +350,41 @@ void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16
                                        workspace);
             break;
     }
+}
+
+size_t bn_act_backward_coef_offset(size_t rows, int c) {
+    const BnActPlan pl = bn_act_plan(rows, c, true);
+    return 2 * static_cast<size_t>(pl.chunks) * static_cast<size_t>(pl.c);
+}
+
+void bn_act_backward_stats(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
+                           const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
+                           float* dgamma, float* dbeta, float* workspace, size_t workspace_floats, int row_batch) {
+    const char* op = "bn_act_backward_stats";
+    rt::check_cuda_exec(op, ex);
+    const BnActPlan pl = bn_act_plan(rows, c, true, row_batch);
+    SF_CHECK(rt::aligned(x, 16) && rt::aligned(dy, 16),
+             "%s: bf16 tensors must be non-null and 16-byte aligned (x=%p dy=%p)", op, static_cast<const void*>(x),
+             static_cast<const void*>(dy));
+    check_vec(op, "gamma", gamma);
+    check_vec(op, "beta", beta);
+    check_vec(op, "save_mean", save_mean);
+    check_vec(op, "save_invstd", save_invstd);
+    check_vec(op, "dgamma", dgamma);
+    check_vec(op, "dbeta", dbeta);
+    check_workspace(op, pl, workspace, workspace_floats);
+    switch (act) {
+        case Act::None:
+            return launch_backward<Act::None>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, nullptr, dgamma,
+                                              dbeta, workspace);
+        case Act::Silu:
+            return launch_backward<Act::Silu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, nullptr, dgamma,
+                                              dbeta, workspace);
+        case Act::Relu:
+            return launch_backward<Act::Relu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, nullptr, dgamma,
+                                              dbeta, workspace);
+    }
+    SF_FAIL("%s: activation %d is not one of none, silu, relu", op, static_cast<int>(act));
 }
 
 }  // namespace kern

@@ -89,4 +89,15 @@ void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16
                      const float* beta, const float* save_mean, const float* save_invstd, bf16* dx, float* dgamma,
                      float* dbeta, float* workspace, size_t workspace_floats, int row_batch = 1);
 
+// bn_act_backward without its dx pass: dgamma, dbeta += (bitwise as bn_act_backward), and the dx pass's
+// per-channel coefficients left in the workspace at bn_act_backward_coef(workspace, rows, c):
+// coef[0..C) = mean(g), coef[C..2C) = mean(g * xhat) (g = dy * act'(z)), for a consumer that forms dx
+// on load as the dx pass would have stored it (the fused depthwise backward's BN prologue,
+// kernels/dwconv_cuda.h). The coefficients stay valid until the workspace is written again.
+void bn_act_backward_stats(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
+                           const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
+                           float* dgamma, float* dbeta, float* workspace, size_t workspace_floats, int row_batch = 1);
+// Where the backward's coefficients (2 * C floats) sit in its workspace: after the 2 * chunks * C partials.
+size_t bn_act_backward_coef_offset(size_t rows, int c);
+
 }  // namespace kern

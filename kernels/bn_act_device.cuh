@@ -1,8 +1,10 @@
-// Device-side BatchNorm + activation arithmetic shared by every kernel that forms a BN output:
-// kernels/bn_act.cu (the apply and backward passes) and kernels/dwconv.cu (the depthwise conv's
-// fused prologue, docs/KERNELS_DWCONV.md). One definition keeps them bitwise equal: a depthwise conv
-// that applies its producer's BatchNorm + activation on load sees exactly the bf16 values the
-// stand-alone apply pass would have stored. Included by .cu files only.
+// Device-side BatchNorm + activation arithmetic shared by every kernel that forms a BN output or its
+// input gradient: kernels/bn_act.cu (the apply and backward passes) and the depthwise kernels (the
+// fused LiteBlock's prologue and the fused backward's BN prologue, docs/KERNELS_DWCONV.md). One
+// definition keeps them bitwise equal: a depthwise conv that applies its producer's BatchNorm +
+// activation on load sees exactly the bf16 values the stand-alone apply pass would have stored, and
+// one that forms its dy from its consumer's BN backward, the values the dx pass would have stored.
+// Included by .cu files only.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -66,6 +68,47 @@ __device__ __forceinline__ float bn_act_value(const BnApply8& p, int j, float x)
 template <Act A>
 __device__ __forceinline__ float bn_act_value_bf16(const BnApply8& p, int j, float x) {
     return __bfloat162float(__float2bfloat16_rn(bn_act_value<A>(p, j, x)));
+}
+
+// ---- the backward's per-element arithmetic: kernels/bn_act_rows.cuh, and the fused depthwise
+// backward's BN prologue (kernels/dwconv_bwd_fused.cu), which forms dx on load as the dx pass stores it ----
+
+// Per-thread parameters of the 8 channels of group g: z = (x - mean) * scale + beta, scale = gamma*invstd.
+// The forward apply and both backward kernels compute z with exactly these operations, so the
+// backward's act'(z) (the ReLU mask in particular) sees the forward's z bit for bit.
+struct Chan8 {
+    float mean[8], invstd[8], scale[8], beta[8];
+};
+
+__device__ __forceinline__ Chan8 load_chan8(int g, const float* __restrict__ gamma, const float* __restrict__ beta,
+                                            const float* __restrict__ mean, const float* __restrict__ invstd) {
+    Chan8 p;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int ch = 8 * g + j;
+        p.mean[j] = __ldg(mean + ch);
+        p.invstd[j] = __ldg(invstd + ch);
+        p.scale[j] = __ldg(gamma + ch) * p.invstd[j];
+        p.beta[j] = __ldg(beta + ch);
+    }
+    return p;
+}
+
+// g = dy * act'(z) and xhat = (x - mean) * invstd for one element of channel j.
+template <Act A>
+__device__ __forceinline__ void grad_xhat(const Chan8& p, int j, float x, float dy, float& g, float& xhat) {
+    const float d = x - p.mean[j];
+    xhat = d * p.invstd[j];
+    g = dy * act_grad<A>(fmaf(d, p.scale[j], p.beta[j]));
+}
+
+// The backward's dx of one element of channel j: gamma*invstd * (g - mg - xhat * mgx), with the
+// channel's coefficients mg = mean(g), mgx = mean(g * xhat) (bn_act_backward's coef), in fp32.
+template <Act A>
+__device__ __forceinline__ float bn_act_dx_value(const Chan8& p, int j, float x, float dy, float mg, float mgx) {
+    float gr, xhat;
+    grad_xhat<A>(p, j, x, dy, gr, xhat);
+    return p.scale[j] * (gr - fmaf(xhat, mgx, mg));
 }
 
 }  // namespace kern

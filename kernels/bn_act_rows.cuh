@@ -19,35 +19,6 @@ namespace {
 
 // ---- device helpers (load8, store8: kernels/cuda_util.cuh) ----
 
-// Per-thread parameters of the 8 channels of group g: z = (x - mean) * scale + beta, scale = gamma*invstd.
-// The forward apply and both backward kernels compute z with exactly these operations, so the
-// backward's act'(z) (the ReLU mask in particular) sees the forward's z bit for bit.
-struct Chan8 {
-    float mean[8], invstd[8], scale[8], beta[8];
-};
-
-__device__ __forceinline__ Chan8 load_chan8(int g, const float* __restrict__ gamma, const float* __restrict__ beta,
-                                            const float* __restrict__ mean, const float* __restrict__ invstd) {
-    Chan8 p;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int ch = 8 * g + j;
-        p.mean[j] = __ldg(mean + ch);
-        p.invstd[j] = __ldg(invstd + ch);
-        p.scale[j] = __ldg(gamma + ch) * p.invstd[j];
-        p.beta[j] = __ldg(beta + ch);
-    }
-    return p;
-}
-
-// g = dy * act'(z) and xhat = (x - mean) * invstd for one element of channel j.
-template <Act A>
-__device__ __forceinline__ void grad_xhat(const Chan8& p, int j, float x, float dy, float& g, float& xhat) {
-    const float d = x - p.mean[j];
-    xhat = d * p.invstd[j];
-    g = dy * act_grad<A>(fmaf(d, p.scale[j], p.beta[j]));
-}
-
 // Sums acc[0..16) over threadIdx.y (row lanes) with a fixed tree; the totals land in the threads with
 // threadIdx.y == 0. Requires blockDim.y a power of two and blockDim.x * blockDim.y <= kBnActThreads.
 // Every thread of the block must call it (it synchronises). Layout sm[j][t] (t = linear thread id):
@@ -285,11 +256,7 @@ template <Act A>
 __device__ __forceinline__ void dx_row(const Chan8& p, const float (&mg)[8], const float (&mgx)[8], float (&v)[8],
                                        const float (&d)[8], bfloat* __restrict__ dx) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        float gr, xhat;
-        grad_xhat<A>(p, j, v[j], d[j], gr, xhat);
-        v[j] = p.scale[j] * (gr - fmaf(xhat, mgx[j], mg[j]));
-    }
+    for (int j = 0; j < 8; ++j) v[j] = bn_act_dx_value<A>(p, j, v[j], d[j], mg[j], mgx[j]);
     store8(dx, v);
 }
 
@@ -319,11 +286,7 @@ __global__ void bn_act_backward_dx_kernel(size_t rows, int c, const bfloat* __re
             load8(x + r * c + 8 * g, v);
             load8(dy + r * c + 8 * g, d);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                float gr, xhat;
-                grad_xhat<A>(p, j, v[j], d[j], gr, xhat);
-                v[j] = p.scale[j] * (gr - fmaf(xhat, mgx[j], mg[j]));
-            }
+            for (int j = 0; j < 8; ++j) v[j] = bn_act_dx_value<A>(p, j, v[j], d[j], mg[j], mgx[j]);
             store8(dx + r * c + 8 * g, v);
         }
     } else {

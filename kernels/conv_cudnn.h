@@ -65,6 +65,11 @@ struct ConvPolicy {
     // so unlike the variants this changes results in the last bits. `bench step --dw-fused-bwd` is the
     // A/B; off until a GPU measures it (docs/perf/OPTIMIZATION_LOG.md entry 15).
     bool dw_fused_bwd = false;
+    // With dw_fused_bwd: a depthwise ConvBN's BN backward runs only its statistics pass, and the fused
+    // kernel forms the conv output's gradient from the BN's dy on load (kern::DwBnBackward): the dx pass
+    // and its tensor are gone. Bitwise the same as dw_fused_bwd alone. `bench step --dw-fused-bwd-bn`
+    // (docs/perf/OPTIMIZATION_LOG.md entry 16).
+    bool dw_fused_bn_bwd = false;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

@@ -208,7 +208,7 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
 
 void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
                                    const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
-                                   bool accumulate) {
+                                   bool accumulate, const DwBnBackward* bnb) {
     const char* op = "dwconv3x3_backward_fused_cuda";
     rt::check_cuda_exec(op, ex);
     const DwFusedPlan fp = dwconv3x3_fused_plan(s);
@@ -234,7 +234,23 @@ void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const
     SF_CHECK(!rt::overlap(workspace, ws_bytes, x, act) && !rt::overlap(workspace, ws_bytes, dy, act) &&
                  !rt::overlap(workspace, ws_bytes, dx, act),
              "%s: the workspace must not alias x, dy or dx", op);
-    dw_launch_backward_fused(ex, fp, x, dy, w, dx, dw, workspace, accumulate);
+    if (bnb) {  // the BN prologue's inputs: read while dx, dw and the partials are written
+        SF_CHECK(bnb->act == Act::None || bnb->act == Act::Silu || bnb->act == Act::Relu,
+                 "%s: BN backward activation %d is not one of none, silu, relu", op, static_cast<int>(bnb->act));
+        check_bf16(op, "BN input x", bnb->x);
+        const char* names[5] = {"BN gamma", "BN beta", "BN mean", "BN invstd", "BN coef"};
+        const float* vecs[5] = {bnb->gamma, bnb->beta, bnb->mean, bnb->invstd, bnb->coef};
+        for (int i = 0; i < 5; ++i) {
+            rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
+            const size_t vb = static_cast<size_t>(i == 4 ? 2 : 1) * fp.c * sizeof(float);
+            SF_CHECK(!rt::overlap(dw, dw_bytes, vecs[i], vb) && !rt::overlap(workspace, ws_bytes, vecs[i], vb),
+                     "%s: dw and the workspace must not overlap the %s vector", op, names[i]);
+        }
+        SF_CHECK(!rt::overlap(dx, act, bnb->x, act) && !rt::overlap(dw, dw_bytes, bnb->x, act) &&
+                     !rt::overlap(workspace, ws_bytes, bnb->x, act),
+                 "%s: dx, dw and the workspace must not alias the BN input x", op);
+    }
+    dw_launch_backward_fused(ex, fp, x, dy, w, dx, dw, workspace, accumulate, bnb);
 }
 
 }  // namespace kern

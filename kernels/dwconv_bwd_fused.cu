@@ -118,10 +118,14 @@ __device__ __forceinline__ void fused_tile(const bfloat* sdy0, const bfloat* sx0
 // every tile it takes (groups divides kDwThreads), so its 9V filter sums run over the whole chunk; lane
 // t / groups. Then a fixed tree over the lanes (lanes [0, s) add lanes [s, 2s), s halving) in shared
 // memory, and lane 0 writes part[k][c*9 + tap] for its 9V entries.
+// kBnb: dy is the gradient of the BatchNorm + activation A that follows this conv, whose input is
+// xbn; the conv output's gradient is formed while staging (stage_source's BN backward prologue, with
+// bnb's statistics and coefficients), the values bn_act_backward's dx pass would have stored.
+template <Act A, bool kBnb>
 __global__ void __launch_bounds__(kDwThreads, 3)
     dwconv3x3_backward_fused_kernel(DwFusedPlan fp, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
                                     const bfloat* __restrict__ w, bfloat* __restrict__ dx, float* __restrict__ part,
-                                    bool accumulate) {
+                                    bool accumulate, const bfloat* __restrict__ xbn, DwBnBackward bnb) {
     rt::pdl_entry();
     __shared__ __align__(16) bfloat sdy[kDwFusedStageElems];
     __shared__ __align__(16) bfloat sx[kDwFusedStageElems];
@@ -132,16 +136,22 @@ __global__ void __launch_bounds__(kDwThreads, 3)
     const long long lo = fp.spatial * chunk / fp.chunks, hi = fp.spatial * (chunk + 1) / fp.chunks;
     const int t = static_cast<int>(threadIdx.x);
     const int gi = t % fp.groups, tc = g.block_w / kTW, items = fp.groups * (g.block_h / kTH) * tc;
-    float wt[9][kV];
-    load_weights<kV>(w, c0 / kV + gi, wt);
     float acc[9 * kV] = {};
     const size_t image = static_cast<size_t>(fp.h) * fp.w * fp.c;
     for (long long sp = lo; sp < hi; ++sp) {
         const FusedSpatial f = fused_spatial(sp, g);
         const size_t base = static_cast<size_t>(f.n) * image + c0;
-        stage_source<Act::None, false, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, DwPrologue{}, 0,
-                                             x + base, sx);
+        if constexpr (kBnb)
+            stage_source<A, false, true, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, DwPrologue{}, c0,
+                                               x + base, sx, xbn + base, bnb);
+        else
+            stage_source<Act::None, false, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, DwPrologue{},
+                                                 0, x + base, sx);
         __syncthreads();
+        // The group's weights, loaded again per spatial block (L1 hits): not live while staging, where
+        // the BN prologue's channel constants need the registers.
+        float wt[9][kV];
+        load_weights<kV>(w, c0 / kV + gi, wt);
         for (int item = t; item < items; item += kDwThreads) {
             const int rest = item / fp.groups, ta = (rest / tc) * kTH, tb = (rest % tc) * kTW;
             const int h0 = f.d0 + ta, w0 = f.e0 + tb;
@@ -180,12 +190,27 @@ __global__ void dwconv3x3_fused_finalize_kernel(int entries, int chunks, const f
     finalize_partials<kDwFinalizeX, kDwFinalizeY>(entries, chunks, part, AddTo{dw});
 }
 
+template <Act A, bool kBnb>
+void launch_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w, bf16* dx,
+                  float* part, bool accumulate, const DwBnBackward& bnb) {
+    rt::launch(ex, "dwconv3x3_backward_fused_kernel", dwconv3x3_backward_fused_kernel<A, kBnb>,
+               static_cast<unsigned>(fp.grid), kDwThreads, 0, fp, dev(x), dev(dy), dev(w), dev(dx), part, accumulate,
+               dev(bnb.x), bnb);
+}
+
 }  // namespace
 
 void dw_launch_backward_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w,
-                              bf16* dx, float* dw, float* part, bool accumulate) {
-    rt::launch(ex, "dwconv3x3_backward_fused_kernel", dwconv3x3_backward_fused_kernel,
-               static_cast<unsigned>(fp.grid), kDwThreads, 0, fp, dev(x), dev(dy), dev(w), dev(dx), part, accumulate);
+                              bf16* dx, float* dw, float* part, bool accumulate, const DwBnBackward* bnb) {
+    if (!bnb) {
+        launch_fused<Act::None, false>(ex, fp, x, dy, w, dx, part, accumulate, DwBnBackward{});
+    } else {
+        switch (bnb->act) {
+            case Act::None: launch_fused<Act::None, true>(ex, fp, x, dy, w, dx, part, accumulate, *bnb); break;
+            case Act::Silu: launch_fused<Act::Silu, true>(ex, fp, x, dy, w, dx, part, accumulate, *bnb); break;
+            case Act::Relu: launch_fused<Act::Relu, true>(ex, fp, x, dy, w, dx, part, accumulate, *bnb); break;
+        }
+    }
     rt::launch(ex, "dwconv3x3_fused_finalize_kernel", dwconv3x3_fused_finalize_kernel, fp.finalize_blocks,
                dim3(kDwFinalizeX, kDwFinalizeY), 0, fp.c * 9, fp.chunks, part, dw);
 }

@@ -377,6 +377,22 @@ struct DwPrologue {
     double eps = 0;  // eval only
 };
 
+// The fused backward's BN prologue (dwconv3x3_backward_fused_cuda): the conv's output feeds a
+// BatchNorm + activation, and the dy the kernel is given is the gradient of that BN's output. The
+// conv output's gradient is formed on load, bf16(gamma*invstd * (g - mean(g) - xhat * mean(g*xhat)))
+// with g = dy * act'(z): the value bn_act_backward's dx pass would have stored, bit for bit, from the
+// BN's input x (this conv's output), its saved batch statistics and the coefficients
+// bn_act_backward_stats left in its workspace (kernels/bn_act_cuda.h). Padding stays zero.
+struct DwBnBackward {
+    Act act = Act::None;
+    const bf16* x = nullptr;         // the BN's input: this conv's output (N,H,W,C), 16-byte aligned
+    const float* gamma = nullptr;    // C
+    const float* beta = nullptr;     // C
+    const float* mean = nullptr;     // C: save_mean
+    const float* invstd = nullptr;   // C: save_invstd
+    const float* coef = nullptr;     // 2C: mean(g), then mean(g * xhat)
+};
+
 // k == 3, pad == 1, stride 1 or 2, groups == cin == cout, C % 8 == 0, no bias, positive dims, and
 // the launch fits (at most 2^40 input elements, the default variants' thread tiles countable in 32
 // bits). Never throws.
@@ -436,8 +452,10 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
 // dwconv3x3_backward_data_cuda writes (any variant); dw equals backward_filter's sum to fp32 rounding
 // of another summation order, deterministic. Workspace: at least dwconv3x3_fused_workspace_floats(s)
 // floats. Checks as the two separate launchers (dx apart from x, dy, w, dw and the workspace).
+// bnb: null, or the consumer BatchNorm's backward formed on load (DwBnBackward): dy is then the BN
+// output's gradient, and dx and dw are bitwise those of bn_act_backward followed by this call on its dx.
 void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
                                    const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
-                                   bool accumulate);
+                                   bool accumulate, const DwBnBackward* bnb = nullptr);
 
 }  // namespace kern

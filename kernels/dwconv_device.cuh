@@ -31,7 +31,7 @@ void dw_launch_backward_filter(const rt::Exec& ex, const DwConvPlan& pl, const b
 // The fused stride-1 backward (kernels/dwconv_bwd_fused.cu): dx (+)= dgrad, partials into part, then
 // dw += their fixed-order sum.
 void dw_launch_backward_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w,
-                              bf16* dx, float* dw, float* part, bool accumulate);
+                              bf16* dx, float* dw, float* part, bool accumulate, const DwBnBackward* bnb);
 
 // Calls f(std::integral_constant<int, v>{}) for the runtime variant index v of a table of kCount
 // variants (kDwVariants, kDwWgradVariants): every variant gets its instance, with no list to keep in step
@@ -83,6 +83,25 @@ __device__ __forceinline__ BnApply8 load_prologue(const DwPrologue& pro, int g) 
         return load_bn_apply8(g, pro.gamma, pro.beta, pro.mean, pro.invstd, pro.eval, pro.eps);
     else
         return BnApply8{};
+}
+
+// The BN backward prologue's per-channel constants of group g (kBnb; DwBnBackward), else an unused value.
+struct BnBackward8 {
+    Chan8 p;
+    float mg[8], mgx[8];
+};
+template <bool kBnb>
+__device__ __forceinline__ BnBackward8 load_bn_backward(const DwBnBackward& b, int g, int c) {
+    BnBackward8 r{};
+    if constexpr (kBnb) {
+        r.p = load_chan8(g, b.gamma, b.beta, b.mean, b.invstd);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            r.mg[j] = __ldg(b.coef + 8 * g + j);
+            r.mgx[j] = __ldg(b.coef + c + 8 * g + j);
+        }
+    }
+    return r;
 }
 
 __device__ __forceinline__ bool in_range(int i, int n) { return static_cast<unsigned>(i) < static_cast<unsigned>(n); }
@@ -141,22 +160,31 @@ __device__ __forceinline__ StagedBlock staged_block(unsigned b, const DwTileGrid
 // tap-window load and bn_act_forward_* stores: once per staged pixel here. The padding stays +0.
 // kTwo (the fused backward): the same pixels of a second image of the same geometry, img2, go to src2
 // in the same turns, so both tensors' loads are in flight together (8 per thread).
-template <Act A = Act::None, bool kPro = false, bool kTwo = false>
+// kBnb (with kTwo; the fused backward's BN prologue, DwBnBackward): img is the gradient of a BatchNorm +
+// activation A whose input is img3 (the same geometry and offset), and each in-image pixel chunk of img
+// is stored as the BN backward's dx, bf16(bn_act_dx_value), the value the dx pass stores; the padding
+// stays +0. coef: the BN's 2C coefficients (mean(g), then mean(g * xhat)). Two pixels per turn then
+// (6 loads in flight), so that the channel constants fit beside the loads.
+template <Act A = Act::None, bool kPro = false, bool kTwo = false, bool kBnb = false>
 __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int rows, int cols, int c, int r0, int s0,
                                              const DwTileGrid& g, bfloat* src, const DwPrologue& pro = DwPrologue{},
                                              int c0 = 0, const bfloat* __restrict__ img2 = nullptr,
-                                             bfloat* src2 = nullptr) {
+                                             bfloat* src2 = nullptr, const bfloat* __restrict__ img3 = nullptr,
+                                             const DwBnBackward& bnb = DwBnBackward{}) {
     static_assert(!(kPro && kTwo), "the prologue stages one image");
-    constexpr int kBatch = 4;
+    static_assert(!kBnb || kTwo, "the BN backward prologue stages with the second image");
+    constexpr int kBatch = kBnb ? 2 : 4;
     static_assert(kDwThreads % 8 == 0, "a pixel's chunk count (1, 2, 4 or 8) must divide the block");
     const int chunks = g.cb / 8, step = kDwThreads / chunks, part = static_cast<int>(threadIdx.x) % chunks;
     const BnApply8 bn = load_prologue<kPro>(pro, c0 / 8 + part);
+    const BnBackward8 bb = load_bn_backward<kBnb>(bnb, c0 / 8 + part, c);
     const int pixels = g.src_h * g.src_w;
     int pix = static_cast<int>(threadIdx.x) / chunks;
     int row = pix / g.src_w, col = pix % g.src_w;  // of pixel `pix`; step < src_w is not assumed
     while (pix < pixels) {
         uint4 u[kBatch];
         uint4 u2[kTwo ? kBatch : 1];
+        uint4 u3[kBnb ? kBatch : 1];
         int at[kBatch];
         bool inside[kBatch];
 #pragma unroll
@@ -173,6 +201,7 @@ __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int
                     const size_t at_img = (static_cast<size_t>(r) * cols + q) * c;
                     u[k] = __ldg(reinterpret_cast<const uint4*>(img + at_img) + part);
                     if constexpr (kTwo) u2[k] = __ldg(reinterpret_cast<const uint4*>(img2 + at_img) + part);
+                    if constexpr (kBnb) u3[k] = __ldg(reinterpret_cast<const uint4*>(img3 + at_img) + part);
                 }
                 pix += step;
                 col += step;
@@ -192,8 +221,19 @@ __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int
                     continue;
                 }
             }
-            *reinterpret_cast<uint4*>(src + at[k]) = u[k];
             if constexpr (kTwo) *reinterpret_cast<uint4*>(src2 + at[k]) = u2[k];
+            if constexpr (kBnb) {
+                if (inside[k]) {
+                    float d[8], x[8];
+                    unpack8(u[k], d);
+                    unpack8(u3[k], x);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) d[j] = bn_act_dx_value<A>(bb.p, j, x[j], d[j], bb.mg[j], bb.mgx[j]);
+                    storev<8>(src + at[k], d);  // rounds to bf16 as the dx pass's store does
+                    continue;
+                }
+            }
+            *reinterpret_cast<uint4*>(src + at[k]) = u[k];
         }
     }
 }

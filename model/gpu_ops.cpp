@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "kernels/bn_act_cuda.h"
 #include "kernels/dwconv_cuda.h"
 #include "kernels/stemconv_cuda.h"
 #include "runtime/cuda_check.h"
@@ -134,7 +135,9 @@ size_t conv_workspace_bound(const std::vector<ConvUse>& convs, const kern::ConvP
         if (kern::dwconv3x3_supported(u.shape))
             bound = std::max(bound, kern::dwconv3x3_workspace_floats(u.shape) * sizeof(float));
         if (policy.dw_fused_bwd && u.dgrad && kern::dwconv3x3_fused_supported(u.shape))
-            bound = std::max(bound, kern::dwconv3x3_fused_workspace_floats(u.shape) * sizeof(float));
+            bound = std::max(bound, (policy.dw_fused_bn_bwd ? GpuOps::dw_fused_bn_workspace_floats(u.shape)
+                                                            : kern::dwconv3x3_fused_workspace_floats(u.shape)) *
+                                        sizeof(float));
         if (kern::stemconv_supported(u.shape))
             bound = std::max(bound, kern::stemconv_workspace_floats(u.shape) * sizeof(float));
     }
@@ -436,6 +439,36 @@ void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, 
         cudnn_->backward_filter(ex, s, x, dy, dw);
     else
         run_custom(e, ex, s, x, nullptr, nullptr, dy, nullptr, dw, false);
+}
+
+size_t GpuOps::dw_fused_bn_workspace_floats(const kern::ConvShape& s) {
+    return kern::bn_act_workspace_floats(s.out().pixels(), s.cout) + kern::dwconv3x3_fused_workspace_floats(s);
+}
+
+void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, kern::Act act,
+                                  const kern::bf16* conv_out, const kern::bf16* dy, const float* gamma,
+                                  const float* beta, const float* save_mean, const float* save_invstd, float* dgamma,
+                                  float* dbeta, const kern::bf16* x, const kern::bf16* w, kern::bf16* dx, float* dw,
+                                  bool accumulate, float* ws, size_t ws_floats) const {
+    SF_CHECK(dw_fused_backward(s) && dw_fused_bn(),
+             "convolution %s does not run a fused backward with its BN's dx (GpuOps::dw_fused_bn)",
+             s.describe().c_str());
+    check_dgrad_mode(find(s).use, accumulate);
+    const size_t rows = s.out().pixels(), bn_ws = kern::bn_act_workspace_floats(rows, s.cout);
+    SF_CHECK(ws_floats >= dw_fused_bn_workspace_floats(s),
+             "bn_dw_backward_fused: workspace of %zu floats, %zu needed for %s (GpuOps::dw_fused_bn_workspace_floats)",
+             ws_floats, dw_fused_bn_workspace_floats(s), s.describe().c_str());
+    kern::bn_act_backward_stats(ex, act, rows, s.cout, conv_out, dy, gamma, beta, save_mean, save_invstd, dgamma,
+                                dbeta, ws, bn_ws, bn_row_batch());
+    kern::DwBnBackward b;
+    b.act = act;
+    b.x = conv_out;
+    b.gamma = gamma;
+    b.beta = beta;
+    b.mean = save_mean;
+    b.invstd = save_invstd;
+    b.coef = ws + kern::bn_act_backward_coef_offset(rows, s.cout);
+    kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws + bn_ws, ws_floats - bn_ws, accumulate, &b);
 }
 
 bool GpuOps::dw_fused_backward(const kern::ConvShape& s) const {

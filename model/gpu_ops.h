@@ -88,6 +88,21 @@ public:
     // conv_backward_data. Only where dw_fused_backward(s).
     void conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* dy,
                              const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate) const;
+    // kern::ConvPolicy::dw_fused_bn_bwd (with dw_fused_bwd): the layers whose backward runs fused also
+    // fold their BN's dx pass into it (bn_dw_backward_fused); they reserve dw_fused_bn_workspace_floats.
+    bool dw_fused_bn() const { return policy_.dw_fused_bwd && policy_.dw_fused_bn_bwd; }
+    // A ConvBN's BN + activation backward and its depthwise conv's fused backward with the BN's dx formed
+    // on load: kern::bn_act_backward_stats (dgamma, dbeta +=; coefficients at the start of ws), then
+    // kern::dwconv3x3_backward_fused_cuda with a kern::DwBnBackward, its partials in ws after the BN's
+    // part. conv_out: the conv's output (the BN's input); dy: the BN + activation output's gradient.
+    // Only where dw_fused_backward(s) and dw_fused_bn(); ws of at least dw_fused_bn_workspace_floats(s).
+    void bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, kern::Act act, const kern::bf16* conv_out,
+                              const kern::bf16* dy, const float* gamma, const float* beta, const float* save_mean,
+                              const float* save_invstd, float* dgamma, float* dbeta, const kern::bf16* x,
+                              const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate, float* ws,
+                              size_t ws_floats) const;
+    // The BN backward's workspace followed by the fused kernel's partials, for a stride-1 depthwise s.
+    static size_t dw_fused_bn_workspace_floats(const kern::ConvShape& s);
     // The depthwise forward reading its producer's pre-BN output through the producer's BN + activation
     // (the fused LiteBlock): always the custom kernel (cuDNN has no such op), in the prologue-capable
     // forward variant autotuning found fastest for s (kern::dw_variant_prologue; variant 0 without

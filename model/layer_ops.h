@@ -140,6 +140,23 @@ inline void conv_backward_fused(const GpuOps* gpu, const rt::Exec& ex, const ker
     const bool run_w = grad_op({dy}, {}, &none);
     if (run && run_w) gpu->conv_backward_fused(ex, s, x, dy, w, dx, dw, acc);
 }
+// CUDA: a depthwise ConvBN's BN + activation backward and the conv's fused backward with the BN's dx
+// formed on load (GpuOps::bn_dw_backward_fused); conv_grad is never written. Reported to the tape as
+// bn_act_backward, conv_backward_data and conv_backward_filter, the calls it replaces (the same writes),
+// with dy also read by the second: the fused kernel reads it while it writes dx.
+inline void bn_dw_backward_fused(const GpuOps* gpu, const rt::Exec& ex, kern::Act a, const kern::ConvShape& s,
+                                 const bf16* conv_out, const bf16* dy, const float* gamma, const float* beta,
+                                 const float* mean, const float* invstd, float* dgamma, float* dbeta,
+                                 const bf16* conv_grad, const bf16* x, const bf16* w, bf16* dx, float* dw, float* ws,
+                                 size_t ws_floats) {
+    bool acc_bn, acc, none;
+    const bool run_bn = grad_op({dy}, {conv_grad}, &acc_bn);
+    const bool run = grad_op({conv_grad, dy}, {dx}, &acc, &s);
+    const bool run_w = grad_op({conv_grad}, {}, &none);
+    if (run_bn && run && run_w)
+        gpu->bn_dw_backward_fused(ex, s, a, conv_out, dy, gamma, beta, mean, invstd, dgamma, dbeta, x, w, dx, dw, acc, ws,
+                                  ws_floats);
+}
 // CUDA: the depthwise conv's backward-filter with its input's BN prologue (the fused LiteBlock):
 // the custom kernel, whatever GpuOps picked for the shape's other passes.
 inline void dwconv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const bf16* x_pre, const bf16* dy,

@@ -83,8 +83,13 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         ws_floats = kern::bn_act_workspace_floats(rows, cout);
         if (with_bias) ws_floats = std::max(ws_floats, kern::column_sum_workspace_floats(rows, cout));
         if (prologue) ws_floats = std::max(ws_floats, kern::dwconv3x3_workspace_floats(cs));
-        ws = p.workspace(ws_floats);
         ops = p.gpu_ops();
+        // A stride-1 depthwise ConvBN whose BN backward may fold into the fused conv backward: the BN's
+        // workspace (its coefficients stay there) followed by the fused kernel's partials.
+        fused_bn = ops && ops->dw_fused_bn() && input_grad && !prologue && upsample == 1 && !with_bias &&
+                   kern::dwconv3x3_fused_supported(cs);
+        if (fused_bn) ws_floats = std::max(ws_floats, GpuOps::dw_fused_bn_workspace_floats(cs));
+        ws = p.workspace(ws_floats);
         p.conv(cs, input_grad, prologue != nullptr, prologue ? prologue->act : kern::Act::None);
     }
 }
@@ -155,13 +160,22 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         if (x.g) ops::conv_backward_data(ex, cs, conv_out().g, weight.w, x.g);
         ops::conv_backward_filter(ex, cs, x.v, conv_out().g, weight.g, bias.g);
     } else {
+        // The planner traces the backward on a CPU Exec before GpuOps is prepared. The fused conv backward
+        // reports the same reads and writes as the two passes it replaces. With the BN's dx inside it, the
+        // BN's dy is read while x.g is written, which the trace must see (so that the planner never gives
+        // them the same memory): a layer declared for it traces that op, and at run time the separate
+        // passes (GpuOps chose cuDNN for the shape) write the same gradients in the same order.
+        const bool fused = x.g && !prologue && ex.is_cuda() && ops->dw_fused_backward(cs);
+        if (fused_bn && x.g && (!ex.is_cuda() || fused)) {
+            ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, gamma.g,
+                                      beta.g, conv.g, x.v, weight.h, x.g, weight.g, ws, ws_floats);
+            return;
+        }
         ops::bn_act_backward(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, conv.g,
                              gamma.g, beta.g, ws, ws_floats);
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
         if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);
-        // The planner traces the backward on a CPU Exec before GpuOps is prepared: the separate calls
-        // report the same reads and writes to the tape as the fused one.
-        if (x.g && !prologue && ex.is_cuda() && ops->dw_fused_backward(cs)) {
+        if (fused) {
             ops::conv_backward_fused(ops, ex, cs, x.v, conv_out().g, weight.h, x.g, weight.g);
             return;
         }

@@ -63,6 +63,9 @@ struct ConvBN {
     float* ws = nullptr;  // shared reduction workspace (CUDA)
     size_t ws_floats = 0;
     GpuOps* ops = nullptr;  // CUDA conv dispatch
+    // CUDA, GpuOps::dw_fused_bn: a stride-1 depthwise ConvBN whose BN backward may run inside the fused
+    // conv backward (its ws holds both; its traced backward reports that op's reads).
+    bool fused_bn = false;
     ActT<T> conv_lo;        // upsample > 1: the conv output at the input's resolution
     ActT<T> conv;           // conv output (BN input), upsampled when upsample > 1; its g lives only inside backward()
     ActT<T> bn;             // BN output (activation input); CPU only

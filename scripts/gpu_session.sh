@@ -12,7 +12,8 @@
 #             (CUDA, CPU reference and the CPU reference's bf16 floor)
 #   then      with the GPU to itself and the time left: `bench step --layers` at batch 128 (the
 #             depthwise variants' times; issue "GPU speed"), the same step with `--dw-fused-bwd` (the
-#             stride-1 depthwise dgrad + wgrad in one kernel), with `--bn-row-batch 4`
+#             stride-1 depthwise dgrad + wgrad in one kernel) and `--dw-fused-bwd-bn` (with the depthwise
+#             ConvBN's BN backward dx inside it), with `--bn-row-batch 4`
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
 #             (programmatic dependent launch of the project's kernels) and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
@@ -96,6 +97,13 @@ if [ "$(left)" -gt 60 ]; then
       head -12 | while IFS= read -r l; do say "bench --dw-fused-bwd: $l"; done
   fi
   pack
+  # The same with each depthwise ConvBN's BN backward dx formed inside the fused kernel (bitwise equal).
+  if [ "$(left)" -gt 40 ]; then
+    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --dw-fused-bwd-bn \
+      --json "$W/bench_dwfusedbn.json" >"$W/bench_dwfusedbn.log" 2>&1
+    say "bench --dw-fused-bwd-bn: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_dwfusedbn.log" | sed 's/^ *//' | cut -c1-120)"
+  fi
+  pack
   # The same step with the BatchNorm row kernels four rows per loop turn (bitwise-equal results).
   if [ "$(left)" -gt 40 ]; then
     timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --bn-row-batch 4 \
@@ -119,7 +127,7 @@ if [ "$(left)" -gt 60 ]; then
   fi
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_dwfused bench_bn4 bench_pdl bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1

@@ -183,6 +183,29 @@ TEST(KernelsBnActLaunch, LaunchersRejectBadArguments) {
         "row_batch", "got 8");
     SF_EXPECT_ERROR(kern::bn_act_forward_eval(cuda, silu, rows, c, x, v, v, v, v, 1e-5, y, nullptr, -1), "got -1");
     SF_EXPECT_ERROR(kern::bn_stats_train(cuda, rows, c, x, v, v, v, v, 0.1, 1e-5, ws, wsn, 5), "got 5");
+
+    // The backward's statistics pass alone (the fused depthwise backward's BN prologue reads its coef).
+    SF_EXPECT_ERROR(kern::bn_act_backward_stats(rt::Exec::cpu(), silu, rows, c, x, dy, v, v, v, v, v, v, ws, wsn),
+                    "bn_act_backward_stats", "cpu");
+    SF_EXPECT_ERROR(kern::bn_act_backward_stats(cuda, silu, rows, 36, x, dy, v, v, v, v, v, v, ws, wsn), "C=36");
+    SF_EXPECT_ERROR(kern::bn_act_backward_stats(cuda, silu, 1, c, x, dy, v, v, v, v, v, v, ws, wsn), "rows=1");
+    SF_EXPECT_ERROR(kern::bn_act_backward_stats(cuda, silu, rows, c, bptr(0x10008), dy, v, v, v, v, v, v, ws, wsn),
+                    "16-byte aligned");
+    SF_EXPECT_ERROR(kern::bn_act_backward_stats(cuda, silu, rows, c, x, nullptr, v, v, v, v, v, v, ws, wsn),
+                    "16-byte aligned");
+    SF_EXPECT_ERROR(kern::bn_act_backward_stats(cuda, silu, rows, c, x, dy, v, v, v, fptr(0x40002), v, v, ws, wsn),
+                    "save_invstd");
+    SF_EXPECT_ERROR(kern::bn_act_backward_stats(cuda, silu, rows, c, x, dy, v, v, v, v, v, nullptr, ws, wsn), "dbeta");
+    SF_EXPECT_ERROR(kern::bn_act_backward_stats(cuda, silu, rows, c, x, dy, v, v, v, v, v, v, ws, wsn - 1),
+                    "too small");
+    SF_EXPECT_ERROR(kern::bn_act_backward_stats(cuda, static_cast<kern::Act>(7), rows, c, x, dy, v, v, v, v, v, v, ws,
+                                                wsn),
+                    "activation 7");
+    // The coefficients follow the 2 * chunks * C partials (chunks = min(rows, 512)).
+    EXPECT_EQ(kern::bn_act_backward_coef_offset(rows, c), 2u * 256 * 64);
+    EXPECT_EQ(kern::bn_act_backward_coef_offset(128 * 64 * 128, 64), 2u * 512 * 64);
+    EXPECT_EQ(kern::bn_act_backward_coef_offset(128 * 64 * 128, 64) + 2 * 64,
+              kern::bn_act_workspace_floats(128 * 64 * 128, 64));
 }
 
 }  // namespace

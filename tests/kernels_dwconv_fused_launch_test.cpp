@@ -146,6 +146,37 @@ TEST(KernelsDwconvFusedLaunch, LauncherRejectsBadArguments) {
     SF_EXPECT_ERROR(run(cuda, s, x, dy, w, dx, reinterpret_cast<float*>(dx), ws, wsn), "dw must not alias");
     SF_EXPECT_ERROR(run(cuda, s, x, dy, w, dx, dw, reinterpret_cast<float*>(x), wsn), "workspace must not alias");
     SF_EXPECT_ERROR(run(cuda, s, x, dy, w, dx, dw, reinterpret_cast<float*>(dx), wsn), "workspace must not alias");
+
+    // The BN prologue's inputs (kern::DwBnBackward).
+    float* vec = fptr(0x700000);  // gamma, beta, mean, invstd at C floats apart, coef (2C) after
+    kern::bf16* xbn = bptr(0x800000);
+    kern::DwBnBackward b;
+    b.act = kern::Act::Silu;
+    b.x = xbn;
+    b.gamma = vec;
+    b.beta = vec + 32;
+    b.mean = vec + 64;
+    b.invstd = vec + 96;
+    b.coef = vec + 128;
+    auto run_bn = [&](const kern::DwBnBackward& bb, kern::bf16* dxx, float* dww, float* wss) {
+        kern::dwconv3x3_backward_fused_cuda(cuda, s, x, dy, w, dxx, dww, wss, wsn, true, &bb);
+    };
+    kern::DwBnBackward bad = b;
+    bad.act = static_cast<kern::Act>(9);
+    SF_EXPECT_ERROR(run_bn(bad, dx, dw, ws), "BN backward activation 9");
+    bad = b;
+    bad.x = bptr(0x800002);
+    SF_EXPECT_ERROR(run_bn(bad, dx, dw, ws), "BN input x must be");
+    bad = b;
+    bad.coef = nullptr;
+    SF_EXPECT_ERROR(run_bn(bad, dx, dw, ws), "BN coef");
+    bad = b;
+    bad.mean = fptr(0x700002);
+    SF_EXPECT_ERROR(run_bn(bad, dx, dw, ws), "BN mean");
+    // The partials must not overwrite the coefficients they are formed from, nor dw the vectors.
+    SF_EXPECT_ERROR(run_bn(b, dx, dw, vec + 128), "workspace must not overlap the BN coef");
+    SF_EXPECT_ERROR(run_bn(b, dx, vec + 100, ws), "dw and the workspace must not overlap the BN invstd");
+    SF_EXPECT_ERROR(run_bn(b, xbn, dw, ws), "must not alias the BN input x");
 }
 
 }  // namespace

@@ -36,6 +36,9 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_EQ(o.bn_row_batch, 4);
     EXPECT_TRUE(o.pdl);
     EXPECT_TRUE(o.dw_fused_bwd);
+    EXPECT_FALSE(o.dw_fused_bn_bwd);
+    const tools::StepBenchOptions bn = tools::parse_step_bench_args({"--dw-fused-bwd-bn"});
+    EXPECT_TRUE(bn.dw_fused_bwd && bn.dw_fused_bn_bwd);  // implies the fused backward
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);
@@ -50,6 +53,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_EQ(d.bn_row_batch, 1);  // the measured kernels until a GPU says 4 pays
     EXPECT_FALSE(d.pdl);           // plain launches until a GPU says PDL pays
     EXPECT_FALSE(d.dw_fused_bwd);  // the separate depthwise passes until a GPU says the fused one pays
+    EXPECT_FALSE(d.dw_fused_bn_bwd);
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }

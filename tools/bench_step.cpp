@@ -180,6 +180,7 @@ kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     p.dw_variants = o.dw_variants;
     p.bn_row_batch = o.bn_row_batch;
     p.dw_fused_bwd = o.dw_fused_bwd;
+    p.dw_fused_bn_bwd = o.dw_fused_bn_bwd;
     return p;
 }
 
@@ -295,7 +296,8 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"dw_variants", o.dw_variants},
                    {"bn_row_batch", o.bn_row_batch},
                    {"pdl", o.pdl},
-                   {"dw_fused_bwd", o.dw_fused_bwd}};
+                   {"dw_fused_bwd", o.dw_fused_bwd},
+                   {"dw_fused_bn_bwd", o.dw_fused_bn_bwd}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());

@@ -34,6 +34,7 @@ struct StepBenchOptions {
     int bn_row_batch = 1;         // --bn-row-batch N: the BN + activation kernels' rows per loop turn
     bool pdl = false;             // --pdl: the project's kernels with programmatic dependent launch (rt::Exec::pdl)
     bool dw_fused_bwd = false;    // --dw-fused-bwd: stride-1 depthwise dgrad + wgrad in one kernel (ConvPolicy)
+    bool dw_fused_bn_bwd = false;  // --dw-fused-bwd-bn: that, with the BN's dx formed in it (implies --dw-fused-bwd)
     std::string json;                       // output file ("" = none)
 };
 

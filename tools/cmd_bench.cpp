@@ -48,7 +48,8 @@ const char* kBenchUsage =
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--no-dw-variants]\n"
-    "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--json OUT]\n"
+    "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
+    "                                [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
     "           --world N: NCCL gradient allreduce in every step over the job's N ranks\n"
@@ -64,6 +65,8 @@ const char* kBenchUsage =
     "           while its predecessor finishes; bitwise-equal results; docs/GPU_STEP.md)\n"
     "           --dw-fused-bwd: the stride-1 depthwise convolutions' dgrad and wgrad in one kernel (one pass\n"
     "           over dy and x; the same dx, dw summed in another order; docs/KERNELS_DWCONV.md)\n"
+    "           --dw-fused-bwd-bn: --dw-fused-bwd with each depthwise ConvBN's BN backward dx formed inside\n"
+    "           the fused kernel (no dx pass; bitwise equal to --dw-fused-bwd)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
     "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -321,6 +324,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
         if (s == "--dw-fused-bwd") {
             o.dw_fused_bwd = true;
+            continue;
+        }
+        if (s == "--dw-fused-bwd-bn") {
+            o.dw_fused_bwd = o.dw_fused_bn_bwd = true;
             continue;
         }
         SF_CHECK(s.rfind("--", 0) == 0, "bench step: unexpected argument '%s'\n%s", s.c_str(), kBenchUsage);

@@ -5,7 +5,10 @@
 //   - dw (accumulated into non-zero dw) within relative L2 1e-5 of the fp64 sum and of the two-pass
 //     wgrad's (only the summation order differs), nothing written past dx or dw;
 //   - small-integer inputs: dx and dw exact;
-//   - two runs bitwise equal (a fixed partition and fixed-order sums).
+//   - two runs bitwise equal (a fixed partition and fixed-order sums);
+//   - with the BN prologue (kern::DwBnBackward: the consumer BN + activation's dx formed on load, after
+//     kern::bn_act_backward_stats), dx, dw, dgamma and dbeta bitwise those of kern::bn_act_backward
+//     followed by the fused kernel on its dx, for every activation and both dgrad modes.
 // Shapes: partial spatial blocks in both directions (8 x 16 blocks), one-pixel images, several spatial
 // blocks per chunk and one per chunk, 8-, 32- and 64-channel blocks and several channel blocks.
 #include <cuda_runtime.h>
@@ -15,9 +18,11 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/bn_act_cuda.h"
 #include "kernels/conv.h"
 #include "kernels/dwconv_cuda.h"
 #include "runtime/arena.h"
@@ -192,6 +197,75 @@ TEST(KernelsDwconvFusedGpu, Deterministic) {
         EXPECT_TRUE(bitwise_equal(a.dx, b.dx)) << name_of(k) << " dx";
         EXPECT_TRUE(bitwise_equal(a.dw, b.dw)) << name_of(k) << " dw";
     }
+}
+
+using Dev = sftest::DeviceBuffer;
+
+TEST(KernelsDwconvFusedGpu, BnPrologueBitwiseEqualToBnBackwardThenFused) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    uint64_t seed = 7100;
+    for (const Case& k : {Case{2, 15, 33, 64}, Case{1, 9, 17, 128}, Case{3, 8, 16, 24}})
+        for (kern::Act act : {kern::Act::None, kern::Act::Silu, kern::Act::Relu})
+            for (bool accumulate : {true, false}) {
+                const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
+                const std::string what = name_of(k) + " act " + std::to_string(static_cast<int>(act)) +
+                                         (accumulate ? "" : " overwrite");
+                const size_t nx = s.in().numel(), nw = s.weight_numel(), rows = s.out().pixels(), c = k.c;
+                const Inputs in = make_inputs(s, seed += 10, false);  // x, w, dy (the BN output's gradient), dx0
+                const std::vector<float> xbn = sftest::bf16_exact(sftest::random_uniform(nx, seed + 5, -2, 2));
+                std::vector<float> vec;  // gamma, beta, save_mean, save_invstd
+                for (const auto& r : {std::pair<double, double>{0.5, 1.5}, {-0.5, 0.5}, {-0.3, 0.3}, {0.5, 2.0}}) {
+                    const std::vector<double> v = sftest::random_uniform(c, seed + 6 + vec.size(), r.first, r.second);
+                    vec.insert(vec.end(), v.begin(), v.end());
+                }
+                const size_t bn_ws = kern::bn_act_workspace_floats(rows, k.c);
+                const size_t fws = kern::dwconv3x3_fused_workspace_floats(s);
+                Dev x(nx * 2), w(nw * 2), dy(nx * 2), xb(nx * 2), v(4 * c * 4), dc(nx * 2);
+                Dev dxa(nx * 2), dxb(nx * 2), dwa(nw * 4), dwb(nw * 4), ga(2 * c * 4), gb(2 * c * 4);
+                Dev wsa(bn_ws * 4), wsb(bn_ws * 4), pa(fws * 4), pb(fws * 4);
+                sftest::upload_bf16(x.h(), in.x);
+                sftest::upload_bf16(w.h(), in.w);
+                sftest::upload_bf16(dy.h(), in.dy);
+                sftest::upload_bf16(xb.h(), xbn);
+                sftest::upload(v.f(), vec);
+                const std::vector<float> dx0 =
+                    accumulate ? in.dx0 : std::vector<float>(nx, std::numeric_limits<float>::quiet_NaN());
+                sftest::upload_bf16(dxa.h(), dx0);
+                sftest::upload_bf16(dxb.h(), dx0);
+                sftest::upload(dwa.f(), in.dw0);
+                sftest::upload(dwb.f(), in.dw0);
+                const std::vector<float> g0 = sftest::bf16_exact(sftest::random_uniform(2 * c, seed + 9, -1, 1));
+                sftest::upload(ga.f(), g0);  // dgamma, dbeta: accumulated
+                sftest::upload(gb.f(), g0);
+                SF_CUDA_CHECK(cudaDeviceSynchronize());
+                const float *gamma = v.f(), *beta = v.f() + c, *mean = v.f() + 2 * c, *invstd = v.f() + 3 * c;
+                // The separate BN backward (dx pass included), then the fused kernel on its dx.
+                kern::bn_act_backward(ex, act, rows, k.c, xb.h(), dy.h(), gamma, beta, mean, invstd, dc.h(), ga.f(),
+                                      ga.f() + c, wsa.f(), bn_ws);
+                kern::dwconv3x3_backward_fused_cuda(ex, s, x.h(), dc.h(), w.h(), dxa.h(), dwa.f(), pa.f(), fws,
+                                                    accumulate);
+                // The statistics pass, then the fused kernel forming the BN's dx on load.
+                kern::bn_act_backward_stats(ex, act, rows, k.c, xb.h(), dy.h(), gamma, beta, mean, invstd, gb.f(),
+                                            gb.f() + c, wsb.f(), bn_ws);
+                kern::DwBnBackward b;
+                b.act = act;
+                b.x = xb.h();
+                b.gamma = gamma;
+                b.beta = beta;
+                b.mean = mean;
+                b.invstd = invstd;
+                b.coef = wsb.f() + kern::bn_act_backward_coef_offset(rows, k.c);
+                kern::dwconv3x3_backward_fused_cuda(ex, s, x.h(), dy.h(), w.h(), dxb.h(), dwb.f(), pb.f(), fws,
+                                                    accumulate, &b);
+                ctx.synchronize();
+                EXPECT_TRUE(bitwise_equal(download_bf16(dxa.h(), nx), download_bf16(dxb.h(), nx))) << what << " dx";
+                EXPECT_TRUE(bitwise_equal(download(dwa.f(), nw), download(dwb.f(), nw))) << what << " dw";
+                EXPECT_TRUE(bitwise_equal(download(ga.f(), 2 * c), download(gb.f(), 2 * c))) << what << " dgamma, dbeta";
+                // Not vacuous: the BN's dx is not the dy it was formed from.
+                EXPECT_FALSE(bitwise_equal(download_bf16(dc.h(), nx), in.dy)) << what;
+            }
 }
 
 }  // namespace

@@ -30,15 +30,7 @@ namespace {
 
 using kern::bf16;
 
-struct Dev {
-    void* p = nullptr;
-    explicit Dev(size_t bytes) { SF_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-    ~Dev() { cudaFree(p); }
-    Dev(const Dev&) = delete;
-    Dev& operator=(const Dev&) = delete;
-    bf16* h() const { return static_cast<bf16*>(p); }
-    float* f() const { return static_cast<float*>(p); }
-};
+using Dev = sftest::DeviceBuffer;
 
 std::vector<float> ramp(size_t n, double scale) {
     std::vector<double> v(n);

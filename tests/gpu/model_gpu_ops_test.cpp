@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/bn_act_cuda.h"
 #include "kernels/conv_cudnn.h"
 #include "kernels/dwconv_cuda.h"
 #include "model/gpu_ops.h"
@@ -32,15 +33,7 @@ using sftest::dw_shape;
 
 using kern::bf16;
 
-struct Dev {
-    void* p = nullptr;
-    explicit Dev(size_t bytes) { SF_CUDA_CHECK(cudaMalloc(&p, bytes > 0 ? bytes : 1)); }
-    ~Dev() { cudaFree(p); }
-    Dev(const Dev&) = delete;
-    Dev& operator=(const Dev&) = delete;
-    bf16* h() const { return static_cast<bf16*>(p); }
-    float* f() const { return static_cast<float*>(p); }
-};
+using Dev = sftest::DeviceBuffer;
 
 // The numbers of "[0.0123 - 0.0456 ...]" after `key` in line: -1 for "-".
 std::vector<double> variant_times(const std::string& line, const std::string& key) {
@@ -416,6 +409,24 @@ TEST(ModelGpuOpsGpu, FusedBackwardTimedAndRun) {
     Dev x(2048 * 2), dy(2048 * 2), w(144 * 2), dx(2048 * 2), dw(144 * 4);
     SF_EXPECT_ERROR(dops.conv_backward_fused(ex, only_ow.shape, x.h(), dy.h(), w.h(), dx.h(), dw.f(), true),
                     "asked to accumulate");
+    // The BN's dx inside the fused kernel: only under dw_fused_bn_bwd, and with the workspace it declares.
+    Dev v(8 * 16 * 4), bws(model::GpuOps::dw_fused_bn_workspace_floats(only_ow.shape) * 4);
+    const float* vf = v.f();
+    EXPECT_FALSE(dops.dw_fused_bn());
+    SF_EXPECT_ERROR(dops.bn_dw_backward_fused(ex, only_ow.shape, kern::Act::Silu, dx.h(), dy.h(), vf, vf, vf, vf, v.f(),
+                                              v.f(), x.h(), w.h(), dx.h(), dw.f(), false, bws.f(), 1 << 20),
+                    "does not run a fused backward with its BN's dx");
+    det.dw_fused_bn_bwd = true;
+    model::GpuOps bops(ex, det);
+    bops.prepare({only_ow});
+    Dev bw(bops.workspace_bytes());
+    bops.bind_workspace(bw.p, bops.workspace_bytes());
+    EXPECT_TRUE(bops.dw_fused_bn());
+    const size_t need = model::GpuOps::dw_fused_bn_workspace_floats(only_ow.shape);
+    EXPECT_EQ(need, kern::bn_act_workspace_floats(128, 16) + kern::dwconv3x3_fused_workspace_floats(only_ow.shape));
+    SF_EXPECT_ERROR(bops.bn_dw_backward_fused(ex, only_ow.shape, kern::Act::Silu, x.h(), dy.h(), vf, vf, vf, vf, v.f(),
+                                              v.f() + 16, x.h(), w.h(), dx.h(), dw.f(), false, bws.f(), need - 1),
+                    "workspace of", "needed");
 }
 
 }  // namespace

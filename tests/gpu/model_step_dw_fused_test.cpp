@@ -3,8 +3,9 @@
 // (GpuOps::dw_fused_backward), and one micro-step's gradients equal the separate passes' bit for bit
 // everywhere but in the fused layers' filter gradients (dx is the same bits, so every other gradient
 // is), which agree to fp32 rounding of another summation order; the same loss; two fused networks
-// give the same bits (the kernel's partition is fixed). The kernel itself:
-// tests/gpu/kernels_dwconv_fused_test.cpp.
+// give the same bits (the kernel's partition is fixed). With dw_fused_bn_bwd as well (`--dw-fused-bwd-bn`:
+// each depthwise ConvBN's BN dx formed inside the fused kernel) every gradient is bitwise the fused
+// one's. The kernel itself: tests/gpu/kernels_dwconv_fused_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,8 +44,8 @@ TEST(CudaStep, DwFusedBackwardMatchesSeparatePasses) {
     model::SiderNet cpu(net_shape(), rt::MemKind::Host);
     init_cpu(cpu);
     const model::UpOrder order = model::UpOrder::ConvFirst;
-    GpuRig sep(cpu, true, 1, order), fused(cpu, true, 1, order, false, 1, false, true),
-        again(cpu, true, 1, order, false, 1, false, true);
+    GpuRig sep(cpu, true, 1, order), fused(cpu, true, 1, order, false, 1, false, 1),
+        again(cpu, true, 1, order, false, 1, false, 1), with_bn(cpu, true, 1, order, false, 1, false, 2);
 
     // Exactly the stride-1 depthwise shapes with a dgrad run fused (the deterministic policy runs every
     // depthwise shape on the custom kernels).
@@ -57,7 +58,9 @@ TEST(CudaStep, DwFusedBackwardMatchesSeparatePasses) {
     }
     EXPECT_GT(fused_shapes, 0);
 
-    for (GpuRig* r : {&sep, &fused, &again}) {
+    EXPECT_FALSE(fused.net.gpu_ops()->dw_fused_bn());
+    EXPECT_TRUE(with_bn.net.gpu_ops()->dw_fused_bn());
+    for (GpuRig* r : {&sep, &fused, &again, &with_bn}) {
         r->load(b.pixels[0], b.labels[0]);
         r->step.micro_step(0);
         r->ctx.synchronize();
@@ -66,7 +69,14 @@ TEST(CudaStep, DwFusedBackwardMatchesSeparatePasses) {
     const std::vector<float> gs = sep.fetch(sep.net.plan().grad(), t.flat_size);
     const std::vector<float> gf = fused.fetch(fused.net.plan().grad(), t.flat_size);
     const std::vector<float> ga = again.fetch(again.net.plan().grad(), t.flat_size);
+    const std::vector<float> gb = with_bn.fetch(with_bn.net.plan().grad(), t.flat_size);
     EXPECT_EQ(0, std::memcmp(gf.data(), ga.data(), t.flat_size * sizeof(float))) << "two fused networks differ";
+    // The BN's dx formed inside the fused kernel: the values the dx pass stores, so every gradient is the
+    // same bits (the depthwise filters' and the BN parameters' included).
+    for (const model::ParamInfo& p : t.params)
+        EXPECT_EQ(0, std::memcmp(gb.data() + p.offset, gf.data() + p.offset, p.numel * sizeof(float)))
+            << p.name << ": with the BN's dx in the fused kernel";
+    EXPECT_EQ(with_bn.step.read_stats().loss.total, fused.step.read_stats().loss.total);
     EXPECT_EQ(sep.step.read_stats().loss.total, fused.step.read_stats().loss.total);
 
     int depthwise = 0, differ = 0;

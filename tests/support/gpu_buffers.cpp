@@ -43,4 +43,7 @@ std::vector<float> strip_guard(std::vector<float> v, size_t n, float sentinel, b
     return v;
 }
 
+DeviceBuffer::DeviceBuffer(size_t bytes) { SF_CUDA_CHECK(cudaMalloc(&p, bytes > 0 ? bytes : 1)); }
+DeviceBuffer::~DeviceBuffer() { cudaFree(p); }
+
 }  // namespace sftest

@@ -20,6 +20,17 @@ std::vector<float> download_bf16(const kern::bf16* src, size_t n);
 void upload(float* dst, const std::vector<float>& v);
 std::vector<float> download(const float* src, size_t n);
 
+// A device allocation of `bytes` (at least 1), freed on scope exit; h() and f() view it as bf16 / fp32.
+struct DeviceBuffer {
+    void* p = nullptr;
+    explicit DeviceBuffer(size_t bytes);
+    ~DeviceBuffer();
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    kern::bf16* h() const { return static_cast<kern::bf16*>(p); }
+    float* f() const { return static_cast<float*>(p); }
+};
+
 // Splits v (n values followed by a guard) into the first n; clears `intact` unless every guard value
 // still equals `sentinel`.
 std::vector<float> strip_guard(std::vector<float> v, size_t n, float sentinel, bool& intact);

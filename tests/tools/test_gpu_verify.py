@@ -312,7 +312,7 @@ class GpuVerifyTest(unittest.TestCase):
 
     def test_session_runs_every_stage_under_one_deadline(self):
         # scripts/gpu_session.sh: train in the background, first, sanitize, evalcmp, the per-layer bench
-        # and the four step A/Bs, everything packed into OUT (the weights beside the archive).
+        # and the five step A/Bs, everything packed into OUT (the weights beside the archive).
         self.fake_gpu(True)
         run = os.path.join(ROOT, "runs", "gpu_verify_train")
         if os.path.exists(run):
@@ -329,7 +329,8 @@ class GpuVerifyTest(unittest.TestCase):
                 names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
-                         "bench_variants.json", "bench_dwfused.json", "bench_bn4.json", "bench_pdl.json",
+                         "bench_variants.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
+                         "bench_pdl.json",
                          "bench_dw0.json",
                          "session.log"):
                 self.assertIn(want, names)
@@ -345,6 +346,8 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertIn("bench --dw-fused-bwd: n128 64x128 c64->64 k3 s1 g64, fused backward runs, "
                           "fused overwrite 0.1500 ms", log)
             self.assertRegex(log, r"A/B: ### bench_dwfused.json against bench_variants.json")
+            self.assertRegex(log, r"bench --dw-fused-bwd-bn: rc 0")
+            self.assertRegex(log, r"A/B: ### bench_dwfusedbn.json against bench_variants.json")
             self.assertRegex(log, r"bench --bn-row-batch 4: rc 0")
             self.assertRegex(log, r"bench --pdl: rc 0")
             self.assertRegex(log, r"bench --no-dw-variants: rc 0")
