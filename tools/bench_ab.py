@@ -10,13 +10,17 @@ differ between the runs (their `extra`: bn_row_batch, pdl, dw_variants, fusion_u
 fuse_expand_dw, ...) name what the A/B measures; the captured micro-step's kernel nodes and
 programmatic edges are shown where they differ. Warnings: another GPU or driver, another commit,
 mean SM clocks more than 2% apart (a throttled run is not an A/B), a batch size in one record only,
-a run that did not finish (its error). Reads .json or .json.gz (schema slidefuse.bench/1).
+a run that did not finish (its error). A record of `bench step --dw-fused-bwd` (its `extra.dw_fused`
+lines) also gets a table per depthwise shape: the fused backward's plan-time ms against the separate
+dgrad (the chosen variant, in the same mode) + wgrad (the chosen variant) of the same line.
+Reads .json or .json.gz (schema slidefuse.bench/1).
 Exit status 0, or 2 for a file that is not a bench record.
 """
 import argparse
 import gzip
 import json
 import os
+import re
 import sys
 
 SCHEMA = "slidefuse.bench/1"
@@ -52,6 +56,34 @@ def clock(run):
 def micro_nodes(run):
     g = ((run.get("extra") or {}).get("graph_nodes") or {}).get("micro_step") or {}
     return {k: g[k] for k in ("kernels", "edges", "programmatic_edges") if k in g}
+
+
+def _chosen_ms(line, key):
+    """ms of the chosen variant of `key` ('dgrad', 'dgrad overwrite', 'wgrad') in a variants line, or None."""
+    m = re.search(r"(?:^|, )%s (\d+) \([^)]*\) of \[([^\]]*)\] ms" % re.escape(key), line)
+    if not m:
+        return None
+    times = m.group(2).split()
+    i = int(m.group(1))
+    return float(times[i]) if i < len(times) and times[i] != "-" else None
+
+
+def fused_rows(run):
+    """Per shape and dgrad mode of a --dw-fused-bwd run: fused ms against dgrad + wgrad ms (plan-time timing)."""
+    rows = []
+    for line in (run.get("extra") or {}).get("dw_fused") or []:
+        shape = line.split(":", 1)[0]
+        wgrad = _chosen_ms(line, "wgrad")
+        for mode, dkey, fkey in (("accumulate", "dgrad", r"runs, fused ([0-9.]+) ms"),
+                                 ("overwrite", "dgrad overwrite", r", fused overwrite ([0-9.]+) ms")):
+            f = re.search(fkey, line)
+            d = _chosen_ms(line, dkey)
+            if not f or d is None or wgrad is None:
+                continue
+            fused = float(f.group(1))
+            rows.append({"shape": shape, "mode": mode, "separate_ms": d + wgrad, "dgrad_ms": d, "wgrad_ms": wgrad,
+                         "fused_ms": fused, "saved_ms": d + wgrad - fused})
+    return rows
 
 
 def verdict(a, b):
@@ -103,6 +135,8 @@ def compare(base, base_name, other, other_name):
             "verdict": verdict(a, b),
             "nodes": None if na == nb else {"base": na, "other": nb},
         })
+        if fused_rows(b):
+            out.setdefault("fused", {})[str(batch)] = fused_rows(b)
     return out
 
 
@@ -124,6 +158,17 @@ def markdown(results):
                 lines.append("batch %d micro-step graph: %s -> %s" % (
                     x["batch"], json.dumps(x["nodes"]["base"], sort_keys=True),
                     json.dumps(x["nodes"]["other"], sort_keys=True)))
+        for batch, rows in sorted((r.get("fused") or {}).items(), key=lambda kv: int(kv[0])):
+            lines.append("")
+            lines.append("batch %s, the fused depthwise backward per shape (%s's plan-time timing, ms per call):" %
+                         (batch, r["other"]))
+            lines.append("")
+            lines.append("| shape | mode | dgrad + wgrad | fused | saved |")
+            lines.append("|---|---|---:|---:|---:|")
+            for x in rows:
+                lines.append("| %s | %s | %.4f + %.4f = %.4f | %.4f | %+.4f |" % (
+                    x["shape"], x["mode"], x["dgrad_ms"], x["wgrad_ms"], x["separate_ms"], x["fused_ms"],
+                    x["saved_ms"]))
         for w in r["warnings"]:
             lines.append("")
             lines.append("warning: " + w)

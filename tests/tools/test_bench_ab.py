@@ -50,6 +50,34 @@ class TestBenchAb(unittest.TestCase):
         self.assertEqual([x["verdict"] for x in r["rows"]], ["slower"])
         self.assertEqual(r["warnings"], ["batch 64 timed in base only"])
 
+    def test_fused_backward_table_per_shape(self):
+        # `bench step --dw-fused-bwd` records the variants line of each fused shape (GpuOps::describe()).
+        lines = [
+            "n128 64x128 c64->64 k3 s1 g64: dwconv variants: fwd 7 (4ch 2x4 s8x32) of [0.2398 0.1075] ms, "
+            "dgrad overwrite 1 (8ch 1x4) of [0.1500 0.1200] ms, wgrad 0 (8ch 1x4 w1) of [0.2804 0.3000] ms, "
+            "fused backward runs, fused overwrite 0.1800 ms",
+            "n128 32x64 c128->128 k3 s1 g128: dwconv variants: fwd 0 (8ch 2x4) of [0.0609] ms, "
+            "dgrad 0 (8ch 2x4) of [0.0989] ms, dgrad overwrite 0 (8ch 2x4) of [0.0900] ms, "
+            "wgrad 1 (4ch 1x4 w2) of [- 0.1471] ms, fused backward runs, fused 0.1000 ms, fused overwrite 0.0950 ms",
+            "n128 8x16 c512->512 k3 s1 g512: dwconv variants: fwd 0 (8ch 2x4) ms, dgrad overwrite 0 (8ch 2x4) ms, "
+            "wgrad 0 (8ch 1x4 w1) ms, fused backward runs",  # deterministic: nothing timed, no row
+        ]
+        base = record([run(128, 60.1)])
+        other = record([run(128, 57.0, dw_fused_bwd=True, dw_fused=lines)])
+        r = bench_ab.compare(base, "base", other, "fused")
+        self.assertEqual(r["switches"], {"dw_fused_bwd": [None, True]})  # dw_fused is an outcome, not a switch
+        rows = r["fused"]["128"]
+        self.assertEqual([(x["shape"].split()[1], x["mode"]) for x in rows],
+                         [("64x128", "overwrite"), ("32x64", "accumulate"), ("32x64", "overwrite")])
+        self.assertAlmostEqual(rows[0]["separate_ms"], 0.1200 + 0.2804)
+        self.assertAlmostEqual(rows[0]["saved_ms"], 0.1200 + 0.2804 - 0.18)
+        self.assertAlmostEqual(rows[1]["separate_ms"], 0.0989 + 0.1471)
+        self.assertAlmostEqual(rows[2]["fused_ms"], 0.0950)
+        md = bench_ab.markdown([r])
+        self.assertIn("the fused depthwise backward per shape", md)
+        self.assertIn("| n128 64x128 c64->64 k3 s1 g64 | overwrite | 0.1200 + 0.2804 = 0.4004 | 0.1800 | +0.2204 |", md)
+        self.assertNotIn("fused", bench_ab.compare(base, "a", base, "b"))
+
     def test_graph_counts_shown_where_they_differ(self):
         base = record([run(128, 60.1)])
         other = copy.deepcopy(base)
