@@ -121,14 +121,17 @@ DwConvPlan dwconv3x3_plan(const ConvShape& s, int fwd_variant, int dgrad_variant
 
 bool dwconv3x3_fused_supported(const ConvShape& s) { return unsupported_reason(s).empty() && s.stride == 1; }
 
-DwFusedPlan dwconv3x3_fused_plan(const ConvShape& s) {
+DwFusedPlan dwconv3x3_fused_plan(const ConvShape& s, int max_blocks) {
     const std::string why = unsupported_reason(s);
     SF_CHECK(why.empty(), "dwconv3x3: unsupported shape: %s", why.c_str());
     SF_CHECK(s.stride == 1, "dwconv3x3: the fused backward runs stride 1 only (stride=%d)", s.stride);
-    return dwconv3x3_fused_geometry(s.n, s.h, s.w, s.cin);
+    SF_CHECK(max_blocks >= 1, "dwconv3x3: the fused backward's max_blocks must be positive, got %d", max_blocks);
+    return dwconv3x3_fused_geometry(s.n, s.h, s.w, s.cin, max_blocks);
 }
 
-size_t dwconv3x3_fused_workspace_floats(const ConvShape& s) { return dwconv3x3_fused_plan(s).workspace_floats; }
+size_t dwconv3x3_fused_workspace_floats(const ConvShape& s, int max_blocks) {
+    return dwconv3x3_fused_plan(s, max_blocks).workspace_floats;
+}
 
 const char* dwconv3x3_variant_name(int v) {
     static const char* const names[] = {"8ch 2x4",       "8ch 1x4",       "4ch 2x4",
@@ -208,10 +211,10 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
 
 void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
                                    const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
-                                   bool accumulate, const DwBnBackward* bnb) {
+                                   bool accumulate, const DwBnBackward* bnb, int max_blocks) {
     const char* op = "dwconv3x3_backward_fused_cuda";
     rt::check_cuda_exec(op, ex);
-    const DwFusedPlan fp = dwconv3x3_fused_plan(s);
+    const DwFusedPlan fp = dwconv3x3_fused_plan(s, max_blocks);
     check_bf16(op, "x", x);
     check_bf16(op, "dy", dy);
     check_bf16(op, "w", w);

@@ -330,7 +330,9 @@ struct DwFusedPlan {
 };
 
 // The fused plan of a supported stride-1 shape, unchecked (dwconv3x3_fused_plan checks): pure.
-constexpr DwFusedPlan dwconv3x3_fused_geometry(int n, int h, int w, int c) {
+// max_blocks: the grid's bound (kDwFusedMaxBlocks in the network; the tests pass small values so that
+// small shapes run several spatial blocks per chunk, as the model's do).
+constexpr DwFusedPlan dwconv3x3_fused_geometry(int n, int h, int w, int c, int max_blocks = kDwFusedMaxBlocks) {
     DwFusedPlan f;
     f.n = n;
     f.h = h;
@@ -352,7 +354,7 @@ constexpr DwFusedPlan dwconv3x3_fused_geometry(int n, int h, int w, int c) {
     g.src_h = kDwFusedBlockH + 2;
     g.src_w = kDwFusedBlockW + 2;
     f.spatial = static_cast<long long>(n) * g.blocks_h * g.blocks_w;
-    const long long per_cblock = std::max(1, kDwFusedMaxBlocks / g.cblocks);
+    const long long per_cblock = std::max(1, max_blocks / g.cblocks);
     f.chunks = static_cast<int>(std::min(f.spatial, per_cblock));
     f.grid = static_cast<long long>(g.cblocks) * f.chunks;
     g.grid = f.grid;
@@ -422,9 +424,9 @@ size_t dwconv3x3_workspace_floats(const ConvShape& s);
 // Whether the fused backward can run s: s supported and stride 1. Never throws.
 bool dwconv3x3_fused_supported(const ConvShape& s);
 // Its plan; throws rt::Error naming what is unsupported (the shape's reason, or the stride).
-DwFusedPlan dwconv3x3_fused_plan(const ConvShape& s);
+DwFusedPlan dwconv3x3_fused_plan(const ConvShape& s, int max_blocks = kDwFusedMaxBlocks);
 // fp32 workspace the fused backward needs: chunks * C * 9 floats (scratch, no initialisation needed).
-size_t dwconv3x3_fused_workspace_floats(const ConvShape& s);
+size_t dwconv3x3_fused_workspace_floats(const ConvShape& s, int max_blocks = kDwFusedMaxBlocks);
 
 // x (N,H,W,C), w (C*9), y (N,P,Q,C), all bf16. y overwritten. pro: null, or the producer's BN +
 // activation applied to x on load (DwPrologue; in the variants of dw_variant_prologue, all bitwise
@@ -454,8 +456,10 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
 // floats. Checks as the two separate launchers (dx apart from x, dy, w, dw and the workspace).
 // bnb: null, or the consumer BatchNorm's backward formed on load (DwBnBackward): dy is then the BN
 // output's gradient, and dx and dw are bitwise those of bn_act_backward followed by this call on its dx.
+// max_blocks: the plan's grid bound (dwconv3x3_fused_geometry; positive), with the workspace to match.
 void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
                                    const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
-                                   bool accumulate, const DwBnBackward* bnb = nullptr);
+                                   bool accumulate, const DwBnBackward* bnb = nullptr,
+                                   int max_blocks = kDwFusedMaxBlocks);
 
 }  // namespace kern

@@ -1,7 +1,7 @@
 // Launch arithmetic of the fused stride-1 depthwise backward (kernels/dwconv_cuda.h, DwFusedPlan), on
 // the CPU: the plan for the model's stride-1 shapes (batch 128, 256x512 input) worked out by hand,
-// invariants over many shapes (spatial blocks cover dx, chunks partition them with none empty, the grid
-// within kDwFusedMaxBlocks, the lanes a power of two, the staged blocks within the kernel's shared
+// invariants over many shapes and grid bounds (spatial blocks cover dx, chunks partition them with none
+// empty, the grid within the bound, the lanes a power of two, the staged blocks within the kernel's shared
 // memory), stride 2 and unsupported shapes refused with the reason, and the launcher's documented
 // errors (raised before anything is launched, so no GPU is needed). Its results: the gpu test
 // tests/gpu/kernels_dwconv_fused_test.cpp.
@@ -66,33 +66,35 @@ TEST(KernelsDwconvFusedLaunch, PlanInvariants) {
     for (int n : {1, 2, 3, 128})
         for (int h : {1, 2, 7, 8, 9, 17, 64})
             for (int w : {1, 3, 15, 16, 17, 33, 128})
-                for (int c : {8, 16, 24, 32, 40, 64, 96, 128, 512, 1024}) {
-                    SCOPED_TRACE(::testing::Message() << n << " " << h << "x" << w << "x" << c);
-                    const kern::DwFusedPlan f = kern::dwconv3x3_fused_plan(dw_shape(n, h, w, c, 1));
-                    const kern::DwTileGrid& g = f.stage;
-                    // Spatial blocks cover dx, none empty.
-                    ASSERT_GE(static_cast<long long>(g.blocks_h) * g.block_h, h);
-                    ASSERT_LT(static_cast<long long>(g.blocks_h - 1) * g.block_h, h);
-                    ASSERT_GE(static_cast<long long>(g.blocks_w) * g.block_w, w);
-                    ASSERT_LT(static_cast<long long>(g.blocks_w - 1) * g.block_w, w);
-                    ASSERT_EQ(f.spatial, static_cast<long long>(n) * g.blocks_h * g.blocks_w);
-                    // Channel blocks partition C; the staged block within the kernel's shared memory.
-                    ASSERT_EQ(g.cb * g.cblocks, c);
-                    ASSERT_LE(g.src_h * g.src_w * g.pitch, kern::kDwFusedStageElems);
-                    // Chunks: 1..spatial, each non-empty (an even split of spatial into chunks ranges).
-                    ASSERT_GE(f.chunks, 1);
-                    ASSERT_LE(f.chunks, f.spatial);
-                    for (long long k = 0; k < f.chunks; ++k)
-                        ASSERT_LT(f.spatial * k / f.chunks, f.spatial * (k + 1) / f.chunks) << "chunk " << k;
-                    ASSERT_EQ(f.grid, static_cast<long long>(g.cblocks) * f.chunks);
-                    ASSERT_LE(f.grid, std::max(kern::kDwFusedMaxBlocks, g.cblocks));
-                    // A thread keeps one channel group: groups divides the block; lanes a power of two.
-                    ASSERT_EQ(f.groups * kern::kDwFusedVec, g.cb);
-                    ASSERT_EQ(kern::kDwThreads % f.groups, 0);
-                    ASSERT_EQ(f.lanes * f.groups, kern::kDwThreads);
-                    ASSERT_EQ(f.lanes & (f.lanes - 1), 0);
-                    ASSERT_EQ(f.workspace_floats, static_cast<size_t>(f.chunks) * c * 9);
-                }
+                for (int c : {8, 16, 24, 32, 40, 64, 96, 128, 512, 1024})
+                    for (int mb : {1, 3, kern::kDwFusedMaxBlocks}) {
+                        SCOPED_TRACE(::testing::Message()
+                                     << n << " " << h << "x" << w << "x" << c << " max_blocks " << mb);
+                        const kern::DwFusedPlan f = kern::dwconv3x3_fused_plan(dw_shape(n, h, w, c, 1), mb);
+                        const kern::DwTileGrid& g = f.stage;
+                        // Spatial blocks cover dx, none empty.
+                        ASSERT_GE(static_cast<long long>(g.blocks_h) * g.block_h, h);
+                        ASSERT_LT(static_cast<long long>(g.blocks_h - 1) * g.block_h, h);
+                        ASSERT_GE(static_cast<long long>(g.blocks_w) * g.block_w, w);
+                        ASSERT_LT(static_cast<long long>(g.blocks_w - 1) * g.block_w, w);
+                        ASSERT_EQ(f.spatial, static_cast<long long>(n) * g.blocks_h * g.blocks_w);
+                        // Channel blocks partition C; the staged block within the kernel's shared memory.
+                        ASSERT_EQ(g.cb * g.cblocks, c);
+                        ASSERT_LE(g.src_h * g.src_w * g.pitch, kern::kDwFusedStageElems);
+                        // Chunks: 1..spatial, each non-empty (an even split of spatial into chunks ranges).
+                        ASSERT_GE(f.chunks, 1);
+                        ASSERT_LE(f.chunks, f.spatial);
+                        for (long long k = 0; k < f.chunks; ++k)
+                            ASSERT_LT(f.spatial * k / f.chunks, f.spatial * (k + 1) / f.chunks) << "chunk " << k;
+                        ASSERT_EQ(f.grid, static_cast<long long>(g.cblocks) * f.chunks);
+                        ASSERT_LE(f.grid, std::max(mb, g.cblocks));
+                        // A thread keeps one channel group: groups divides the block; lanes a power of two.
+                        ASSERT_EQ(f.groups * kern::kDwFusedVec, g.cb);
+                        ASSERT_EQ(kern::kDwThreads % f.groups, 0);
+                        ASSERT_EQ(f.lanes * f.groups, kern::kDwThreads);
+                        ASSERT_EQ(f.lanes & (f.lanes - 1), 0);
+                        ASSERT_EQ(f.workspace_floats, static_cast<size_t>(f.chunks) * c * 9);
+                    }
 }
 
 TEST(KernelsDwconvFusedLaunch, UnsupportedShapesRejected) {
@@ -108,6 +110,7 @@ TEST(KernelsDwconvFusedLaunch, UnsupportedShapesRejected) {
     kern::ConvShape c12 = dw_shape(2, 16, 16, 12, 1);
     EXPECT_FALSE(kern::dwconv3x3_fused_supported(c12));
     SF_EXPECT_ERROR(kern::dwconv3x3_fused_plan(c12), "C=12");
+    SF_EXPECT_ERROR(kern::dwconv3x3_fused_plan(dw_shape(2, 16, 16, 32, 1), 0), "max_blocks must be positive, got 0");
 }
 
 TEST(KernelsDwconvFusedLaunch, LauncherRejectsBadArguments) {

@@ -9,8 +9,10 @@
 //   - with the BN prologue (kern::DwBnBackward: the consumer BN + activation's dx formed on load, after
 //     kern::bn_act_backward_stats), dx, dw, dgamma and dbeta bitwise those of kern::bn_act_backward
 //     followed by the fused kernel on its dx, for every activation and both dgrad modes.
-// Shapes: partial spatial blocks in both directions (8 x 16 blocks), one-pixel images, several spatial
-// blocks per chunk and one per chunk, 8-, 32- and 64-channel blocks and several channel blocks.
+// Shapes: partial spatial blocks in both directions (8 x 16 blocks), one-pixel images, 8-, 32- and
+// 64-channel blocks and several channel blocks; each with the network's grid bound (one spatial block
+// per chunk at these sizes) and with a bound of 2-5 blocks, so that a block walks several spatial blocks
+// (uneven chunks), as it does at the model's shapes.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -82,9 +84,13 @@ struct Outputs {
 
 // The backward on the GPU: fused, or the separate dgrad (variant 0) and wgrad (variant 0). dx starts
 // as dx0 (accumulate) or as NaNs (overwrite: never read), dw as dw0; each is followed by kGuard sentinels.
-Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inputs& in, bool fused, bool accumulate) {
+// max_blocks: the fused plan's grid bound (small values: several spatial blocks per chunk, as at the
+// model's shapes).
+Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inputs& in, bool fused, bool accumulate,
+                int max_blocks = kern::kDwFusedMaxBlocks) {
     const size_t nx = s.in().numel(), nw = s.weight_numel();
-    const size_t wsn = fused ? kern::dwconv3x3_fused_workspace_floats(s) : kern::dwconv3x3_workspace_floats(s);
+    const size_t wsn =
+        fused ? kern::dwconv3x3_fused_workspace_floats(s, max_blocks) : kern::dwconv3x3_workspace_floats(s);
     rt::Arena arena("dwconv_fused_test", rt::MemKind::Device);
     const size_t o_x = arena.reserve(nx * 2, 256, "x"), o_w = arena.reserve(nw * 2, 256, "w");
     const size_t o_dy = arena.reserve(nx * 2, 256, "dy"), o_dx = arena.reserve((nx + kGuard) * 2, 256, "dx");
@@ -109,7 +115,7 @@ Outputs run_gpu(const rt::CudaContext& ctx, const kern::ConvShape& s, const Inpu
     SF_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may still be in flight; ctx's stream is separate
     const rt::Exec& ex = ctx.exec();
     if (fused) {
-        kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws, wsn, accumulate);
+        kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws, wsn, accumulate, nullptr, max_blocks);
     } else {
         kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate, 0);
         kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, ws, wsn, nullptr, 0);
@@ -158,15 +164,19 @@ TEST(KernelsDwconvFusedGpu, MatchesSeparatePasses) {
         const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
         const Inputs in = make_inputs(s, seed += 10, false);
         const std::vector<double> ref = dw_fp64(s, in);
-        for (bool accumulate : {true, false}) {
-            const std::string what = name_of(k) + (accumulate ? "" : " overwrite");
-            const Outputs sep = run_gpu(ctx, s, in, false, accumulate), got = run_gpu(ctx, s, in, true, accumulate);
-            EXPECT_TRUE(got.guards_intact && sep.guards_intact) << what << ": wrote past dx or dw";
-            EXPECT_TRUE(bitwise_equal(got.dx, sep.dx)) << what << " dx";
-            using sftest::close_rel_l2, sftest::to_double;
-            EXPECT_TRUE(close_rel_l2(to_double(got.dw), ref, 1e-5, what + " dw vs fp64"));
-            EXPECT_TRUE(close_rel_l2(to_double(got.dw), to_double(sep.dw), 1e-5, what + " dw vs the two-pass wgrad"));
-        }
+        for (bool accumulate : {true, false})
+            for (int mb : {kern::kDwFusedMaxBlocks, 3}) {
+                const std::string what =
+                    name_of(k) + (accumulate ? "" : " overwrite") + " max_blocks " + std::to_string(mb);
+                const Outputs sep = run_gpu(ctx, s, in, false, accumulate);
+                const Outputs got = run_gpu(ctx, s, in, true, accumulate, mb);
+                EXPECT_TRUE(got.guards_intact && sep.guards_intact) << what << ": wrote past dx or dw";
+                EXPECT_TRUE(bitwise_equal(got.dx, sep.dx)) << what << " dx";
+                using sftest::close_rel_l2, sftest::to_double;
+                EXPECT_TRUE(close_rel_l2(to_double(got.dw), ref, 1e-5, what + " dw vs fp64"));
+                EXPECT_TRUE(
+                    close_rel_l2(to_double(got.dw), to_double(sep.dw), 1e-5, what + " dw vs the two-pass wgrad"));
+            }
     }
 }
 
@@ -178,7 +188,7 @@ TEST(KernelsDwconvFusedGpu, ExactOnSmallIntegers) {
         const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
         const Inputs in = make_inputs(s, seed += 10, true);
         const std::string what = name_of(k) + " (integers)";
-        const Outputs sep = run_gpu(ctx, s, in, false, true), got = run_gpu(ctx, s, in, true, true);
+        const Outputs sep = run_gpu(ctx, s, in, false, true), got = run_gpu(ctx, s, in, true, true, 2);
         using sftest::close_elementwise, sftest::to_double;
         EXPECT_TRUE(got.guards_intact) << what;
         EXPECT_TRUE(bitwise_equal(got.dx, sep.dx)) << what << " dx";
@@ -192,7 +202,7 @@ TEST(KernelsDwconvFusedGpu, Deterministic) {
     for (const Case& k : {Case{8, 32, 64, 64}, Case{16, 8, 16, 512}, Case{3, 19, 70, 32}}) {
         const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
         const Inputs in = make_inputs(s, 6000 + k.c, false);
-        const Outputs a = run_gpu(ctx, s, in, true, true), b = run_gpu(ctx, s, in, true, true);
+        const Outputs a = run_gpu(ctx, s, in, true, true, 5), b = run_gpu(ctx, s, in, true, true, 5);
         EXPECT_TRUE(a.guards_intact && b.guards_intact) << name_of(k);
         EXPECT_TRUE(bitwise_equal(a.dx, b.dx)) << name_of(k) << " dx";
         EXPECT_TRUE(bitwise_equal(a.dw, b.dw)) << name_of(k) << " dw";
@@ -221,7 +231,8 @@ TEST(KernelsDwconvFusedGpu, BnPrologueBitwiseEqualToBnBackwardThenFused) {
                     vec.insert(vec.end(), v.begin(), v.end());
                 }
                 const size_t bn_ws = kern::bn_act_workspace_floats(rows, k.c);
-                const size_t fws = kern::dwconv3x3_fused_workspace_floats(s);
+                const int mb = act == kern::Act::Silu ? 3 : kern::kDwFusedMaxBlocks;  // several blocks per chunk too
+                const size_t fws = kern::dwconv3x3_fused_workspace_floats(s, mb);
                 Dev x(nx * 2), w(nw * 2), dy(nx * 2), xb(nx * 2), v(4 * c * 4), dc(nx * 2);
                 Dev dxa(nx * 2), dxb(nx * 2), dwa(nw * 4), dwb(nw * 4), ga(2 * c * 4), gb(2 * c * 4);
                 Dev wsa(bn_ws * 4), wsb(bn_ws * 4), pa(fws * 4), pb(fws * 4);
@@ -245,7 +256,7 @@ TEST(KernelsDwconvFusedGpu, BnPrologueBitwiseEqualToBnBackwardThenFused) {
                 kern::bn_act_backward(ex, act, rows, k.c, xb.h(), dy.h(), gamma, beta, mean, invstd, dc.h(), ga.f(),
                                       ga.f() + c, wsa.f(), bn_ws);
                 kern::dwconv3x3_backward_fused_cuda(ex, s, x.h(), dc.h(), w.h(), dxa.h(), dwa.f(), pa.f(), fws,
-                                                    accumulate);
+                                                    accumulate, nullptr, mb);
                 // The statistics pass, then the fused kernel forming the BN's dx on load.
                 kern::bn_act_backward_stats(ex, act, rows, k.c, xb.h(), dy.h(), gamma, beta, mean, invstd, gb.f(),
                                             gb.f() + c, wsb.f(), bn_ws);
@@ -258,7 +269,7 @@ TEST(KernelsDwconvFusedGpu, BnPrologueBitwiseEqualToBnBackwardThenFused) {
                 b.invstd = invstd;
                 b.coef = wsb.f() + kern::bn_act_backward_coef_offset(rows, k.c);
                 kern::dwconv3x3_backward_fused_cuda(ex, s, x.h(), dy.h(), w.h(), dxb.h(), dwb.f(), pb.f(), fws,
-                                                    accumulate, &b);
+                                                    accumulate, &b, mb);
                 ctx.synchronize();
                 EXPECT_TRUE(bitwise_equal(download_bf16(dxa.h(), nx), download_bf16(dxb.h(), nx))) << what << " dx";
                 EXPECT_TRUE(bitwise_equal(download(dwa.f(), nw), download(dwb.f(), nw))) << what << " dw";
