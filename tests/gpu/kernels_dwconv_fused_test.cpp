@@ -180,6 +180,28 @@ TEST(KernelsDwconvFusedGpu, MatchesSeparatePasses) {
     }
 }
 
+// The four stride-1 depthwise shapes of the model at the network's grid bound, with batches that give
+// every block two spatial blocks (1/4 n 32, 1/8 n 64, 1/16 n 128, 1/32 n 256: 16.8M elements per
+// tensor each): the partition the step runs (1024 blocks at 1/4), at full occupancy on a GPU (about a
+// minute under the CPU emulation).
+TEST(KernelsDwconvFusedGpu, ModelShapesMatchSeparatePasses) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    uint64_t seed = 5400;
+    const Case model_shapes[] = {{32, 64, 128, 64}, {64, 32, 64, 128}, {128, 16, 32, 256}, {256, 8, 16, 512}};
+    for (const Case& k : model_shapes) {
+        const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
+        const kern::DwFusedPlan fp = kern::dwconv3x3_fused_plan(s);
+        EXPECT_EQ(fp.spatial, 2LL * fp.chunks) << name_of(k);  // two spatial blocks per block
+        const Inputs in = make_inputs(s, seed += 10, false);
+        const Outputs sep = run_gpu(ctx, s, in, false, false), got = run_gpu(ctx, s, in, true, false);
+        EXPECT_TRUE(got.guards_intact) << name_of(k);
+        EXPECT_TRUE(bitwise_equal(got.dx, sep.dx)) << name_of(k) << " dx";
+        EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(got.dw), sftest::to_double(sep.dw), 1e-5,
+                                         name_of(k) + " dw vs the two-pass wgrad"));
+    }
+}
+
 TEST(KernelsDwconvFusedGpu, ExactOnSmallIntegers) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;
