@@ -321,11 +321,23 @@ void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const 
     apply<true>(ex, act, pl, x, gamma, beta, running_mean, running_var, eps, residual, y);
 }
 
-void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy, const float* gamma,
-                     const float* beta, const float* save_mean, const float* save_invstd, bf16* dx, float* dgamma,
-                     float* dbeta, float* workspace, size_t workspace_floats, int row_batch) {
-    const char* op = "bn_act_backward";
-    const BnActPlan pl = check_common(op, ex, rows, c, true, row_batch, x, dx);
+namespace {
+
+// bn_act_backward (dx non-null) and bn_act_backward_stats (dx null: no dx pass): one set of checks,
+// then the launches.
+void backward_checked(const char* op, const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
+                      const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
+                      bf16* dx, float* dgamma, float* dbeta, float* workspace, size_t workspace_floats,
+                      int row_batch) {
+    BnActPlan pl;
+    if (dx) {
+        pl = check_common(op, ex, rows, c, true, row_batch, x, dx);
+    } else {
+        rt::check_cuda_exec(op, ex);
+        pl = bn_act_plan(rows, c, true, row_batch);
+        SF_CHECK(rt::aligned(x, 16), "%s: x must be non-null and 16-byte aligned (got %p)", op,
+                 static_cast<const void*>(x));
+    }
     SF_CHECK(rt::aligned(dy, 16), "%s: dy must be non-null and 16-byte aligned (got %p)", op,
              static_cast<const void*>(dy));
     SF_CHECK(static_cast<const void*>(dy) != static_cast<const void*>(dx), "%s: dx must not alias dy", op);
@@ -338,18 +350,25 @@ void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16
     check_workspace(op, pl, workspace, workspace_floats);
     switch (act) {
         case Act::None:
-            launch_backward<Act::None>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                                       workspace);
-            break;
+            return launch_backward<Act::None>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
+                                              workspace);
         case Act::Silu:
-            launch_backward<Act::Silu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                                       workspace);
-            break;
+            return launch_backward<Act::Silu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
+                                              workspace);
         case Act::Relu:
-            launch_backward<Act::Relu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                                       workspace);
-            break;
+            return launch_backward<Act::Relu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
+                                              workspace);
     }
+    SF_FAIL("%s: activation %d is not one of none, silu, relu", op, static_cast<int>(act));
+}
+
+}  // namespace
+
+void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy, const float* gamma,
+                     const float* beta, const float* save_mean, const float* save_invstd, bf16* dx, float* dgamma,
+                     float* dbeta, float* workspace, size_t workspace_floats, int row_batch) {
+    backward_checked("bn_act_backward", ex, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
+                     workspace, workspace_floats, row_batch);
 }
 
 size_t bn_act_backward_coef_offset(size_t rows, int c) {
@@ -360,31 +379,8 @@ size_t bn_act_backward_coef_offset(size_t rows, int c) {
 void bn_act_backward_stats(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
                            const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
                            float* dgamma, float* dbeta, float* workspace, size_t workspace_floats, int row_batch) {
-    const char* op = "bn_act_backward_stats";
-    rt::check_cuda_exec(op, ex);
-    const BnActPlan pl = bn_act_plan(rows, c, true, row_batch);
-    SF_CHECK(rt::aligned(x, 16) && rt::aligned(dy, 16),
-             "%s: bf16 tensors must be non-null and 16-byte aligned (x=%p dy=%p)", op, static_cast<const void*>(x),
-             static_cast<const void*>(dy));
-    check_vec(op, "gamma", gamma);
-    check_vec(op, "beta", beta);
-    check_vec(op, "save_mean", save_mean);
-    check_vec(op, "save_invstd", save_invstd);
-    check_vec(op, "dgamma", dgamma);
-    check_vec(op, "dbeta", dbeta);
-    check_workspace(op, pl, workspace, workspace_floats);
-    switch (act) {
-        case Act::None:
-            return launch_backward<Act::None>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, nullptr, dgamma,
-                                              dbeta, workspace);
-        case Act::Silu:
-            return launch_backward<Act::Silu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, nullptr, dgamma,
-                                              dbeta, workspace);
-        case Act::Relu:
-            return launch_backward<Act::Relu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, nullptr, dgamma,
-                                              dbeta, workspace);
-    }
-    SF_FAIL("%s: activation %d is not one of none, silu, relu", op, static_cast<int>(act));
+    backward_checked("bn_act_backward_stats", ex, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, nullptr,
+                     dgamma, dbeta, workspace, workspace_floats, row_batch);
 }
 
 }  // namespace kern

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -12,6 +11,7 @@
 #include "kernels/bn_act_cuda.h"
 #include "kernels/dwconv_cuda.h"
 #include "kernels/stemconv_cuda.h"
+#include "model/gpu_ops_entry.h"
 #include "runtime/cuda_check.h"
 #include "runtime/device_info.h"
 #include "runtime/error.h"
@@ -46,29 +46,6 @@ ConvImpl pick_conv_impl(const std::vector<ConvImpl>& candidates, const std::vect
     return candidates[static_cast<size_t>(best)];
 }
 
-struct GpuOps::Entry {
-    kern::ConvShape shape;
-    ConvUse use;  // the dgrad modes prepared
-    bool dgrad = false;
-    ConvImpl impl = ConvImpl::Cudnn;
-    double ms[2] = {-1, -1};  // fwd+dgrad+wgrad per candidate (cudnn, custom), -1 = not measured
-    // CustomDepthwise: the variants run (gather: kern::kDwVariants, wgrad: kern::kDwWgradVariants) and,
-    // when autotuned, each valid variant's time (ms; -1 = not valid for the pass or not timed). The
-    // dgrad has a choice per mode the step runs (use.needs_accumulate / needs_overwrite): dgrad_* for
-    // accumulate (dx read, added to, written), dgrad_ow_* for overwrite (dx only written); empty times
-    // for a mode the step does not run.
-    int fwd_variant = 0, dgrad_variant = 0, dgrad_ow_variant = 0, wgrad_variant = 0;
-    std::vector<double> fwd_variant_ms, dgrad_variant_ms, dgrad_ow_variant_ms, wgrad_variant_ms;
-    // use.bn_prologue: the forward with the BN prologue (always the custom kernel), its variant and,
-    // when autotuned, each prologue-capable variant's time (kern::dw_variant_prologue; -1 otherwise).
-    int pro_fwd_variant = 0;
-    std::vector<double> pro_fwd_variant_ms;
-    // kern::ConvPolicy::dw_fused_bwd on a stride-1 depthwise shape with a dgrad: the backward runs fused
-    // (when the custom kernels run the shape), and, when autotuned, its time per dgrad mode (ms; -1 =
-    // the step does not run that mode, or not timed).
-    bool fused = false;
-    double fused_ms = -1, fused_ow_ms = -1;
-};
 
 namespace {
 
@@ -324,32 +301,27 @@ double GpuOps::time_depthwise(Entry& e) const {
     }
     e.fwd_variant = fastest_variant(e.fwd_variant_ms);
     e.wgrad_variant = fastest_variant(e.wgrad_variant_ms);
-    double total = e.fwd_variant_ms[e.fwd_variant] + e.wgrad_variant_ms[e.wgrad_variant];
-    if (e.dgrad) {
-        double dgrad = 0;
-        int modes = 0;
-        if (acc_mode) {
-            e.dgrad_variant = fastest_variant(e.dgrad_variant_ms);
-            dgrad += e.dgrad_variant_ms[e.dgrad_variant], ++modes;
-        }
-        if (ow_mode) {
-            e.dgrad_ow_variant = fastest_variant(e.dgrad_ow_variant_ms);
-            dgrad += e.dgrad_ow_variant_ms[e.dgrad_ow_variant], ++modes;
-        }
-        if (e.fused) {  // the fused kernel replaces this dgrad and the wgrad
-            total -= e.wgrad_variant_ms[e.wgrad_variant];
-            dgrad = 0;
-            auto time_fused = [&](bool acc) {
-                return time_runs(
-                    [&] { kern::dwconv3x3_backward_fused_cuda(ex_, s, b.x, b.y, b.w, b.dx, b.dw, b.ws, wsf, acc); },
-                    iters);
-            };
-            if (acc_mode) dgrad += (e.fused_ms = time_fused(true));
-            if (ow_mode) dgrad += (e.fused_ow_ms = time_fused(false));
-        }
-        total += dgrad / modes;  // needs_accumulate() holds whenever overwrite does not: modes >= 1
+    const double fwd = e.fwd_variant_ms[e.fwd_variant], wgrad = e.wgrad_variant_ms[e.wgrad_variant];
+    if (!e.dgrad) return fwd + wgrad;
+    // Per dgrad mode the step runs (needs_accumulate() holds whenever overwrite does not: modes >= 1),
+    // the best dgrad and, with e.fused, the fused kernel that replaces it and the wgrad.
+    auto time_fused = [&](bool acc) {
+        return time_runs([&] { kern::dwconv3x3_backward_fused_cuda(ex_, s, b.x, b.y, b.w, b.dx, b.dw, b.ws, wsf, acc); },
+                         iters);
+    };
+    double dgrad = 0, fused = 0;
+    int modes = 0;
+    if (acc_mode) {
+        e.dgrad_variant = fastest_variant(e.dgrad_variant_ms);
+        dgrad += e.dgrad_variant_ms[e.dgrad_variant], ++modes;
+        if (e.fused) fused += (e.fused_ms = time_fused(true));
     }
-    return total;
+    if (ow_mode) {
+        e.dgrad_ow_variant = fastest_variant(e.dgrad_ow_variant_ms);
+        dgrad += e.dgrad_ow_variant_ms[e.dgrad_ow_variant], ++modes;
+        if (e.fused) fused += (e.fused_ow_ms = time_fused(false));
+    }
+    return fwd + (e.fused ? fused / modes : wgrad + dgrad / modes);
 }
 
 // The forward with e's BN prologue (activation e.use.prologue_act) in every variant that has one,
@@ -460,14 +432,8 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
              ws_floats, dw_fused_bn_workspace_floats(s), s.describe().c_str());
     kern::bn_act_backward_stats(ex, act, rows, s.cout, conv_out, dy, gamma, beta, save_mean, save_invstd, dgamma,
                                 dbeta, ws, bn_ws, bn_row_batch());
-    kern::DwBnBackward b;
-    b.act = act;
-    b.x = conv_out;
-    b.gamma = gamma;
-    b.beta = beta;
-    b.mean = save_mean;
-    b.invstd = save_invstd;
-    b.coef = ws + kern::bn_act_backward_coef_offset(rows, s.cout);
+    const kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd,
+                               ws + kern::bn_act_backward_coef_offset(rows, s.cout)};
     kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws + bn_ws, ws_floats - bn_ws, accumulate, &b);
 }
 
@@ -483,76 +449,6 @@ void GpuOps::conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, c
              s.describe().c_str());
     check_dgrad_mode(find(s).use, accumulate);
     kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws_, custom_ws_floats_, accumulate);
-}
-
-// "dwconv variants: fwd 2 (4ch 2x4) of [0.300 0.280 ...], dgrad 0 (8ch 2x4) of [...], dgrad overwrite 7
-// (4ch 2x4 s8x32) of [...], wgrad 1 (4ch 1x4) of [...]" (ms per variant, "-" = not valid for the pass
-// or not timed; "dgrad" is the accumulating mode, each dgrad part present when the step runs that mode).
-std::string GpuOps::depthwise_variants_line(const Entry& e) {
-    auto list = [](const std::vector<double>& ms) {
-        std::string l = "[";
-        for (size_t v = 0; v < ms.size(); ++v) {
-            char b[32];
-            if (ms[v] >= 0)
-                std::snprintf(b, sizeof(b), "%s%.4f", v ? " " : "", ms[v]);
-            else
-                std::snprintf(b, sizeof(b), "%s-", v ? " " : "");
-            l += b;
-        }
-        return l + "]";
-    };
-    std::string line = rt::format("dwconv variants: fwd %d (%s)", e.fwd_variant,
-                                  kern::dwconv3x3_variant_name(e.fwd_variant));
-    if (!e.fwd_variant_ms.empty()) line += " of " + list(e.fwd_variant_ms) + " ms";
-    if (e.dgrad && e.use.needs_accumulate()) {
-        line += rt::format(", dgrad %d (%s)", e.dgrad_variant, kern::dwconv3x3_variant_name(e.dgrad_variant));
-        if (!e.dgrad_variant_ms.empty()) line += " of " + list(e.dgrad_variant_ms) + " ms";
-    }
-    if (e.dgrad && e.use.needs_overwrite()) {
-        line += rt::format(", dgrad overwrite %d (%s)", e.dgrad_ow_variant,
-                           kern::dwconv3x3_variant_name(e.dgrad_ow_variant));
-        if (!e.dgrad_ow_variant_ms.empty()) line += " of " + list(e.dgrad_ow_variant_ms) + " ms";
-    }
-    line += rt::format(", wgrad %d (%s)", e.wgrad_variant, kern::dwconv3x3_wgrad_variant_name(e.wgrad_variant));
-    if (!e.wgrad_variant_ms.empty()) line += " of " + list(e.wgrad_variant_ms) + " ms";
-    if (e.fused) {  // the fused backward runs in place of the dgrad and wgrad above (dw_fused_bwd)
-        line += ", fused backward runs";
-        if (e.fused_ms >= 0) line += rt::format(", fused %.4f ms", e.fused_ms);
-        if (e.fused_ow_ms >= 0) line += rt::format(", fused overwrite %.4f ms", e.fused_ow_ms);
-    }
-    if (e.use.bn_prologue) {
-        line += rt::format(", fwd with BN prologue %d (%s)", e.pro_fwd_variant,
-                           kern::dwconv3x3_variant_name(e.pro_fwd_variant));
-        if (!e.pro_fwd_variant_ms.empty()) line += " of " + list(e.pro_fwd_variant_ms) + " ms";
-    }
-    return line;
-}
-
-std::vector<std::string> GpuOps::describe() const {
-    std::vector<std::string> out;
-    for (const Entry& e : entries_) {
-        char buf[256];
-        std::snprintf(buf, sizeof(buf), "%s: %s (cudnn %.3f ms, custom %.3f ms per fwd+bwd; -1 = not timed)",
-                      e.shape.describe().c_str(), conv_impl_name(e.impl), e.ms[0], e.ms[1]);
-        out.push_back(buf);
-        // The custom kernels' variants: the ones that run, or (cuDNN won) the ones that were timed.
-        if (e.impl == ConvImpl::CustomDepthwise || !e.fwd_variant_ms.empty())
-            out.push_back("  " + depthwise_variants_line(e));
-    }
-    // The variants' names once, so that the "of [...]" lists above can be read by index.
-    bool timed = false;
-    for (const Entry& e : entries_) timed = timed || !e.fwd_variant_ms.empty();
-    if (timed) {
-        std::string names = "dwconv variant names: gather [";
-        for (int v = 0; v < kern::kDwVariantCount; ++v)
-            names += rt::format("%s%d %s", v ? " | " : "", v, kern::dwconv3x3_variant_name(v));
-        names += "], wgrad [";
-        for (int v = 0; v < kern::kDwWgradVariantCount; ++v)
-            names += rt::format("%s%d %s", v ? " | " : "", v, kern::dwconv3x3_wgrad_variant_name(v));
-        out.push_back(names + "]");
-    }
-    for (const std::string& line : cudnn_->describe()) out.push_back("  cudnn plan " + line);
-    return out;
 }
 
 }  // namespace model

@@ -111,6 +111,9 @@ public:
                                  const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro) const;
 
     std::vector<std::string> describe() const;
+    // "<shape>: dwconv variants: ..., fused backward runs, ..." for each shape whose backward runs fused
+    // (the variants line of describe(), with its shape).
+    std::vector<std::string> describe_fused() const;
     // Bytes of dx the overwrite-mode backward-data zeroes per call set (one call per cuDNN shape that
     // needs the mode): 0 unless a shape had no beta = 0 engine and fell back to a beta = 1 plan.
     size_t dgrad_zeroed_bytes() const;

@@ -87,44 +87,35 @@ if [ "$(left)" -gt 60 ]; then
   timeout -k 5 "$bl" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --layers --layers-batch 128 \
     --json "$W/bench_variants.json" >"$W/bench_variants.log" 2>&1
   say "bench: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_variants.log" | sed 's/^ *//' | cut -c1-120)"
-  # The same step with the stride-1 depthwise dgrad + wgrad fused (one pass over dy and x); its
-  # "fused ... ms" per shape, in the variants lines of the log, against the separate passes' times.
-  if [ "$(left)" -gt 40 ]; then
-    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --dw-fused-bwd \
-      --json "$W/bench_dwfused.json" >"$W/bench_dwfused.log" 2>&1
-    say "bench --dw-fused-bwd: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_dwfused.log" | sed 's/^ *//' | cut -c1-120)"
+  # Step A/Bs against the per-layer run, most valuable first, each while at least 40 s are left:
+  # ab NAME FLAGS...: the same step at batch 128 with FLAGS, into $W/NAME.json and $W/NAME.log.
+  ab() {
+    local name=$1; shift
+    [ "$(left)" -gt 40 ] || return 1
+    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 "$@" \
+      --json "$W/$name.json" >"$W/$name.log" 2>&1
+    say "bench $*: rc $? -- $(grep -m1 -E 'batch +128:' "$W/$name.log" | sed 's/^ *//' | cut -c1-120)"
+  }
+  # The stride-1 depthwise dgrad + wgrad fused (one pass over dy and x): the fused kernel's time per shape
+  # (its variants lines) beside the separate passes'.
+  if ab bench_dwfused --dw-fused-bwd; then
     grep -E 'fused backward runs' "$W/bench_dwfused.log" | sed -E 's/^ *([^:]*): .*(, fused backward runs.*)$/\1\2/' |
       head -12 | while IFS= read -r l; do say "bench --dw-fused-bwd: $l"; done
   fi
   pack
-  # The same with each depthwise ConvBN's BN backward dx formed inside the fused kernel (bitwise equal).
-  if [ "$(left)" -gt 40 ]; then
-    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --dw-fused-bwd-bn \
-      --json "$W/bench_dwfusedbn.json" >"$W/bench_dwfusedbn.log" 2>&1
-    say "bench --dw-fused-bwd-bn: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_dwfusedbn.log" | sed 's/^ *//' | cut -c1-120)"
-  fi
+  # With each depthwise ConvBN's BN backward dx formed inside the fused kernel (bitwise equal).
+  ab bench_dwfusedbn --dw-fused-bwd-bn
   pack
-  # The same step with the BatchNorm row kernels four rows per loop turn (bitwise-equal results).
-  if [ "$(left)" -gt 40 ]; then
-    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --bn-row-batch 4 \
-      --json "$W/bench_bn4.json" >"$W/bench_bn4.log" 2>&1
-    say "bench --bn-row-batch 4: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_bn4.log" | sed 's/^ *//' | cut -c1-120)"
-  fi
+  # The BatchNorm row kernels four rows per loop turn (bitwise-equal results).
+  ab bench_bn4 --bn-row-batch 4
   pack
-  # The same step with programmatic dependent launch of the project's kernels (bitwise-equal results).
-  if [ "$(left)" -gt 40 ]; then
-    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --pdl \
-      --json "$W/bench_pdl.json" >"$W/bench_pdl.log" 2>&1
-    say "bench --pdl: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_pdl.log" | sed 's/^ *//' | cut -c1-120)"
+  # Programmatic dependent launch of the project's kernels (bitwise-equal results).
+  if ab bench_pdl --pdl; then
     say "bench --pdl: $(grep -m1 -E '^ *graphs:' "$W/bench_pdl.log" | sed 's/^ *//' | cut -c1-160)"
   fi
   pack
-  # The same step with the depthwise kernels in variant 0 only: the step-level A/B of the variants.
-  if [ "$(left)" -gt 40 ]; then
-    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --no-dw-variants \
-      --json "$W/bench_dw0.json" >"$W/bench_dw0.log" 2>&1
-    say "bench --no-dw-variants: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_dw0.log" | sed 's/^ *//' | cut -c1-120)"
-  fi
+  # The depthwise kernels in variant 0 only: the step-level A/B of the variants.
+  ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
   for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done

@@ -236,20 +236,6 @@ size_t device_used_bytes() {
     return rt::query_device_memory(&free_b, &total_b, &why) ? total_b - free_b : 0;
 }
 
-// From GpuOps::describe(): "<shape>: dwconv variants: ..." for each shape whose variants line says the
-// fused backward runs (the line follows its shape's line).
-std::vector<std::string> dw_fused_lines(const std::vector<std::string>& describe) {
-    std::vector<std::string> out;
-    for (size_t i = 1; i < describe.size(); ++i)
-        if (describe[i].find("fused backward runs") != std::string::npos) {
-            const std::string& head = describe[i - 1];
-            const size_t colon = head.find(':');
-            const size_t start = describe[i].find_first_not_of(' ');
-            out.push_back(head.substr(0, colon) + ": " + describe[i].substr(start == std::string::npos ? 0 : start));
-        }
-    return out;
-}
-
 BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int b, const StepBenchOptions& o) {
     BenchRun r;
     r.config = {b, o.height, o.width, o.channels, o.eager ? "eager" : "graph", o.warmup};
@@ -303,7 +289,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());
         // --dw-fused-bwd: the depthwise shapes that ran the fused backward, each with its variants line
         // (the separate passes' times and the fused kernel's, from the plan-time timing).
-        if (o.dw_fused_bwd) r.extra["dw_fused"] = dw_fused_lines(rig.net.gpu_ops()->describe());
+        if (o.dw_fused_bwd) r.extra["dw_fused"] = rig.net.gpu_ops()->describe_fused();
         if (nccl) {  // the allreduce alone, after the timed steps, on the step's stream
             const model::Planner& p = rig.net.plan();
             const AllreduceTiming a =

@@ -362,14 +362,19 @@ TEST(ModelGpuOpsGpu, FusedBackwardTimedAndRun) {
         const bool custom = head.find("custom-depthwise") != std::string::npos;
         const bool fused = s.stride == 1 && custom;
         EXPECT_EQ(ops.dw_fused_backward(s), fused) << head;
-        EXPECT_EQ(vl.find("fused backward runs") != std::string::npos, s.stride == 1) << vl;
+        EXPECT_EQ(vl.find(", fused backward ") != std::string::npos, s.stride == 1) << vl;
+        EXPECT_EQ(vl.find("fused backward runs") != std::string::npos, fused) << vl;
         if (s.stride == 1) {  // timed in both modes whichever implementation won
-            const size_t a = vl.find("runs, fused "), o = vl.find(", fused overwrite ");
+            const size_t a = vl.find(", fused ", vl.find(", fused backward ") + 1), o = vl.find(", fused overwrite ");
             ASSERT_NE(a, std::string::npos) << vl;
             ASSERT_NE(o, std::string::npos) << vl;
-            EXPECT_GT(std::atof(vl.c_str() + a + 12), 0) << vl;
+            EXPECT_GT(std::atof(vl.c_str() + a + 8), 0) << vl;
             EXPECT_GT(std::atof(vl.c_str() + o + 18), 0) << vl;
         }
+        // describe_fused(): exactly the fused shapes, with their variants line.
+        bool listed = false;
+        for (const std::string& l : ops.describe_fused()) listed = listed || l == what + ": " + vl.substr(2);
+        EXPECT_EQ(listed, fused) << vl;
         const size_t xn = s.in().numel(), wn = s.weight_numel();
         Dev x(xn * 2), w(wn * 2), dy(xn * 2), dx1(xn * 2), dx2(xn * 2), dw1(wn * 4), dw2(wn * 4);
         if (!fused) {

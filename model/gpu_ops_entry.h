@@ -1,0 +1,36 @@
+// GpuOps::Entry: what GpuOps decided for one convolution shape, and what it measured to decide.
+// Internal to model/gpu_ops.cpp (the choices) and model/gpu_ops_describe.cpp (their description).
+#pragma once
+#include <vector>
+
+#include "kernels/conv.h"
+#include "model/gpu_ops.h"
+#include "model/planner.h"
+
+namespace model {
+
+struct GpuOps::Entry {
+    kern::ConvShape shape;
+    ConvUse use;  // the dgrad modes prepared
+    bool dgrad = false;
+    ConvImpl impl = ConvImpl::Cudnn;
+    double ms[2] = {-1, -1};  // fwd+dgrad+wgrad per candidate (cudnn, custom), -1 = not measured
+    // CustomDepthwise: the variants run (gather: kern::kDwVariants, wgrad: kern::kDwWgradVariants) and,
+    // when autotuned, each valid variant's time (ms; -1 = not valid for the pass or not timed). The
+    // dgrad has a choice per mode the step runs (use.needs_accumulate / needs_overwrite): dgrad_* for
+    // accumulate (dx read, added to, written), dgrad_ow_* for overwrite (dx only written); empty times
+    // for a mode the step does not run.
+    int fwd_variant = 0, dgrad_variant = 0, dgrad_ow_variant = 0, wgrad_variant = 0;
+    std::vector<double> fwd_variant_ms, dgrad_variant_ms, dgrad_ow_variant_ms, wgrad_variant_ms;
+    // use.bn_prologue: the forward with the BN prologue (always the custom kernel), its variant and,
+    // when autotuned, each prologue-capable variant's time (kern::dw_variant_prologue; -1 otherwise).
+    int pro_fwd_variant = 0;
+    std::vector<double> pro_fwd_variant_ms;
+    // kern::ConvPolicy::dw_fused_bwd on a stride-1 depthwise shape with a dgrad: the backward runs fused
+    // (when the custom kernels run the shape), and, when autotuned, its time per dgrad mode (ms; -1 =
+    // the step does not run that mode, or not timed).
+    bool fused = false;
+    double fused_ms = -1, fused_ow_ms = -1;
+};
+
+}  // namespace model
