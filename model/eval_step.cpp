@@ -4,7 +4,8 @@
 
 namespace model {
 
-EvalStep::EvalStep(SiderNet& net) : net_(net) {
+EvalStep::EvalStep(SiderNet& net, bool batch_stats) : net_(net), batch_stats_(batch_stats) {
+    if (batch_stats_) net.shape().validate_for_training();
     const size_t cells = static_cast<size_t>(net.shape().batch) * net.grid_h() * net.grid_w();
     heat_gap_.resize(cells);
     heat_slider_.resize(cells);
@@ -14,7 +15,7 @@ EvalStep::EvalStep(SiderNet& net) : net_(net) {
 
 void EvalStep::run(const rt::Exec& ex, std::vector<Decoded>& out) {
     const NetShape& s = net_.shape();
-    net_.forward(ex, false);
+    net_.forward(ex, batch_stats_);
     const HeadLogits<float> l = net_.logits();
     kern::sigmoid_forward(ex, heat_gap_.size(), l.gap, heat_gap_.data());
     kern::sigmoid_forward(ex, heat_slider_.size(), l.slider, heat_slider_.data());

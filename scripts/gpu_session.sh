@@ -9,7 +9,8 @@
 #             (the bench's figure is taken under the training's contention: not a speed result)
 #   then      `sanitize`: racecheck + synccheck over the custom-kernel tests
 #   then      wait for `train` (stopped with a checkpoint at its own limit), `evalcmp` on its checkpoint
-#             (CUDA, CPU reference and the CPU reference's bf16 floor)
+#             (CUDA, CPU reference and the CPU reference's bf16 floor), `bnstats` (its best and last
+#             checkpoints on its validation split with running and with batch BatchNorm statistics)
 #   then      with the GPU to itself and the time left: `bench step --layers` at batch 128 (the
 #             depthwise variants' times; issue "GPU speed"), the same step with `--dw-fused-bwd` (the
 #             stride-1 depthwise dgrad + wgrad in one kernel) and `--dw-fused-bwd-bn` (with the depthwise
@@ -23,7 +24,8 @@
 #             (`scripts/gpu_verify.sh fused` runs it on its own.)
 # Everything lands in a work folder that is packed into $OUT/session.tar.gz after every phase (so
 # a command killed at its limit still returns what finished), plus $OUT/session.log and the training
-# run's best weights, $OUT/best_weights.safetensors (evalcmp questions can then be studied on a CPU).
+# run's best and last weights, $OUT/{best,last}_weights.safetensors (evalcmp and bnstats questions can
+# then be studied on a CPU).
 # usage: scripts/gpu_session.sh [build-dir (default .gpu)]
 #   SF_DEADLINE   seconds from the start by which every part has ended (default 540)
 set -uo pipefail
@@ -69,12 +71,20 @@ pack
 # ---- wait for train, then evalcmp ----
 wait "$train_pid"
 say "train: rc $(cat "$W/train.rc" 2>/dev/null) -- $(grep -E '^validation after' "$W/train/train.log" 2>/dev/null | tail -1 | cut -c1-200)"
-[ -f "$W/train/best_weights.safetensors" ] && cp "$W/train/best_weights.safetensors" "$FINAL/best_weights.safetensors"
+for w in best last; do
+  [ -f "$W/train/${w}_weights.safetensors" ] && cp "$W/train/${w}_weights.safetensors" "$FINAL/${w}_weights.safetensors"
+done
 pack
 ev=$(budget 110 60)
 say "evalcmp: limit ${ev}s"
 OUT="$W/evalcmp" timeout -k 10 "$ev" scripts/gpu_verify.sh evalcmp "$B" >"$W/evalcmp.out" 2>&1
 say "evalcmp: rc $?"
+pack
+bs=$(budget 60 60)
+say "bnstats: limit ${bs}s"
+OUT="$W/bnstats" timeout -k 10 "$bs" scripts/gpu_verify.sh bnstats "$B" >"$W/bnstats.out" 2>&1
+say "bnstats: rc $?"
+grep -E '^\| (best|last) ' "$W/bnstats/bnstats.md" 2>/dev/null | while IFS= read -r l; do say "bnstats: $l"; done
 pack
 
 # ---- the GPU to itself: the per-layer bench with the depthwise variants, then two step A/Bs ----

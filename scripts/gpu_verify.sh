@@ -28,10 +28,16 @@
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px); stops
 #            with a checkpoint after SF_T_TRAIN seconds (500) and resumes on the next call; the best
-#            checkpoint's weights come back (best_weights.safetensors, train_config.resolved.yaml)
+#            and the last checkpoints' weights come back (best_weights.safetensors,
+#            last_weights.safetensors, train_config.resolved.yaml)
 #   e2e      one epoch of gpu_quick's data at batch 128 logged every 20 steps, then bench step at the
 #            same batch and size, and tools/e2e_check.py: train samples/s within 5% of the bench,
 #            with the loader's wait share (e2e.json)
+#   bnstats  after `train`: `slidefuse eval` (CUDA) of the run's best and last checkpoints on the run's
+#            own validation split, each with the running BatchNorm statistics (eval mode, as the
+#            training log validates) and with each batch's own (`--bn-stats batch`, batches of 128 as
+#            trained): whether a validation drop lies in the weights or in the running statistics
+#            (bnstats.md, bnstats_{best,last}_{running,batch}.json, bnstats.log)
 #   evalcmp  after `train`: `slidefuse eval` (CUDA, CPU reference, and the CPU reference's bf16 floor:
 #            `--bf16-floor`) of the run's best checkpoint on a held-out generated set (2,000 samples,
 #            seed 7: its val split) and `predict` on 6 generated images, compared by
@@ -49,10 +55,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export SF_SOURCE_DIR=${SF_SOURCE_DIR:-$PWD}  # the tests find configs/ here, not at the build machine's path
-usage="usage: scripts/gpu_verify.sh first|tests|bench|uporder|fused|sanitize|compare|train|e2e|evalcmp|profile [build-dir]"
+usage="usage: scripts/gpu_verify.sh first|tests|bench|uporder|fused|sanitize|compare|train|e2e|evalcmp|bnstats|profile [build-dir]"
 STAGE=${1:-}
 case "$STAGE" in
-  first|tests|bench|uporder|fused|sanitize|compare|train|e2e|evalcmp|profile) ;;
+  first|tests|bench|uporder|fused|sanitize|compare|train|e2e|evalcmp|bnstats|profile) ;;
   -h|--help) echo "$usage"; exit 0 ;;
   *) echo "gpu_verify: unknown stage '$STAGE'; $usage" >&2; exit 64 ;;
 esac
@@ -273,13 +279,17 @@ case "$STAGE" in
       "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" --resume auto 2>&1 | tee -a "$OUT_DIR/train.log"
     cp "$run_dir/metrics.jsonl" "$OUT_DIR/train_metrics.jsonl"
     if [ -f "$run_dir/metrics.png" ]; then cp "$run_dir/metrics.png" "$OUT_DIR/train_curves.png"; fi
-    # The best checkpoint's weights (about 13 MB: parameters and BatchNorm buffers, no optimizer
-    # state) come back, so that eval questions about this run can be answered on a CPU machine.
-    if [ -f "$run_dir/checkpoints/best.safetensors" ]; then
-      "$SF" export --checkpoint "$run_dir/checkpoints/best.safetensors" --out "$OUT_DIR/best_weights.safetensors" \
-        2>&1 | tail -1 | tee -a "$OUT_DIR/train.log" || echo "gpu_verify: export of the best checkpoint failed" | tee -a "$OUT_DIR/train.log"
+    # The best and the last checkpoints' weights (about 13 MB each: parameters and BatchNorm buffers,
+    # no optimizer state) come back, so that eval questions about this run can be answered on a CPU
+    # machine (the last: where the run ended, e.g. after a validation drop the best one predates).
+    last=$(ls -1 "$run_dir"/checkpoints/ckpt-*.safetensors 2>/dev/null | tail -1 || true)
+    for which in best last; do
+      ck="$run_dir/checkpoints/best.safetensors"; [ "$which" = last ] && ck=$last
+      [ -n "$ck" ] && [ -f "$ck" ] || continue
+      "$SF" export --checkpoint "$ck" --out "$OUT_DIR/${which}_weights.safetensors" 2>&1 | tail -1 | tee -a "$OUT_DIR/train.log" ||
+        echo "gpu_verify: export of the $which checkpoint ($ck) failed" | tee -a "$OUT_DIR/train.log"
       cp "$run_dir/config.resolved.yaml" "$OUT_DIR/train_config.resolved.yaml" || true
-    fi ;;
+    done ;;
   e2e)
     run_dir="$(mktemp -d)/e2e-run"
     "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" sched.epochs=1 data.num_samples=30000 \
@@ -288,6 +298,37 @@ case "$STAGE" in
     "$SF" bench step --batch-sizes 128 --size 256x512 --json "$OUT_DIR/e2e_bench.json" 2>&1 | tee -a "$OUT_DIR/e2e.log"
     python3 tools/e2e_check.py --metrics "$OUT_DIR/e2e_metrics.jsonl" --bench "$OUT_DIR/e2e_bench.json" \
       --batch 128 --json "$OUT_DIR/e2e.json" 2>&1 | tee -a "$OUT_DIR/e2e.log" ;;
+  bnstats)
+    run_dir=runs/gpu_verify_train
+    log="$OUT_DIR/bnstats.log"; : > "$log"
+    last=$(ls -1 "$run_dir"/checkpoints/ckpt-*.safetensors 2>/dev/null | tail -1 || true)
+    [ -n "$last" ] || { echo "gpu_verify: no checkpoint in $run_dir/checkpoints (run the train stage first)" | tee -a "$log" >&2; exit 1; }
+    bad=0
+    for which in best last; do
+      ck="$run_dir/checkpoints/best.safetensors"; [ "$which" = last ] && ck=$last
+      [ -f "$ck" ] || { echo "gpu_verify: no $which checkpoint" | tee -a "$log"; continue; }
+      echo "$which: $ck" | tee -a "$log"
+      for m in running batch; do
+        "$SF" eval --checkpoint "$ck" --split val --bn-stats "$m" --out "$OUT_DIR/bnstats_${which}_$m.json" \
+          train.backend=cuda 2>&1 | tail -9 | tee -a "$log" || bad=1
+      done
+    done
+    python3 - "$OUT_DIR" <<'PY' | tee "$OUT_DIR/bnstats.md" | tee -a "$log"
+import glob, json, os, sys
+rows = []
+for which in ("best", "last"):
+    for m in ("running", "batch"):
+        p = os.path.join(sys.argv[1], "bnstats_%s_%s.json" % (which, m))
+        if os.path.exists(p):
+            j = json.load(open(p))
+            rows.append("| %s | %s | %s | %s | %s | %.3f | %.2f%% | %.2f%% | %.3f | %.3f | %s |" % (
+                which, j.get("checkpoint_epoch"), j.get("checkpoint_step"), m, j.get("batch_size"), j["mae_px"],
+                j["hit_le_2px"], j["hit_le_5px"], j["gap_mae"], j["slider_mae"], j["samples"]))
+print("| checkpoint | epoch | step | BatchNorm | batch | MAE px | hit@2px | hit@5px | gap MAE | slider MAE | samples |")
+print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+print("\n".join(rows))
+PY
+    exit $bad ;;
   evalcmp)
     run_dir=runs/gpu_verify_train
     ckpt="$run_dir/checkpoints/best.safetensors"

@@ -125,7 +125,7 @@ TEST(EvalFloor, RefusedOnTheCudaBackendWithTheReason) {
                                      "train.backend=cuda"}),
                     "bf16 floor", "train.backend=cpu");
     const tools::TrainConfig cfg = tools::load_config(f.run_config(), {"train.backend=cuda"});
-    SF_EXPECT_ERROR(tools::InferenceModel(cfg, 1, tools::inspect_checkpoint(f.ckpt()), true), "needs train.backend=cpu");
+    SF_EXPECT_ERROR(tools::InferenceModel(cfg, 1, tools::inspect_checkpoint(f.ckpt()), tools::InferenceOptions{true}), "needs train.backend=cpu");
 }
 
 }  // namespace

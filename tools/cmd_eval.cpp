@@ -25,7 +25,7 @@ namespace {
 std::string eval_usage() {
     return "usage: slidefuse eval --checkpoint PATH [--config PATH] [--split val|test|train] [--data DIR]\n"
            "                      [--out eval.json] [--csv per_sample.csv] [--batch-size N] [--bf16-floor]\n"
-           "                      [key.path=value ...]\n"
+           "                      [--bn-stats running|batch] [key.path=value ...]\n"
            "  --checkpoint PATH  checkpoint or exported weights (.safetensors)\n"
            "  --config PATH      YAML config (default: the run's config.resolved.yaml beside the checkpoint,\n"
            "                     in its parent folder, or in the run folder recorded in it)\n"
@@ -38,6 +38,10 @@ std::string eval_usage() {
            "  --bf16-floor       CPU reference with its conv weights and input rounded to bf16, as the CUDA\n"
            "                     network sees them: what rounding alone changes (needs train.backend=cpu;\n"
            "                     tools/backend_compare.py --floor-csv, docs/EVAL_PREDICT.md)\n"
+           "  --bn-stats S       running (default): BatchNorm with the checkpoint's running statistics, the\n"
+           "                     original's eval mode; batch: with each batch's own statistics, as in training\n"
+           "                     (a diagnostic: results depend on --batch-size; a short last batch is\n"
+           "                     normalized over its own samples)\n"
            "  key.path=value     config overrides, e.g. data.processed_dir=/data/sider";
 }
 
@@ -46,6 +50,7 @@ struct Args {
     int batch = 0;
     std::vector<std::string> overrides;
     bool help = false, bf16_floor = false;
+    BnStats bn_stats = BnStats::Running;
 };
 
 Args parse_args(const std::vector<std::string>& args) {
@@ -70,6 +75,8 @@ Args parse_args(const std::vector<std::string>& args) {
             a.batch = parse_positive_int(s, option_value(args, i));
         } else if (s == "--bf16-floor") {
             a.bf16_floor = true;
+        } else if (s == "--bn-stats") {
+            a.bn_stats = parse_bn_stats(option_value(args, i));
         } else if (s.rfind("--", 0) == 0) {
             SF_FAIL("unknown option '%s'\n%s", s.c_str(), eval_usage().c_str());
         } else {
@@ -265,12 +272,15 @@ int cmd_eval(const std::vector<std::string>& argv) {
     const TrainConfig cfg = load_inference_config(a.config, ckpt, a.overrides, &config_used);
     const int batch = a.batch > 0 ? a.batch : default_eval_batch(cfg);
     std::unique_ptr<EvalData> data = make_eval_data(cfg, a, batch);
-    InferenceModel model(cfg, batch, ckpt, a.bf16_floor);
+    const InferenceOptions opt{a.bf16_floor, a.bn_stats};
+    const bool batch_stats = a.bn_stats == BnStats::Batch;
+    InferenceModel model(cfg, batch, ckpt, opt);
     const model::NetShape& shape = model.shape();
     const size_t per = static_cast<size_t>(shape.height) * shape.width * shape.channels;
-    SF_LOG_INFO("eval: %s (config %s) on %s, split %s: %s, batch %d, %s backend%s", ckpt.path.c_str(),
+    SF_LOG_INFO("eval: %s (config %s) on %s, split %s: %s, batch %d, %s backend%s%s", ckpt.path.c_str(),
                 config_used.c_str(), cfg.model.name.c_str(), a.split.c_str(), data->describe().c_str(), batch,
-                model.backend(), a.bf16_floor ? " (bf16 floor: conv weights and input rounded to bf16)" : "");
+                model.backend(), a.bf16_floor ? " (bf16 floor: conv weights and input rounded to bf16)" : "",
+                batch_stats ? ", BatchNorm with each batch's own statistics (--bn-stats batch)" : "");
 
     const auto t0 = std::chrono::steady_clock::now();
     Progress progress(static_cast<int64_t>(data->samples()));
@@ -280,12 +290,24 @@ int cmd_eval(const std::vector<std::string>& argv) {
     std::vector<data::Label> labels;
     std::vector<uint64_t> ids;
     std::vector<model::Decoded> decoded;
+    std::unique_ptr<InferenceModel> tail;  // --bn-stats batch: a network of the short last batch's size
     for (int n; (n = data->next(model.input(), labels, ids)) > 0;) {
-        // A short last batch repeats its last sample; the repeats are not counted.
-        for (int b = n; b < batch; ++b)
-            std::copy(model.input() + static_cast<size_t>(n - 1) * per, model.input() + static_cast<size_t>(n) * per,
-                      model.input() + static_cast<size_t>(b) * per);
-        model.run(decoded);
+        InferenceModel* m = &model;
+        if (n < batch && batch_stats) {
+            // Batch statistics over repeated samples would be other statistics: the short last batch
+            // runs alone, on a network of its own size.
+            SF_LOG_INFO("eval: the last batch holds %d of %d samples; it is normalized over its own", n, batch);
+            tail = std::make_unique<InferenceModel>(cfg, n, ckpt, opt);
+            std::copy(model.input(), model.input() + static_cast<size_t>(n) * per, tail->input());
+            m = tail.get();
+        } else {
+            // A short last batch repeats its last sample; the repeats are not counted (with running
+            // statistics every sample's result is its own).
+            for (int b = n; b < batch; ++b)
+                std::copy(model.input() + static_cast<size_t>(n - 1) * per,
+                          model.input() + static_cast<size_t>(n) * per, model.input() + static_cast<size_t>(b) * per);
+        }
+        m->run(decoded);
         for (int b = 0; b < n; ++b) {
             const size_t k = static_cast<size_t>(b);
             metrics.add(decoded[k], labels[k]);
@@ -301,8 +323,9 @@ int cmd_eval(const std::vector<std::string>& argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     SF_CHECK(metrics.count() > 0, "split '%s' (%s) gave no samples", a.split.c_str(), data->describe().c_str());
 
-    std::printf("eval of %s on split %s (%s)%s:\n", ckpt.path.c_str(), a.split.c_str(), data->describe().c_str(),
-                a.bf16_floor ? ", bf16 floor (CPU reference, conv weights and input rounded to bf16)" : "");
+    std::printf("eval of %s on split %s (%s)%s%s:\n", ckpt.path.c_str(), a.split.c_str(), data->describe().c_str(),
+                a.bf16_floor ? ", bf16 floor (CPU reference, conv weights and input rounded to bf16)" : "",
+                batch_stats ? rt::format(", BatchNorm batch statistics (batches of %d)", batch).c_str() : "");
     print_table(metrics);
     const nlohmann::json j = {{"checkpoint", ckpt.path},
                               {"checkpoint_kind", ckpt.kind},
@@ -313,6 +336,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
                               {"data", data->describe()},
                               {"backend", model.backend()},
                               {"bf16_floor", model.bf16_floor()},
+                              {"bn_stats", bn_stats_name(model.bn_stats())},
                               {"batch_size", batch},
                               {"input", {shape.channels, shape.height, shape.width}},
                               {"samples", metrics.count()},

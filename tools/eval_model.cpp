@@ -117,8 +117,8 @@ namespace {
 
 class CpuInference : public InferenceModel::Impl {
 public:
-    CpuInference(const model::NetShape& s, const std::string& ckpt, bool bf16_floor)
-        : net_(s, rt::MemKind::Host), eval_(net_), bf16_floor_(bf16_floor) {
+    CpuInference(const model::NetShape& s, const std::string& ckpt, bool bf16_floor, bool batch_stats)
+        : net_(s, rt::MemKind::Host), eval_(net_, batch_stats), bf16_floor_(bf16_floor) {
         const model::Planner& plan = net_.plan();
         model::load_checkpoint(ckpt, {&net_.table(), plan.master(), nullptr, nullptr, plan.buffers(), plan.counters()},
                                nullptr);
@@ -150,8 +150,11 @@ private:
 // the min-pooled valid mask and the decode run on the device (model/decode_cuda.h).
 class CudaInference : public InferenceModel::Impl {
 public:
-    CudaInference(const model::NetShape& s, const std::string& ckpt)
-        : ctx_(0), net_(s, ctx_.exec(), policy()), host_(s.batch * static_cast<size_t>(s.height) * s.width * s.channels) {
+    CudaInference(const model::NetShape& s, const std::string& ckpt, bool batch_stats)
+        : ctx_(0),
+          net_(s, ctx_.exec(), policy()),
+          host_(s.batch * static_cast<size_t>(s.height) * s.width * s.channels),
+          batch_stats_(batch_stats) {
         const model::ParamTable& t = net_.table();
         std::vector<float> master(t.flat_size), buffers(t.buffer_floats);
         std::vector<int64_t> counters(t.counters);
@@ -177,7 +180,7 @@ public:
                                       cudaMemcpyHostToDevice, ex.stream));
         model::mask_grid_cuda(ex, s.batch, s.height, s.width, s.channels, s.channels - 1, 4, net_.input(), nullptr,
                               valid_min_);
-        net_.forward(ex, false);
+        net_.forward(ex, batch_stats_);
         const model::HeadLogits<float> l = net_.logits();
         model::decode_cuda(ex, s.batch, l.h, l.w, 4, l.gap, l.slider, l.offset, valid_min_, decoded_);
         out.resize(static_cast<size_t>(s.batch));
@@ -197,6 +200,7 @@ private:
     model::SiderNetCuda net_;
     std::vector<float> host_;
     std::vector<kern::bf16> staged_;
+    bool batch_stats_;
     rt::Arena dev_{"inference", rt::MemKind::Device};
     float* valid_min_ = nullptr;
     model::Decoded* decoded_ = nullptr;
@@ -217,10 +221,11 @@ bool use_cuda(const TrainConfig& cfg) {
 
 }  // namespace
 
-InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt, bool bf16_floor)
-    : bf16_floor_(bf16_floor) {
+InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt,
+                               const InferenceOptions& opt)
+    : opt_(opt) {
     SF_CHECK(batch >= 1, "inference batch size must be >= 1, got %d", batch);
-    SF_CHECK(!bf16_floor || cfg.train.backend == Backend::Cpu,
+    SF_CHECK(!opt.bf16_floor || cfg.train.backend == Backend::Cpu,
              "the bf16 floor is the CPU reference with bf16-rounded conv weights and input: it needs "
              "train.backend=cpu, got train.backend=cuda");
     const bool cuda = use_cuda(cfg);
@@ -230,11 +235,15 @@ InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const Checkpoi
                                 cfg.model.input_width,
                                 resolve_up_order(cfg.model.fusion_up_order, cuda ? Backend::Cuda : Backend::Cpu),
                                 cfg.model.fuse_expand_dw};
-    shape.validate();
-    if (cuda)
-        impl_ = std::make_unique<CudaInference>(shape, ckpt.path);
+    const bool batch_stats = opt.bn_stats == BnStats::Batch;
+    if (batch_stats)
+        shape.validate_for_training();  // names the batch when it leaves one value per channel
     else
-        impl_ = std::make_unique<CpuInference>(shape, ckpt.path, bf16_floor);
+        shape.validate();
+    if (cuda)
+        impl_ = std::make_unique<CudaInference>(shape, ckpt.path, batch_stats);
+    else
+        impl_ = std::make_unique<CpuInference>(shape, ckpt.path, opt.bf16_floor, batch_stats);
 }
 
 InferenceModel::~InferenceModel() = default;
@@ -243,7 +252,17 @@ const model::NetShape& InferenceModel::shape() const { return impl_->shape(); }
 float* InferenceModel::input() { return impl_->input(); }
 void InferenceModel::run(std::vector<model::Decoded>& out) { impl_->run(out); }
 const char* InferenceModel::backend() const { return impl_->backend(); }
-bool InferenceModel::bf16_floor() const { return bf16_floor_; }
+bool InferenceModel::bf16_floor() const { return opt_.bf16_floor; }
+BnStats InferenceModel::bn_stats() const { return opt_.bn_stats; }
+
+const char* bn_stats_name(BnStats s) { return s == BnStats::Batch ? "batch" : "running"; }
+
+BnStats parse_bn_stats(const std::string& s) {
+    if (s == "running") return BnStats::Running;
+    if (s == "batch") return BnStats::Batch;
+    SF_FAIL("--bn-stats must be running (the checkpoint's BatchNorm statistics) or batch (each batch's own), got '%s'",
+            s.c_str());
+}
 
 int default_eval_batch(const TrainConfig& cfg) {
     std::string why;

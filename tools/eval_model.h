@@ -40,14 +40,29 @@ std::string find_run_config(const CheckpointInfo& ckpt, std::vector<std::string>
 TrainConfig load_inference_config(const std::string& config_path, const CheckpointInfo& ckpt,
                                   const std::vector<std::string>& overrides, std::string* used);
 
+// Which statistics every BatchNorm normalizes with at inference.
+enum class BnStats {
+    Running,  // the checkpoint's running mean and variance: the original's eval mode (default)
+    Batch,    // each forward's own batch mean and biased variance, as in training (a diagnostic:
+              // every sample's result depends on the batch it is in; the running statistics are unused)
+};
+const char* bn_stats_name(BnStats s);     // "running" | "batch"
+BnStats parse_bn_stats(const std::string& s);  // throws naming the accepted values
+
+struct InferenceOptions {
+    // CPU reference only (refused with train.backend=cuda): the conv weights are rounded to bf16 after
+    // loading and every input to bf16 before each forward, as the CUDA network sees them: the
+    // precision floor of docs/CHECK.md, i.e. what rounding alone changes in the outputs.
+    bool bf16_floor = false;
+    BnStats bn_stats = BnStats::Running;  // either backend
+};
+
 class InferenceModel {
 public:
     // A network for (batch, model.input_channels, input_height, input_width) with the weights and
-    // BatchNorm statistics of the checkpoint. Throws naming the file when they do not load.
-    // bf16_floor (CPU reference only; refused with train.backend=cuda): the conv weights are rounded
-    // to bf16 after loading and every input to bf16 before each forward, as the CUDA network sees
-    // them: the precision floor of docs/CHECK.md, i.e. what rounding alone changes in the outputs.
-    InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt, bool bf16_floor = false);
+    // BatchNorm statistics of the checkpoint. Throws naming the file when they do not load, and
+    // naming the batch when opt.bn_stats is Batch and it is too small for batch statistics.
+    InferenceModel(const TrainConfig& cfg, int batch, const CheckpointInfo& ckpt, const InferenceOptions& opt = {});
     ~InferenceModel();
     InferenceModel(const InferenceModel&) = delete;
     InferenceModel& operator=(const InferenceModel&) = delete;
@@ -59,12 +74,13 @@ public:
     void run(std::vector<model::Decoded>& out);
     const char* backend() const;  // "cpu" | "cuda"
     bool bf16_floor() const;
+    BnStats bn_stats() const;
 
     struct Impl;  // the backend (tools/eval_model.cpp)
 
 private:
     std::unique_ptr<Impl> impl_;
-    bool bf16_floor_ = false;
+    InferenceOptions opt_;
 };
 
 // The default inference batch: train.batch_size on a usable GPU, at most kMaxCpuEvalBatch on the

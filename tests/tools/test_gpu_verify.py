@@ -46,6 +46,7 @@ case "$1" in
          mkdir -p "$out"; echo "$*" > "$out/args.txt"
          echo '{"step": 1, "grad_norm": 1.0}' >> "$out/metrics.jsonl"; echo png > "$out/metrics.png"
          mkdir -p "$out/checkpoints"; echo ckpt > "$out/checkpoints/best.safetensors"; echo "model: {}" > "$out/config.resolved.yaml"
+         n=$(ls "$out/checkpoints" | grep -c '^ckpt-'); echo ckpt > "$out/checkpoints/ckpt-0000000$((n + 1)).safetensors"
          echo "done: 1 steps" ;;
   export) ck=; out=; prev=
           for a in "$@"; do [ "$prev" = --checkpoint ] && ck=$a; [ "$prev" = --out ] && out=$a; prev=$a; done
@@ -53,17 +54,20 @@ case "$1" in
   generate) prev=; for a in "$@"; do
               [ "$prev" = --preview ] && echo png > "$a"; [ "$prev" = --out ] && mkdir -p "$a/val"; prev=$a; done
             echo "generated" ;;
-  eval) out=; csv=; be=; prev=
+  eval) out=; csv=; be=; prev=; bn=running; ck=
         for a in "$@"; do
-          [ "$prev" = --out ] && out=$a; [ "$prev" = --csv ] && csv=$a
+          [ "$prev" = --out ] && out=$a; [ "$prev" = --csv ] && csv=$a; [ "$prev" = --bn-stats ] && bn=$a
+          [ "$prev" = --checkpoint ] && ck=$a
           case "$a" in train.backend=*) be=${a#train.backend=} ;; esac; prev=$a
         done
+        [ -f "$ck" ] || { echo "no such checkpoint $ck" >&2; exit 1; }
         shift_px=0; [ "$be" = cpu ] && shift_px=${SF_FAKE_CPU_SHIFT:-0}
         case " $* " in *" --bf16-floor "*) shift_px=${SF_FAKE_FLOOR_SHIFT:-$shift_px} ;; esac
-        printf '{"backend": "%s", "mae_px": 1.0, "rmse_px": 1.5, "hit_le_2px": 90.0, "hit_le_5px": 99.5, "gap_mae": 1.0, "slider_mae": 1.0}' "$be" > "$out"
-        { echo "sample,gap_x,gap_y,slider_x,slider_y,pred_gap_x,pred_gap_y,pred_slider_x,pred_slider_y,combined_err"
+        h2=90.0; [ "$bn" = batch ] && h2=85.5
+        printf '{"backend": "%s", "bn_stats": "%s", "checkpoint_epoch": 6, "checkpoint_step": 2808, "batch_size": 128, "samples": 4, "mae_px": 1.0, "rmse_px": 1.5, "hit_le_2px": %s, "hit_le_5px": 99.5, "gap_mae": 1.0, "slider_mae": 1.0}' "$be" "$bn" "$h2" > "$out"
+        [ -n "$csv" ] && { echo "sample,gap_x,gap_y,slider_x,slider_y,pred_gap_x,pred_gap_y,pred_slider_x,pred_slider_y,combined_err"
           for i in 0 1 2 3; do echo "$i,10,20,30,40,$((10 + shift_px)),20,30,40,0.5"; done; } > "$csv"
-        echo "eval $be: 4 samples" ;;
+        echo "eval $be: 4 samples"; exit "${SF_FAKE_EVAL_RC:-0}" ;;
   predict) out=; be=; prev=; imgs=
            for a in "$@"; do
              [ "$prev" = --json ] && out=$a
@@ -225,10 +229,13 @@ class GpuVerifyTest(unittest.TestCase):
                 r = self.run_script("train", self.build)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertEqual(sorted(os.listdir(self.out)), ["best_weights.safetensors", "commit.txt", "gpu.txt",
-                                                             "train.log", "train_config.resolved.yaml",
-                                                             "train_curves.png", "train_metrics.jsonl"])
+                                                             "last_weights.safetensors", "train.log",
+                                                             "train_config.resolved.yaml", "train_curves.png",
+                                                             "train_metrics.jsonl"])
             with open(os.path.join(self.out, "best_weights.safetensors")) as f:
                 self.assertIn("checkpoints/best.safetensors", f.read())
+            with open(os.path.join(self.out, "last_weights.safetensors")) as f:  # the newest of the two calls'
+                self.assertIn("checkpoints/ckpt-00000002.safetensors", f.read())
             with open(os.path.join(self.out, "train_metrics.jsonl")) as f:
                 self.assertEqual(len(f.read().splitlines()), 2)
             with open(os.path.join(cwd, "args.txt")) as f:
@@ -310,6 +317,38 @@ class GpuVerifyTest(unittest.TestCase):
         finally:
             shutil.rmtree(os.path.join(ROOT, "runs", "gpu_verify_train"))
 
+    def test_bnstats_evaluates_best_and_last_both_ways(self):
+        self.fake_gpu(True)
+        run_ckpts = os.path.join(ROOT, "runs", "gpu_verify_train", "checkpoints")
+        if os.path.exists(run_ckpts):
+            self.skipTest("runs/gpu_verify_train exists in this checkout; not touching it")
+        os.makedirs(run_ckpts)
+        try:
+            r = self.run_script("bnstats", self.build)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("no checkpoint", r.stderr)
+            for name in ("best.safetensors", "ckpt-00000001.safetensors", "ckpt-00000002.safetensors"):
+                with open(os.path.join(run_ckpts, name), "w") as f:
+                    f.write("x")
+            r = self.run_script("bnstats", self.build)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(sorted(os.listdir(self.out)), [
+                "bnstats.log", "bnstats.md", "bnstats_best_batch.json", "bnstats_best_running.json",
+                "bnstats_last_batch.json", "bnstats_last_running.json", "commit.txt", "gpu.txt"])
+            with open(os.path.join(self.out, "bnstats.log")) as f:
+                log = f.read()
+            self.assertIn("last: runs/gpu_verify_train/checkpoints/ckpt-00000002.safetensors", log)
+            with open(os.path.join(self.out, "bnstats.md")) as f:
+                table = f.read().splitlines()
+            self.assertEqual(len(table), 6)
+            self.assertEqual(table[2], "| best | 6 | 2808 | running | 128 | 1.000 | 90.00% | 99.50% | 1.000 | 1.000 | 4 |")
+            self.assertEqual(table[5], "| last | 6 | 2808 | batch | 128 | 1.000 | 85.50% | 99.50% | 1.000 | 1.000 | 4 |")
+            # A failing eval fails the stage.
+            r = self.run_script("bnstats", self.build, SF_FAKE_EVAL_RC="1")
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        finally:
+            shutil.rmtree(os.path.join(ROOT, "runs", "gpu_verify_train"))
+
     def test_session_runs_every_stage_under_one_deadline(self):
         # scripts/gpu_session.sh: train in the background, first, sanitize, evalcmp, the per-layer bench
         # and the five step A/Bs, everything packed into OUT (the weights beside the archive).
@@ -323,12 +362,13 @@ class GpuVerifyTest(unittest.TestCase):
             r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_session.sh"), self.build],
                                capture_output=True, text=True, env=e, timeout=200)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.assertEqual(sorted(os.listdir(self.out)), ["best_weights.safetensors", "session.log",
-                                                            "session.tar.gz"])
+            self.assertEqual(sorted(os.listdir(self.out)), ["best_weights.safetensors", "last_weights.safetensors",
+                                                            "session.log", "session.tar.gz"])
             with tarfile.open(os.path.join(self.out, "session.tar.gz")) as t:
                 names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
+                         "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
                          "bench_variants.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
                          "bench_pdl.json",
                          "bench_dw0.json",
@@ -340,6 +380,8 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"first: rc 0")
             self.assertRegex(log, r"train: rc 0")
             self.assertRegex(log, r"evalcmp: rc 0")
+            self.assertRegex(log, r"bnstats: rc 0")
+            self.assertRegex(log, r"bnstats: \| last \| 6 \| 2808 \| batch \| 128 ")
             self.assertRegex(log, r"sanitize: rc 1")  # SF_SANITIZER=none: no sanitizer to run
             self.assertIn("] done", log)
             self.assertRegex(log, r"bench --dw-fused-bwd: rc 0")
