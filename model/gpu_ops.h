@@ -90,7 +90,8 @@ public:
                              const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate) const;
     // kern::ConvPolicy::dw_fused_bn_bwd (with dw_fused_bwd): the layers whose backward runs fused also
     // fold their BN's dx pass into it (bn_dw_backward_fused); they reserve dw_fused_bn_workspace_floats.
-    bool dw_fused_bn() const { return policy_.dw_fused_bwd && policy_.dw_fused_bn_bwd; }
+    bool dw_fused_bn() const { return dw_fused_bn(policy_); }
+    static bool dw_fused_bn(const kern::ConvPolicy& p) { return p.dw_fused_bwd && p.dw_fused_bn_bwd; }
     // A ConvBN's BN + activation backward and its depthwise conv's fused backward with the BN's dx formed
     // on load: kern::bn_act_backward_stats (dgamma, dbeta +=; coefficients at the start of ws), then
     // kern::dwconv3x3_backward_fused_cuda with a kern::DwBnBackward, its partials in ws after the BN's

@@ -86,7 +86,7 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         ops = p.gpu_ops();
         // A stride-1 depthwise ConvBN whose BN backward may fold into the fused conv backward: the BN's
         // workspace (its coefficients stay there) followed by the fused kernel's partials.
-        fused_bn = ops && ops->dw_fused_bn() && input_grad && !prologue && upsample == 1 && !with_bias &&
+        fused_bn = p.dw_fused_bn() && input_grad && !prologue && upsample == 1 && !with_bias &&
                    kern::dwconv3x3_fused_supported(cs);
         if (fused_bn) ws_floats = std::max(ws_floats, GpuOps::dw_fused_bn_workspace_floats(cs));
         ws = p.workspace(ws_floats);

@@ -153,6 +153,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     shape_.validate();
     ops_ = std::make_unique<GpuOps>(ex, policy);
     plan_.set_gpu_ops(ops_.get());
+    plan_.set_dw_fused_bn(ops_->dw_fused_bn());
     declare(plan_);  // sizing pass: records every conv and workspace request
     plan_grads();
     ops_->prepare(plan_.convs());
@@ -164,9 +165,10 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
 }
 
 template <class T>
-SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun)
+SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
     : shape_(shape), plan_(kIsCpu<T> ? rt::MemKind::Host : rt::MemKind::Device, true) {
     shape_.validate();
+    if (!kIsCpu<T> && dry.policy) plan_.set_dw_fused_bn(GpuOps::dw_fused_bn(*dry.policy));
     declare(plan_);
     plan_grads();
 }

@@ -95,7 +95,11 @@ struct LayerOutput {
     const ActT<float>* logits = nullptr;
 };
 
-struct DryRun {};  // constructor tag: plan only (model/planner.h)
+// Constructor tag: plan only (model/planner.h). policy: the CUDA policy of the network the plan stands
+// for, where it changes the memory plan (GpuOps::dw_fused_bn); null plans the default policy's.
+struct DryRun {
+    const kern::ConvPolicy* policy = nullptr;
+};
 
 // The network over activation element type T: float = the CPU reference backend (host memory),
 // kern::bf16 = the CUDA backend (device memory, cuDNN/custom kernels). model/net.cpp instantiates
@@ -110,7 +114,7 @@ public:
     // unless the policy says otherwise) before the arena is sealed.
     SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::ConvPolicy& policy);
     // Plan only, on any machine: plan().memory(), plan().convs(), table(). Nothing allocated.
-    SiderNetT(const NetShape& shape, DryRun);
+    SiderNetT(const NetShape& shape, DryRun dry);
     ~SiderNetT();
     SiderNetT(const SiderNetT&) = delete;
     SiderNetT& operator=(const SiderNetT&) = delete;

@@ -192,6 +192,12 @@ public:
     // The CUDA backend's conv dispatch, handed to the layers at declare time (null on the CPU).
     void set_gpu_ops(GpuOps* ops) { ops_ = ops; }
     GpuOps* gpu_ops() const { return ops_; }
+    // GpuOps::dw_fused_bn of the policy the network is planned for (before the sizing pass): which
+    // depthwise ConvBNs declare the fused BN backward, whose trace keeps dy alive while dx is written
+    // and whose layer workspace is larger. Set from GpuOps on a CUDA network and from DryRun::policy on
+    // a dry run, so that the dry run plans the same memory as the network it stands for.
+    void set_dw_fused_bn(bool on) { dw_fused_bn_ = on; }
+    bool dw_fused_bn() const { return dw_fused_bn_; }
 
     // Between the sizing pass and finish_sizing(): the network traces its backward on tape() (or
     // the dry run does) and plan_grads() assigns lifetimes and offsets.
@@ -231,6 +237,7 @@ private:
 
     rt::MemKind kind_;
     bool dry_run_ = false;
+    bool dw_fused_bn_ = false;
     bool binding_ = false;
     ParamTable table_;
     size_t act_bytes_ = 0, act_grad_bytes_ = 0;

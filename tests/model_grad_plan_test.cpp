@@ -14,6 +14,9 @@
 #include <limits>
 
 #include "data/fixed_batch.h"
+#include "kernels/conv_cudnn.h"
+#include "kernels/dwconv_cuda.h"
+#include "model/gpu_ops.h"
 #include "model/init.h"
 #include "model/net.h"
 #include "model/train_step.h"
@@ -125,6 +128,53 @@ TEST(GradPlan, GradientsThatLiveTogetherNeverShareBytes) {
     // The allocated CPU network binds the same plan it reported dry.
     const model::SiderNet real(s, rt::MemKind::Host);
     EXPECT_EQ(real.plan().memory().activation_grads, cpu.plan().memory().activation_grads);
+}
+
+// A dry run planned for a policy with the depthwise ConvBNs' BN backward inside the fused conv
+// backward (GpuOps::dw_fused_bn: `bench step --dw-fused-bwd-bn`) plans what that network binds: the
+// fused op reads the BN's dy while it writes the conv input's dx, so the two never share bytes (they
+// may without it), and the layers reserve the fused kernel's larger workspace. The real CUDA network's
+// plan is compared with this dry run in tests/gpu/model_step_dw_fused_test.cpp.
+TEST(GradPlan, DryRunPlansTheFusedBnBackwardOfItsPolicy) {
+    kern::ConvPolicy fused;
+    fused.dw_fused_bwd = true;
+    fused.dw_fused_bn_bwd = true;
+    kern::ConvPolicy fused_only = fused;
+    fused_only.dw_fused_bn_bwd = false;
+    const model::NetShape s = kSmall;
+    const model::SiderNetCuda plain(s, model::DryRun{}), with_bn(s, model::DryRun{&fused}),
+        without_bn(s, model::DryRun{&fused_only});
+    EXPECT_TRUE(with_bn.plan().dw_fused_bn());
+    EXPECT_FALSE(without_bn.plan().dw_fused_bn());
+    EXPECT_FALSE(plain.plan().dw_fused_bn());
+    expect_disjoint_when_live(with_bn.plan(), "cuda, fused BN backward");
+    const model::MemoryPlan a = plain.plan().memory(), b = with_bn.plan().memory(), c = without_bn.plan().memory();
+    // The fused conv backward alone changes nothing the planner sees (it reports the passes it replaces).
+    EXPECT_EQ(c.activation_grads, a.activation_grads);
+    EXPECT_EQ(c.workspace, a.workspace);
+    // With the BN's dx inside it: each such layer's workspace holds the fused kernel's partials after
+    // the BN's (the region is the max over all layers), and no less gradient memory (dy stays live one
+    // op longer).
+    size_t fused_ws = 0;
+    for (const model::ConvUse& u : with_bn.plan().convs())
+        if (u.dgrad && kern::dwconv3x3_fused_supported(u.shape))
+            fused_ws = std::max(fused_ws, model::GpuOps::dw_fused_bn_workspace_floats(u.shape) * sizeof(float));
+    ASSERT_GT(fused_ws, 0u);
+    EXPECT_GE(b.workspace, std::max(a.workspace, fused_ws));
+    EXPECT_GE(b.activation_grads, a.activation_grads);
+    EXPECT_EQ(b.activations, a.activations);
+    EXPECT_EQ(b.grad_tensors, a.grad_tensors);
+    std::printf("[grad plan] fused BN backward at batch %d, %dx%d: activation grads %zu -> %zu B, workspace %zu -> %zu B\n",
+                s.batch, s.height, s.width, a.activation_grads, b.activation_grads, a.workspace, b.workspace);
+    // Which layers declared it: the stride-1 depthwise ConvBNs whose backward the trace reports as the
+    // fused op (its dy read by the dx write) differ from the plain plan's lifetimes.
+    size_t differing = 0;
+    const std::vector<model::GradSlot>& ga = plain.plan().grad_slots();
+    const std::vector<model::GradSlot>& gb = with_bn.plan().grad_slots();
+    ASSERT_EQ(ga.size(), gb.size());
+    for (size_t i = 0; i < ga.size(); ++i) differing += ga[i].first != gb[i].first || ga[i].last != gb[i].last;
+    EXPECT_GT(differing, 0u) << "no gradient's lifetime changed: the dry run did not plan the fused BN backward";
+    std::printf("[grad plan] %zu of %zu gradient lifetimes differ with the fused BN backward\n", differing, ga.size());
 }
 
 // A layer whose output only feeds a sum (a LiteBlock's project conv, every fusion path) reads the

@@ -224,9 +224,10 @@ struct Rig {
 // convolution workspace replaced by its upper bound (model::conv_workspace_bound), so a batch that
 // cannot fit is refused before any cuDNN plan is built or timed for it.
 model::MemoryPlan dry_run_memory(int b, const StepBenchOptions& o) {
-    const model::SiderNetCuda dry(shape_of(b, o), model::DryRun{});
+    const kern::ConvPolicy policy = policy_of(o);
+    const model::SiderNetCuda dry(shape_of(b, o), model::DryRun{&policy});
     model::MemoryPlan mp = dry.plan().memory();
-    mp.workspace = std::max(mp.workspace, model::conv_workspace_bound(dry.plan().convs(), policy_of(o)));
+    mp.workspace = std::max(mp.workspace, model::conv_workspace_bound(dry.plan().convs(), policy));
     return mp;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/conv_cudnn.h"
 #include "kernels/dwconv_cuda.h"
 #include "model/gpu_ops.h"
 #include "model/train_step_cuda.h"
@@ -60,6 +61,22 @@ TEST(CudaStep, DwFusedBackwardMatchesSeparatePasses) {
 
     EXPECT_FALSE(fused.net.gpu_ops()->dw_fused_bn());
     EXPECT_TRUE(with_bn.net.gpu_ops()->dw_fused_bn());
+    // The dry run for that policy (what `bench step --dw-fused-bwd-bn` sizes a batch by) plans the same
+    // gradient memory and lifetimes as the network binds.
+    {
+        kern::ConvPolicy pol;
+        pol.dw_fused_bwd = pol.dw_fused_bn_bwd = true;
+        const model::SiderNetCuda dry(with_bn.net.shape(), model::DryRun{&pol});
+        const model::MemoryPlan d = dry.plan().memory(), r = with_bn.net.plan().memory();
+        EXPECT_EQ(d.activations, r.activations);
+        EXPECT_EQ(d.activation_grads, r.activation_grads);
+        EXPECT_EQ(d.grad_tensors, r.grad_tensors);
+        ASSERT_EQ(dry.plan().grad_slots().size(), with_bn.net.plan().grad_slots().size());
+        for (size_t i = 0; i < dry.plan().grad_slots().size(); ++i) {
+            const model::GradSlot &a = dry.plan().grad_slots()[i], &b = with_bn.net.plan().grad_slots()[i];
+            EXPECT_TRUE(a.first == b.first && a.last == b.last && a.offset == b.offset) << a.what << " " << i;
+        }
+    }
     for (GpuRig* r : {&sep, &fused, &again, &with_bn}) {
         r->load(b.pixels[0], b.labels[0]);
         r->step.micro_step(0);
