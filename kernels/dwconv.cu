@@ -56,8 +56,7 @@ struct Written {
 
 // A prologue (or null): a known activation, its four C-vectors non-null, 4-byte aligned and apart from
 // every output the launcher writes, a finite eps > 0 in eval mode.
-void check_prologue(const char* op, const DwPrologue* pro, const DwConvPlan& pl,
-                    std::initializer_list<Written> outs) {
+void check_prologue(const char* op, const DwPrologue* pro, int c, std::initializer_list<Written> outs) {
     if (!pro) return;
     SF_CHECK(pro->act == Act::None || pro->act == Act::Silu || pro->act == Act::Relu,
              "%s: prologue activation %d is not one of none, silu, relu", op, static_cast<int>(pro->act));
@@ -66,7 +65,7 @@ void check_prologue(const char* op, const DwPrologue* pro, const DwConvPlan& pl,
     for (int i = 0; i < 4; ++i) {
         rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
         for (const Written& o : outs)
-            SF_CHECK(!rt::overlap(o.p, o.bytes, vecs[i], static_cast<size_t>(pl.c) * sizeof(float)),
+            SF_CHECK(!rt::overlap(o.p, o.bytes, vecs[i], static_cast<size_t>(c) * sizeof(float)),
                      "%s: the output must not alias the %s vector", op, names[i]);
     }
     SF_CHECK(!pro->eval || (pro->eps > 0 && pro->eps < 1e300), "%s: eval-mode prologue needs eps > 0, got %g", op,
@@ -166,7 +165,7 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
     check_bf16(op, "y", y);
     SF_CHECK(!rt::overlap(y, out_bytes(pl), x, in_bytes(pl)) && !rt::overlap(y, out_bytes(pl), w, w_bytes(pl)),
              "%s: y must not alias x or w", op);
-    check_prologue(op, pro, pl, {{y, out_bytes(pl)}});
+    check_prologue(op, pro, pl.c, {{y, out_bytes(pl)}});
     dw_launch_forward(ex, pl, x, w, y, pro);
 }
 
@@ -205,14 +204,15 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
              "%s: dw must not alias x, dy or the workspace", op);
     SF_CHECK(!rt::overlap(workspace, ws_bytes, x, in_bytes(pl)) && !rt::overlap(workspace, ws_bytes, dy, out_bytes(pl)),
              "%s: the workspace must not alias x or dy", op);
-    check_prologue(op, pro, pl, {{dw, dw_bytes}, {workspace, ws_bytes}});
+    check_prologue(op, pro, pl.c, {{dw, dw_bytes}, {workspace, ws_bytes}});
     dw_launch_backward_filter(ex, pl, x, dy, dw, workspace, pro);
 }
 
 void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
                                    const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
-                                   bool accumulate, const DwBnBackward* bnb, int max_blocks) {
+                                   bool accumulate, const DwBnBackward* bnb, int max_blocks, const DwPrologue* pro) {
     const char* op = "dwconv3x3_backward_fused_cuda";
+    SF_CHECK(!(bnb && pro), "%s: a BN backward prologue and a forward BN prologue together are not supported", op);
     rt::check_cuda_exec(op, ex);
     const DwFusedPlan fp = dwconv3x3_fused_plan(s, max_blocks);
     check_bf16(op, "x", x);
@@ -253,7 +253,8 @@ void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const
                      !rt::overlap(workspace, ws_bytes, bnb->x, act),
                  "%s: dx, dw and the workspace must not alias the BN input x", op);
     }
-    dw_launch_backward_fused(ex, fp, x, dy, w, dx, dw, workspace, accumulate, bnb);
+    check_prologue(op, pro, fp.c, {{dx, act}, {dw, dw_bytes}, {workspace, ws_bytes}});
+    dw_launch_backward_fused(ex, fp, x, dy, w, dx, dw, workspace, accumulate, bnb, pro);
 }
 
 }  // namespace kern

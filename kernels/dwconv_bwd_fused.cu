@@ -121,11 +121,16 @@ __device__ __forceinline__ void fused_tile(const bfloat* sdy0, const bfloat* sx0
 // kBnb: dy is the gradient of the BatchNorm + activation A that follows this conv, whose input is
 // xbn; the conv output's gradient is formed while staging (stage_source's BN backward prologue, with
 // bnb's statistics and coefficients), the values bn_act_backward's dx pass would have stored.
-template <Act A, bool kBnb>
+// kPro (not with kBnb): x is the producer's pre-BN output, and the conv input the forward read,
+// bf16(A(bn(x))) with pro's statistics, is formed while staging (stage_source's kPro2): the values the
+// producer's apply pass would have stored, so dx and dw are those of the plain kernel on them.
+template <Act A, bool kBnb, bool kPro>
 __global__ void __launch_bounds__(kDwThreads, 3)
     dwconv3x3_backward_fused_kernel(DwFusedPlan fp, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
                                     const bfloat* __restrict__ w, bfloat* __restrict__ dx, float* __restrict__ part,
-                                    bool accumulate, const bfloat* __restrict__ xbn, DwBnBackward bnb) {
+                                    bool accumulate, const bfloat* __restrict__ xbn, DwBnBackward bnb,
+                                    DwPrologue pro) {
+    static_assert(!(kBnb && kPro), "the fused backward takes one prologue");
     rt::pdl_entry();
     __shared__ __align__(16) bfloat sdy[kDwFusedStageElems];
     __shared__ __align__(16) bfloat sx[kDwFusedStageElems];
@@ -144,6 +149,9 @@ __global__ void __launch_bounds__(kDwThreads, 3)
         if constexpr (kBnb)
             stage_source<A, false, true, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, DwPrologue{}, c0,
                                                x + base, sx, xbn + base, bnb);
+        else if constexpr (kPro)
+            stage_source<A, false, true, false, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, pro, c0,
+                                                      x + base, sx);
         else
             stage_source<Act::None, false, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, DwPrologue{},
                                                  0, x + base, sx);
@@ -190,26 +198,35 @@ __global__ void dwconv3x3_fused_finalize_kernel(int entries, int chunks, const f
     finalize_partials<kDwFinalizeX, kDwFinalizeY>(entries, chunks, part, AddTo{dw});
 }
 
-template <Act A, bool kBnb>
+template <Act A, bool kBnb, bool kPro>
 void launch_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w, bf16* dx,
-                  float* part, bool accumulate, const DwBnBackward& bnb) {
-    rt::launch(ex, "dwconv3x3_backward_fused_kernel", dwconv3x3_backward_fused_kernel<A, kBnb>,
+                  float* part, bool accumulate, const DwBnBackward& bnb, const DwPrologue& pro) {
+    rt::launch(ex, "dwconv3x3_backward_fused_kernel", dwconv3x3_backward_fused_kernel<A, kBnb, kPro>,
                static_cast<unsigned>(fp.grid), kDwThreads, 0, fp, dev(x), dev(dy), dev(w), dev(dx), part, accumulate,
-               dev(bnb.x), bnb);
+               dev(bnb.x), bnb, pro);
 }
 
 }  // namespace
 
 void dw_launch_backward_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w,
-                              bf16* dx, float* dw, float* part, bool accumulate, const DwBnBackward* bnb) {
-    if (!bnb) {
-        launch_fused<Act::None, false>(ex, fp, x, dy, w, dx, part, accumulate, DwBnBackward{});
-    } else {
+                              bf16* dx, float* dw, float* part, bool accumulate, const DwBnBackward* bnb,
+                              const DwPrologue* pro) {
+    const DwBnBackward nb{};
+    const DwPrologue np{};
+    if (bnb) {
         switch (bnb->act) {
-            case Act::None: launch_fused<Act::None, true>(ex, fp, x, dy, w, dx, part, accumulate, *bnb); break;
-            case Act::Silu: launch_fused<Act::Silu, true>(ex, fp, x, dy, w, dx, part, accumulate, *bnb); break;
-            case Act::Relu: launch_fused<Act::Relu, true>(ex, fp, x, dy, w, dx, part, accumulate, *bnb); break;
+            case Act::None: launch_fused<Act::None, true, false>(ex, fp, x, dy, w, dx, part, accumulate, *bnb, np); break;
+            case Act::Silu: launch_fused<Act::Silu, true, false>(ex, fp, x, dy, w, dx, part, accumulate, *bnb, np); break;
+            case Act::Relu: launch_fused<Act::Relu, true, false>(ex, fp, x, dy, w, dx, part, accumulate, *bnb, np); break;
         }
+    } else if (pro) {
+        switch (pro->act) {
+            case Act::None: launch_fused<Act::None, false, true>(ex, fp, x, dy, w, dx, part, accumulate, nb, *pro); break;
+            case Act::Silu: launch_fused<Act::Silu, false, true>(ex, fp, x, dy, w, dx, part, accumulate, nb, *pro); break;
+            case Act::Relu: launch_fused<Act::Relu, false, true>(ex, fp, x, dy, w, dx, part, accumulate, nb, *pro); break;
+        }
+    } else {
+        launch_fused<Act::None, false, false>(ex, fp, x, dy, w, dx, part, accumulate, nb, np);
     }
     rt::launch(ex, "dwconv3x3_fused_finalize_kernel", dwconv3x3_fused_finalize_kernel, fp.finalize_blocks,
                dim3(kDwFinalizeX, kDwFinalizeY), 0, fp.c * 9, fp.chunks, part, dw);

@@ -457,9 +457,12 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
 // bnb: null, or the consumer BatchNorm's backward formed on load (DwBnBackward): dy is then the BN
 // output's gradient, and dx and dw are bitwise those of bn_act_backward followed by this call on its dx.
 // max_blocks: the plan's grid bound (dwconv3x3_fused_geometry; positive), with the workspace to match.
+// pro: null, or the forward's BN prologue (the fused LiteBlock; not with bnb): x is then the producer's
+// pre-BN output, and dx and dw are bitwise those of this call on the stored bf16(act(bn(x))) that the
+// producer's apply pass (bn_act_forward_*) would have written.
 void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
                                    const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
                                    bool accumulate, const DwBnBackward* bnb = nullptr,
-                                   int max_blocks = kDwFusedMaxBlocks);
+                                   int max_blocks = kDwFusedMaxBlocks, const DwPrologue* pro = nullptr);
 
 }  // namespace kern

@@ -305,9 +305,25 @@ double GpuOps::time_depthwise(Entry& e) const {
     if (!e.dgrad) return fwd + wgrad;
     // Per dgrad mode the step runs (needs_accumulate() holds whenever overwrite does not: modes >= 1),
     // the best dgrad and, with e.fused, the fused kernel that replaces it and the wgrad.
+    // A shape planned with a BN prologue (the fused LiteBlock) runs its fused backward with it: timed so,
+    // with zero vectors as time_prologue_forward (the prologue's instructions do not depend on them).
+    std::unique_ptr<const TimingBuffers> pro_vecs;
+    kern::DwPrologue pro;
+    if (e.use.bn_prologue) {
+        pro_vecs = std::make_unique<const TimingBuffers>(s, 1, false, ex_.stream);
+        pro.act = e.use.prologue_act;
+        pro.gamma = pro_vecs->dw;
+        pro.beta = pro_vecs->dw + s.cin;
+        pro.mean = pro_vecs->dw + 2 * s.cin;
+        pro.invstd = pro_vecs->dw + 3 * s.cin;
+    }
     auto time_fused = [&](bool acc) {
-        return time_runs([&] { kern::dwconv3x3_backward_fused_cuda(ex_, s, b.x, b.y, b.w, b.dx, b.dw, b.ws, wsf, acc); },
-                         iters);
+        return time_runs(
+            [&] {
+                kern::dwconv3x3_backward_fused_cuda(ex_, s, b.x, b.y, b.w, b.dx, b.dw, b.ws, wsf, acc, nullptr,
+                                                    kern::kDwFusedMaxBlocks, e.use.bn_prologue ? &pro : nullptr);
+            },
+            iters);
     };
     double dgrad = 0, fused = 0;
     int modes = 0;
@@ -438,17 +454,22 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
 }
 
 bool GpuOps::dw_fused_backward(const kern::ConvShape& s) const {
-    const Entry& e = find(s);
-    return e.fused && e.impl == ConvImpl::CustomDepthwise;
+    return find(s).runs_fused();
 }
 
 void GpuOps::conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                                  const kern::bf16* dy, const kern::bf16* w, kern::bf16* dx, float* dw,
-                                 bool accumulate) const {
+                                 bool accumulate, const kern::DwPrologue* pro) const {
     SF_CHECK(dw_fused_backward(s), "convolution %s does not run a fused backward (GpuOps::dw_fused_backward)",
              s.describe().c_str());
-    check_dgrad_mode(find(s).use, accumulate);
-    kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws_, custom_ws_floats_, accumulate);
+    const Entry& e = find(s);
+    SF_CHECK(!pro || e.use.bn_prologue,
+             "convolution %s was planned without a BN prologue, but its fused backward asks for one (the network "
+             "changed after GpuOps::prepare)",
+             s.describe().c_str());
+    check_dgrad_mode(e.use, accumulate);
+    kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws_, custom_ws_floats_, accumulate, nullptr,
+                                        kern::kDwFusedMaxBlocks, pro);
 }
 
 }  // namespace model

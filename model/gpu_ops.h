@@ -81,13 +81,16 @@ public:
     void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                               const kern::bf16* dy, float* dw) const;
     // Whether s's backward runs as one fused kernel (kern::ConvPolicy::dw_fused_bwd, a stride-1 depthwise
-    // shape the custom kernels run, planned with its dgrad): then a layer with no BN prologue calls
-    // conv_backward_fused instead of conv_backward_data + conv_backward_filter.
+    // shape planned with its dgrad that the custom kernels run, or planned with the BN prologue, whose
+    // forward and wgrad are custom anyway): then the layer calls conv_backward_fused instead of
+    // conv_backward_data + conv_backward_filter (with its BN prologue, if it has one).
     bool dw_fused_backward(const kern::ConvShape& s) const;
     // dx (+)= dgrad and dw += wgrad in one kernel (kern::dwconv3x3_backward_fused_cuda); accumulate as
-    // conv_backward_data. Only where dw_fused_backward(s).
+    // conv_backward_data. Only where dw_fused_backward(s). pro: the fused LiteBlock's BN prologue (x is
+    // then the producer's pre-BN output; s planned with ConvUse::bn_prologue).
     void conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* dy,
-                             const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate) const;
+                             const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate,
+                             const kern::DwPrologue* pro = nullptr) const;
     // kern::ConvPolicy::dw_fused_bn_bwd (with dw_fused_bwd): the layers whose backward runs fused also
     // fold their BN's dx pass into it (bn_dw_backward_fused); they reserve dw_fused_bn_workspace_floats.
     bool dw_fused_bn() const { return dw_fused_bn(policy_); }

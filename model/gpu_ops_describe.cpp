@@ -42,7 +42,7 @@ std::string GpuOps::depthwise_variants_line(const Entry& e) {
     line += rt::format(", wgrad %d (%s)", e.wgrad_variant, kern::dwconv3x3_wgrad_variant_name(e.wgrad_variant));
     if (!e.wgrad_variant_ms.empty()) line += " of " + list(e.wgrad_variant_ms) + " ms";
     if (e.fused) {  // dw_fused_bwd: in place of the dgrad and wgrad above, when the custom kernels run the shape
-        line += e.impl == ConvImpl::CustomDepthwise ? ", fused backward runs" : ", fused backward timed (cuDNN runs)";
+        line += e.runs_fused() ? ", fused backward runs" : ", fused backward timed (cuDNN runs)";
         if (e.fused_ms >= 0) line += rt::format(", fused %.4f ms", e.fused_ms);
         if (e.fused_ow_ms >= 0) line += rt::format(", fused overwrite %.4f ms", e.fused_ow_ms);
     }
@@ -57,7 +57,7 @@ std::string GpuOps::depthwise_variants_line(const Entry& e) {
 std::vector<std::string> GpuOps::describe_fused() const {
     std::vector<std::string> out;
     for (const Entry& e : entries_)
-        if (e.fused && e.impl == ConvImpl::CustomDepthwise)
+        if (e.runs_fused())
             out.push_back(e.shape.describe() + ": " + depthwise_variants_line(e));
     return out;
 }

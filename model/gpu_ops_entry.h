@@ -31,6 +31,10 @@ struct GpuOps::Entry {
     // the step does not run that mode, or not timed).
     bool fused = false;
     double fused_ms = -1, fused_ow_ms = -1;
+    // Whether the backward runs fused: where the custom kernels run the shape, or where it was planned
+    // with the BN prologue (its forward and wgrad are the custom kernels' whatever cuDNN's time, and the
+    // fused kernel replaces the prologue wgrad and the dgrad together: the fused LiteBlock).
+    bool runs_fused() const { return fused && (impl == ConvImpl::CustomDepthwise || use.bn_prologue); }
 };
 
 }  // namespace model

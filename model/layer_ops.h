@@ -132,13 +132,15 @@ inline void conv_backward_filter(const GpuOps* gpu, const rt::Exec& ex, const ke
     if (grad_op({dy}, {}, &none)) gpu->conv_backward_filter(ex, s, x, dy, dw);
 }
 // CUDA: dgrad and wgrad of a depthwise conv in one kernel (GpuOps::dw_fused_backward): reported to the
-// tape as conv_backward_data followed by conv_backward_filter, the calls it replaces.
+// tape as conv_backward_data followed by conv_backward_filter, the calls it replaces. pro: the fused
+// LiteBlock's BN prologue (x is then the producer's pre-BN output), as dwconv_backward_filter takes it.
 inline void conv_backward_fused(const GpuOps* gpu, const rt::Exec& ex, const kern::ConvShape& s, const bf16* x,
-                                const bf16* dy, const bf16* w, bf16* dx, float* dw) {
+                                const bf16* dy, const bf16* w, bf16* dx, float* dw,
+                                const kern::DwPrologue* pro = nullptr) {
     bool acc, none;
     const bool run = grad_op({dy}, {dx}, &acc, &s);
     const bool run_w = grad_op({dy}, {}, &none);
-    if (run && run_w) gpu->conv_backward_fused(ex, s, x, dy, w, dx, dw, acc);
+    if (run && run_w) gpu->conv_backward_fused(ex, s, x, dy, w, dx, dw, acc, pro);
 }
 // CUDA: a depthwise ConvBN's BN + activation backward and the conv's fused backward with the BN's dx
 // formed on load (GpuOps::bn_dw_backward_fused); conv_grad is never written. Reported to the tape as

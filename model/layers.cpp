@@ -165,7 +165,7 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         // BN's dy is read while x.g is written, which the trace must see (so that the planner never gives
         // them the same memory): a layer declared for it traces that op, and at run time the separate
         // passes (GpuOps chose cuDNN for the shape) write the same gradients in the same order.
-        const bool fused = x.g && !prologue && ex.is_cuda() && ops->dw_fused_backward(cs);
+        const bool fused = x.g && ex.is_cuda() && ops->dw_fused_backward(cs);
         if (fused_bn && x.g && (!ex.is_cuda() || fused)) {
             ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, gamma.g,
                                       beta.g, conv.g, x.v, weight.h, x.g, weight.g, ws, ws_floats);
@@ -175,6 +175,11 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
                              gamma.g, beta.g, ws, ws_floats);
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
         if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);
+        if (fused && prologue) {  // the fused LiteBlock: x staged through the expand's BN + activation
+            const kern::DwPrologue pro = prologue->dw_prologue(true);
+            ops::conv_backward_fused(ops, ex, cs, prologue->conv.v, conv_out().g, weight.h, x.g, weight.g, &pro);
+            return;
+        }
         if (fused) {
             ops::conv_backward_fused(ops, ex, cs, x.v, conv_out().g, weight.h, x.g, weight.g);
             return;

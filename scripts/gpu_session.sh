@@ -16,7 +16,8 @@
 #             stride-1 depthwise dgrad + wgrad in one kernel) and `--dw-fused-bwd-bn` (with the depthwise
 #             ConvBN's BN backward dx inside it), with `--bn-row-batch 4`
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
-#             (programmatic dependent launch of the project's kernels) and with
+#             (programmatic dependent launch of the project's kernels), with `--fuse-expand-dw
+#             --dw-fused-bwd` (the fused LiteBlock with the fused backward) and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
 #             per-layer run's step by tools/bench_ab.py (bench_ab.md); then, with the time left,
 #             `plan --fusion-graphs --time` (the cuDNN BN-fusion graphs timed against the plain conv and
@@ -124,11 +125,16 @@ if [ "$(left)" -gt 60 ]; then
     say "bench --pdl: $(grep -m1 -E '^ *graphs:' "$W/bench_pdl.log" | sed 's/^ *//' | cut -c1-160)"
   fi
   pack
+  # The fused LiteBlock (the expand's BN + SiLU inside the depthwise conv, its activation never stored)
+  # with the fused backward staging it through the same prologue: against bench_dwfused, the fused
+  # LiteBlock's own A/B (OPTIMIZATION_LOG entry 17).
+  ab bench_fuseexp --fuse-expand-dw --dw-fused-bwd
+  pack
   # The depthwise kernels in variant 0 only: the step-level A/B of the variants.
   ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1

@@ -8,7 +8,10 @@
 //   - two runs bitwise equal (a fixed partition and fixed-order sums);
 //   - with the BN prologue (kern::DwBnBackward: the consumer BN + activation's dx formed on load, after
 //     kern::bn_act_backward_stats), dx, dw, dgamma and dbeta bitwise those of kern::bn_act_backward
-//     followed by the fused kernel on its dx, for every activation and both dgrad modes.
+//     followed by the fused kernel on its dx, for every activation and both dgrad modes;
+//   - with the forward's BN prologue (kern::DwPrologue, the fused LiteBlock: x is the producer's pre-BN
+//     output), dx and dw bitwise those of the fused kernel on the activation the apply pass stores, in
+//     train and eval mode; its refusals.
 // Shapes: partial spatial blocks in both directions (8 x 16 blocks), one-pixel images, 8-, 32- and
 // 64-channel blocks and several channel blocks; each with the network's grid bound (one spatial block
 // per chunk at these sizes) and with a bound of 2-5 blocks, so that a block walks several spatial blocks
@@ -302,3 +305,107 @@ TEST(KernelsDwconvFusedGpu, BnPrologueBitwiseEqualToBnBackwardThenFused) {
 }
 
 }  // namespace
+
+// The fused LiteBlock's backward (kern::DwPrologue: x is the expand's pre-BN output, staged through its
+// BN + activation): dx and dw bitwise those of the plain fused kernel on the activation the apply pass
+// stores (bn_act_forward_train with its batch statistics, or bn_act_forward_eval with running ones),
+// for every activation, both statistics modes and both dgrad modes, with several blocks per chunk too.
+TEST(KernelsDwconvFusedGpu, ForwardPrologueBitwiseEqualToFusedOnTheStoredActivation) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    uint64_t seed = 8300;
+    for (const Case& k : {Case{2, 15, 33, 64}, Case{1, 9, 17, 128}, Case{3, 8, 16, 24}})
+        for (kern::Act act : {kern::Act::None, kern::Act::Silu, kern::Act::Relu})
+            for (bool eval : {false, true})
+                for (bool accumulate : {true, false}) {
+                    const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
+                    const std::string what = name_of(k) + " act " + std::to_string(static_cast<int>(act)) +
+                                             (eval ? " eval" : " train") + (accumulate ? "" : " overwrite");
+                    const size_t nx = s.in().numel(), nw = s.weight_numel(), rows = s.in().pixels(), c = k.c;
+                    const Inputs in = make_inputs(s, seed += 10, false);  // x: the pre-BN output; w, dy, dx0, dw0
+                    std::vector<float> vec;  // gamma, beta, running mean, running var (eval: read; train: updated)
+                    for (const auto& r : {std::pair<double, double>{0.5, 1.5}, {-0.5, 0.5}, {-0.3, 0.3}, {0.5, 2.0}}) {
+                        const std::vector<double> v = sftest::random_uniform(c, seed + 6 + vec.size(), r.first, r.second);
+                        vec.insert(vec.end(), v.begin(), v.end());
+                    }
+                    const size_t bn_ws = kern::bn_act_workspace_floats(rows, k.c);
+                    const int mb = act == kern::Act::Silu ? 3 : kern::kDwFusedMaxBlocks;
+                    const size_t fws = kern::dwconv3x3_fused_workspace_floats(s, mb);
+                    Dev xp(nx * 2), y(nx * 2), w(nw * 2), dy(nx * 2), v(4 * c * 4), st(2 * c * 4), wsb(bn_ws * 4);
+                    Dev dxa(nx * 2), dxb(nx * 2), dwa(nw * 4), dwb(nw * 4), pa(fws * 4), pb(fws * 4);
+                    sftest::upload_bf16(xp.h(), in.x);
+                    sftest::upload_bf16(w.h(), in.w);
+                    sftest::upload_bf16(dy.h(), in.dy);
+                    sftest::upload(v.f(), vec);
+                    const std::vector<float> dx0 =
+                        accumulate ? in.dx0 : std::vector<float>(nx, std::numeric_limits<float>::quiet_NaN());
+                    sftest::upload_bf16(dxa.h(), dx0);
+                    sftest::upload_bf16(dxb.h(), dx0);
+                    sftest::upload(dwa.f(), in.dw0);
+                    sftest::upload(dwb.f(), in.dw0);
+                    SF_CUDA_CHECK(cudaDeviceSynchronize());
+                    float *gamma = v.f(), *beta = v.f() + c, *rmean = v.f() + 2 * c, *rvar = v.f() + 3 * c;
+                    kern::DwPrologue pro;
+                    pro.act = act;
+                    pro.gamma = gamma;
+                    pro.beta = beta;
+                    pro.eval = eval;
+                    if (eval) {
+                        kern::bn_act_forward_eval(ex, act, rows, k.c, xp.h(), gamma, beta, rmean, rvar, 1e-5, y.h());
+                        pro.mean = rmean;
+                        pro.invstd = rvar;
+                        pro.eps = 1e-5;
+                    } else {
+                        kern::bn_act_forward_train(ex, act, rows, k.c, xp.h(), gamma, beta, y.h(), st.f(), st.f() + c,
+                                                   rmean, rvar, 0.1, 1e-5, wsb.f(), bn_ws);
+                        pro.mean = st.f();
+                        pro.invstd = st.f() + c;
+                    }
+                    kern::dwconv3x3_backward_fused_cuda(ex, s, y.h(), dy.h(), w.h(), dxa.h(), dwa.f(), pa.f(), fws,
+                                                        accumulate, nullptr, mb);
+                    kern::dwconv3x3_backward_fused_cuda(ex, s, xp.h(), dy.h(), w.h(), dxb.h(), dwb.f(), pb.f(), fws,
+                                                        accumulate, nullptr, mb, &pro);
+                    ctx.synchronize();
+                    EXPECT_TRUE(bitwise_equal(download_bf16(dxa.h(), nx), download_bf16(dxb.h(), nx))) << what << " dx";
+                    EXPECT_TRUE(bitwise_equal(download(dwa.f(), nw), download(dwb.f(), nw))) << what << " dw";
+                    // Not vacuous: the stored activation is not the pre-BN output the prologue was given.
+                    EXPECT_FALSE(bitwise_equal(download_bf16(y.h(), nx), in.x)) << what;
+                }
+}
+
+TEST(KernelsDwconvFusedGpu, ForwardPrologueRefusals) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const kern::ConvShape s = sftest::dw_shape(1, 8, 16, 32, 1);
+    const size_t nx = s.in().numel(), nw = s.weight_numel(), fws = kern::dwconv3x3_fused_workspace_floats(s);
+    Dev x(nx * 2), dy(nx * 2), w(nw * 2), dx(nx * 2), dw(nw * 4), ws(fws * 4), v(4 * 32 * 4);
+    kern::DwPrologue pro;
+    pro.act = kern::Act::Silu;
+    pro.gamma = v.f();
+    pro.beta = v.f() + 32;
+    pro.mean = v.f() + 64;
+    pro.invstd = v.f() + 96;
+    kern::DwBnBackward b;
+    b.act = kern::Act::Silu;
+    b.x = x.h();
+    b.gamma = b.beta = b.mean = b.invstd = b.coef = v.f();
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_fused_cuda(ctx.exec(), s, x.h(), dy.h(), w.h(), dx.h(), dw.f(), ws.f(),
+                                                        fws, true, &b, kern::kDwFusedMaxBlocks, &pro),
+                    "BN backward prologue and a forward BN prologue");
+    kern::DwPrologue bad = pro;
+    bad.beta = nullptr;
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_fused_cuda(ctx.exec(), s, x.h(), dy.h(), w.h(), dx.h(), dw.f(), ws.f(),
+                                                        fws, true, nullptr, kern::kDwFusedMaxBlocks, &bad),
+                    "prologue beta");
+    bad = pro;
+    bad.eval = true;  // eps 0
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_fused_cuda(ctx.exec(), s, x.h(), dy.h(), w.h(), dx.h(), dw.f(), ws.f(),
+                                                        fws, true, nullptr, kern::kDwFusedMaxBlocks, &bad),
+                    "eps > 0");
+    bad = pro;
+    bad.gamma = dw.f();  // the output overlapping a prologue vector
+    SF_EXPECT_ERROR(kern::dwconv3x3_backward_fused_cuda(ctx.exec(), s, x.h(), dy.h(), w.h(), dx.h(), dw.f(), ws.f(),
+                                                        fws, true, nullptr, kern::kDwFusedMaxBlocks, &bad),
+                    "must not alias the prologue gamma");
+}

@@ -414,6 +414,18 @@ TEST(ModelGpuOpsGpu, FusedBackwardTimedAndRun) {
     Dev x(2048 * 2), dy(2048 * 2), w(144 * 2), dx(2048 * 2), dw(144 * 4);
     SF_EXPECT_ERROR(dops.conv_backward_fused(ex, only_ow.shape, x.h(), dy.h(), w.h(), dx.h(), dw.f(), true),
                     "asked to accumulate");
+    {  // a BN prologue where the shape was planned without one
+        Dev pv(4 * 16 * 4);
+        kern::DwPrologue pro;
+        pro.act = kern::Act::Silu;
+        pro.gamma = pv.f();
+        pro.beta = pv.f() + 16;
+        pro.mean = pv.f() + 32;
+        pro.invstd = pv.f() + 48;
+        SF_EXPECT_ERROR(
+            dops.conv_backward_fused(ex, only_ow.shape, x.h(), dy.h(), w.h(), dx.h(), dw.f(), false, &pro),
+            "planned without a BN prologue");
+    }
     // The BN's dx inside the fused kernel: only under dw_fused_bn_bwd, and with the workspace it declares.
     Dev v(8 * 16 * 4), bws(model::GpuOps::dw_fused_bn_workspace_floats(only_ow.shape) * 4);
     const float* vf = v.f();
@@ -432,6 +444,65 @@ TEST(ModelGpuOpsGpu, FusedBackwardTimedAndRun) {
     SF_EXPECT_ERROR(bops.bn_dw_backward_fused(ex, only_ow.shape, kern::Act::Silu, x.h(), dy.h(), vf, vf, vf, vf, v.f(),
                                               v.f() + 16, x.h(), w.h(), dx.h(), dw.f(), false, bws.f(), need - 1),
                     "workspace of", "needed");
+}
+
+// The fused LiteBlock's shape (planned with the expand's BN prologue) under dw_fused_bwd: fused, its fused
+// backward timed with the prologue, and conv_backward_fused with the prologue runs exactly the kernel's
+// prologue form (dx and dw bitwise the launcher's).
+TEST(ModelGpuOpsGpu, FusedBackwardWithTheBnPrologue) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const std::vector<model::ConvUse> uses = {dw_uses(true)[0]};  // stride 1, SiLU prologue
+    Autotuned tuned(ctx, uses, true, true);
+    const model::GpuOps& ops = tuned.ops;
+    const kern::ConvShape& s = uses[0].shape;
+    ASSERT_TRUE(ops.dw_fused_backward(s));
+    bool timed = false;
+    for (const std::string& l : ops.describe_fused()) {
+        const size_t r = l.find(", fused backward runs");
+        const size_t a = r == std::string::npos ? r : l.find(", fused ", r + 1);
+        timed = timed || (a != std::string::npos && std::atof(l.c_str() + a + 8) > 0);
+    }
+    EXPECT_TRUE(timed) << "the prologue shape's fused backward has no time";
+    const rt::Exec& ex = ctx.exec();
+    const size_t xn = s.in().numel(), wn = s.weight_numel(), c = static_cast<size_t>(s.cin);
+    Dev x(xn * 2), w(wn * 2), dy(xn * 2), dx1(xn * 2), dx2(xn * 2), dw1(wn * 4), dw2(wn * 4), v(4 * c * 4);
+    sftest::upload_bf16(x.h(), sftest::bf16_exact(sftest::random_uniform(xn, 41, -1, 1)));
+    sftest::upload_bf16(w.h(), sftest::bf16_exact(sftest::random_uniform(wn, 42, -0.5, 0.5)));
+    sftest::upload_bf16(dy.h(), sftest::bf16_exact(sftest::random_uniform(xn, 43, -1, 1)));
+    std::vector<float> vec;
+    for (int k = 0; k < 4; ++k) {
+        const std::vector<double> r = sftest::random_uniform(c, 44 + k, k == 1 ? -0.5 : 0.5, k == 1 ? 0.5 : 1.5);
+        vec.insert(vec.end(), r.begin(), r.end());
+    }
+    sftest::upload(v.f(), vec);
+    const std::vector<float> dx0 = sftest::bf16_exact(sftest::random_uniform(xn, 48, -0.5, 0.5));
+    sftest::upload_bf16(dx1.h(), dx0);
+    sftest::upload_bf16(dx2.h(), dx0);
+    sftest::upload(dw1.f(), std::vector<float>(wn, 0.25f));
+    sftest::upload(dw2.f(), std::vector<float>(wn, 0.25f));
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
+    kern::DwPrologue pro;
+    pro.act = kern::Act::Silu;
+    pro.gamma = v.f();
+    pro.beta = v.f() + c;
+    pro.mean = v.f() + 2 * c;
+    pro.invstd = v.f() + 3 * c;
+    const size_t wsf = kern::dwconv3x3_fused_workspace_floats(s);
+    Dev ws(wsf * 4);
+    ops.conv_backward_fused(ex, s, x.h(), dy.h(), w.h(), dx1.h(), dw1.f(), true, &pro);
+    kern::dwconv3x3_backward_fused_cuda(ex, s, x.h(), dy.h(), w.h(), dx2.h(), dw2.f(), ws.f(), wsf, true, nullptr,
+                                        kern::kDwFusedMaxBlocks, &pro);
+    ctx.synchronize();
+    EXPECT_TRUE(bitwise_equal(sftest::download_bf16(dx1.h(), xn), sftest::download_bf16(dx2.h(), xn)));
+    EXPECT_TRUE(bitwise_equal(sftest::download(dw1.f(), wn), sftest::download(dw2.f(), wn)));
+    // Not the plain fused kernel: the prologue changed the filter gradient.
+    Dev dw3(wn * 4);
+    sftest::upload(dw3.f(), std::vector<float>(wn, 0.25f));
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
+    ops.conv_backward_fused(ex, s, x.h(), dy.h(), w.h(), dx2.h(), dw3.f(), true);
+    ctx.synchronize();
+    EXPECT_FALSE(bitwise_equal(sftest::download(dw1.f(), wn), sftest::download(dw3.f(), wn)));
 }
 
 }  // namespace

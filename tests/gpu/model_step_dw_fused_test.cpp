@@ -5,7 +5,9 @@
 // is), which agree to fp32 rounding of another summation order; the same loss; two fused networks
 // give the same bits (the kernel's partition is fixed). With dw_fused_bn_bwd as well (`--dw-fused-bwd-bn`:
 // each depthwise ConvBN's BN dx formed inside the fused kernel) every gradient is bitwise the fused
-// one's. The kernel itself: tests/gpu/kernels_dwconv_fused_test.cpp.
+// one's. The fused LiteBlock (model.fuse_expand_dw: the expand's BN + SiLU applied inside the depthwise
+// conv) runs its fused backward with that prologue, bitwise the fused backward of the stored path.
+// The kernel itself: tests/gpu/kernels_dwconv_fused_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,6 +114,37 @@ TEST(CudaStep, DwFusedBackwardMatchesSeparatePasses) {
     // The fused partition sums in another order: some filter gradient has other last bits (else the
     // fused kernel did not run, or summed exactly as the two-pass wgrad, which it does not).
     EXPECT_GT(differ, 0);
+}
+
+// The fused LiteBlock with the fused backward: every LiteBlock depthwise conv (planned with the expand's
+// BN prologue) runs the fused kernel with the prologue, staging bf16(SiLU(BN(x))) from the expand's
+// pre-BN output, the values the stored path's apply pass writes: one micro-step's gradients and loss
+// bitwise those of the fused backward on the stored activation.
+TEST(CudaStep, FusedLiteBlockRunsTheFusedBackwardWithItsPrologue) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(1);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    const model::UpOrder order = model::UpOrder::ConvFirst;
+    GpuRig stored(cpu, true, 1, order, false, 1, false, 1), fused_block(cpu, true, 1, order, true, 1, false, 1);
+    int prologue_shapes = 0;
+    for (const model::ConvUse& u : fused_block.net.plan().convs()) {
+        if (!u.bn_prologue) continue;
+        ++prologue_shapes;
+        EXPECT_TRUE(fused_block.net.gpu_ops()->dw_fused_backward(u.shape)) << u.shape.describe();
+    }
+    EXPECT_GT(prologue_shapes, 0);
+    for (GpuRig* r : {&stored, &fused_block}) {
+        r->load(b.pixels[0], b.labels[0]);
+        r->step.micro_step(0);
+        r->ctx.synchronize();
+    }
+    const model::ParamTable& t = cpu.table();
+    const std::vector<float> gs = stored.fetch(stored.net.plan().grad(), t.flat_size);
+    const std::vector<float> gf = fused_block.fetch(fused_block.net.plan().grad(), t.flat_size);
+    for (const model::ParamInfo& p : t.params)
+        EXPECT_EQ(0, std::memcmp(gf.data() + p.offset, gs.data() + p.offset, p.numel * sizeof(float))) << p.name;
+    EXPECT_EQ(fused_block.step.read_stats().loss.total, stored.step.read_stats().loss.total);
 }
 
 }  // namespace
