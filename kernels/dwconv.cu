@@ -212,7 +212,6 @@ void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const
                                    const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
                                    bool accumulate, const DwBnBackward* bnb, int max_blocks, const DwPrologue* pro) {
     const char* op = "dwconv3x3_backward_fused_cuda";
-    SF_CHECK(!(bnb && pro), "%s: a BN backward prologue and a forward BN prologue together are not supported", op);
     rt::check_cuda_exec(op, ex);
     const DwFusedPlan fp = dwconv3x3_fused_plan(s, max_blocks);
     check_bf16(op, "x", x);

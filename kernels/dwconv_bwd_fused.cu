@@ -121,16 +121,16 @@ __device__ __forceinline__ void fused_tile(const bfloat* sdy0, const bfloat* sx0
 // kBnb: dy is the gradient of the BatchNorm + activation A that follows this conv, whose input is
 // xbn; the conv output's gradient is formed while staging (stage_source's BN backward prologue, with
 // bnb's statistics and coefficients), the values bn_act_backward's dx pass would have stored.
-// kPro (not with kBnb): x is the producer's pre-BN output, and the conv input the forward read,
-// bf16(A(bn(x))) with pro's statistics, is formed while staging (stage_source's kPro2): the values the
-// producer's apply pass would have stored, so dx and dw are those of the plain kernel on them.
-template <Act A, bool kBnb, bool kPro>
+// kPro: x is the producer's pre-BN output, and the conv input the forward read, bf16(P(bn(x))) with
+// pro's statistics, is formed while staging (stage_source's kPro2): the values the producer's apply pass
+// would have stored, so dx and dw are those of the kernel on them. With kBnb as well, both prologues (the
+// fused LiteBlock's depthwise ConvBN with its BN's dx inside).
+template <Act A, bool kBnb, bool kPro, Act P>
 __global__ void __launch_bounds__(kDwThreads, 3)
     dwconv3x3_backward_fused_kernel(DwFusedPlan fp, const bfloat* __restrict__ x, const bfloat* __restrict__ dy,
                                     const bfloat* __restrict__ w, bfloat* __restrict__ dx, float* __restrict__ part,
                                     bool accumulate, const bfloat* __restrict__ xbn, DwBnBackward bnb,
                                     DwPrologue pro) {
-    static_assert(!(kBnb && kPro), "the fused backward takes one prologue");
     rt::pdl_entry();
     __shared__ __align__(16) bfloat sdy[kDwFusedStageElems];
     __shared__ __align__(16) bfloat sx[kDwFusedStageElems];
@@ -146,12 +146,15 @@ __global__ void __launch_bounds__(kDwThreads, 3)
     for (long long sp = lo; sp < hi; ++sp) {
         const FusedSpatial f = fused_spatial(sp, g);
         const size_t base = static_cast<size_t>(f.n) * image + c0;
-        if constexpr (kBnb)
+        if constexpr (kBnb && kPro)
+            stage_source<A, false, true, true, true, P>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, pro,
+                                                        c0, x + base, sx, xbn + base, bnb);
+        else if constexpr (kBnb)
             stage_source<A, false, true, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, DwPrologue{}, c0,
                                                x + base, sx, xbn + base, bnb);
         else if constexpr (kPro)
-            stage_source<A, false, true, false, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, pro, c0,
-                                                      x + base, sx);
+            stage_source<Act::None, false, true, false, true, P>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g,
+                                                                 sdy, pro, c0, x + base, sx);
         else
             stage_source<Act::None, false, true>(dy + base, fp.h, fp.w, fp.c, f.d0 - 1, f.e0 - 1, g, sdy, DwPrologue{},
                                                  0, x + base, sx);
@@ -198,10 +201,20 @@ __global__ void dwconv3x3_fused_finalize_kernel(int entries, int chunks, const f
     finalize_partials<kDwFinalizeX, kDwFinalizeY>(entries, chunks, part, AddTo{dw});
 }
 
-template <Act A, bool kBnb, bool kPro>
+// f(std::integral_constant<Act, a>{}) for the runtime activation a.
+template <class F>
+void with_act(Act a, F&& f) {
+    switch (a) {
+        case Act::None: return f(std::integral_constant<Act, Act::None>{});
+        case Act::Silu: return f(std::integral_constant<Act, Act::Silu>{});
+        case Act::Relu: return f(std::integral_constant<Act, Act::Relu>{});
+    }
+}
+
+template <Act A, bool kBnb, bool kPro, Act P>
 void launch_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w, bf16* dx,
                   float* part, bool accumulate, const DwBnBackward& bnb, const DwPrologue& pro) {
-    rt::launch(ex, "dwconv3x3_backward_fused_kernel", dwconv3x3_backward_fused_kernel<A, kBnb, kPro>,
+    rt::launch(ex, "dwconv3x3_backward_fused_kernel", dwconv3x3_backward_fused_kernel<A, kBnb, kPro, P>,
                static_cast<unsigned>(fp.grid), kDwThreads, 0, fp, dev(x), dev(dy), dev(w), dev(dx), part, accumulate,
                dev(bnb.x), bnb, pro);
 }
@@ -211,23 +224,23 @@ void launch_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, cons
 void dw_launch_backward_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w,
                               bf16* dx, float* dw, float* part, bool accumulate, const DwBnBackward* bnb,
                               const DwPrologue* pro) {
-    const DwBnBackward nb{};
-    const DwPrologue np{};
-    if (bnb) {
-        switch (bnb->act) {
-            case Act::None: launch_fused<Act::None, true, false>(ex, fp, x, dy, w, dx, part, accumulate, *bnb, np); break;
-            case Act::Silu: launch_fused<Act::Silu, true, false>(ex, fp, x, dy, w, dx, part, accumulate, *bnb, np); break;
-            case Act::Relu: launch_fused<Act::Relu, true, false>(ex, fp, x, dy, w, dx, part, accumulate, *bnb, np); break;
-        }
-    } else if (pro) {
-        switch (pro->act) {
-            case Act::None: launch_fused<Act::None, false, true>(ex, fp, x, dy, w, dx, part, accumulate, nb, *pro); break;
-            case Act::Silu: launch_fused<Act::Silu, false, true>(ex, fp, x, dy, w, dx, part, accumulate, nb, *pro); break;
-            case Act::Relu: launch_fused<Act::Relu, false, true>(ex, fp, x, dy, w, dx, part, accumulate, nb, *pro); break;
-        }
-    } else {
-        launch_fused<Act::None, false, false>(ex, fp, x, dy, w, dx, part, accumulate, nb, np);
-    }
+    // The activation template arguments from the runtime ones: A of the BN backward (kBnb), P of the
+    // forward's prologue (kPro); an absent prologue's is Act::None.
+    const DwBnBackward b = bnb ? *bnb : DwBnBackward{};
+    const DwPrologue p = pro ? *pro : DwPrologue{};
+    with_act(bnb ? bnb->act : Act::None, [&](auto a) {
+        with_act(pro ? pro->act : Act::None, [&](auto q) {
+            constexpr Act kA = decltype(a)::value, kP = decltype(q)::value;
+            if (bnb && pro)
+                launch_fused<kA, true, true, kP>(ex, fp, x, dy, w, dx, part, accumulate, b, p);
+            else if (bnb)
+                launch_fused<kA, true, false, Act::None>(ex, fp, x, dy, w, dx, part, accumulate, b, p);
+            else if (pro)
+                launch_fused<Act::None, false, true, kP>(ex, fp, x, dy, w, dx, part, accumulate, b, p);
+            else
+                launch_fused<Act::None, false, false, Act::None>(ex, fp, x, dy, w, dx, part, accumulate, b, p);
+        });
+    });
     rt::launch(ex, "dwconv3x3_fused_finalize_kernel", dwconv3x3_fused_finalize_kernel, fp.finalize_blocks,
                dim3(kDwFinalizeX, kDwFinalizeY), 0, fp.c * 9, fp.chunks, part, dw);
 }

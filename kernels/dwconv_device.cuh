@@ -167,10 +167,13 @@ __device__ __forceinline__ StagedBlock staged_block(unsigned b, const DwTileGrid
 // is stored as the BN backward's dx, bf16(bn_act_dx_value), the value the dx pass stores; the padding
 // stays +0. coef: the BN's 2C coefficients (mean(g), then mean(g * xhat)). Two pixels per turn then
 // (6 loads in flight), so that the channel constants fit beside the loads.
-// kPro2 (with kTwo, without kBnb; the fused backward of a conv with the forward's BN prologue): img2 is
-// the producer's pre-BN output, and each of its in-image pixel chunks is stored as kPro stores img's,
-// bf16(act(bn(x))): the conv input the forward read. img goes to src as it is.
-template <Act A = Act::None, bool kPro = false, bool kTwo = false, bool kBnb = false, bool kPro2 = false>
+// kPro2 (with kTwo; the fused backward of a conv with the forward's BN prologue): img2 is the producer's
+// pre-BN output, and each of its in-image pixel chunks is stored as kPro stores img's, bf16(P(bn(x))) with
+// pro's statistics and activation P: the conv input the forward read. img goes to src as it is, or, with
+// kBnb as well, through the BN backward (one pixel per turn then, so that both sets of channel constants
+// fit beside the loads).
+template <Act A = Act::None, bool kPro = false, bool kTwo = false, bool kBnb = false, bool kPro2 = false,
+          Act P = A>
 __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int rows, int cols, int c, int r0, int s0,
                                              const DwTileGrid& g, bfloat* src, const DwPrologue& pro = DwPrologue{},
                                              int c0 = 0, const bfloat* __restrict__ img2 = nullptr,
@@ -178,8 +181,8 @@ __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int
                                              const DwBnBackward& bnb = DwBnBackward{}) {
     static_assert(!(kPro && kTwo), "the prologue stages one image");
     static_assert(!kBnb || kTwo, "the BN backward prologue stages with the second image");
-    static_assert(!kPro2 || (kTwo && !kBnb), "the second image's prologue stages without the BN backward");
-    constexpr int kBatch = kBnb ? 2 : 4;
+    static_assert(!kPro2 || kTwo, "the second image's prologue stages it with the first");
+    constexpr int kBatch = kBnb ? (kPro2 ? 1 : 2) : 4;
     static_assert(kDwThreads % 8 == 0, "a pixel's chunk count (1, 2, 4 or 8) must divide the block");
     const int chunks = g.cb / 8, step = kDwThreads / chunks, part = static_cast<int>(threadIdx.x) % chunks;
     const BnApply8 bn = load_prologue<kPro || kPro2>(pro, c0 / 8 + part);
@@ -232,7 +235,7 @@ __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int
                     float v[8];
                     unpack8(u2[k], v);
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) v[j] = bn_act_value<A>(bn, j, v[j]);
+                    for (int j = 0; j < 8; ++j) v[j] = bn_act_value<P>(bn, j, v[j]);
                     storev<8>(src2 + at[k], v);  // rounds to bf16 as the apply pass's store does
                 } else {
                     *reinterpret_cast<uint4*>(src2 + at[k]) = u2[k];  // +0: the padding

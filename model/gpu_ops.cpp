@@ -437,9 +437,13 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
                                   const kern::bf16* conv_out, const kern::bf16* dy, const float* gamma,
                                   const float* beta, const float* save_mean, const float* save_invstd, float* dgamma,
                                   float* dbeta, const kern::bf16* x, const kern::bf16* w, kern::bf16* dx, float* dw,
-                                  bool accumulate, float* ws, size_t ws_floats) const {
+                                  bool accumulate, float* ws, size_t ws_floats, const kern::DwPrologue* pro) const {
     SF_CHECK(dw_fused_backward(s) && dw_fused_bn(),
              "convolution %s does not run a fused backward with its BN's dx (GpuOps::dw_fused_bn)",
+             s.describe().c_str());
+    SF_CHECK(!pro || find(s).use.bn_prologue,
+             "convolution %s was planned without a BN prologue, but its fused backward asks for one (the network "
+             "changed after GpuOps::prepare)",
              s.describe().c_str());
     check_dgrad_mode(find(s).use, accumulate);
     const size_t rows = s.out().pixels(), bn_ws = kern::bn_act_workspace_floats(rows, s.cout);
@@ -450,7 +454,8 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
                                 dbeta, ws, bn_ws, bn_row_batch());
     const kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd,
                                ws + kern::bn_act_backward_coef_offset(rows, s.cout)};
-    kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws + bn_ws, ws_floats - bn_ws, accumulate, &b);
+    kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws + bn_ws, ws_floats - bn_ws, accumulate, &b,
+                                        kern::kDwFusedMaxBlocks, pro);
 }
 
 bool GpuOps::dw_fused_backward(const kern::ConvShape& s) const {

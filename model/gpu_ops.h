@@ -100,11 +100,12 @@ public:
     // kern::dwconv3x3_backward_fused_cuda with a kern::DwBnBackward, its partials in ws after the BN's
     // part. conv_out: the conv's output (the BN's input); dy: the BN + activation output's gradient.
     // Only where dw_fused_backward(s) and dw_fused_bn(); ws of at least dw_fused_bn_workspace_floats(s).
+    // pro: the fused LiteBlock's input prologue as well (x is then the producer's pre-BN output).
     void bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, kern::Act act, const kern::bf16* conv_out,
                               const kern::bf16* dy, const float* gamma, const float* beta, const float* save_mean,
                               const float* save_invstd, float* dgamma, float* dbeta, const kern::bf16* x,
                               const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate, float* ws,
-                              size_t ws_floats) const;
+                              size_t ws_floats, const kern::DwPrologue* pro = nullptr) const;
     // The BN backward's workspace followed by the fused kernel's partials, for a stride-1 depthwise s.
     static size_t dw_fused_bn_workspace_floats(const kern::ConvShape& s);
     // The depthwise forward reading its producer's pre-BN output through the producer's BN + activation

@@ -150,14 +150,14 @@ inline void bn_dw_backward_fused(const GpuOps* gpu, const rt::Exec& ex, kern::Ac
                                  const bf16* conv_out, const bf16* dy, const float* gamma, const float* beta,
                                  const float* mean, const float* invstd, float* dgamma, float* dbeta,
                                  const bf16* conv_grad, const bf16* x, const bf16* w, bf16* dx, float* dw, float* ws,
-                                 size_t ws_floats) {
+                                 size_t ws_floats, const kern::DwPrologue* pro = nullptr) {
     bool acc_bn, acc, none;
     const bool run_bn = grad_op({dy}, {conv_grad}, &acc_bn);
     const bool run = grad_op({conv_grad, dy}, {dx}, &acc, &s);
     const bool run_w = grad_op({conv_grad}, {}, &none);
     if (run_bn && run && run_w)
         gpu->bn_dw_backward_fused(ex, s, a, conv_out, dy, gamma, beta, mean, invstd, dgamma, dbeta, x, w, dx, dw, acc, ws,
-                                  ws_floats);
+                                  ws_floats, pro);
 }
 // CUDA: the depthwise conv's backward-filter with its input's BN prologue (the fused LiteBlock):
 // the custom kernel, whatever GpuOps picked for the shape's other passes.

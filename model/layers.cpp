@@ -86,7 +86,7 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         ops = p.gpu_ops();
         // A stride-1 depthwise ConvBN whose BN backward may fold into the fused conv backward: the BN's
         // workspace (its coefficients stay there) followed by the fused kernel's partials.
-        fused_bn = p.dw_fused_bn() && input_grad && !prologue && upsample == 1 && !with_bias &&
+        fused_bn = p.dw_fused_bn() && input_grad && upsample == 1 && !with_bias &&
                    kern::dwconv3x3_fused_supported(cs);
         if (fused_bn) ws_floats = std::max(ws_floats, GpuOps::dw_fused_bn_workspace_floats(cs));
         ws = p.workspace(ws_floats);
@@ -167,8 +167,15 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         // passes (GpuOps chose cuDNN for the shape) write the same gradients in the same order.
         const bool fused = x.g && ex.is_cuda() && ops->dw_fused_backward(cs);
         if (fused_bn && x.g && (!ex.is_cuda() || fused)) {
-            ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, gamma.g,
-                                      beta.g, conv.g, x.v, weight.h, x.g, weight.g, ws, ws_floats);
+            if (prologue) {  // the fused LiteBlock: x staged through the expand's BN + activation as well
+                const kern::DwPrologue pro = prologue->dw_prologue(true);
+                ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
+                                          gamma.g, beta.g, conv.g, prologue->conv.v, weight.h, x.g, weight.g, ws,
+                                          ws_floats, &pro);
+            } else {
+                ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
+                                          gamma.g, beta.g, conv.g, x.v, weight.h, x.g, weight.g, ws, ws_floats);
+            }
             return;
         }
         ops::bn_act_backward(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, conv.g,

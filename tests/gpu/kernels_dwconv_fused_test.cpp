@@ -11,7 +11,9 @@
 //     followed by the fused kernel on its dx, for every activation and both dgrad modes;
 //   - with the forward's BN prologue (kern::DwPrologue, the fused LiteBlock: x is the producer's pre-BN
 //     output), dx and dw bitwise those of the fused kernel on the activation the apply pass stores, in
-//     train and eval mode; its refusals.
+//     train and eval mode; its refusals; with both prologues (the fused LiteBlock's depthwise ConvBN with
+//     its BN's dx inside), dx, dw, dgamma and dbeta bitwise bn_act_backward + the fused kernel on the
+//     stored activation.
 // Shapes: partial spatial blocks in both directions (8 x 16 blocks), one-pixel images, 8-, 32- and
 // 64-channel blocks and several channel blocks; each with the network's grid bound (one spatial block
 // per chunk at these sizes) and with a bound of 2-5 blocks, so that a block walks several spatial blocks
@@ -304,7 +306,6 @@ TEST(KernelsDwconvFusedGpu, BnPrologueBitwiseEqualToBnBackwardThenFused) {
             }
 }
 
-}  // namespace
 
 // The fused LiteBlock's backward (kern::DwPrologue: x is the expand's pre-BN output, staged through its
 // BN + activation): dx and dw bitwise those of the plain fused kernel on the activation the apply pass
@@ -386,13 +387,6 @@ TEST(KernelsDwconvFusedGpu, ForwardPrologueRefusals) {
     pro.beta = v.f() + 32;
     pro.mean = v.f() + 64;
     pro.invstd = v.f() + 96;
-    kern::DwBnBackward b;
-    b.act = kern::Act::Silu;
-    b.x = x.h();
-    b.gamma = b.beta = b.mean = b.invstd = b.coef = v.f();
-    SF_EXPECT_ERROR(kern::dwconv3x3_backward_fused_cuda(ctx.exec(), s, x.h(), dy.h(), w.h(), dx.h(), dw.f(), ws.f(),
-                                                        fws, true, &b, kern::kDwFusedMaxBlocks, &pro),
-                    "BN backward prologue and a forward BN prologue");
     kern::DwPrologue bad = pro;
     bad.beta = nullptr;
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_fused_cuda(ctx.exec(), s, x.h(), dy.h(), w.h(), dx.h(), dw.f(), ws.f(),
@@ -409,3 +403,93 @@ TEST(KernelsDwconvFusedGpu, ForwardPrologueRefusals) {
                                                         fws, true, nullptr, kern::kDwFusedMaxBlocks, &bad),
                     "must not alias the prologue gamma");
 }
+
+// Both prologues at once (the fused LiteBlock's depthwise ConvBN under dw_fused_bn_bwd): dy staged through
+// the consumer BN's backward, x through the producer's forward BN + activation. dx, dw, dgamma and dbeta
+// bitwise those of bn_act_backward followed by the plain fused kernel on the activation the producer's
+// apply pass stores; every pair of activations, both dgrad modes, several blocks per chunk too.
+TEST(KernelsDwconvFusedGpu, BothProloguesBitwiseEqualToTheSeparatePasses) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    uint64_t seed = 9100;
+    const kern::Act acts[3] = {kern::Act::None, kern::Act::Silu, kern::Act::Relu};
+    for (const Case& k : {Case{2, 15, 33, 64}, Case{3, 8, 16, 24}})
+        for (kern::Act bn_act : acts)
+            for (kern::Act pro_act : acts)
+                for (bool accumulate : {true, false}) {
+                    const kern::ConvShape s = sftest::dw_shape(k.n, k.h, k.w, k.c, 1);
+                    const std::string what = name_of(k) + " bn act " + std::to_string(static_cast<int>(bn_act)) +
+                                             " prologue act " + std::to_string(static_cast<int>(pro_act)) +
+                                             (accumulate ? "" : " overwrite");
+                    const size_t nx = s.in().numel(), nw = s.weight_numel(), rows = s.in().pixels(), c = k.c;
+                    const Inputs in = make_inputs(s, seed += 10, false);  // x: the pre-BN input; dy: the BN's
+                    const std::vector<float> xbn = sftest::bf16_exact(sftest::random_uniform(nx, seed + 5, -2, 2));
+                    std::vector<float> vec;  // the consumer BN's gamma, beta, mean, invstd; then the producer's
+                    for (int rep = 0; rep < 2; ++rep)
+                        for (const auto& r :
+                             {std::pair<double, double>{0.5, 1.5}, {-0.5, 0.5}, {-0.3, 0.3}, {0.5, 2.0}}) {
+                            const std::vector<double> v =
+                                sftest::random_uniform(c, seed + 6 + vec.size(), r.first, r.second);
+                            vec.insert(vec.end(), v.begin(), v.end());
+                        }
+                    const size_t bn_ws = kern::bn_act_workspace_floats(rows, k.c);
+                    const int mb = bn_act == kern::Act::Silu ? 3 : kern::kDwFusedMaxBlocks;
+                    const size_t fws = kern::dwconv3x3_fused_workspace_floats(s, mb);
+                    Dev xp(nx * 2), y(nx * 2), w(nw * 2), dy(nx * 2), xb(nx * 2), v(8 * c * 4), st(2 * c * 4);
+                    Dev dc(nx * 2), dxa(nx * 2), dxb(nx * 2), dwa(nw * 4), dwb(nw * 4), ga(2 * c * 4), gb(2 * c * 4);
+                    Dev wsy(bn_ws * 4), wsa(bn_ws * 4), wsb(bn_ws * 4), pa(fws * 4), pb(fws * 4);
+                    sftest::upload_bf16(xp.h(), in.x);
+                    sftest::upload_bf16(w.h(), in.w);
+                    sftest::upload_bf16(dy.h(), in.dy);
+                    sftest::upload_bf16(xb.h(), xbn);
+                    sftest::upload(v.f(), vec);
+                    const std::vector<float> dx0 =
+                        accumulate ? in.dx0 : std::vector<float>(nx, std::numeric_limits<float>::quiet_NaN());
+                    sftest::upload_bf16(dxa.h(), dx0);
+                    sftest::upload_bf16(dxb.h(), dx0);
+                    sftest::upload(dwa.f(), in.dw0);
+                    sftest::upload(dwb.f(), in.dw0);
+                    const std::vector<float> g0 = sftest::bf16_exact(sftest::random_uniform(2 * c, seed + 9, -1, 1));
+                    sftest::upload(ga.f(), g0);
+                    sftest::upload(gb.f(), g0);
+                    SF_CUDA_CHECK(cudaDeviceSynchronize());
+                    const float *gamma = v.f(), *beta = v.f() + c, *mean = v.f() + 2 * c, *invstd = v.f() + 3 * c;
+                    float *pgamma = v.f() + 4 * c, *pbeta = v.f() + 5 * c, *rmean = v.f() + 6 * c,
+                          *rvar = v.f() + 7 * c;
+                    // The producer's apply pass (train mode: its batch statistics into st).
+                    kern::bn_act_forward_train(ex, pro_act, rows, k.c, xp.h(), pgamma, pbeta, y.h(), st.f(),
+                                               st.f() + c, rmean, rvar, 0.1, 1e-5, wsy.f(), bn_ws);
+                    kern::DwPrologue pro;
+                    pro.act = pro_act;
+                    pro.gamma = pgamma;
+                    pro.beta = pbeta;
+                    pro.mean = st.f();
+                    pro.invstd = st.f() + c;
+                    // Separate: the consumer BN's backward, then the plain fused kernel on y and its dx.
+                    kern::bn_act_backward(ex, bn_act, rows, k.c, xb.h(), dy.h(), gamma, beta, mean, invstd, dc.h(),
+                                          ga.f(), ga.f() + c, wsa.f(), bn_ws);
+                    kern::dwconv3x3_backward_fused_cuda(ex, s, y.h(), dc.h(), w.h(), dxa.h(), dwa.f(), pa.f(), fws,
+                                                        accumulate, nullptr, mb);
+                    // Both prologues: the statistics pass, then the fused kernel on the pre-BN input and dy.
+                    kern::bn_act_backward_stats(ex, bn_act, rows, k.c, xb.h(), dy.h(), gamma, beta, mean, invstd,
+                                                gb.f(), gb.f() + c, wsb.f(), bn_ws);
+                    kern::DwBnBackward b;
+                    b.act = bn_act;
+                    b.x = xb.h();
+                    b.gamma = gamma;
+                    b.beta = beta;
+                    b.mean = mean;
+                    b.invstd = invstd;
+                    b.coef = wsb.f() + kern::bn_act_backward_coef_offset(rows, k.c);
+                    kern::dwconv3x3_backward_fused_cuda(ex, s, xp.h(), dy.h(), w.h(), dxb.h(), dwb.f(), pb.f(), fws,
+                                                        accumulate, &b, mb, &pro);
+                    ctx.synchronize();
+                    EXPECT_TRUE(bitwise_equal(download_bf16(dxa.h(), nx), download_bf16(dxb.h(), nx))) << what << " dx";
+                    EXPECT_TRUE(bitwise_equal(download(dwa.f(), nw), download(dwb.f(), nw))) << what << " dw";
+                    EXPECT_TRUE(bitwise_equal(download(ga.f(), 2 * c), download(gb.f(), 2 * c)))
+                        << what << " dgamma, dbeta";
+                }
+}
+
+}  // namespace

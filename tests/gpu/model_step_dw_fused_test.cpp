@@ -119,32 +119,40 @@ TEST(CudaStep, DwFusedBackwardMatchesSeparatePasses) {
 // The fused LiteBlock with the fused backward: every LiteBlock depthwise conv (planned with the expand's
 // BN prologue) runs the fused kernel with the prologue, staging bf16(SiLU(BN(x))) from the expand's
 // pre-BN output, the values the stored path's apply pass writes: one micro-step's gradients and loss
-// bitwise those of the fused backward on the stored activation.
+// bitwise those of the fused backward on the stored activation; with dw_fused_bn_bwd as well (its BN's dx
+// formed in the same kernel), bitwise those of dw_fused_bn_bwd on the stored path.
 TEST(CudaStep, FusedLiteBlockRunsTheFusedBackwardWithItsPrologue) {
     SF_REQUIRE_GPU();
     const HostBatches b = make_batches(1);
     model::SiderNet cpu(net_shape(), rt::MemKind::Host);
     init_cpu(cpu);
     const model::UpOrder order = model::UpOrder::ConvFirst;
-    GpuRig stored(cpu, true, 1, order, false, 1, false, 1), fused_block(cpu, true, 1, order, true, 1, false, 1);
-    int prologue_shapes = 0;
-    for (const model::ConvUse& u : fused_block.net.plan().convs()) {
-        if (!u.bn_prologue) continue;
-        ++prologue_shapes;
-        EXPECT_TRUE(fused_block.net.gpu_ops()->dw_fused_backward(u.shape)) << u.shape.describe();
+    // dw_fused 1: the fused backward; 2: with each depthwise ConvBN's BN dx inside it as well (both
+    // prologues in the fused LiteBlock's kernel).
+    for (int dw_fused : {1, 2}) {
+        GpuRig stored(cpu, true, 1, order, false, 1, false, dw_fused),
+            fused_block(cpu, true, 1, order, true, 1, false, dw_fused);
+        int prologue_shapes = 0;
+        for (const model::ConvUse& u : fused_block.net.plan().convs()) {
+            if (!u.bn_prologue) continue;
+            ++prologue_shapes;
+            EXPECT_TRUE(fused_block.net.gpu_ops()->dw_fused_backward(u.shape)) << u.shape.describe();
+        }
+        EXPECT_GT(prologue_shapes, 0);
+        EXPECT_EQ(fused_block.net.gpu_ops()->dw_fused_bn(), dw_fused == 2);
+        for (GpuRig* r : {&stored, &fused_block}) {
+            r->load(b.pixels[0], b.labels[0]);
+            r->step.micro_step(0);
+            r->ctx.synchronize();
+        }
+        const model::ParamTable& t = cpu.table();
+        const std::vector<float> gs = stored.fetch(stored.net.plan().grad(), t.flat_size);
+        const std::vector<float> gf = fused_block.fetch(fused_block.net.plan().grad(), t.flat_size);
+        for (const model::ParamInfo& p : t.params)
+            EXPECT_EQ(0, std::memcmp(gf.data() + p.offset, gs.data() + p.offset, p.numel * sizeof(float)))
+                << p.name << " (dw_fused " << dw_fused << ")";
+        EXPECT_EQ(fused_block.step.read_stats().loss.total, stored.step.read_stats().loss.total);
     }
-    EXPECT_GT(prologue_shapes, 0);
-    for (GpuRig* r : {&stored, &fused_block}) {
-        r->load(b.pixels[0], b.labels[0]);
-        r->step.micro_step(0);
-        r->ctx.synchronize();
-    }
-    const model::ParamTable& t = cpu.table();
-    const std::vector<float> gs = stored.fetch(stored.net.plan().grad(), t.flat_size);
-    const std::vector<float> gf = fused_block.fetch(fused_block.net.plan().grad(), t.flat_size);
-    for (const model::ParamInfo& p : t.params)
-        EXPECT_EQ(0, std::memcmp(gf.data() + p.offset, gs.data() + p.offset, p.numel * sizeof(float))) << p.name;
-    EXPECT_EQ(fused_block.step.read_stats().loss.total, stored.step.read_stats().loss.total);
 }
 
 }  // namespace

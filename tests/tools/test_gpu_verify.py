@@ -370,7 +370,7 @@ class GpuVerifyTest(unittest.TestCase):
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
                          "bench_variants.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
-                         "bench_pdl.json", "bench_fuseexp.json",
+                         "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json",
                          "bench_dw0.json",
                          "session.log"):
                 self.assertIn(want, names)
@@ -394,6 +394,7 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"bench --pdl: rc 0")
             self.assertRegex(log, r"bench --fuse-expand-dw --dw-fused-bwd: rc 0")
             self.assertRegex(log, r"A/B: ### bench_fuseexp.json against bench_variants.json")
+            self.assertRegex(log, r"bench --fuse-expand-dw --dw-fused-bwd-bn: rc 0")
             self.assertRegex(log, r"bench --no-dw-variants: rc 0")
             # tools/bench_ab.py over the three A/Bs against the per-layer run's step
             self.assertIn("bench_ab.md", names)
