@@ -68,6 +68,18 @@ const std::string& built_cuda_architectures() {
     return s;
 }
 
+namespace {
+
+// "" unless a driver reports an older CUDA major version than this build's runtime needs.
+std::string driver_too_old(int driver_version, int runtime_version) {
+    if (driver_version > 0 && runtime_version > 0 && driver_version / 1000 < runtime_version / 1000)
+        return format("the NVIDIA driver supports CUDA %d.%d, this build needs a driver for CUDA %d.x: update it",
+                      driver_version / 1000, driver_version % 1000 / 10, runtime_version / 1000);
+    return "";
+}
+
+}  // namespace
+
 DeviceSupport decide_device_support(int cc, int driver_version, int runtime_version,
                                     const std::vector<ArchTarget>& archs) {
     DeviceSupport s;
@@ -78,11 +90,8 @@ DeviceSupport decide_device_support(int cc, int driver_version, int runtime_vers
                            cc_string(cc).c_str(), cc_string(kMinComputeCapability).c_str());
         return s;
     }
-    if (driver_version > 0 && runtime_version > 0 && driver_version / 1000 < runtime_version / 1000) {
-        s.message = format("the NVIDIA driver supports CUDA %d.%d, this build needs a driver for CUDA %d.x: update it",
-                           driver_version / 1000, driver_version % 1000 / 10, runtime_version / 1000);
-        return s;
-    }
+    s.message = driver_too_old(driver_version, runtime_version);
+    if (!s.message.empty()) return s;
     if (archs.empty()) {  // native / all: nvcc chose; trust it
         s.ok = true;
         s.how = "architectures chosen by nvcc";
@@ -130,11 +139,13 @@ DeviceInfo check_cuda_device(int ordinal, const char* who) {
     const DeviceInfo d = query_device_info(ordinal);
     const std::vector<ArchTarget> archs = parse_cuda_architectures(built_cuda_architectures());
     if (!d.available) {
-        // A driver too old for the runtime shows up here as cudaErrorInsufficientDriver: say which.
-        const DeviceSupport s =
-            decide_device_support(kMinComputeCapability, d.cuda_driver_version, d.cuda_runtime_version, archs);
+        // A driver too old for the runtime shows up here as cudaErrorInsufficientDriver: say so. (No
+        // device is known, so nothing is said about its compute capability or the build's architectures.)
+        const std::string driver = d.cuda_driver_version == 0
+                                       ? std::string("no NVIDIA driver is installed")
+                                       : driver_too_old(d.cuda_driver_version, d.cuda_runtime_version);
         SF_FAIL("%s needs a CUDA device: %s%s (the CPU reference backend runs with train.backend=cpu)", who,
-                d.reason.c_str(), s.ok ? "" : ("; " + s.message).c_str());
+                d.reason.c_str(), driver.empty() ? "" : ("; " + driver).c_str());
     }
     const DeviceSupport s =
         decide_device_support(d.cc_major * 10 + d.cc_minor, d.cuda_driver_version, d.cuda_runtime_version, archs);

@@ -106,6 +106,15 @@ TEST(DeviceReport, CheckWithoutDeviceSaysWhoNeedsIt) {
     std::string why;
     if (rt::cuda_device_available(&why)) GTEST_SKIP() << "a CUDA device is present";
     SF_EXPECT_ERROR(rt::check_cuda_device(0, "bench step"), "bench step needs a CUDA device", "train.backend=cpu");
+    // Without a device nothing is known about a compute capability: no architecture advice (it once said
+    // "none of which runs on compute capability 8.0; rebuild for it" on machines without a GPU).
+    try {
+        rt::check_cuda_device(0, "bench step");
+    } catch (const rt::Error& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(m.find("compute capability"), std::string::npos) << m;
+        EXPECT_EQ(m.find("CMAKE_CUDA_ARCHITECTURES"), std::string::npos) << m;
+    }
 }
 
 }  // namespace
