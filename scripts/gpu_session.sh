@@ -146,6 +146,17 @@ if [ "$(left)" -gt 60 ]; then
     say "A/B: rc $?"
     grep -E '^###|^\| *128 |^warning' "$W/bench_ab.md" 2>/dev/null | while IFS= read -r l; do say "A/B: $l"; done
   fi
+  # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17):
+  # each OTHER against its BASE, one after another into bench_ab_chain.md.
+  : >"$W/bench_ab_chain.md"
+  for pair in bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn; do
+    base=${pair%%:*} other=${pair##*:}
+    [ -s "$W/$base.json" ] && [ -s "$W/$other.json" ] || continue
+    python3 tools/bench_ab.py "$W/$base.json" "$W/$other.json" --md "$W/ab_pair.md" >>"$W/bench_ab.log" 2>&1 &&
+      cat "$W/ab_pair.md" >>"$W/bench_ab_chain.md"
+    grep -E '^###|^\| *128 ' "$W/ab_pair.md" 2>/dev/null | while IFS= read -r l; do say "A/B chain: $l"; done
+  done
+  rm -f "$W/ab_pair.md"
   pack
   # With the time left: what each cuDNN BatchNorm-fusion graph costs against the plain conv + our BN
   # kernels (OPTIMIZATION_LOG entry 0). Runtime compilation makes it a minute or more; each graph's

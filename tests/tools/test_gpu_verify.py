@@ -395,6 +395,11 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"bench --fuse-expand-dw --dw-fused-bwd: rc 0")
             self.assertRegex(log, r"A/B: ### bench_fuseexp.json against bench_variants.json")
             self.assertRegex(log, r"bench --fuse-expand-dw --dw-fused-bwd-bn: rc 0")
+            # The chained A/Bs: each against the base its prediction names.
+            self.assertIn("bench_ab_chain.md", names)
+            self.assertRegex(log, r"A/B chain: ### bench_dwfusedbn.json against bench_dwfused.json")
+            self.assertRegex(log, r"A/B chain: ### bench_fuseexp.json against bench_dwfused.json")
+            self.assertRegex(log, r"A/B chain: ### bench_fuseexpbn.json against bench_dwfusedbn.json")
             self.assertRegex(log, r"bench --no-dw-variants: rc 0")
             # tools/bench_ab.py over the three A/Bs against the per-layer run's step
             self.assertIn("bench_ab.md", names)
