@@ -59,6 +59,11 @@ struct ConvPolicy {
     // together). Bitwise-equal results; `bench step --bn-row-batch N` is the A/B. Not a convolution
     // choice, but the network's kernels take their choices from this one policy (model::GpuOps).
     int bn_row_batch = 1;
+    // The bilinear upsampling backward (kern::upsample_bilinear_backward_bf16_cuda) issues each window
+    // row's 2F loads together instead of using each before the next: 2F round trips per pixel instead of
+    // 4F^2. Bitwise-equal results; `bench step --upsample-row-loads` is the A/B (docs/perf/OPTIMIZATION_LOG.md
+    // entry 18); off until a GPU measures it.
+    bool upsample_row_loads = false;
     // model::GpuOps: the stride-1 depthwise convolutions the custom kernels run take their dgrad and wgrad
     // in one fused kernel (kern::dwconv3x3_backward_fused_cuda: one pass over dy and x instead of two
     // each). dx is the same bits; dw the same sum in another order (not bitwise the two-pass wgrad's),

@@ -245,8 +245,9 @@ void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const
         for (int i = 0; i < 5; ++i) {
             rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
             const size_t vb = static_cast<size_t>(i == 4 ? 2 : 1) * fp.c * sizeof(float);
-            SF_CHECK(!rt::overlap(dw, dw_bytes, vecs[i], vb) && !rt::overlap(workspace, ws_bytes, vecs[i], vb),
-                     "%s: dw and the workspace must not overlap the %s vector", op, names[i]);
+            SF_CHECK(!rt::overlap(dx, act, vecs[i], vb) && !rt::overlap(dw, dw_bytes, vecs[i], vb) &&
+                         !rt::overlap(workspace, ws_bytes, vecs[i], vb),
+                     "%s: dx, dw and the workspace must not overlap the %s vector", op, names[i]);
         }
         SF_CHECK(!rt::overlap(dx, act, bnb->x, act) && !rt::overlap(dw, dw_bytes, bnb->x, act) &&
                      !rt::overlap(workspace, ws_bytes, bnb->x, act),

@@ -14,7 +14,10 @@
 // increasing order (the reference's order), adding weight * dy in fp32, then dx += the sum (one
 // rounding). Nothing is shared between threads, so there are no atomics and the result is fixed.
 // dy is read about 4 times over (each dy pixel feeds 2 x 2 input pixels); the window rows and the
-// neighbouring threads' windows overlap, so most of it comes from L1/L2.
+// neighbouring threads' windows overlap, so most of it comes from L1/L2. kRowLoads (`row_loads`): per
+// window row, the row's 2F loads are issued together before the first is used (one round trip per row,
+// not per pixel: 2F instead of 4F^2 per thread), then added in the order above, so the same bits.
+// Without it each load is used before the next is issued (the kernel measured on the H100 and H200).
 #include <cstdint>
 
 #include "kernels/cuda_util.cuh"
@@ -36,6 +39,32 @@ __device__ __forceinline__ void load_w(const bfloat* p, float (&v)[W]) {
         load8(p, v);
     } else {
         v[0] = __bfloat162float(*p);
+    }
+}
+
+// The raw W bf16 at p (16-byte aligned when W == 8), read-only: one vector load, unpacked later, so that
+// a row's loads can all be issued before the first is used.
+template <int W>
+struct RawW {
+    using T = uint4;
+};
+template <>
+struct RawW<1> {
+    using T = unsigned short;
+};
+template <int W>
+__device__ __forceinline__ typename RawW<W>::T load_raw_w(const bfloat* p) {
+    if constexpr (W == 8)
+        return __ldg(reinterpret_cast<const uint4*>(p));
+    else
+        return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+template <int W>
+__device__ __forceinline__ void unpack_w(const typename RawW<W>::T& u, float (&v)[W]) {
+    if constexpr (W == 8) {
+        unpack8(u, v);
+    } else {
+        v[0] = __bfloat162float(__ushort_as_bfloat16(u));
     }
 }
 
@@ -94,7 +123,7 @@ __global__ void upsample_forward_kernel(int n, int h, int w, int c, const bfloat
 
 // dy (N, F*H, F*W, C) -> dx (N, H, W, C) += (accumulate false: =, dx never read). Thread item =
 // (pixel of dx) * G + group.
-template <int F, int W>
+template <int F, int W, bool kRowLoads>
 __global__ void upsample_backward_kernel(int n, int h, int w, int c, const bfloat* __restrict__ dy,
                                          bfloat* __restrict__ dx, bool accumulate) {
     rt::pdl_entry();
@@ -121,14 +150,32 @@ __global__ void upsample_backward_kernel(int n, int h, int w, int c, const bfloa
             const float wh = upsample_gather_weight(oh, ih, h, F);
             if (wh == 0.0f) continue;  // the reference drops zero weights too
             const bfloat* row = dy + ((b * oh_n + oh) * ow_n + lo_w) * c + ch;
+            if constexpr (kRowLoads) {
+                // The row's loads first (columns outside the window, ww = 0, are not read: past the
+                // image's right edge they would be out of bounds), then the sums in column order.
+                typename RawW<W>::T raw[2 * F];
 #pragma unroll
-            for (int k = 0; k < 2 * F; ++k) {
-                if (ww[k] == 0.0f) continue;
-                const float wgt = wh * ww[k];  // exact: multiples of 1/(4F^2), at most 8 bits
-                float v[W];
-                load_w<W>(row + static_cast<size_t>(k) * c, v);
+                for (int k = 0; k < 2 * F; ++k)
+                    raw[k] = ww[k] != 0.0f ? load_raw_w<W>(row + static_cast<size_t>(k) * c) : typename RawW<W>::T{};
 #pragma unroll
-                for (int j = 0; j < W; ++j) acc[j] = fmaf(wgt, v[j], acc[j]);
+                for (int k = 0; k < 2 * F; ++k) {
+                    if (ww[k] == 0.0f) continue;
+                    const float wgt = wh * ww[k];  // exact: multiples of 1/(4F^2), at most 8 bits
+                    float v[W];
+                    unpack_w<W>(raw[k], v);
+#pragma unroll
+                    for (int j = 0; j < W; ++j) acc[j] = fmaf(wgt, v[j], acc[j]);
+                }
+            } else {  // each load used before the next is issued: the kernel measured so far
+#pragma unroll
+                for (int k = 0; k < 2 * F; ++k) {
+                    if (ww[k] == 0.0f) continue;
+                    const float wgt = wh * ww[k];  // exact: multiples of 1/(4F^2), at most 8 bits
+                    float v[W];
+                    load_w<W>(row + static_cast<size_t>(k) * c, v);
+#pragma unroll
+                    for (int j = 0; j < W; ++j) acc[j] = fmaf(wgt, v[j], acc[j]);
+                }
             }
         }
         bfloat* d = dx + it * W;
@@ -144,19 +191,22 @@ __global__ void upsample_backward_kernel(int n, int h, int w, int c, const bfloa
 
 template <int F, int W>
 void launch(const rt::Exec& ex, bool forward, const Shape4& in, size_t blocks, const bf16* src, bf16* dst,
-            bool accumulate) {
+            bool accumulate, bool row_loads) {
     if (forward)
         rt::launch(ex, "upsample_forward_kernel", upsample_forward_kernel<F, W>, static_cast<unsigned>(blocks),
                    kUpsampleThreads, 0, in.n, in.h, in.w, in.c, dev(src), dev(dst));
+    else if (row_loads)
+        rt::launch(ex, "upsample_backward_kernel", upsample_backward_kernel<F, W, true>, static_cast<unsigned>(blocks),
+                   kUpsampleThreads, 0, in.n, in.h, in.w, in.c, dev(src), dev(dst), accumulate);
     else
-        rt::launch(ex, "upsample_backward_kernel", upsample_backward_kernel<F, W>, static_cast<unsigned>(blocks),
+        rt::launch(ex, "upsample_backward_kernel", upsample_backward_kernel<F, W, false>, static_cast<unsigned>(blocks),
                    kUpsampleThreads, 0, in.n, in.h, in.w, in.c, dev(src), dev(dst), accumulate);
 }
 
 // Checks, picks the width and the grid (threads own the pixels of y forward, of dx backward),
 // dispatches on (factor, width).
 void run(const char* fn, const rt::Exec& ex, bool forward, const Shape4& in, int factor, const bf16* src, bf16* dst,
-         bool accumulate = true) {
+         bool accumulate = true, bool row_loads = false) {
     rt::check_cuda_exec(fn, ex);
     upsample_check_args(fn, in, factor);
     if (in.n == 0) return;
@@ -170,16 +220,16 @@ void run(const char* fn, const rt::Exec& ex, bool forward, const Shape4& in, int
     const bool v = width == 8;
     switch (factor) {
         case 2:
-            v ? launch<2, 8>(ex, forward, in, blocks, src, dst, accumulate)
-              : launch<2, 1>(ex, forward, in, blocks, src, dst, accumulate);
+            v ? launch<2, 8>(ex, forward, in, blocks, src, dst, accumulate, row_loads)
+              : launch<2, 1>(ex, forward, in, blocks, src, dst, accumulate, row_loads);
             break;
         case 4:
-            v ? launch<4, 8>(ex, forward, in, blocks, src, dst, accumulate)
-              : launch<4, 1>(ex, forward, in, blocks, src, dst, accumulate);
+            v ? launch<4, 8>(ex, forward, in, blocks, src, dst, accumulate, row_loads)
+              : launch<4, 1>(ex, forward, in, blocks, src, dst, accumulate, row_loads);
             break;
         default:
-            v ? launch<8, 8>(ex, forward, in, blocks, src, dst, accumulate)
-              : launch<8, 1>(ex, forward, in, blocks, src, dst, accumulate);
+            v ? launch<8, 8>(ex, forward, in, blocks, src, dst, accumulate, row_loads)
+              : launch<8, 1>(ex, forward, in, blocks, src, dst, accumulate, row_loads);
             break;
     }
 }
@@ -204,8 +254,8 @@ void upsample_bilinear_forward_bf16_cuda(const rt::Exec& ex, const Shape4& in, i
 }
 
 void upsample_bilinear_backward_bf16_cuda(const rt::Exec& ex, const Shape4& in, int factor, const bf16* dy, bf16* dx,
-                                          bool accumulate) {
-    run("upsample_bilinear_backward_bf16_cuda", ex, false, in, factor, dy, dx, accumulate);
+                                          bool accumulate, bool row_loads) {
+    run("upsample_bilinear_backward_bf16_cuda", ex, false, in, factor, dy, dx, accumulate, row_loads);
 }
 
 }  // namespace kern

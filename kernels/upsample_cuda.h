@@ -86,8 +86,9 @@ void upsample_check_args(const char* fn, const Shape4& in, int factor);
 // x (N, H, W, C) bf16 -> y (N, f*H, f*W, C) bf16, overwritten. `in` is x's shape.
 void upsample_bilinear_forward_bf16_cuda(const rt::Exec& ex, const Shape4& in, int factor, const bf16* x, bf16* y);
 // dy (N, f*H, f*W, C) bf16 -> dx (N, H, W, C) bf16, accumulated (+=); accumulate = false: dx is
-// overwritten (never read). `in` is dx's shape.
+// overwritten (never read). `in` is dx's shape. row_loads: each window row's loads issued together
+// (ConvPolicy::upsample_row_loads); the same bits either way.
 void upsample_bilinear_backward_bf16_cuda(const rt::Exec& ex, const Shape4& in, int factor, const bf16* dy, bf16* dx,
-                                          bool accumulate = true);
+                                          bool accumulate = true, bool row_loads = false);
 
 }  // namespace kern

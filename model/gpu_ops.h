@@ -71,6 +71,8 @@ public:
     // The BatchNorm + activation kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch), passed
     // by the layers to every kern::bn_act_* call.
     int bn_row_batch() const { return policy_.bn_row_batch; }
+    // The bilinear upsampling backward's row-batched loads (kern::ConvPolicy::upsample_row_loads).
+    bool upsample_row_loads() const { return policy_.upsample_row_loads; }
 
     // Step time.
     void conv_forward(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,

@@ -49,13 +49,16 @@ inline void upsample_forward(const rt::Exec& ex, const kern::Shape4& in, int f, 
 inline void upsample_forward(const rt::Exec& ex, const kern::Shape4& in, int f, const bf16* x, bf16* y) {
     kern::upsample_bilinear_forward_bf16_cuda(ex, in, f, x, y);
 }
-inline void upsample_backward(const rt::Exec& ex, const kern::Shape4& in, int f, const float* dy, float* dx) {
+// row_loads: the CUDA kernel's row-batched loads (GpuOps::upsample_row_loads; the CPU ignores it).
+inline void upsample_backward(const rt::Exec& ex, const kern::Shape4& in, int f, const float* dy, float* dx,
+                              bool /*row_loads*/ = false) {
     bool acc;
     if (grad_op({dy}, {dx}, &acc)) kern::upsample_bilinear_backward(ex, in, f, dy, dx, acc);
 }
-inline void upsample_backward(const rt::Exec& ex, const kern::Shape4& in, int f, const bf16* dy, bf16* dx) {
+inline void upsample_backward(const rt::Exec& ex, const kern::Shape4& in, int f, const bf16* dy, bf16* dx,
+                              bool row_loads = false) {
     bool acc;
-    if (grad_op({dy}, {dx}, &acc)) kern::upsample_bilinear_backward_bf16_cuda(ex, in, f, dy, dx, acc);
+    if (grad_op({dy}, {dx}, &acc)) kern::upsample_bilinear_backward_bf16_cuda(ex, in, f, dy, dx, acc, row_loads);
 }
 
 inline void fusion_forward(const rt::Exec& ex, size_t n, const float* a, const float* b, const float* wa,

@@ -181,7 +181,8 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         ops::bn_act_backward(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, conv.g,
                              gamma.g, beta.g, ws, ws_floats);
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
-        if (upsample > 1) ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g);
+        if (upsample > 1)
+            ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g, ops && ops->upsample_row_loads());
         if (fused && prologue) {  // the fused LiteBlock: x staged through the expand's BN + activation
             const kern::DwPrologue pro = prologue->dw_prologue(true);
             ops::conv_backward_fused(ops, ex, cs, prologue->conv.v, conv_out().g, weight.h, x.g, weight.g, &pro);
@@ -368,7 +369,7 @@ void FusePath<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     if (upsample_first()) {
         cb.backward(ex, upsampled);
         const rt::Scope scope(ex, up_bwd_scope);
-        ops::upsample_backward(ex, x.shape, factor, upsampled.g, x.g);
+        ops::upsample_backward(ex, x.shape, factor, upsampled.g, x.g, cb.ops && cb.ops->upsample_row_loads());
         return;
     }
     if (up) {

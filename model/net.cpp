@@ -34,9 +34,9 @@ void fpn_upsample_forward(const rt::Exec& ex, int k, const ActT<T>& src, const A
 }
 
 template <class T>
-void fpn_upsample_backward(const rt::Exec& ex, int k, const ActT<T>& src, const ActT<T>& dst) {
+void fpn_upsample_backward(const rt::Exec& ex, int k, const ActT<T>& src, const ActT<T>& dst, bool row_loads) {
     const rt::Scope scope(ex, kFpnUpBwd[k]);
-    ops::upsample_backward(ex, src.shape, 2, dst.g, src.g);
+    ops::upsample_backward(ex, src.shape, 2, dst.g, src.g, row_loads);
 }
 }  // namespace
 
@@ -287,16 +287,17 @@ void SiderNetT<T>::forward(const rt::Exec& ex, bool train) {
 template <class T>
 void SiderNetT<T>::backward(const rt::Exec& ex) {
     GradTape::Active tape(plan_.tape());  // replays the traced overwrite/accumulate flags
+    const bool row_loads = ops_ && ops_->upsample_row_loads();
     for (int i = 3; i >= 0; --i) {
         heads_[i].conv2.backward(ex, heads_[i].conv1.out);
         heads_[i].conv1.backward(ex, fpn_.out());
     }
     fpn_.fuse4.backward(ex, fpn_.lateral[0].out, fpn_.up_p3);
-    fpn_upsample_backward(ex, 2, fpn_.fuse8.smooth.out, fpn_.up_p3);
+    fpn_upsample_backward(ex, 2, fpn_.fuse8.smooth.out, fpn_.up_p3, row_loads);
     fpn_.fuse8.backward(ex, fpn_.up_p4, fpn_.lateral[1].out);
-    fpn_upsample_backward(ex, 1, fpn_.fuse16.smooth.out, fpn_.up_p4);
+    fpn_upsample_backward(ex, 1, fpn_.fuse16.smooth.out, fpn_.up_p4, row_loads);
     fpn_.fuse16.backward(ex, fpn_.up_p5, fpn_.lateral[2].out);
-    fpn_upsample_backward(ex, 0, fpn_.smooth_p5.out, fpn_.up_p5);
+    fpn_upsample_backward(ex, 0, fpn_.smooth_p5.out, fpn_.up_p5, row_loads);
     fpn_.smooth_p5.backward(ex, fpn_.lateral[3].out);
     for (int level = 0; level <= 3; ++level) fpn_.lateral[level].backward(ex, stage4_.fusion.out(level));
 

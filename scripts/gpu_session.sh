@@ -18,7 +18,8 @@
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
 #             (programmatic dependent launch of the project's kernels), with `--fuse-expand-dw
 #             --dw-fused-bwd` and `--fuse-expand-dw --dw-fused-bwd-bn` (the fused LiteBlock with the fused
-#             backward, without and with the BN's dx inside it) and with
+#             backward, without and with the BN's dx inside it), with `--upsample-row-loads` (the
+#             upsampling backward's window rows loaded together) and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
 #             per-layer run's step by tools/bench_ab.py (bench_ab.md); then, with the time left,
 #             `plan --fusion-graphs --time` (the cuDNN BN-fusion graphs timed against the plain conv and
@@ -135,11 +136,14 @@ if [ "$(left)" -gt 60 ]; then
   # bench_dwfusedbn.
   ab bench_fuseexpbn --fuse-expand-dw --dw-fused-bwd-bn
   pack
+  # The upsampling backward's window rows loaded together (bitwise-equal results; entry 18).
+  ab bench_upsrow --upsample-row-loads
+  pack
   # The depthwise kernels in variant 0 only: the step-level A/B of the variants.
   ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_upsrow bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1

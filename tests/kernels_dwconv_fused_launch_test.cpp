@@ -180,6 +180,9 @@ TEST(KernelsDwconvFusedLaunch, LauncherRejectsBadArguments) {
     SF_EXPECT_ERROR(run_bn(b, dx, dw, vec + 128), "workspace must not overlap the BN coef");
     SF_EXPECT_ERROR(run_bn(b, dx, vec + 100, ws), "dw and the workspace must not overlap the BN invstd");
     SF_EXPECT_ERROR(run_bn(b, xbn, dw, ws), "must not alias the BN input x");
+    // nor dx (read with __ldg while dx is written)
+    SF_EXPECT_ERROR(run_bn(b, reinterpret_cast<kern::bf16*>(vec + 64), dw, ws), "dx, dw and the workspace",
+                    "must not overlap the BN");
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ TEST(BenchStep, ParsesEveryOption) {
         {"--batch-sizes", "32,64,512", "--size", "160x320", "--channels", "4", "--steps", "60", "--warmup", "5",
          "--eager", "--deterministic", "--search", "--memory-budget-gb", "40", "--layers", "--layers-batch", "16",
          "--peak-tflops", "900", "--peak-gbps", "3000", "--up-order", "upsample_first", "--fuse-expand-dw",
-         "--no-dw-variants", "--bn-row-batch", "4", "--pdl", "--dw-fused-bwd", "--json", "out.json"});
+         "--no-dw-variants", "--bn-row-batch", "4", "--pdl", "--dw-fused-bwd", "--upsample-row-loads", "--json",
+         "out.json"});
     EXPECT_EQ(o.batch_sizes, (std::vector<int>{32, 64, 512}));
     EXPECT_EQ(o.height, 160);
     EXPECT_EQ(o.width, 320);
@@ -37,6 +38,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_TRUE(o.pdl);
     EXPECT_TRUE(o.dw_fused_bwd);
     EXPECT_FALSE(o.dw_fused_bn_bwd);
+    EXPECT_TRUE(o.upsample_row_loads);
     const tools::StepBenchOptions bn = tools::parse_step_bench_args({"--dw-fused-bwd-bn"});
     EXPECT_TRUE(bn.dw_fused_bwd && bn.dw_fused_bn_bwd);  // implies the fused backward
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
@@ -54,6 +56,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(d.pdl);           // plain launches until a GPU says PDL pays
     EXPECT_FALSE(d.dw_fused_bwd);  // the separate depthwise passes until a GPU says the fused one pays
     EXPECT_FALSE(d.dw_fused_bn_bwd);
+    EXPECT_FALSE(d.upsample_row_loads);  // the measured upsampling backward until a GPU says the row loads pay
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }

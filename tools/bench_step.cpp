@@ -179,6 +179,7 @@ kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     p.max_candidates = o.conv_candidates;
     p.dw_variants = o.dw_variants;
     p.bn_row_batch = o.bn_row_batch;
+    p.upsample_row_loads = o.upsample_row_loads;
     p.dw_fused_bwd = o.dw_fused_bwd;
     p.dw_fused_bn_bwd = o.dw_fused_bn_bwd;
     return p;
@@ -282,6 +283,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"fuse_expand_dw", o.fuse_expand_dw},
                    {"dw_variants", o.dw_variants},
                    {"bn_row_batch", o.bn_row_batch},
+                   {"upsample_row_loads", o.upsample_row_loads},
                    {"pdl", o.pdl},
                    {"dw_fused_bwd", o.dw_fused_bwd},
                    {"dw_fused_bn_bwd", o.dw_fused_bn_bwd}};

@@ -32,6 +32,7 @@ struct StepBenchOptions {
     bool fuse_expand_dw = false;  // --fuse-expand-dw (model.fuse_expand_dw: the fused LiteBlock)
     bool dw_variants = true;      // --no-dw-variants: the custom depthwise kernels in variant 0 only
     int bn_row_batch = 1;         // --bn-row-batch N: the BN + activation kernels' rows per loop turn
+    bool upsample_row_loads = false;  // --upsample-row-loads: the upsampling backward's row-batched loads
     bool pdl = false;             // --pdl: the project's kernels with programmatic dependent launch (rt::Exec::pdl)
     bool dw_fused_bwd = false;    // --dw-fused-bwd: stride-1 depthwise dgrad + wgrad in one kernel (ConvPolicy)
     bool dw_fused_bn_bwd = false;  // --dw-fused-bwd-bn: that, with the BN's dx formed in it (implies --dw-fused-bwd)

@@ -49,6 +49,7 @@ const char* kBenchUsage =
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--no-dw-variants]\n"
     "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
+    "                                [--upsample-row-loads]\n"
     "                                [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
@@ -67,6 +68,8 @@ const char* kBenchUsage =
     "           over dy and x; the same dx, dw summed in another order; docs/KERNELS_DWCONV.md)\n"
     "           --dw-fused-bwd-bn: --dw-fused-bwd with each depthwise ConvBN's BN backward dx formed inside\n"
     "           the fused kernel (no dx pass; bitwise equal to --dw-fused-bwd)\n"
+    "           --upsample-row-loads: the bilinear upsampling backward issues each window row's loads\n"
+    "           together (bitwise-equal results; docs/KERNELS_ELTWISE.md)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
     "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -320,6 +323,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
         if (s == "--pdl") {
             o.pdl = true;
+            continue;
+        }
+        if (s == "--upsample-row-loads") {
+            o.upsample_row_loads = true;
             continue;
         }
         if (s == "--dw-fused-bwd") {

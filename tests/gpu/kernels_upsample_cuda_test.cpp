@@ -6,11 +6,15 @@
 //   - backward on small-integer dy and dx0: exact (weights are multiples of 1/(2f) per axis, so
 //     every fp32 sum is exact; the bf16 rounding of dx0 + sum is the same on both sides).
 //   - backward on random data: within one bf16 ulp of the rounded reference (+ a small absolute
-//     term for the fp32 summation) and rel. L2 <= 4e-3; two runs bitwise identical.
+//     term for the fp32 summation) and rel. L2 <= 4e-3; two runs bitwise identical; and bitwise equal to
+//     a host model of the kernel's documented fp32 order (window rows, then columns, in increasing order,
+//     one fmaf per nonzero weight, then one bf16 rounding of dx0 + sum), with and without row_loads (each
+//     window row's loads issued together change nothing in the arithmetic).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -127,12 +131,12 @@ std::vector<float> run_forward(const rt::CudaContext& ctx, const Case& k, const 
 
 // Backward on the GPU: dx0 + up^T(dy).
 std::vector<float> run_backward(const rt::CudaContext& ctx, const Case& k, const std::vector<float>& dy,
-                                const std::vector<float>& dx0, bool* guards) {
+                                const std::vector<float>& dx0, bool* guards, bool row_loads = false) {
     const size_t in_n = k.in.numel(), out_n = in_n * k.factor * k.factor;
     GuardedBf16 gdx(in_n, k.shift_in), gdy(out_n, k.shift_out);
     gdy.set(dy);
     gdx.set(dx0);
-    kern::upsample_bilinear_backward_bf16_cuda(ctx.exec(), k.in, k.factor, gdy.ptr(), gdx.ptr());
+    kern::upsample_bilinear_backward_bf16_cuda(ctx.exec(), k.in, k.factor, gdy.ptr(), gdx.ptr(), true, row_loads);
     ctx.synchronize();
     *guards = gdx.guards_intact();
     return gdx.get();
@@ -193,6 +197,59 @@ TEST(KernelsUpsampleGpu, BackwardRandomAndDeterministic) {
         EXPECT_TRUE(guards) << label(k) << ": wrote outside dx";
         const std::vector<float> again = run_backward(ctx, k, dy, dx0, &guards);
         EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0) << label(k) << " determinism";
+    }
+}
+
+// dx0 + the backward in the kernel's own order (kernels/upsample.cu): per dx pixel and channel, fp32
+// fmaf over the window's rows oh and, per row, columns ow, both increasing, weights wh * ww (exact),
+// zero weights skipped; then one bf16 rounding of dx0 + sum.
+std::vector<float> backward_in_kernel_order(const Case& k, const std::vector<float>& dy, const std::vector<float>& dx0) {
+    const int f = k.factor, h = k.in.h, w = k.in.w, c = k.in.c, oh_n = f * h, ow_n = f * w;
+    std::vector<float> dx = dx0;
+    for (int b = 0; b < k.in.n; ++b)
+        for (int ih = 0; ih < h; ++ih)
+            for (int iw = 0; iw < w; ++iw) {
+                int lo_h, hi_h, lo_w, hi_w;
+                kern::upsample_gather_range(ih, h, f, &lo_h, &hi_h);
+                kern::upsample_gather_range(iw, w, f, &lo_w, &hi_w);
+                for (int ch = 0; ch < c; ++ch) {
+                    float acc = 0.0f;
+                    for (int oh = lo_h; oh <= hi_h; ++oh) {
+                        const float wh = kern::upsample_gather_weight(oh, ih, h, f);
+                        if (wh == 0.0f) continue;
+                        for (int ow = lo_w; ow <= hi_w; ++ow) {
+                            const float ww = kern::upsample_gather_weight(ow, iw, w, f);
+                            if (ww == 0.0f) continue;
+                            const size_t o = ((static_cast<size_t>(b) * oh_n + oh) * ow_n + ow) * c + ch;
+                            acc = std::fmaf(wh * ww, dy[o], acc);
+                        }
+                    }
+                    const size_t i = ((static_cast<size_t>(b) * h + ih) * w + iw) * c + ch;
+                    dx[i] = kern::bf16_to_float(kern::float_to_bf16(dx[i] + acc));
+                }
+            }
+    return dx;
+}
+
+TEST(KernelsUpsampleGpu, BackwardBitwiseTheKernelsOwnOrder) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    uint64_t seed = 7000;
+    for (const Case& k : cases()) {
+        const size_t in_n = k.in.numel(), out_n = in_n * k.factor * k.factor;
+        const std::vector<float> dy = bf16_values(sftest::random_uniform(out_n, ++seed, -1, 1));
+        const std::vector<float> dx0 = bf16_values(sftest::random_uniform(in_n, ++seed, -1, 1));
+        const std::vector<float> want = backward_in_kernel_order(k, dy, dx0);
+        for (bool row_loads : {false, true}) {  // each load used before the next, and each row's together
+            bool guards = false;
+            const std::vector<float> got = run_backward(ctx, k, dy, dx0, &guards, row_loads);
+            ASSERT_EQ(got.size(), want.size());
+            size_t differ = 0;
+            for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+            EXPECT_EQ(differ, 0u) << label(k) << (row_loads ? " row loads" : "")
+                                  << ": elements differing from the kernel's documented order";
+            EXPECT_TRUE(guards) << label(k) << ": wrote outside dx";
+        }
     }
 }
 
