@@ -135,7 +135,7 @@ TEST(CudaInference, BatchStatisticsMatchTheCpuReferenceAndIgnoreTheRunningOnes) 
         EXPECT_LT(d.slider_score, 0.999f);
     }
     // Under the emulation the batch-statistics scores differ by up to 1.2% (0.8013 vs 0.8110; the running
-    // statistics' by 0.1%): batch statistics over 4 samples pass bf16 rounding on through every layer.
+    // statistics' by under 0.1%): batch statistics over 4 samples pass bf16 rounding on through every layer.
     expect_scores_near(cpu_a, gpu_a);
     ASSERT_EQ(gpu_b.size(), gpu_a.size());
     int run_differ = 0;
