@@ -150,6 +150,17 @@ __device__ __forceinline__ StagedBlock staged_block(unsigned b, const DwTileGrid
     return sb;
 }
 
+// Stores an 8-channel chunk of the producer's pre-BN output as bf16(A(bn(x))): the value the apply pass
+// (bn_act_forward_*) stores, rounded as its store rounds.
+template <Act A>
+__device__ __forceinline__ void store_bn_applied(const BnApply8& bn, const uint4& u, bfloat* dst) {
+    float v[8];
+    unpack8(u, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = bn_act_value<A>(bn, j, v[j]);
+    storev<8>(dst, v);
+}
+
 // Copies source pixels [r0, r0 + g.src_h) x [s0, s0 + g.src_w), channels [0, g.cb) of the image at
 // `img` (rows x cols pixels of c channels, already offset to the block's first channel) into `src`,
 // pixel (i, j) at (i * g.src_w + j) * g.pitch; zeros where the pixel is outside the image (the
@@ -222,21 +233,13 @@ __device__ __forceinline__ void stage_source(const bfloat* __restrict__ img, int
             if (at[k] < 0) continue;
             if constexpr (kPro) {
                 if (inside[k]) {
-                    float v[8];
-                    unpack8(u[k], v);
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) v[j] = bn_act_value<A>(bn, j, v[j]);
-                    storev<8>(src + at[k], v);  // rounds to bf16 as the apply pass's store does
+                    store_bn_applied<A>(bn, u[k], src + at[k]);
                     continue;
                 }
             }
             if constexpr (kPro2) {
                 if (inside[k]) {
-                    float v[8];
-                    unpack8(u2[k], v);
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) v[j] = bn_act_value<P>(bn, j, v[j]);
-                    storev<8>(src2 + at[k], v);  // rounds to bf16 as the apply pass's store does
+                    store_bn_applied<P>(bn, u2[k], src2 + at[k]);
                 } else {
                     *reinterpret_cast<uint4*>(src2 + at[k]) = u2[k];  // +0: the padding
                 }

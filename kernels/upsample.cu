@@ -19,6 +19,7 @@
 // not per pixel: 2F instead of 4F^2 per thread), then added in the order above, so the same bits.
 // Without it each load is used before the next is issued (the kernel measured on the H100 and H200).
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda_util.cuh"
 #include "kernels/upsample_cuda.h"
@@ -45,22 +46,16 @@ __device__ __forceinline__ void load_w(const bfloat* p, float (&v)[W]) {
 // The raw W bf16 at p (16-byte aligned when W == 8), read-only: one vector load, unpacked later, so that
 // a row's loads can all be issued before the first is used.
 template <int W>
-struct RawW {
-    using T = uint4;
-};
-template <>
-struct RawW<1> {
-    using T = unsigned short;
-};
+using RawW = std::conditional_t<W == 8, BfRaw<8>::T, unsigned short>;
 template <int W>
-__device__ __forceinline__ typename RawW<W>::T load_raw_w(const bfloat* p) {
+__device__ __forceinline__ RawW<W> load_raw_w(const bfloat* p) {
     if constexpr (W == 8)
         return __ldg(reinterpret_cast<const uint4*>(p));
     else
         return __ldg(reinterpret_cast<const unsigned short*>(p));
 }
 template <int W>
-__device__ __forceinline__ void unpack_w(const typename RawW<W>::T& u, float (&v)[W]) {
+__device__ __forceinline__ void unpack_w(const RawW<W>& u, float (&v)[W]) {
     if constexpr (W == 8) {
         unpack8(u, v);
     } else {
@@ -153,10 +148,10 @@ __global__ void upsample_backward_kernel(int n, int h, int w, int c, const bfloa
             if constexpr (kRowLoads) {
                 // The row's loads first (columns outside the window, ww = 0, are not read: past the
                 // image's right edge they would be out of bounds), then the sums in column order.
-                typename RawW<W>::T raw[2 * F];
+                RawW<W> raw[2 * F];
 #pragma unroll
                 for (int k = 0; k < 2 * F; ++k)
-                    raw[k] = ww[k] != 0.0f ? load_raw_w<W>(row + static_cast<size_t>(k) * c) : typename RawW<W>::T{};
+                    raw[k] = ww[k] != 0.0f ? load_raw_w<W>(row + static_cast<size_t>(k) * c) : RawW<W>{};
 #pragma unroll
                 for (int k = 0; k < 2 * F; ++k) {
                     if (ww[k] == 0.0f) continue;

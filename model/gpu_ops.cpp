@@ -86,6 +86,19 @@ struct TimingBuffers {
     }
 };
 
+// A BN prologue of activation act whose four C-vectors (gamma, beta, mean, invstd) are zeros (`zeros`: at
+// least 4C floats, zeroed): what the timings run, every z = 0, the same instructions as real statistics
+// (no data-dependent branch in the apply).
+kern::DwPrologue zero_prologue(kern::Act act, const float* zeros, int c) {
+    kern::DwPrologue pro;
+    pro.act = act;
+    pro.gamma = zeros;
+    pro.beta = zeros + c;
+    pro.mean = zeros + 2 * c;
+    pro.invstd = zeros + 3 * c;
+    return pro;
+}
+
 // The index of the smallest non-negative time (the first on ties; 0 when none was timed).
 int fastest_variant(const std::vector<double>& ms) {
     int best = 0;
@@ -307,15 +320,11 @@ double GpuOps::time_depthwise(Entry& e) const {
     // the best dgrad and, with e.fused, the fused kernel that replaces it and the wgrad.
     // A shape planned with a BN prologue (the fused LiteBlock) runs its fused backward with it: timed so,
     // with zero vectors as time_prologue_forward (the prologue's instructions do not depend on them).
-    std::unique_ptr<const TimingBuffers> pro_vecs;
+    std::unique_ptr<const TimingBuffers> pro_vecs;  // dw (9C floats, zeroed) holds the 4C vectors
     kern::DwPrologue pro;
     if (e.use.bn_prologue) {
         pro_vecs = std::make_unique<const TimingBuffers>(s, 1, false, ex_.stream);
-        pro.act = e.use.prologue_act;
-        pro.gamma = pro_vecs->dw;
-        pro.beta = pro_vecs->dw + s.cin;
-        pro.mean = pro_vecs->dw + 2 * s.cin;
-        pro.invstd = pro_vecs->dw + 3 * s.cin;
+        pro = zero_prologue(e.use.prologue_act, pro_vecs->dw, s.cin);
     }
     auto time_fused = [&](bool acc) {
         return time_runs(
@@ -347,12 +356,7 @@ double GpuOps::time_depthwise(Entry& e) const {
 void GpuOps::time_prologue_forward(Entry& e) const {
     const kern::ConvShape& s = e.shape;
     const TimingBuffers b(s, 1, false, ex_.stream);  // dw (9C floats, zeroed) holds the 4C vectors
-    kern::DwPrologue pro;
-    pro.act = e.use.prologue_act;
-    pro.gamma = b.dw;
-    pro.beta = b.dw + s.cin;
-    pro.mean = b.dw + 2 * s.cin;
-    pro.invstd = b.dw + 3 * s.cin;
+    const kern::DwPrologue pro = zero_prologue(e.use.prologue_act, b.dw, s.cin);
     const int iters = std::max(policy_.autotune_iters, 10);
     e.pro_fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
     for (int v = 0; v < (policy_.dw_variants ? kern::kDwVariantCount : 1); ++v)

@@ -166,16 +166,13 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         // them the same memory): a layer declared for it traces that op, and at run time the separate
         // passes (GpuOps chose cuDNN for the shape) write the same gradients in the same order.
         const bool fused = x.g && ex.is_cuda() && ops->dw_fused_backward(cs);
+        // The fused LiteBlock's fused backward reads the expand's pre-BN output through its BN + activation.
+        const kern::DwPrologue pro = prologue ? prologue->dw_prologue(true) : kern::DwPrologue{};
+        const kern::DwPrologue* fused_pro = prologue ? &pro : nullptr;
+        const T* fused_x = prologue ? prologue->conv.v : x.v;
         if (fused_bn && x.g && (!ex.is_cuda() || fused)) {
-            if (prologue) {  // the fused LiteBlock: x staged through the expand's BN + activation as well
-                const kern::DwPrologue pro = prologue->dw_prologue(true);
-                ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
-                                          gamma.g, beta.g, conv.g, prologue->conv.v, weight.h, x.g, weight.g, ws,
-                                          ws_floats, &pro);
-            } else {
-                ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
-                                          gamma.g, beta.g, conv.g, x.v, weight.h, x.g, weight.g, ws, ws_floats);
-            }
+            ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, gamma.g,
+                                      beta.g, conv.g, fused_x, weight.h, x.g, weight.g, ws, ws_floats, fused_pro);
             return;
         }
         ops::bn_act_backward(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, conv.g,
@@ -183,18 +180,12 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
         if (upsample > 1)
             ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g, ops && ops->upsample_row_loads());
-        if (fused && prologue) {  // the fused LiteBlock: x staged through the expand's BN + activation
-            const kern::DwPrologue pro = prologue->dw_prologue(true);
-            ops::conv_backward_fused(ops, ex, cs, prologue->conv.v, conv_out().g, weight.h, x.g, weight.g, &pro);
-            return;
-        }
         if (fused) {
-            ops::conv_backward_fused(ops, ex, cs, x.v, conv_out().g, weight.h, x.g, weight.g);
+            ops::conv_backward_fused(ops, ex, cs, fused_x, conv_out().g, weight.h, x.g, weight.g, fused_pro);
             return;
         }
         if (x.g) ops::conv_backward_data(ops, ex, cs, conv_out().g, weight.h, x.g);
         if (prologue) {
-            const kern::DwPrologue pro = prologue->dw_prologue(true);
             ops::dwconv_backward_filter(ex, cs, prologue->conv.v, conv.g, weight.g, ws, ws_floats, pro);
         } else {
             ops::conv_backward_filter(ops, ex, cs, x.v, conv_out().g, weight.g);

@@ -288,8 +288,10 @@ case "$STAGE" in
       [ -n "$ck" ] && [ -f "$ck" ] || continue
       "$SF" export --checkpoint "$ck" --out "$OUT_DIR/${which}_weights.safetensors" 2>&1 | tail -1 | tee -a "$OUT_DIR/train.log" ||
         echo "gpu_verify: export of the $which checkpoint ($ck) failed" | tee -a "$OUT_DIR/train.log"
+    done
+    if ls "$OUT_DIR"/*_weights.safetensors >/dev/null 2>&1; then
       cp "$run_dir/config.resolved.yaml" "$OUT_DIR/train_config.resolved.yaml" || true
-    done ;;
+    fi ;;
   e2e)
     run_dir="$(mktemp -d)/e2e-run"
     "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" sched.epochs=1 data.num_samples=30000 \

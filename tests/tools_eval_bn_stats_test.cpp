@@ -48,19 +48,11 @@ std::vector<sftest::CsvRow> eval_csv(const std::string& ckpt, const std::string&
 // The same checkpoint with every BatchNorm running statistic changed (means shifted, variances
 // scaled), saved in the same run folder so that its config is found.
 std::string write_restatted_checkpoint(const sftest::EvalFiles& f) {
-    model::SiderNet net(model::NetShape{1, 2, sftest::kEvalH, sftest::kEvalW}, rt::MemKind::Host);
-    const model::Planner& p = net.plan();
-    const model::CheckpointView v{&net.table(), p.master(), nullptr, nullptr, p.buffers(), p.counters()};
-    model::load_checkpoint(f.ckpt(), v, nullptr);
-    EXPECT_GT(net.table().buffer_floats, 5000u);  // 139 BatchNorm layers' means and variances
-    for (size_t i = 0; i < net.table().buffer_floats; ++i) p.buffers()[i] = 1.75f * p.buffers()[i] + 0.25f;
-    model::RunState rs;
-    rs.step = 5;
-    rs.epoch = 1;
-    rs.out_dir = f.root + "/run";
-    const std::string path = f.root + "/run/checkpoints/ckpt-00000005.safetensors";
-    model::save_checkpoint(path, v, rs);
-    return path;
+    return sftest::write_edited_checkpoint(f, 5, [](model::SiderNet& net) {
+        float* b = net.plan().buffers();
+        EXPECT_GT(net.table().buffer_floats, 5000u);  // 139 BatchNorm layers' means and variances
+        for (size_t i = 0; i < net.table().buffer_floats; ++i) b[i] = 1.75f * b[i] + 0.25f;
+    });
 }
 
 bool same_predictions(const sftest::CsvRow& a, const sftest::CsvRow& b) {

@@ -35,30 +35,21 @@ json read_json(const std::string& path) {
 // The checkpoint again, with every conv weight rounded to bf16 here (ParamInfo::conv_weight), saved
 // in the same run folder so that its config is found.
 std::string write_rounded_checkpoint(const sftest::EvalFiles& f) {
-    model::SiderNet net(model::NetShape{1, 2, sftest::kEvalH, sftest::kEvalW}, rt::MemKind::Host);
-    const model::Planner& p = net.plan();
-    const model::CheckpointView v{&net.table(), p.master(), nullptr, nullptr, p.buffers(), p.counters()};
-    model::load_checkpoint(f.ckpt(), v, nullptr);
-    size_t rounded = 0, changed = 0;
-    for (const model::ParamInfo& info : net.table().params) {
-        if (!info.conv_weight) continue;
-        float* w = p.master() + info.offset;
-        for (size_t i = 0; i < info.numel; ++i) {
-            const float r = kern::bf16_to_float(kern::float_to_bf16(w[i]));
-            changed += r != w[i];
-            w[i] = r;
+    return sftest::write_edited_checkpoint(f, 4, [](model::SiderNet& net) {
+        size_t rounded = 0, changed = 0;
+        for (const model::ParamInfo& info : net.table().params) {
+            if (!info.conv_weight) continue;
+            float* w = net.plan().master() + info.offset;
+            for (size_t i = 0; i < info.numel; ++i) {
+                const float r = kern::bf16_to_float(kern::float_to_bf16(w[i]));
+                changed += r != w[i];
+                w[i] = r;
+            }
+            rounded += info.numel;
         }
-        rounded += info.numel;
-    }
-    EXPECT_GT(rounded, 3000000u);     // nearly all of the 3,284,270 parameters are conv weights
-    EXPECT_GT(changed, rounded / 2);  // fp32 initial weights are almost never bf16-exact
-    model::RunState rs;
-    rs.step = 4;
-    rs.epoch = 1;
-    rs.out_dir = f.root + "/run";
-    const std::string path = f.root + "/run/checkpoints/ckpt-00000004.safetensors";
-    model::save_checkpoint(path, v, rs);
-    return path;
+        EXPECT_GT(rounded, 3000000u);     // nearly all of the 3,284,270 parameters are conv weights
+        EXPECT_GT(changed, rounded / 2);  // fp32 initial weights are almost never bf16-exact
+    });
 }
 
 TEST(EvalFloor, EqualsThePlainReferenceOnRoundedWeightsAndInput) {

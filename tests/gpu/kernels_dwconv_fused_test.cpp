@@ -238,6 +238,45 @@ TEST(KernelsDwconvFusedGpu, Deterministic) {
 
 using Dev = sftest::DeviceBuffer;
 
+// Four random C-vectors appended to vec (a BN's gamma, beta, mean or running mean, invstd or running
+// variance), vector k drawn with seed + vec.size().
+void append_bn_vectors(std::vector<float>& vec, size_t c, uint64_t seed) {
+    for (const auto& r : {std::pair<double, double>{0.5, 1.5}, {-0.5, 0.5}, {-0.3, 0.3}, {0.5, 2.0}}) {
+        const std::vector<double> v = sftest::random_uniform(c, seed + vec.size(), r.first, r.second);
+        vec.insert(vec.end(), v.begin(), v.end());
+    }
+}
+
+// x, w, dy of `in` into their buffers; dx0 (accumulate) or NaNs (overwrite: never read) into both dx,
+// dw0 into both dw (the two runs a test compares).
+void upload_inputs(const Inputs& in, bool accumulate, Dev& x, Dev& w, Dev& dy, Dev& dxa, Dev& dxb, Dev& dwa,
+                   Dev& dwb) {
+    sftest::upload_bf16(x.h(), in.x);
+    sftest::upload_bf16(w.h(), in.w);
+    sftest::upload_bf16(dy.h(), in.dy);
+    const std::vector<float> dx0 =
+        accumulate ? in.dx0 : std::vector<float>(in.x.size(), std::numeric_limits<float>::quiet_NaN());
+    sftest::upload_bf16(dxa.h(), dx0);
+    sftest::upload_bf16(dxb.h(), dx0);
+    sftest::upload(dwa.f(), in.dw0);
+    sftest::upload(dwb.f(), in.dw0);
+}
+
+// The consumer BN's backward prologue: its input xbn, vectors and the coefficients bn_act_backward_stats
+// left at coef.
+kern::DwBnBackward bn_backward(kern::Act act, const kern::bf16* xbn, const float* gamma, const float* beta,
+                               const float* mean, const float* invstd, const float* coef) {
+    kern::DwBnBackward b;
+    b.act = act;
+    b.x = xbn;
+    b.gamma = gamma;
+    b.beta = beta;
+    b.mean = mean;
+    b.invstd = invstd;
+    b.coef = coef;
+    return b;
+}
+
 TEST(KernelsDwconvFusedGpu, BnPrologueBitwiseEqualToBnBackwardThenFused) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;
@@ -253,27 +292,16 @@ TEST(KernelsDwconvFusedGpu, BnPrologueBitwiseEqualToBnBackwardThenFused) {
                 const Inputs in = make_inputs(s, seed += 10, false);  // x, w, dy (the BN output's gradient), dx0
                 const std::vector<float> xbn = sftest::bf16_exact(sftest::random_uniform(nx, seed + 5, -2, 2));
                 std::vector<float> vec;  // gamma, beta, save_mean, save_invstd
-                for (const auto& r : {std::pair<double, double>{0.5, 1.5}, {-0.5, 0.5}, {-0.3, 0.3}, {0.5, 2.0}}) {
-                    const std::vector<double> v = sftest::random_uniform(c, seed + 6 + vec.size(), r.first, r.second);
-                    vec.insert(vec.end(), v.begin(), v.end());
-                }
+                append_bn_vectors(vec, c, seed + 6);
                 const size_t bn_ws = kern::bn_act_workspace_floats(rows, k.c);
                 const int mb = act == kern::Act::Silu ? 3 : kern::kDwFusedMaxBlocks;  // several blocks per chunk too
                 const size_t fws = kern::dwconv3x3_fused_workspace_floats(s, mb);
                 Dev x(nx * 2), w(nw * 2), dy(nx * 2), xb(nx * 2), v(4 * c * 4), dc(nx * 2);
                 Dev dxa(nx * 2), dxb(nx * 2), dwa(nw * 4), dwb(nw * 4), ga(2 * c * 4), gb(2 * c * 4);
                 Dev wsa(bn_ws * 4), wsb(bn_ws * 4), pa(fws * 4), pb(fws * 4);
-                sftest::upload_bf16(x.h(), in.x);
-                sftest::upload_bf16(w.h(), in.w);
-                sftest::upload_bf16(dy.h(), in.dy);
+                upload_inputs(in, accumulate, x, w, dy, dxa, dxb, dwa, dwb);
                 sftest::upload_bf16(xb.h(), xbn);
                 sftest::upload(v.f(), vec);
-                const std::vector<float> dx0 =
-                    accumulate ? in.dx0 : std::vector<float>(nx, std::numeric_limits<float>::quiet_NaN());
-                sftest::upload_bf16(dxa.h(), dx0);
-                sftest::upload_bf16(dxb.h(), dx0);
-                sftest::upload(dwa.f(), in.dw0);
-                sftest::upload(dwb.f(), in.dw0);
                 const std::vector<float> g0 = sftest::bf16_exact(sftest::random_uniform(2 * c, seed + 9, -1, 1));
                 sftest::upload(ga.f(), g0);  // dgamma, dbeta: accumulated
                 sftest::upload(gb.f(), g0);
@@ -287,14 +315,8 @@ TEST(KernelsDwconvFusedGpu, BnPrologueBitwiseEqualToBnBackwardThenFused) {
                 // The statistics pass, then the fused kernel forming the BN's dx on load.
                 kern::bn_act_backward_stats(ex, act, rows, k.c, xb.h(), dy.h(), gamma, beta, mean, invstd, gb.f(),
                                             gb.f() + c, wsb.f(), bn_ws);
-                kern::DwBnBackward b;
-                b.act = act;
-                b.x = xb.h();
-                b.gamma = gamma;
-                b.beta = beta;
-                b.mean = mean;
-                b.invstd = invstd;
-                b.coef = wsb.f() + kern::bn_act_backward_coef_offset(rows, k.c);
+                const kern::DwBnBackward b = bn_backward(act, xb.h(), gamma, beta, mean, invstd,
+                                                         wsb.f() + kern::bn_act_backward_coef_offset(rows, k.c));
                 kern::dwconv3x3_backward_fused_cuda(ex, s, x.h(), dy.h(), w.h(), dxb.h(), dwb.f(), pb.f(), fws,
                                                     accumulate, &b, mb);
                 ctx.synchronize();
@@ -326,42 +348,26 @@ TEST(KernelsDwconvFusedGpu, ForwardPrologueBitwiseEqualToFusedOnTheStoredActivat
                     const size_t nx = s.in().numel(), nw = s.weight_numel(), rows = s.in().pixels(), c = k.c;
                     const Inputs in = make_inputs(s, seed += 10, false);  // x: the pre-BN output; w, dy, dx0, dw0
                     std::vector<float> vec;  // gamma, beta, running mean, running var (eval: read; train: updated)
-                    for (const auto& r : {std::pair<double, double>{0.5, 1.5}, {-0.5, 0.5}, {-0.3, 0.3}, {0.5, 2.0}}) {
-                        const std::vector<double> v = sftest::random_uniform(c, seed + 6 + vec.size(), r.first, r.second);
-                        vec.insert(vec.end(), v.begin(), v.end());
-                    }
+                    append_bn_vectors(vec, c, seed + 6);
                     const size_t bn_ws = kern::bn_act_workspace_floats(rows, k.c);
                     const int mb = act == kern::Act::Silu ? 3 : kern::kDwFusedMaxBlocks;
                     const size_t fws = kern::dwconv3x3_fused_workspace_floats(s, mb);
                     Dev xp(nx * 2), y(nx * 2), w(nw * 2), dy(nx * 2), v(4 * c * 4), st(2 * c * 4), wsb(bn_ws * 4);
                     Dev dxa(nx * 2), dxb(nx * 2), dwa(nw * 4), dwb(nw * 4), pa(fws * 4), pb(fws * 4);
-                    sftest::upload_bf16(xp.h(), in.x);
-                    sftest::upload_bf16(w.h(), in.w);
-                    sftest::upload_bf16(dy.h(), in.dy);
+                    upload_inputs(in, accumulate, xp, w, dy, dxa, dxb, dwa, dwb);
                     sftest::upload(v.f(), vec);
-                    const std::vector<float> dx0 =
-                        accumulate ? in.dx0 : std::vector<float>(nx, std::numeric_limits<float>::quiet_NaN());
-                    sftest::upload_bf16(dxa.h(), dx0);
-                    sftest::upload_bf16(dxb.h(), dx0);
-                    sftest::upload(dwa.f(), in.dw0);
-                    sftest::upload(dwb.f(), in.dw0);
                     SF_CUDA_CHECK(cudaDeviceSynchronize());
                     float *gamma = v.f(), *beta = v.f() + c, *rmean = v.f() + 2 * c, *rvar = v.f() + 3 * c;
                     kern::DwPrologue pro;
-                    pro.act = act;
-                    pro.gamma = gamma;
-                    pro.beta = beta;
-                    pro.eval = eval;
                     if (eval) {
                         kern::bn_act_forward_eval(ex, act, rows, k.c, xp.h(), gamma, beta, rmean, rvar, 1e-5, y.h());
-                        pro.mean = rmean;
-                        pro.invstd = rvar;
+                        pro = sftest::dw_prologue(act, gamma, beta, rmean, rvar);
+                        pro.eval = true;
                         pro.eps = 1e-5;
                     } else {
                         kern::bn_act_forward_train(ex, act, rows, k.c, xp.h(), gamma, beta, y.h(), st.f(), st.f() + c,
                                                    rmean, rvar, 0.1, 1e-5, wsb.f(), bn_ws);
-                        pro.mean = st.f();
-                        pro.invstd = st.f() + c;
+                        pro = sftest::dw_prologue(act, gamma, beta, st.f(), st.f() + c);
                     }
                     kern::dwconv3x3_backward_fused_cuda(ex, s, y.h(), dy.h(), w.h(), dxa.h(), dwa.f(), pa.f(), fws,
                                                         accumulate, nullptr, mb);
@@ -381,12 +387,7 @@ TEST(KernelsDwconvFusedGpu, ForwardPrologueRefusals) {
     const kern::ConvShape s = sftest::dw_shape(1, 8, 16, 32, 1);
     const size_t nx = s.in().numel(), nw = s.weight_numel(), fws = kern::dwconv3x3_fused_workspace_floats(s);
     Dev x(nx * 2), dy(nx * 2), w(nw * 2), dx(nx * 2), dw(nw * 4), ws(fws * 4), v(4 * 32 * 4);
-    kern::DwPrologue pro;
-    pro.act = kern::Act::Silu;
-    pro.gamma = v.f();
-    pro.beta = v.f() + 32;
-    pro.mean = v.f() + 64;
-    pro.invstd = v.f() + 96;
+    const kern::DwPrologue pro = sftest::dw_prologue(kern::Act::Silu, v.f(), v.f() + 32, v.f() + 64, v.f() + 96);
     kern::DwPrologue bad = pro;
     bad.beta = nullptr;
     SF_EXPECT_ERROR(kern::dwconv3x3_backward_fused_cuda(ctx.exec(), s, x.h(), dy.h(), w.h(), dx.h(), dw.f(), ws.f(),
@@ -426,30 +427,17 @@ TEST(KernelsDwconvFusedGpu, BothProloguesBitwiseEqualToTheSeparatePasses) {
                     const Inputs in = make_inputs(s, seed += 10, false);  // x: the pre-BN input; dy: the BN's
                     const std::vector<float> xbn = sftest::bf16_exact(sftest::random_uniform(nx, seed + 5, -2, 2));
                     std::vector<float> vec;  // the consumer BN's gamma, beta, mean, invstd; then the producer's
-                    for (int rep = 0; rep < 2; ++rep)
-                        for (const auto& r :
-                             {std::pair<double, double>{0.5, 1.5}, {-0.5, 0.5}, {-0.3, 0.3}, {0.5, 2.0}}) {
-                            const std::vector<double> v =
-                                sftest::random_uniform(c, seed + 6 + vec.size(), r.first, r.second);
-                            vec.insert(vec.end(), v.begin(), v.end());
-                        }
+                    append_bn_vectors(vec, c, seed + 6);
+                    append_bn_vectors(vec, c, seed + 6);
                     const size_t bn_ws = kern::bn_act_workspace_floats(rows, k.c);
                     const int mb = bn_act == kern::Act::Silu ? 3 : kern::kDwFusedMaxBlocks;
                     const size_t fws = kern::dwconv3x3_fused_workspace_floats(s, mb);
                     Dev xp(nx * 2), y(nx * 2), w(nw * 2), dy(nx * 2), xb(nx * 2), v(8 * c * 4), st(2 * c * 4);
                     Dev dc(nx * 2), dxa(nx * 2), dxb(nx * 2), dwa(nw * 4), dwb(nw * 4), ga(2 * c * 4), gb(2 * c * 4);
                     Dev wsy(bn_ws * 4), wsa(bn_ws * 4), wsb(bn_ws * 4), pa(fws * 4), pb(fws * 4);
-                    sftest::upload_bf16(xp.h(), in.x);
-                    sftest::upload_bf16(w.h(), in.w);
-                    sftest::upload_bf16(dy.h(), in.dy);
+                    upload_inputs(in, accumulate, xp, w, dy, dxa, dxb, dwa, dwb);
                     sftest::upload_bf16(xb.h(), xbn);
                     sftest::upload(v.f(), vec);
-                    const std::vector<float> dx0 =
-                        accumulate ? in.dx0 : std::vector<float>(nx, std::numeric_limits<float>::quiet_NaN());
-                    sftest::upload_bf16(dxa.h(), dx0);
-                    sftest::upload_bf16(dxb.h(), dx0);
-                    sftest::upload(dwa.f(), in.dw0);
-                    sftest::upload(dwb.f(), in.dw0);
                     const std::vector<float> g0 = sftest::bf16_exact(sftest::random_uniform(2 * c, seed + 9, -1, 1));
                     sftest::upload(ga.f(), g0);
                     sftest::upload(gb.f(), g0);
@@ -460,12 +448,7 @@ TEST(KernelsDwconvFusedGpu, BothProloguesBitwiseEqualToTheSeparatePasses) {
                     // The producer's apply pass (train mode: its batch statistics into st).
                     kern::bn_act_forward_train(ex, pro_act, rows, k.c, xp.h(), pgamma, pbeta, y.h(), st.f(),
                                                st.f() + c, rmean, rvar, 0.1, 1e-5, wsy.f(), bn_ws);
-                    kern::DwPrologue pro;
-                    pro.act = pro_act;
-                    pro.gamma = pgamma;
-                    pro.beta = pbeta;
-                    pro.mean = st.f();
-                    pro.invstd = st.f() + c;
+                    const kern::DwPrologue pro = sftest::dw_prologue(pro_act, pgamma, pbeta, st.f(), st.f() + c);
                     // Separate: the consumer BN's backward, then the plain fused kernel on y and its dx.
                     kern::bn_act_backward(ex, bn_act, rows, k.c, xb.h(), dy.h(), gamma, beta, mean, invstd, dc.h(),
                                           ga.f(), ga.f() + c, wsa.f(), bn_ws);
@@ -474,14 +457,8 @@ TEST(KernelsDwconvFusedGpu, BothProloguesBitwiseEqualToTheSeparatePasses) {
                     // Both prologues: the statistics pass, then the fused kernel on the pre-BN input and dy.
                     kern::bn_act_backward_stats(ex, bn_act, rows, k.c, xb.h(), dy.h(), gamma, beta, mean, invstd,
                                                 gb.f(), gb.f() + c, wsb.f(), bn_ws);
-                    kern::DwBnBackward b;
-                    b.act = bn_act;
-                    b.x = xb.h();
-                    b.gamma = gamma;
-                    b.beta = beta;
-                    b.mean = mean;
-                    b.invstd = invstd;
-                    b.coef = wsb.f() + kern::bn_act_backward_coef_offset(rows, k.c);
+                    const kern::DwBnBackward b = bn_backward(bn_act, xb.h(), gamma, beta, mean, invstd,
+                                                             wsb.f() + kern::bn_act_backward_coef_offset(rows, k.c));
                     kern::dwconv3x3_backward_fused_cuda(ex, s, xp.h(), dy.h(), w.h(), dxb.h(), dwb.f(), pb.f(), fws,
                                                         accumulate, &b, mb, &pro);
                     ctx.synchronize();

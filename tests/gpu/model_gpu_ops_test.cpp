@@ -312,12 +312,7 @@ TEST(ModelGpuOpsGpu, PrologueForwardVariantsAutotunedAndBitwiseEqual) {
         sftest::upload_bf16(dw.h(), w);
         sftest::upload(dv.f(), vec);
         SF_CUDA_CHECK(cudaDeviceSynchronize());
-        kern::DwPrologue pro;
-        pro.act = kern::Act::Silu;
-        pro.gamma = dv.f();
-        pro.beta = dv.f() + c;
-        pro.mean = dv.f() + 2 * c;
-        pro.invstd = dv.f() + 3 * c;
+        const kern::DwPrologue pro = sftest::dw_prologue(kern::Act::Silu, dv.f(), dv.f() + c, dv.f() + 2 * c, dv.f() + 3 * c);
         ops.dwconv_forward_prologue(ex, s, dx.h(), dw.h(), y1.h(), pro);
         kern::dwconv3x3_forward_cuda(ex, s, dx.h(), dw.h(), y2.h(), &pro, 0);
         ctx.synchronize();
@@ -416,12 +411,7 @@ TEST(ModelGpuOpsGpu, FusedBackwardTimedAndRun) {
                     "asked to accumulate");
     {  // a BN prologue where the shape was planned without one
         Dev pv(4 * 16 * 4);
-        kern::DwPrologue pro;
-        pro.act = kern::Act::Silu;
-        pro.gamma = pv.f();
-        pro.beta = pv.f() + 16;
-        pro.mean = pv.f() + 32;
-        pro.invstd = pv.f() + 48;
+        const kern::DwPrologue pro = sftest::dw_prologue(kern::Act::Silu, pv.f(), pv.f() + 16, pv.f() + 32, pv.f() + 48);
         SF_EXPECT_ERROR(
             dops.conv_backward_fused(ex, only_ow.shape, x.h(), dy.h(), w.h(), dx.h(), dw.f(), false, &pro),
             "planned without a BN prologue");
@@ -482,12 +472,7 @@ TEST(ModelGpuOpsGpu, FusedBackwardWithTheBnPrologue) {
     sftest::upload(dw1.f(), std::vector<float>(wn, 0.25f));
     sftest::upload(dw2.f(), std::vector<float>(wn, 0.25f));
     SF_CUDA_CHECK(cudaDeviceSynchronize());
-    kern::DwPrologue pro;
-    pro.act = kern::Act::Silu;
-    pro.gamma = v.f();
-    pro.beta = v.f() + c;
-    pro.mean = v.f() + 2 * c;
-    pro.invstd = v.f() + 3 * c;
+    const kern::DwPrologue pro = sftest::dw_prologue(kern::Act::Silu, v.f(), v.f() + c, v.f() + 2 * c, v.f() + 3 * c);
     const size_t wsf = kern::dwconv3x3_fused_workspace_floats(s);
     Dev ws(wsf * 4);
     ops.conv_backward_fused(ex, s, x.h(), dy.h(), w.h(), dx1.h(), dw1.f(), true, &pro);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +62,27 @@ inline std::vector<CsvRow> read_eval_csv(const std::string& path) {
         rows.push_back(r);
     }
     return rows;
+}
+
+// The run's checkpoint loaded into a CPU network, changed by edit(net) (its parameters and buffers are
+// net.plan().master() / buffers()), and saved in the same run folder as the checkpoint of `step`, so that
+// its config is found. Returns its path.
+template <class Edit>
+std::string write_edited_checkpoint(const EvalFiles& f, int64_t step, Edit&& edit) {
+    model::SiderNet net(model::NetShape{1, 2, kEvalH, kEvalW}, rt::MemKind::Host);
+    const model::Planner& p = net.plan();
+    const model::CheckpointView v{&net.table(), p.master(), nullptr, nullptr, p.buffers(), p.counters()};
+    model::load_checkpoint(f.ckpt(), v, nullptr);
+    edit(net);
+    model::RunState rs;
+    rs.step = step;
+    rs.epoch = 1;
+    rs.out_dir = f.root + "/run";
+    char name[64];
+    std::snprintf(name, sizeof(name), "/run/checkpoints/ckpt-%08lld.safetensors", static_cast<long long>(step));
+    const std::string path = f.root + name;
+    model::save_checkpoint(path, v, rs);
+    return path;
 }
 
 // Writes the files under `root` (which must exist and be empty).
