@@ -100,16 +100,9 @@ __global__ void bn_act_stats_finalize_kernel(size_t rows, int c, int chunks, con
     finalize_sums<R>(c, chunks, part, s0, s1);
     const int ch = blockIdx.x * kFinalizeX + threadIdx.x;
     if (threadIdx.y != 0 || ch >= c) return;
-    const double n = static_cast<double>(rows);
-    const double dm = s0 / n;  // mean - K
-    const double mean = static_cast<double>(__bfloat162float(x[ch])) + dm;
-    const double var = fmax(s1 / n - dm * dm, 0.0);
-    const double invstd = 1.0 / sqrt(var + eps);
-    const double unbiased = var * n / (n - 1.0);
-    save_mean[ch] = static_cast<float>(mean);
-    save_invstd[ch] = static_cast<float>(invstd);
-    running_mean[ch] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_mean[ch]) + momentum * mean);
-    running_var[ch] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_var[ch]) + momentum * unbiased);
+    bn_stats_write(
+        ch, static_cast<double>(rows), [&] { return static_cast<double>(__bfloat162float(x[ch])); }, s0, s1, save_mean,
+        save_invstd, running_mean, running_var, momentum, eps);
 }
 
 // Backward, pass 2. grid finalize_blocks, block (32, 8). dbeta += sum g, dgamma += sum g*xhat;

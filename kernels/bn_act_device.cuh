@@ -70,6 +70,27 @@ __device__ __forceinline__ float bn_act_value_bf16(const BnApply8& p, int j, flo
     return __bfloat162float(__float2bfloat16_rn(bn_act_value<A>(p, j, x)));
 }
 
+// The forward statistics' last step for channel ch, from fp64 sums of x shifted by k = shift() (s0 =
+// sum(x - k), s1 = sum((x - k)^2) over n = rows values): save_mean, save_invstd (biased variance) and
+// the running statistics (unbiased variance, momentum). bn_act_stats_finalize_kernel (k = x[row 0][ch])
+// and the pointwise conv's statistics epilogue (kernels/pwconv.cu, per-chunk shifts merged first) share
+// it. The shift is a callable, read after s0 / n, the order the statistics kernel was measured with.
+template <class Shift>
+__device__ __forceinline__ void bn_stats_write(int ch, double n, const Shift& shift, double s0, double s1,
+                                               float* __restrict__ save_mean, float* __restrict__ save_invstd,
+                                               float* __restrict__ running_mean, float* __restrict__ running_var,
+                                               double momentum, double eps) {
+    const double dm = s0 / n;  // mean - k
+    const double mean = shift() + dm;
+    const double var = fmax(s1 / n - dm * dm, 0.0);
+    const double invstd = 1.0 / sqrt(var + eps);
+    const double unbiased = var * n / (n - 1.0);
+    save_mean[ch] = static_cast<float>(mean);
+    save_invstd[ch] = static_cast<float>(invstd);
+    running_mean[ch] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_mean[ch]) + momentum * mean);
+    running_var[ch] = static_cast<float>((1.0 - momentum) * static_cast<double>(running_var[ch]) + momentum * unbiased);
+}
+
 // ---- the backward's per-element arithmetic: kernels/bn_act_rows.cuh, and the fused depthwise
 // backward's BN prologue (kernels/dwconv_bwd_fused.cu), which forms dx on load as the dx pass stores it ----
 

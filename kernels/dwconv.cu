@@ -48,30 +48,6 @@ size_t in_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.h 
 size_t out_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.n) * pl.p * pl.q * pl.c * sizeof(bf16); }
 size_t w_bytes(const DwConvPlan& pl) { return static_cast<size_t>(pl.c) * 9 * sizeof(bf16); }
 
-// A byte range a launcher writes.
-struct Written {
-    const void* p;
-    size_t bytes;
-};
-
-// A prologue (or null): a known activation, its four C-vectors non-null, 4-byte aligned and apart from
-// every output the launcher writes, a finite eps > 0 in eval mode.
-void check_prologue(const char* op, const DwPrologue* pro, int c, std::initializer_list<Written> outs) {
-    if (!pro) return;
-    SF_CHECK(pro->act == Act::None || pro->act == Act::Silu || pro->act == Act::Relu,
-             "%s: prologue activation %d is not one of none, silu, relu", op, static_cast<int>(pro->act));
-    const char* names[4] = {"prologue gamma", "prologue beta", "prologue mean", "prologue invstd"};
-    const float* vecs[4] = {pro->gamma, pro->beta, pro->mean, pro->invstd};
-    for (int i = 0; i < 4; ++i) {
-        rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
-        for (const Written& o : outs)
-            SF_CHECK(!rt::overlap(o.p, o.bytes, vecs[i], static_cast<size_t>(c) * sizeof(float)),
-                     "%s: the output must not alias the %s vector", op, names[i]);
-    }
-    SF_CHECK(!pro->eval || (pro->eps > 0 && pro->eps < 1e300), "%s: eval-mode prologue needs eps > 0, got %g", op,
-             pro->eps);
-}
-
 // Empty when variant v can run the pass (forward, or dgrad) of the supported shape s, else why.
 std::string variant_reason(const ConvShape& s, int v, bool dgrad) {
     const char* pass = dgrad ? "dgrad" : "forward";
@@ -96,6 +72,22 @@ std::string wgrad_variant_reason(int v) {
 }
 
 }  // namespace
+
+void check_dw_prologue(const char* op, const DwPrologue* pro, int c, std::initializer_list<DwWritten> outs) {
+    if (!pro) return;
+    SF_CHECK(pro->act == Act::None || pro->act == Act::Silu || pro->act == Act::Relu,
+             "%s: prologue activation %d is not one of none, silu, relu", op, static_cast<int>(pro->act));
+    const char* names[4] = {"prologue gamma", "prologue beta", "prologue mean", "prologue invstd"};
+    const float* vecs[4] = {pro->gamma, pro->beta, pro->mean, pro->invstd};
+    for (int i = 0; i < 4; ++i) {
+        rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
+        for (const DwWritten& o : outs)
+            SF_CHECK(!rt::overlap(o.p, o.bytes, vecs[i], static_cast<size_t>(c) * sizeof(float)),
+                     "%s: the output must not alias the %s vector", op, names[i]);
+    }
+    SF_CHECK(!pro->eval || (pro->eps > 0 && pro->eps < 1e300), "%s: eval-mode prologue needs eps > 0, got %g", op,
+             pro->eps);
+}
 
 // ---- launchers ----
 
@@ -165,7 +157,7 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
     check_bf16(op, "y", y);
     SF_CHECK(!rt::overlap(y, out_bytes(pl), x, in_bytes(pl)) && !rt::overlap(y, out_bytes(pl), w, w_bytes(pl)),
              "%s: y must not alias x or w", op);
-    check_prologue(op, pro, pl.c, {{y, out_bytes(pl)}});
+    check_dw_prologue(op, pro, pl.c, {{y, out_bytes(pl)}});
     dw_launch_forward(ex, pl, x, w, y, pro);
 }
 
@@ -204,7 +196,7 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
              "%s: dw must not alias x, dy or the workspace", op);
     SF_CHECK(!rt::overlap(workspace, ws_bytes, x, in_bytes(pl)) && !rt::overlap(workspace, ws_bytes, dy, out_bytes(pl)),
              "%s: the workspace must not alias x or dy", op);
-    check_prologue(op, pro, pl.c, {{dw, dw_bytes}, {workspace, ws_bytes}});
+    check_dw_prologue(op, pro, pl.c, {{dw, dw_bytes}, {workspace, ws_bytes}});
     dw_launch_backward_filter(ex, pl, x, dy, dw, workspace, pro);
 }
 
@@ -253,7 +245,7 @@ void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const
                      !rt::overlap(workspace, ws_bytes, bnb->x, act),
                  "%s: dx, dw and the workspace must not alias the BN input x", op);
     }
-    check_prologue(op, pro, fp.c, {{dx, act}, {dw, dw_bytes}, {workspace, ws_bytes}});
+    check_dw_prologue(op, pro, fp.c, {{dx, act}, {dw, dw_bytes}, {workspace, ws_bytes}});
     dw_launch_backward_fused(ex, fp, x, dy, w, dx, dw, workspace, accumulate, bnb, pro);
 }
 

@@ -26,6 +26,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <initializer_list>
 
 #include "kernels/bf16.h"
 #include "kernels/conv.h"
@@ -378,6 +379,16 @@ struct DwPrologue {
     bool eval = false;
     double eps = 0;  // eval only
 };
+
+// A byte range a launcher writes, for check_dw_prologue.
+struct DwWritten {
+    const void* p;
+    size_t bytes;
+};
+// The launchers' checks of a prologue (null: none): a known activation, its four C-vectors non-null,
+// 4-byte aligned and apart from every output in `outs`, a finite eps > 0 in eval mode. rt::Error
+// naming `op` otherwise. Shared by the depthwise and the pointwise (kernels/pwconv_cuda.h) launchers.
+void check_dw_prologue(const char* op, const DwPrologue* pro, int c, std::initializer_list<DwWritten> outs);
 
 // The fused backward's BN prologue (dwconv3x3_backward_fused_cuda): the conv's output feeds a
 // BatchNorm + activation, and the dy the kernel is given is the gradient of that BN's output. The

@@ -1,0 +1,393 @@
+// Pointwise (1x1) convolution forward on bf16 tensor cores, with the producer's BatchNorm + activation
+// applied on load (prologue) and the consumer's BatchNorm statistics gathered in the epilogue
+// (kernels/pwconv_cuda.h, docs/KERNELS_PWCONV.md).
+//
+// A GEMM y[rows][n] = x[rows][k] * w[n][k]^T. Grid (n / BN column blocks, chunks); block 256 threads,
+// 8 warps. A block owns BN output channels and a contiguous range of 128-row tiles (its chunk), and
+// walks (tile, 32-wide k-step) pairs in order: each step's x rows and w rows are staged in shared
+// memory (80-byte row pitch: the ldmatrix rows of a warp fall in distinct banks), double-buffered, the
+// next step's global loads issued before the current step's mma so that they are in flight during it.
+// The prologue is applied to the x values between the register and the shared-memory copy, with
+// exactly bn_act_apply's arithmetic (kernels/bn_act_device.cuh). Warp w computes rows 16w..16w+15 of the
+// tile and all BN columns: BN / 8 accumulator fragments, two mma k-steps per staged step.
+// Epilogue, per tile: the accumulators rounded to bf16 and stored (rows past the end are not), and with
+// statistics each thread adds its stored values, shifted by the block's own first row, to per-column
+// fp32 sums; at the end of the chunk the block reduces them in a fixed order (lanes by a butterfly,
+// warps in order) and writes (shift, sum, sum of squares) per column. The finalize kernel merges the
+// chunks in fp64 in order (Chan's shift change), then writes the statistics as bn_stats_train does.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "kernels/bn_act_device.cuh"
+#include "kernels/cuda_util.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/pwconv_cuda.h"
+#include "runtime/cuda_check.h"
+#include "runtime/launch.cuh"
+#include "runtime/launch_check.h"
+
+namespace kern {
+
+namespace {
+
+constexpr int kPitch = kPwTileK + 8;  // bf16 per staged row (80 bytes)
+constexpr int kWarps = kPwThreads / 32;
+constexpr int kAVecs = kPwTileM * kPwTileK / 8 / kPwThreads;  // 16-byte x vectors per thread per step: 2
+
+// The prologue as the kernel takes it (by value).
+struct PwPro {
+    const float* gamma;
+    const float* beta;
+    const float* mean;
+    const float* invstd;  // train: save_invstd; eval: running_var
+    bool eval;
+    double eps;
+};
+
+
+template <int BN, bool kPro, Act A, bool kStats>
+__global__ void __launch_bounds__(kPwThreads, 2)
+    pwconv_forward_kernel(int rows, int k, int n, long long tiles, int chunks, const bfloat* __restrict__ x,
+                          const bfloat* __restrict__ w, bfloat* __restrict__ y, PwPro pro, float* __restrict__ part) {
+    rt::pdl_entry();
+    constexpr int NF = BN / 8;                        // accumulator fragments per warp (8 columns each)
+    constexpr int kWVecs = BN * kPwTileK / 8;         // 16-byte w vectors per step
+    constexpr int kWPer = (kWVecs + kPwThreads - 1) / kPwThreads;  // 1
+    static_assert(kWVecs <= kPwThreads, "one w vector per thread at most");
+    __shared__ __align__(16) bfloat as[2][kPwTileM][kPitch];
+    __shared__ __align__(16) bfloat ws[2][BN][kPitch];
+    __shared__ float pro_m[kPro ? kPwMaxPrologueK : 1], pro_s[kPro ? kPwMaxPrologueK : 1],
+        pro_b[kPro ? kPwMaxPrologueK : 1];
+    __shared__ float shift_s[kStats ? BN : 1];
+    __shared__ float red[2][kStats ? kWarps : 1][kStats ? BN : 1];
+
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int n0 = static_cast<int>(blockIdx.x) * BN;
+    const int chunk = static_cast<int>(blockIdx.y);
+    const long long tile_lo = pwconv_tile_begin(tiles, chunks, chunk), tile_hi = pwconv_tile_begin(tiles, chunks, chunk + 1);
+    const int ksteps = k / kPwTileK;
+    const long long steps = (tile_hi - tile_lo) * ksteps;
+
+    if constexpr (kPro) {
+        // The per-channel constants of load_bn_apply8, computed once per block.
+        for (int c = tid; c < k; c += kPwThreads) {
+            const float inv = pro.eval ? static_cast<float>(1.0 / sqrt(static_cast<double>(__ldg(pro.invstd + c)) + pro.eps))
+                                       : __ldg(pro.invstd + c);
+            pro_m[c] = __ldg(pro.mean + c);
+            pro_s[c] = __ldg(pro.gamma + c) * inv;
+            pro_b[c] = __ldg(pro.beta + c);
+        }
+        __syncthreads();
+    }
+
+    // This thread's share of a step: x vectors kAVecs (rows tid/4 + 64i, k offset 8*(tid%4)), one w vector.
+    const int a_row = tid / 4, a_k = 8 * (tid % 4);
+    uint4 ra[kAVecs], rw[kWPer];
+    auto load_step = [&](long long s) {
+        const long long tile = tile_lo + s / ksteps;
+        const int kk = static_cast<int>(s % ksteps) * kPwTileK;
+#pragma unroll
+        for (int i = 0; i < kAVecs; ++i) {
+            const long long row = tile * kPwTileM + a_row + i * (kPwTileM / kAVecs);
+            ra[i] = row < rows ? __ldg(reinterpret_cast<const uint4*>(x + row * k + kk + a_k)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < kWPer; ++i) {
+            const int v = tid + i * kPwThreads;
+            if (v < kWVecs)
+                rw[i] = __ldg(reinterpret_cast<const uint4*>(w + static_cast<size_t>(n0 + v / 4) * k + kk + 8 * (v % 4)));
+        }
+    };
+    auto store_step = [&](long long s, int buf) {
+        const int kk = static_cast<int>(s % ksteps) * kPwTileK;
+#pragma unroll
+        for (int i = 0; i < kAVecs; ++i) {
+            uint4 u = ra[i];
+            if constexpr (kPro) {
+                float v[8];
+                unpack8(u, v);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const int c = kk + a_k + j;
+                    v[j] = act_fwd<A>(fmaf(v[j] - pro_m[c], pro_s[c], pro_b[c]));
+                }
+                u.x = pack_bf16x2(v[0], v[1]);
+                u.y = pack_bf16x2(v[2], v[3]);
+                u.z = pack_bf16x2(v[4], v[5]);
+                u.w = pack_bf16x2(v[6], v[7]);
+            }
+            *reinterpret_cast<uint4*>(&as[buf][a_row + i * (kPwTileM / kAVecs)][a_k]) = u;
+        }
+#pragma unroll
+        for (int i = 0; i < kWPer; ++i) {
+            const int v = tid + i * kPwThreads;
+            if (v < kWVecs) *reinterpret_cast<uint4*>(&ws[buf][v / 4][8 * (v % 4)]) = rw[i];
+        }
+    };
+
+    float acc[NF][4];
+#pragma unroll
+    for (int f = 0; f < NF; ++f) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
+    float sh[NF][2], s1[NF][2], s2[NF][2];  // statistics: shift, shifted sum, shifted sum of squares
+#pragma unroll
+    for (int f = 0; f < NF; ++f)
+        for (int j = 0; j < 2; ++j) sh[f][j] = s1[f][j] = s2[f][j] = 0.0f;
+
+    if (steps > 0) {
+        load_step(0);
+        store_step(0, 0);
+    }
+    __syncthreads();
+    for (long long s = 0; s < steps; ++s) {
+        const int buf = static_cast<int>(s & 1);
+        if (s + 1 < steps) load_step(s + 1);
+#pragma unroll
+        for (int kk = 0; kk < kPwTileK; kk += 16) {
+            uint32_t a[4];
+            ldmatrix_x4(a, &as[buf][16 * warp + (lane % 8) + 8 * ((lane / 8) % 2)][kk + 8 * (lane / 16)]);
+#pragma unroll
+            for (int fp = 0; fp < NF / 2; ++fp) {
+                uint32_t b4[4];
+                ldmatrix_x4(b4, &ws[buf][16 * fp + (lane % 8) + 8 * (lane / 16)][kk + 8 * ((lane / 8) % 2)]);
+                const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
+                mma_bf16_16816(acc[2 * fp], a, b0);
+                mma_bf16_16816(acc[2 * fp + 1], a, b1);
+            }
+        }
+        if (s % ksteps == ksteps - 1) {  // the tile's last step: its epilogue
+            const long long tile = tile_lo + s / ksteps;
+            const long long ra_row = tile * kPwTileM + 16 * warp + g, rb_row = ra_row + 8;
+            uint32_t u[NF][2];
+#pragma unroll
+            for (int f = 0; f < NF; ++f) {
+                u[f][0] = pack_bf16x2(acc[f][0], acc[f][1]);
+                u[f][1] = pack_bf16x2(acc[f][2], acc[f][3]);
+                const int col = n0 + 8 * f + 2 * t;
+                if (ra_row < rows) *reinterpret_cast<uint32_t*>(y + ra_row * n + col) = u[f][0];
+                if (rb_row < rows) *reinterpret_cast<uint32_t*>(y + rb_row * n + col) = u[f][1];
+                acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
+            }
+            if constexpr (kStats) {
+                if (tile == tile_lo) {  // the block's shift: its first row's stored values (always a valid row)
+                    if (warp == 0 && g == 0) {
+#pragma unroll
+                        for (int f = 0; f < NF; ++f) {
+                            shift_s[8 * f + 2 * t] = bf16x2_lo(u[f][0]);
+                            shift_s[8 * f + 2 * t + 1] = bf16x2_hi(u[f][0]);
+                        }
+                    }
+                    __syncthreads();
+#pragma unroll
+                    for (int f = 0; f < NF; ++f)
+                        for (int j = 0; j < 2; ++j) sh[f][j] = shift_s[8 * f + 2 * t + j];
+                }
+#pragma unroll
+                for (int f = 0; f < NF; ++f) {
+                    if (ra_row < rows) {
+                        const float d0 = bf16x2_lo(u[f][0]) - sh[f][0], d1 = bf16x2_hi(u[f][0]) - sh[f][1];
+                        s1[f][0] += d0;
+                        s2[f][0] = fmaf(d0, d0, s2[f][0]);
+                        s1[f][1] += d1;
+                        s2[f][1] = fmaf(d1, d1, s2[f][1]);
+                    }
+                    if (rb_row < rows) {
+                        const float d0 = bf16x2_lo(u[f][1]) - sh[f][0], d1 = bf16x2_hi(u[f][1]) - sh[f][1];
+                        s1[f][0] += d0;
+                        s2[f][0] = fmaf(d0, d0, s2[f][0]);
+                        s1[f][1] += d1;
+                        s2[f][1] = fmaf(d1, d1, s2[f][1]);
+                    }
+                }
+            }
+        }
+        if (s + 1 < steps) store_step(s + 1, buf ^ 1);
+        __syncthreads();
+    }
+
+    if constexpr (kStats) {
+        // Lanes of one column (the 8 groups g) by a fixed butterfly; lanes 0-3 hold the warp's sums.
+#pragma unroll
+        for (int f = 0; f < NF; ++f)
+            for (int j = 0; j < 2; ++j)
+                for (int off = 4; off < 32; off *= 2) {
+                    s1[f][j] += __shfl_xor_sync(0xffffffffu, s1[f][j], off);
+                    s2[f][j] += __shfl_xor_sync(0xffffffffu, s2[f][j], off);
+                }
+        if (g == 0) {
+#pragma unroll
+            for (int f = 0; f < NF; ++f)
+                for (int j = 0; j < 2; ++j) {
+                    red[0][warp][8 * f + 2 * t + j] = s1[f][j];
+                    red[1][warp][8 * f + 2 * t + j] = s2[f][j];
+                }
+        }
+        __syncthreads();
+        if (tid < BN) {
+            float a1 = 0.0f, a2 = 0.0f;
+            for (int wi = 0; wi < kWarps; ++wi) {
+                a1 += red[0][wi][tid];
+                a2 += red[1][wi][tid];
+            }
+            const size_t col = static_cast<size_t>(n0 + tid);
+            part[static_cast<size_t>(chunk) * n + col] = shift_s[tid];
+            part[static_cast<size_t>(chunks + chunk) * n + col] = a1;
+            part[static_cast<size_t>(2 * chunks + chunk) * n + col] = a2;
+        }
+    }
+}
+
+// The statistics' second pass. Grid finalize_blocks, block (32, 8): channel blockIdx.x * 32 + x, lane y
+// merging chunks y, y + 8, ... in order in fp64 onto chunk 0's shift k0 (a chunk with shift kc, sums a1,
+// a2 over nb rows: d = kc - k0, sum(v - k0) = a1 + nb d, sum((v - k0)^2) = a2 + d (2 a1 + nb d)), then
+// lane 0 adding the 8 lane sums in order and writing the statistics (bn_stats_write).
+__global__ void pwconv_stats_finalize_kernel(int rows, int n, long long tiles, int chunks, const float* __restrict__ part,
+                                             float* __restrict__ save_mean, float* __restrict__ save_invstd,
+                                             float* __restrict__ running_mean, float* __restrict__ running_var,
+                                             double momentum, double eps) {
+    rt::pdl_entry();
+    __shared__ double sm[2][kPwFinalizeY][kPwFinalizeX];
+    const int ch = static_cast<int>(blockIdx.x) * kPwFinalizeX + static_cast<int>(threadIdx.x);
+    double s0 = 0.0, s1 = 0.0, k0 = 0.0;
+    if (ch < n) {
+        k0 = static_cast<double>(part[ch]);
+        for (int c = static_cast<int>(threadIdx.y); c < chunks; c += kPwFinalizeY) {
+            const long long lo = pwconv_tile_begin(tiles, chunks, c) * kPwTileM;
+            const long long end = pwconv_tile_begin(tiles, chunks, c + 1) * kPwTileM;
+            const long long hi = end < rows ? end : rows;
+            const double nb = static_cast<double>(hi - lo);
+            const double d = static_cast<double>(part[static_cast<size_t>(c) * n + ch]) - k0;
+            const double a1 = static_cast<double>(part[static_cast<size_t>(chunks + c) * n + ch]);
+            const double a2 = static_cast<double>(part[static_cast<size_t>(2 * chunks + c) * n + ch]);
+            s0 += a1 + nb * d;
+            s1 += a2 + d * (2.0 * a1 + nb * d);
+        }
+    }
+    sm[0][threadIdx.y][threadIdx.x] = s0;
+    sm[1][threadIdx.y][threadIdx.x] = s1;
+    __syncthreads();
+    if (threadIdx.y != 0 || ch >= n) return;
+    s0 = 0.0;
+    s1 = 0.0;
+    for (int l = 0; l < kPwFinalizeY; ++l) {
+        s0 += sm[0][l][threadIdx.x];
+        s1 += sm[1][l][threadIdx.x];
+    }
+    bn_stats_write(
+        ch, static_cast<double>(rows), [&] { return k0; }, s0, s1, save_mean, save_invstd, running_mean, running_var,
+        momentum, eps);
+}
+
+// Empty when supported, else what is not, with its value.
+std::string unsupported_reason(const ConvShape& s) {
+    if (s.k != 1) return rt::format("kernel size k=%d (only 1x1)", s.k);
+    if (s.stride != 1) return rt::format("stride=%d (only 1)", s.stride);
+    if (s.pad != 0) return rt::format("pad=%d (only 0)", s.pad);
+    if (s.groups != 1) return rt::format("groups=%d (only 1)", s.groups);
+    if (s.bias) return "bias=true (no bias)";
+    if (s.cin <= 0 || s.cin % 32 != 0) return rt::format("cin=%d (must be a positive multiple of 32)", s.cin);
+    if (s.cout <= 0 || s.cout % 32 != 0) return rt::format("cout=%d (must be a positive multiple of 32)", s.cout);
+    if (s.n <= 0 || s.h <= 0 || s.w <= 0)
+        return rt::format("input dims n=%d h=%d w=%d (must be positive)", s.n, s.h, s.w);
+    const double rows = static_cast<double>(s.n) * s.h * s.w;
+    if (rows + kPwTileM > static_cast<double>(INT_MAX))
+        return rt::format("%.0f rows (n=%d h=%d w=%d): too many for 32-bit row indexing", rows, s.n, s.h, s.w);
+    if (rows * std::max(s.cin, s.cout) > 1099511627776.0)
+        return rt::format("%.0f rows x %d channels: too large", rows, std::max(s.cin, s.cout));
+    return "";
+}
+
+template <int BN, bool kPro, Act A, bool kStats>
+void launch_forward(const rt::Exec& ex, const PwConvPlan& pl, const bf16* x, const bf16* w, bf16* y, const PwPro& pro,
+                    float* part) {
+    rt::launch(ex, "pwconv_forward_kernel", pwconv_forward_kernel<BN, kPro, A, kStats>, dim3(pl.n_blocks, pl.chunks),
+               dim3(kPwThreads), 0, static_cast<int>(pl.rows), pl.k, pl.n, pl.tiles, pl.chunks, dev(x), dev(w), dev(y),
+               pro, part);
+}
+
+template <int BN, bool kStats>
+void dispatch_pro(const rt::Exec& ex, const PwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
+                  const DwPrologue* p, const PwPro& pro, float* part) {
+    if (!p) return launch_forward<BN, false, Act::None, kStats>(ex, pl, x, w, y, pro, part);
+    switch (p->act) {
+        case Act::Silu: return launch_forward<BN, true, Act::Silu, kStats>(ex, pl, x, w, y, pro, part);
+        case Act::Relu: return launch_forward<BN, true, Act::Relu, kStats>(ex, pl, x, w, y, pro, part);
+        default: return launch_forward<BN, true, Act::None, kStats>(ex, pl, x, w, y, pro, part);
+    }
+}
+
+}  // namespace
+
+bool pwconv_supported(const ConvShape& s) { return unsupported_reason(s).empty(); }
+
+PwConvPlan pwconv_plan(const ConvShape& s) {
+    const std::string why = unsupported_reason(s);
+    SF_CHECK(why.empty(), "pwconv: unsupported shape: %s", why.c_str());
+    return pwconv_geometry(static_cast<long long>(s.n) * s.h * s.w, s.cin, s.cout);
+}
+
+size_t pwconv_workspace_floats(const ConvShape& s) {
+    const PwConvPlan pl = pwconv_plan(s);
+    return 3 * static_cast<size_t>(pl.chunks) * static_cast<size_t>(pl.n);
+}
+
+void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
+                         const DwPrologue* pro, const PwStats* stats, float* workspace, size_t workspace_floats) {
+    const char* op = "pwconv_forward_cuda";
+    rt::check_cuda_exec(op, ex);
+    const PwConvPlan pl = pwconv_plan(s);
+    SF_CHECK(!pro || pl.k <= kPwMaxPrologueK, "%s: a prologue needs cin <= %d, got %d", op, kPwMaxPrologueK, pl.k);
+    rt::check_device_ptr(op, "x", x, 16);
+    rt::check_device_ptr(op, "w", w, 16);
+    rt::check_device_ptr(op, "y", y, 16);
+    const size_t xb = static_cast<size_t>(pl.rows) * pl.k * sizeof(bf16), yb = static_cast<size_t>(pl.rows) * pl.n * sizeof(bf16);
+    const size_t wb = static_cast<size_t>(pl.n) * pl.k * sizeof(bf16);
+    SF_CHECK(!rt::overlap(y, yb, x, xb), "%s: y must not alias x", op);
+    SF_CHECK(!rt::overlap(y, yb, w, wb), "%s: y must not alias w", op);
+    PwPro pp{nullptr, nullptr, nullptr, nullptr, false, 0.0};
+    check_dw_prologue(op, pro, pl.k, {{y, yb}});
+    if (pro) pp = PwPro{pro->gamma, pro->beta, pro->mean, pro->invstd, pro->eval, pro->eps};
+    float* part = nullptr;
+    if (stats) {
+        SF_CHECK(pl.rows >= 2, "%s: batch statistics need at least 2 rows, got %lld", op, pl.rows);
+        const size_t need = pwconv_workspace_floats(s);
+        rt::check_device_ptr(op, "workspace", workspace, alignof(float));
+        SF_CHECK(workspace_floats >= need, "%s: workspace of %zu floats, need %zu", op, workspace_floats, need);
+        SF_CHECK(stats->momentum >= 0 && stats->momentum <= 1, "%s: momentum %g outside [0, 1]", op, stats->momentum);
+        SF_CHECK(stats->eps > 0 && stats->eps < 1e300, "%s: eps must be > 0, got %g", op, stats->eps);
+        const char* names[4] = {"save_mean", "save_invstd", "running_mean", "running_var"};
+        float* vecs[4] = {stats->save_mean, stats->save_invstd, stats->running_mean, stats->running_var};
+        const size_t vb = static_cast<size_t>(pl.n) * sizeof(float), pb = need * sizeof(float);
+        for (int i = 0; i < 4; ++i) {
+            rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
+            const void* others[3] = {x, w, y};
+            const size_t sizes[3] = {xb, wb, yb};
+            for (int j = 0; j < 3; ++j)
+                SF_CHECK(!rt::overlap(vecs[i], vb, others[j], sizes[j]), "%s: %s must not alias x, w or y", op, names[i]);
+            SF_CHECK(!rt::overlap(vecs[i], vb, workspace, pb), "%s: %s must not alias the workspace", op, names[i]);
+            for (int j = 0; j < i; ++j)
+                SF_CHECK(!rt::overlap(vecs[i], vb, vecs[j], vb), "%s: %s must not alias %s", op, names[i], names[j]);
+        }
+        SF_CHECK(!rt::overlap(workspace, pb, x, xb) && !rt::overlap(workspace, pb, w, wb) &&
+                     !rt::overlap(workspace, pb, y, yb),
+                 "%s: the workspace must not alias x, w or y", op);
+        part = workspace;
+    }
+    if (pl.bn == 64) {
+        if (stats) dispatch_pro<64, true>(ex, pl, x, w, y, pro, pp, part);
+        else dispatch_pro<64, false>(ex, pl, x, w, y, pro, pp, part);
+    } else {
+        if (stats) dispatch_pro<32, true>(ex, pl, x, w, y, pro, pp, part);
+        else dispatch_pro<32, false>(ex, pl, x, w, y, pro, pp, part);
+    }
+    if (stats)
+        rt::launch(ex, "pwconv_stats_finalize_kernel", pwconv_stats_finalize_kernel, dim3(pl.finalize_blocks),
+                   dim3(kPwFinalizeX, kPwFinalizeY), 0, static_cast<int>(pl.rows), pl.n, pl.tiles, pl.chunks,
+                   static_cast<const float*>(part), stats->save_mean, stats->save_invstd, stats->running_mean,
+                   stats->running_var, stats->momentum, stats->eps);
+}
+
+}  // namespace kern

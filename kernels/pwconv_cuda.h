@@ -1,0 +1,95 @@
+// Custom CUDA pointwise (1x1) convolution forward on bf16 tensor cores (kernels/pwconv.cu), with the two
+// BatchNorm fusions a 1x1 ConvBN needs to stop making extra passes over its activations
+// (docs/KERNELS_PWCONV.md, docs/perf/OPTIMIZATION_LOG.md entry 19):
+//
+//   x (N, H, W, K) bf16 NHWC, viewed as rows = N*H*W by K;  w (Nout, 1, 1, K) bf16 KRSC, i.e. w[n*K + k];
+//   y (N, H, W, Nout) bf16:  y = x * w^T, fp32 accumulation (mma.sync m16n8k16), rounded once.
+//   prologue (optional): x is the producing layer's pre-BatchNorm output and the kernel multiplies
+//             bf16(act(bn(x))) instead, the value bn_act_forward_* would have stored, bit for bit
+//             (kernels/bn_act_device.cuh): the producer's activation is never written to memory.
+//   statistics (optional): the batch statistics of y for the BatchNorm that follows (save_mean,
+//             save_invstd and the running statistics, as bn_stats_train writes them) from the bf16
+//             values the kernel stores, gathered in its epilogue: no separate pass reads y.
+//
+// Deterministic: the row tiles are split into a fixed number of chunks (a function of the shape, never
+// of the device), each block sums its chunk's outputs in a fixed order with its own shift, and the
+// finalize kernel merges the chunks in order in fp64. Two runs are bitwise equal; the statistics are not
+// bitwise those of bn_stats_train (another summation order), they agree to fp32 rounding (tests).
+//
+// Declared without CUDA types so g++ code can call it. Launchers check (rt::Error, before any launch):
+// CUDA Exec; a supported shape; bf16 pointers non-null and 16-byte aligned; fp32 vectors 4-byte
+// aligned; outputs not aliasing inputs; a large enough workspace. They enqueue on ex.stream, never
+// allocate and never synchronise (CUDA-graph capturable).
+#pragma once
+#include <cstddef>
+
+#include "kernels/bf16.h"
+#include "kernels/conv.h"
+#include "kernels/dwconv_cuda.h"  // DwPrologue: the BatchNorm + activation a consumer applies on load
+#include "runtime/exec.h"
+
+namespace kern {
+
+// ---- geometry (shared by the plan, the kernels and the tests) ----
+constexpr int kPwThreads = 256;      // 8 warps per block
+constexpr int kPwTileM = 128;        // rows per tile: 16 per warp
+constexpr int kPwTileK = 32;         // K per staged step (two mma k-steps)
+constexpr int kPwMaxChunks = 1024;   // row-tile chunks per column block (the statistics' partials)
+constexpr int kPwMaxPrologueK = 512; // the prologue keeps K channels' constants in shared memory
+constexpr int kPwFinalizeX = 32, kPwFinalizeY = 8;
+
+struct PwConvPlan {
+    long long rows = 0;  // N*H*W
+    int k = 0, n = 0;    // input and output channels
+    int bn = 0;          // output channels per block: 64 when n % 64 == 0, else 32
+    int n_blocks = 0;    // n / bn (grid.x)
+    long long tiles = 0; // ceil(rows / kPwTileM)
+    int chunks = 0;      // min(tiles, kPwMaxChunks) (grid.y); chunk c owns tiles [tiles*c/chunks, tiles*(c+1)/chunks)
+    int finalize_blocks = 0;
+};
+
+constexpr PwConvPlan pwconv_geometry(long long rows, int k, int n) {
+    PwConvPlan p;
+    p.rows = rows;
+    p.k = k;
+    p.n = n;
+    p.bn = n % 64 == 0 ? 64 : 32;
+    p.n_blocks = n / p.bn;
+    p.tiles = (rows + kPwTileM - 1) / kPwTileM;
+    p.chunks = static_cast<int>(p.tiles < kPwMaxChunks ? p.tiles : kPwMaxChunks);
+    p.finalize_blocks = (n + kPwFinalizeX - 1) / kPwFinalizeX;
+    return p;
+}
+
+// First row tile of chunk c: chunk c owns tiles [pwconv_tile_begin(c), pwconv_tile_begin(c + 1)), every
+// chunk non-empty when chunks <= tiles (the kernels and the finalize use exactly this).
+constexpr long long pwconv_tile_begin(long long tiles, int chunks, int c) { return tiles * c / chunks; }
+
+// k == 1, stride 1, pad 0, groups 1, no bias, cin and cout positive multiples of 32, positive dims,
+// rows * max(cin, cout) below 2^40 and rows below 2^31 (32-bit row indexing). Never throws.
+bool pwconv_supported(const ConvShape& s);
+// Throws rt::Error naming what is unsupported, with its value.
+PwConvPlan pwconv_plan(const ConvShape& s);
+// fp32 workspace of the statistics epilogue: 3 * chunks * cout floats (per chunk and channel: the
+// chunk's shift, its shifted sum and its shifted sum of squares). Scratch: no initialisation needed.
+size_t pwconv_workspace_floats(const ConvShape& s);
+
+// The BatchNorm whose batch statistics the epilogue gathers (train mode): outputs C-vectors.
+struct PwStats {
+    float* save_mean = nullptr;
+    float* save_invstd = nullptr;  // 1 / sqrt(biased variance + eps)
+    float* running_mean = nullptr; // updated: (1 - momentum) * old + momentum * mean
+    float* running_var = nullptr;  // updated with the unbiased variance
+    double momentum = 0.1;
+    double eps = 1e-5;
+};
+
+// y = conv1x1(x, w), overwritten. pro: null, or the producer's BN + activation applied to x on load
+// (train statistics or eval running statistics, as for the depthwise kernels; cin <= 512). stats:
+// null, or the statistics of y written as described above, with `workspace` of at least
+// pwconv_workspace_floats(s) floats (two launches: the conv, then the finalize).
+void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
+                         const DwPrologue* pro = nullptr, const PwStats* stats = nullptr, float* workspace = nullptr,
+                         size_t workspace_floats = 0);
+
+}  // namespace kern

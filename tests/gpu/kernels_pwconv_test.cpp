@@ -1,0 +1,420 @@
+// The tensor-core pointwise conv (kernels/pwconv_cuda.h):
+//   - small-integer inputs give exact results (every partial sum is an integer bf16 and fp32 hold), so
+//     the output equals an fp64 reference bit for bit: every product reached its (row, column), which
+//     checks the mma/ldmatrix fragment layouts, the staging and the tile and chunk bookkeeping;
+//   - random inputs against the fp64 reference within bf16 rounding plus fp32 accumulation;
+//   - rows past the end are never written (a guard after y), for row counts that end mid-tile;
+//   - the prologue equals, bit for bit, the plain kernel on the activation bn_act_forward_train /
+//     bn_act_forward_eval stored (SiLU, ReLU, none; beta != 0);
+//   - the statistics epilogue: y bitwise the plain kernel's; mean, invstd and the running statistics
+//     against fp64 two-pass statistics of that y and against bn_stats_train on it, with a mean far
+//     from zero (the shifted sums); two runs bitwise equal;
+//   - bad shapes and arguments are refused with their documented errors.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/bn_act_cuda.h"
+#include "kernels/pwconv_cuda.h"
+#include "runtime/arena.h"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "tests/support/compare.h"
+#include "tests/support/gpu_buffers.h"
+
+namespace {
+
+using kern::Act;
+using sftest::bf16_exact;
+using sftest::download;
+using sftest::download_bf16;
+using sftest::upload;
+using sftest::upload_bf16;
+
+constexpr double kMomentum = 0.1, kEps = 1e-5;
+
+struct Case {
+    int n, h, w, cin, cout;
+};
+
+kern::ConvShape shape_of(const Case& k) { return {k.n, k.h, k.w, k.cin, k.cout, 1, 1, 0, 1, false}; }
+
+std::string name_of(const Case& k) {
+    return "n=" + std::to_string(k.n) + " " + std::to_string(k.h) + "x" + std::to_string(k.w) + " c" +
+           std::to_string(k.cin) + "->" + std::to_string(k.cout);
+}
+
+size_t rows_of(const Case& k) { return static_cast<size_t>(k.n) * k.h * k.w; }
+
+// y[r][o] = sum_i x[r][i] * w[o][i] in fp64.
+std::vector<double> reference(const Case& k, const std::vector<float>& x, const std::vector<float>& w) {
+    const size_t rows = rows_of(k), ci = static_cast<size_t>(k.cin), co = static_cast<size_t>(k.cout);
+    std::vector<double> y(rows * co);
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t o = 0; o < co; ++o) {
+            double s = 0;
+            for (size_t i = 0; i < ci; ++i) s += static_cast<double>(x[r * ci + i]) * w[o * ci + i];
+            y[r * co + o] = s;
+        }
+    return y;
+}
+
+::testing::AssertionResult bitwise(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+    if (a.size() != b.size()) return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
+    for (size_t i = 0; i < a.size(); ++i)
+        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
+            return ::testing::AssertionFailure() << what << ": element " << i << " differs: " << a[i] << " vs " << b[i];
+    return ::testing::AssertionSuccess();
+}
+
+// Device buffers for one case: x, w, y (with a guard of one row after it), an activation buffer, the
+// BatchNorm vectors and a workspace for both the pwconv statistics and bn_act.
+struct Rig {
+    Case k;
+    rt::Arena arena{"pwconv_test", rt::MemKind::Device};
+    size_t o_x, o_act, o_w, o_y, o_y2, o_gamma, o_beta, o_ws, o_stat[8];
+    size_t wsn;
+    static constexpr float kSentinel = -768.0f;  // bf16-exact (3 * 2^8)
+
+    explicit Rig(const Case& kc) : k(kc) {
+        const kern::ConvShape s = shape_of(k);
+        const size_t rows = rows_of(k);
+        wsn = std::max(kern::pwconv_workspace_floats(s), kern::bn_act_workspace_floats(std::max<size_t>(rows, 2), k.cin));
+        wsn = std::max(wsn, kern::bn_act_workspace_floats(std::max<size_t>(rows, 2), k.cout));
+        auto bf = [&](size_t n, const char* what) { return arena.reserve(n * 2, 256, what); };
+        auto fl = [&](size_t n, const char* what) { return arena.reserve(n * 4, 256, what); };
+        o_x = bf(rows * k.cin, "x");
+        o_act = bf(rows * k.cin, "act");
+        o_w = bf(static_cast<size_t>(k.cout) * k.cin, "w");
+        o_y = bf((rows + 1) * k.cout, "y");
+        o_y2 = bf((rows + 1) * k.cout, "y2");
+        o_gamma = fl(k.cin, "gamma");
+        o_beta = fl(k.cin, "beta");
+        for (size_t& o : o_stat) o = fl(std::max(k.cin, k.cout), "statistics");
+        o_ws = fl(wsn, "workspace");
+        arena.allocate();
+        arena.seal();
+    }
+    kern::bf16* B(size_t o) { return arena.ptr<kern::bf16>(o); }
+    float* F(size_t o) { return arena.ptr<float>(o); }
+    size_t ny() const { return rows_of(k) * k.cout; }
+    void poison_y(size_t o) { upload_bf16(B(o), std::vector<float>(ny() + k.cout, kSentinel)); }
+    // y, checking (EXPECT) that the guard row after it is intact.
+    std::vector<float> y(size_t o, const std::string& what) {
+        bool intact = true;
+        std::vector<float> v = sftest::strip_guard(download_bf16(B(o), ny() + k.cout), ny(), kSentinel, intact);
+        EXPECT_TRUE(intact) << what << ": the kernel wrote past the last row";
+        return v;
+    }
+};
+
+// The plain kernel on x, w (a fresh rig; the guard row checked); y.
+std::vector<float> run_plain(const rt::CudaContext& ctx, const Case& k, const std::vector<float>& x,
+                             const std::vector<float>& w, const std::string& what) {
+    Rig rig(k);
+    upload_bf16(rig.B(rig.o_x), x);
+    upload_bf16(rig.B(rig.o_w), w);
+    rig.poison_y(rig.o_y);
+    kern::pwconv_forward_cuda(ctx.exec(), shape_of(k), rig.B(rig.o_x), rig.B(rig.o_w), rig.B(rig.o_y));
+    ctx.synchronize();
+    return rig.y(rig.o_y, what);
+}
+
+// Row counts that end mid-tile and exactly on one; column blocks of 32 and 64; one or more k-steps.
+const Case kCases[] = {
+    {2, 9, 15, 64, 96},  // 270 rows: 3 tiles, the last partial; cout 96: three 32-column blocks
+    {1, 5, 31, 32, 64},  // 155 rows; one k-step; a 64-column block
+    {1, 16, 16, 128, 32},  // 256 rows: two whole tiles; four k-steps
+    {3, 1, 1, 256, 128},   // 3 rows: one partial tile
+    {1, 7, 9, 512, 64},    // cin 512: the largest prologue
+};
+
+TEST(KernelsPwconvGpu, SmallIntegersAreExact) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    uint64_t seed = 9100;
+    for (const Case& k : kCases) {
+        const std::string what = name_of(k);
+        // Every partial sum and output an integer within [-256, 256] (x in [-2, 2] for cin <= 128, in
+        // [-1, 1] with at most 256 nonzero per row beyond): exact in fp32 whatever the order, and in bf16.
+        const int xm = k.cin <= 128 ? 2 : 1;
+        std::vector<float> x = bf16_exact(sftest::random_ints(rows_of(k) * k.cin, seed++, -xm, xm));
+        std::vector<float> w = bf16_exact(sftest::random_ints(static_cast<size_t>(k.cout) * k.cin, seed++, -1, 1));
+        if (k.cin > 128) {
+            for (size_t r = 0; r < rows_of(k); ++r)
+                for (int i = 256; i < k.cin; ++i) x[r * k.cin + i] = 0.0f;
+        }
+        const std::vector<float> y = run_plain(ctx, k, x, w, what);
+        const std::vector<double> ref = reference(k, x, w);
+        std::vector<float> reff(ref.begin(), ref.end());
+        EXPECT_TRUE(bitwise(y, reff, what));
+    }
+}
+
+TEST(KernelsPwconvGpu, MatchesTheFp64Reference) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    uint64_t seed = 9200;
+    for (const Case& k : kCases) {
+        const std::string what = name_of(k);
+        const std::vector<float> x = bf16_exact(sftest::random_uniform(rows_of(k) * k.cin, seed++, -1, 1));
+        const std::vector<float> w = bf16_exact(sftest::random_uniform(static_cast<size_t>(k.cout) * k.cin, seed++, -1, 1));
+        const std::vector<float> y = run_plain(ctx, k, x, w, what);
+        const std::vector<double> ref = reference(k, x, w);
+        // bf16 rounding of the result (half an ulp: 2^-9 relative) plus the fp32 accumulation of cin
+        // products of magnitude <= 1.
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+            const double tol = std::ldexp(std::fabs(ref[i]), -8) + 1e-6 * k.cin;
+            if (!(std::fabs(y[i] - ref[i]) <= tol) && bad++ == 0) first = i;
+        }
+        EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": " << y[first] << " vs " << ref[first];
+    }
+}
+
+// A = bn_act_forward_* stored the activation and the plain kernel read it; B = the prologue.
+TEST(KernelsPwconvGpu, PrologueEqualsTheStoredActivationBitForBit) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    uint64_t seed = 9300;
+    for (const Case& k : kCases) {
+        const size_t rows = rows_of(k), ci = static_cast<size_t>(k.cin);
+        if (rows < 2) continue;
+        for (Act act : {Act::Silu, Act::Relu, Act::None}) {
+            const std::string what = name_of(k) + " " + kern::act_name(act);
+            // Per-channel offsets and scales: the statistics differ by channel, the mean is far from 0.
+            const std::vector<double> u = sftest::random_uniform(rows * ci, seed++, -1, 1);
+            const std::vector<double> off = sftest::random_uniform(ci, seed++, -3, 3);
+            const std::vector<double> sc = sftest::random_uniform(ci, seed++, 0.2, 2);
+            std::vector<double> xd(rows * ci);
+            for (size_t i = 0; i < xd.size(); ++i) xd[i] = off[i % ci] + sc[i % ci] * u[i];
+            auto floats = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+            Rig rig(k);
+            upload_bf16(rig.B(rig.o_x), bf16_exact(xd));
+            upload_bf16(rig.B(rig.o_w), bf16_exact(sftest::random_uniform(k.cout * ci, seed++, -0.5, 0.5)));
+            upload(rig.F(rig.o_gamma), floats(sftest::random_uniform(ci, seed++, 0.5, 1.5)));
+            upload(rig.F(rig.o_beta), floats(sftest::random_uniform(ci, seed++, -0.8, 0.8)));
+            upload(rig.F(rig.o_stat[2]), floats(sftest::random_uniform(ci, seed++, -0.5, 0.5)));
+            upload(rig.F(rig.o_stat[3]), floats(sftest::random_uniform(ci, seed++, 0.5, 2)));
+            // Train: the batch statistics of x, the activation stored, then the plain kernel.
+            kern::bn_act_forward_train(ex, act, rows, k.cin, rig.B(rig.o_x), rig.F(rig.o_gamma), rig.F(rig.o_beta),
+                                       rig.B(rig.o_act), rig.F(rig.o_stat[0]), rig.F(rig.o_stat[1]),
+                                       rig.F(rig.o_stat[2]), rig.F(rig.o_stat[3]), kMomentum, kEps, rig.F(rig.o_ws),
+                                       rig.wsn);
+            rig.poison_y(rig.o_y);
+            rig.poison_y(rig.o_y2);
+            kern::pwconv_forward_cuda(ex, shape_of(k), rig.B(rig.o_act), rig.B(rig.o_w), rig.B(rig.o_y));
+            kern::DwPrologue pro;
+            pro.act = act;
+            pro.gamma = rig.F(rig.o_gamma);
+            pro.beta = rig.F(rig.o_beta);
+            pro.mean = rig.F(rig.o_stat[0]);
+            pro.invstd = rig.F(rig.o_stat[1]);
+            kern::pwconv_forward_cuda(ex, shape_of(k), rig.B(rig.o_x), rig.B(rig.o_w), rig.B(rig.o_y2), &pro);
+            ctx.synchronize();
+            EXPECT_TRUE(bitwise(rig.y(rig.o_y2, what), rig.y(rig.o_y, what), what + " (train)"));
+            // Eval: the running statistics the train pass just updated.
+            kern::bn_act_forward_eval(ex, act, rows, k.cin, rig.B(rig.o_x), rig.F(rig.o_gamma), rig.F(rig.o_beta),
+                                      rig.F(rig.o_stat[2]), rig.F(rig.o_stat[3]), kEps, rig.B(rig.o_act));
+            rig.poison_y(rig.o_y);
+            rig.poison_y(rig.o_y2);
+            kern::pwconv_forward_cuda(ex, shape_of(k), rig.B(rig.o_act), rig.B(rig.o_w), rig.B(rig.o_y));
+            pro.mean = rig.F(rig.o_stat[2]);
+            pro.invstd = rig.F(rig.o_stat[3]);
+            pro.eval = true;
+            pro.eps = kEps;
+            kern::pwconv_forward_cuda(ex, shape_of(k), rig.B(rig.o_x), rig.B(rig.o_w), rig.B(rig.o_y2), &pro);
+            ctx.synchronize();
+            EXPECT_TRUE(bitwise(rig.y(rig.o_y2, what), rig.y(rig.o_y, what), what + " (eval)"));
+        }
+    }
+}
+
+// Shapes for the statistics: many tiles (one chunk each under the emulation), a partial last tile, and
+// on a GPU one with more tiles than kern::kPwMaxChunks (chunks of unequal tile counts).
+std::vector<Case> stats_cases() {
+    std::vector<Case> c = {{2, 40, 48, 32, 64}, {1, 33, 37, 64, 32}, {2, 3, 5, 128, 96}};
+#ifndef SF_EMU
+    c.push_back({8, 128, 130, 32, 32});  // 133,120 rows: 1,040 tiles in 1,024 chunks
+#endif
+    return c;
+}
+
+TEST(KernelsPwconvGpu, StatisticsEpilogueMatchesTheReference) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    uint64_t seed = 9400;
+    for (const Case& k : stats_cases()) {
+        const std::string what = name_of(k);
+        const size_t rows = rows_of(k), ci = static_cast<size_t>(k.cin), co = static_cast<size_t>(k.cout);
+        // x = 2 + 0.25 u and weights of mean 0.1: y's mean (about 0.2 cin) is many of its std away from 0.
+        std::vector<double> xd = sftest::random_uniform(rows * ci, seed++, -1, 1);
+        for (double& v : xd) v = 2 + 0.25 * v;
+        std::vector<double> wd = sftest::random_uniform(co * ci, seed++, -0.2, 0.4);
+        Rig rig(k);
+        upload_bf16(rig.B(rig.o_x), bf16_exact(xd));
+        upload_bf16(rig.B(rig.o_w), bf16_exact(wd));
+        const std::vector<float> rm0(co, 0.25f), rv0(co, 1.5f);
+        // A: the plain kernel, then bn_stats_train on its y. B: the kernel with its statistics epilogue.
+        rig.poison_y(rig.o_y);
+        rig.poison_y(rig.o_y2);
+        for (int i : {2, 3, 6, 7}) upload(rig.F(rig.o_stat[i]), i % 4 == 2 ? rm0 : rv0);
+        kern::pwconv_forward_cuda(ex, shape_of(k), rig.B(rig.o_x), rig.B(rig.o_w), rig.B(rig.o_y));
+        kern::bn_stats_train(ex, rows, k.cout, rig.B(rig.o_y), rig.F(rig.o_stat[0]), rig.F(rig.o_stat[1]),
+                             rig.F(rig.o_stat[2]), rig.F(rig.o_stat[3]), kMomentum, kEps, rig.F(rig.o_ws), rig.wsn);
+        kern::PwStats st;
+        st.save_mean = rig.F(rig.o_stat[4]);
+        st.save_invstd = rig.F(rig.o_stat[5]);
+        st.running_mean = rig.F(rig.o_stat[6]);
+        st.running_var = rig.F(rig.o_stat[7]);
+        st.momentum = kMomentum;
+        st.eps = kEps;
+        kern::pwconv_forward_cuda(ex, shape_of(k), rig.B(rig.o_x), rig.B(rig.o_w), rig.B(rig.o_y2), nullptr, &st,
+                                  rig.F(rig.o_ws), rig.wsn);
+        ctx.synchronize();
+        const std::vector<float> y = rig.y(rig.o_y, what), y2 = rig.y(rig.o_y2, what);
+        EXPECT_TRUE(bitwise(y2, y, what + " y with the statistics epilogue"));
+        std::vector<std::vector<float>> got(8);
+        for (int i = 0; i < 8; ++i) got[i] = download(rig.F(rig.o_stat[i]), co);
+        // fp64 two-pass statistics of y.
+        std::vector<double> mean(co, 0), var(co, 0);
+        for (size_t i = 0; i < y.size(); ++i) mean[i % co] += y[i];
+        for (double& m : mean) m /= static_cast<double>(rows);
+        for (size_t i = 0; i < y.size(); ++i) var[i % co] += (y[i] - mean[i % co]) * (y[i] - mean[i % co]);
+        double spread = 0;
+        for (size_t j = 0; j < co; ++j) {
+            var[j] /= static_cast<double>(rows);
+            spread = std::max(spread, std::fabs(mean[j]) / std::sqrt(var[j]));
+        }
+        EXPECT_GT(spread, 5.0) << what << ": the test wants means far from 0 in units of the std";
+        for (size_t j = 0; j < co; ++j) {
+            const double sd = std::sqrt(var[j]), invstd = 1.0 / std::sqrt(var[j] + kEps);
+            const double rm = 0.9 * 0.25 + 0.1 * mean[j], rv = 0.9 * 1.5 + 0.1 * var[j] * rows / (rows - 1.0);
+            const std::string c = what + " channel " + std::to_string(j);
+            // The mean to fp32 rounding of itself and of a small fraction of the std (the shifted sums).
+            EXPECT_NEAR(got[4][j], mean[j], 1e-6 * std::fabs(mean[j]) + 1e-5 * sd) << c << " mean";
+            EXPECT_NEAR(got[5][j], invstd, 1e-5 * invstd) << c << " invstd";
+            EXPECT_NEAR(got[6][j], rm, 1e-6 * std::fabs(rm) + 1e-5 * sd) << c << " running_mean";
+            EXPECT_NEAR(got[7][j], rv, 1e-5 * rv) << c << " running_var";
+            // and against the statistics kernel on the same y
+            EXPECT_NEAR(got[4][j], got[0][j], 1e-6 * std::fabs(mean[j]) + 1e-5 * sd) << c << " mean vs bn_stats_train";
+            EXPECT_NEAR(got[5][j], got[1][j], 2e-5 * invstd) << c << " invstd vs bn_stats_train";
+        }
+        // Deterministic: a second run gives the same bits (the running statistics restored first).
+        upload(rig.F(rig.o_stat[6]), rm0);
+        upload(rig.F(rig.o_stat[7]), rv0);
+        kern::pwconv_forward_cuda(ex, shape_of(k), rig.B(rig.o_x), rig.B(rig.o_w), rig.B(rig.o_y2), nullptr, &st,
+                                  rig.F(rig.o_ws), rig.wsn);
+        ctx.synchronize();
+        for (int i = 4; i < 8; ++i)
+            EXPECT_TRUE(bitwise(download(rig.F(rig.o_stat[i]), co), got[i], what + " second run, statistic " + std::to_string(i)));
+    }
+}
+
+TEST(KernelsPwconvGpu, BadInputsAreRefused) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    const Case k{1, 8, 8, 64, 64};
+    const kern::ConvShape s = shape_of(k);
+    Rig rig(k);
+    const kern::bf16* x = rig.B(rig.o_x);
+    const kern::bf16* w = rig.B(rig.o_w);
+    kern::bf16* y = rig.B(rig.o_y);
+    const char* op = "pwconv_forward_cuda";
+
+    kern::ConvShape bad = s;
+    bad.k = 3;
+    bad.pad = 1;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, bad, x, w, y), "pwconv: unsupported shape", "k=3");
+    bad = s;
+    bad.cin = 48;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, bad, x, w, y), "cin=48", "multiple of 32");
+    bad = s;
+    bad.cout = 40;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, bad, x, w, y), "cout=40");
+    bad = s;
+    bad.stride = 2;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, bad, x, w, y), "stride=2");
+    bad = s;
+    bad.groups = 2;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, bad, x, w, y), "groups=2");
+    bad = s;
+    bad.bias = true;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, bad, x, w, y), "bias=true");
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, nullptr, w, y), op, "x must be a non-null");
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x + 1, w, y), "x must be a non-null, 16-byte aligned");
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, rig.B(rig.o_x)), "y must not alias x");
+    const rt::Exec cpu = rt::Exec::cpu();
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(cpu, s, x, w, y), op, "called with a");
+
+    kern::DwPrologue good;
+    good.act = Act::Silu;
+    good.gamma = rig.F(rig.o_gamma);
+    good.beta = rig.F(rig.o_beta);
+    good.mean = rig.F(rig.o_stat[0]);
+    good.invstd = rig.F(rig.o_stat[1]);
+    kern::DwPrologue p = good;
+    p.beta = nullptr;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, &p), "prologue beta");
+    p = good;
+    p.mean = reinterpret_cast<const float*>(y);
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, &p), "must not alias the prologue mean");
+    p = good;
+    p.eval = true;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, &p), "eval-mode prologue needs eps > 0");
+    p = good;
+    p.act = static_cast<Act>(9);
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, &p), "prologue activation 9");
+    kern::ConvShape wide = s;
+    wide.n = 1;
+    wide.h = 1;
+    wide.w = 4;
+    wide.cin = 1024;  // within x's allocation (4 rows of 1024 = 64 rows of 64)
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, wide, x, w, y, &good), "a prologue needs cin <= 512, got 1024");
+
+    kern::PwStats st;
+    st.save_mean = rig.F(rig.o_stat[4]);
+    st.save_invstd = rig.F(rig.o_stat[5]);
+    st.running_mean = rig.F(rig.o_stat[6]);
+    st.running_var = rig.F(rig.o_stat[7]);
+    float* ws = rig.F(rig.o_ws);
+    const size_t need = kern::pwconv_workspace_floats(s);
+    const std::string need_text = "need " + std::to_string(need);
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &st, ws, need - 1), "workspace of",
+                    need_text.c_str());
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &st, nullptr, need), "workspace must be a non-null");
+    kern::PwStats sb = st;
+    sb.running_var = nullptr;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "running_var must be a non-null");
+    sb = st;
+    sb.save_invstd = sb.save_mean;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "save_invstd must not alias save_mean");
+    sb = st;
+    sb.save_mean = reinterpret_cast<float*>(y);
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "save_mean must not alias x, w or y");
+    sb = st;
+    sb.eps = 0;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "eps must be > 0");
+    sb = st;
+    sb.momentum = 1.5;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "momentum 1.5");
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &st, reinterpret_cast<float*>(y), need),
+                    "the workspace must not alias x, w or y");
+    kern::ConvShape one = s;
+    one.h = 1;
+    one.w = 1;
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, one, x, w, y, nullptr, &st, ws, need), "at least 2 rows, got 1");
+}
+
+}  // namespace
