@@ -176,6 +176,7 @@ kern::Act act_of(cudnnPointwiseMode_t a) {
 std::string fusion_time_text(const nlohmann::json& t) {
     if (t.contains("error")) return "not timed: " + t["error"].get<std::string>().substr(0, 160);
     if (!t.contains("unfused_ms")) return rt::format("timed: conv %.4f ms", t["ms"].get<double>());
+    const std::string label = t.value("label", "fused");
     const nlohmann::json& u = t["unfused"];
     std::string parts = rt::format("conv %.4f", u["conv_ms"].get<double>());
     if (u.contains("apply_ms")) parts += rt::format(" + apply %.4f", u["apply_ms"].get<double>());
@@ -186,13 +187,18 @@ std::string fusion_time_text(const nlohmann::json& t) {
     if (c.contains("y_rel_l2")) check += rt::format("; y rel L2 %.1e", num(c["y_rel_l2"]));
     if (c.contains("sum_rel_err"))
         check += rt::format("; sums %.1e / %.1e", num(c["sum_rel_err"]), num(c["sqsum_rel_err"]));
-    return rt::format("timed: fused %.4f ms, unfused %.4f ms (%s): %.2fx%s: %s", t["ms"].get<double>(),
+    if (c.contains("mean_err_in_std"))
+        check += rt::format("; mean %.1e std, invstd %.1e", num(c["mean_err_in_std"]), num(c["invstd_rel_err"]));
+    return rt::format("timed: %s %.4f ms, unfused %.4f ms (%s): %.2fx%s: %s", label.c_str(), t["ms"].get<double>(),
                       t["unfused_ms"].get<double>(), parts.c_str(), t["speedup"].get<double>(), check.c_str(),
                       t["ok"].get<bool>() ? "ok" : "CHECK FAILED");
 }
 
 // One graph's lines of the report: its engines and plans (or why cuDNN refused it), and its timing.
 std::string graph_lines(const nlohmann::json& g) {
+    if (g.contains("kernel"))  // the project's own kernel in the same role (FusionTimer::time_custom)
+        return rt::format("    %-46s project kernel %s\n      %s\n", g["graph"].get<std::string>().c_str(),
+                          g["kernel"].get<std::string>().c_str(), fusion_time_text(g["time"]).c_str());
     if (!g["accepted"].get<bool>())
         return rt::format("    %-46s graph refused: %s\n", g["graph"].get<std::string>().c_str(),
                           g["reason"].get<std::string>().substr(0, 120).c_str());
@@ -220,7 +226,7 @@ nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std
         {"3x3 128->128 at 1/16 (FPN smooth)", n, 128, h4 / 4, w4 / 4, 128, 3},
     };
     nlohmann::json graphs = nlohmann::json::array();
-    int control = 0, fused = 0, timed = 0, checked_ok = 0;
+    int control = 0, fused = 0, timed = 0, checked_ok = 0, custom_timed = 0, custom_ok = 0;
     uint64_t seed = 7000;
     const size_t nshapes = a.fusion_smoke ? 1 : sizeof(shapes) / sizeof(shapes[0]);
     const auto t0 = std::chrono::steady_clock::now();
@@ -312,6 +318,30 @@ nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std
                          graph_lines(r).c_str());
             std::fflush(stderr);
         }
+        // The project's own 1x1 conv in the roles of the graphs above (docs/KERNELS_PWCONV.md): plain, with
+        // the statistics epilogue, with the SiLU prologue, with both (the smoke run: plain and both).
+        if (timer && s.k == 1) {
+            struct C {
+                bool prologue, stats;
+            };
+            std::vector<C> customs = {{false, false}, {false, true}, {true, false}, {true, true}};
+            if (a.fusion_smoke) customs = {customs.front(), customs.back()};
+            for (const C& c : customs) {
+                std::string name = c.prologue ? "scale+bias + silu + pwconv" : "pwconv";
+                if (c.stats) name += " + statistics";
+                nlohmann::json r = {{"shape", s.name}, {"graph", name}, {"kernel", "kernels/pwconv.cu"}};
+                r["time"] = timer->time_custom(c.prologue, kern::Act::Silu, c.stats);
+                if (!r["time"].contains("error")) {
+                    ++custom_timed;
+                    custom_ok += r["time"]["ok"].get<bool>() ? 1 : 0;
+                }
+                graphs.push_back(r);
+                std::fprintf(stderr, "project kernel (%.1f s): %s\n%s",
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), s.name,
+                             graph_lines(r).c_str());
+                std::fflush(stderr);
+            }
+        }
     }
     nlohmann::json d = {{"device", device},
                         {"source", source},
@@ -323,6 +353,8 @@ nlohmann::json fusion_for(const PlanArgs& a, const rt::CudnnTarget& t, const std
     if (exec) {
         d["fused_timed"] = timed;
         d["fused_checks_ok"] = checked_ok;
+        d["custom_timed"] = custom_timed;
+        d["custom_checks_ok"] = custom_ok;
     }
     return d;
 }
@@ -360,8 +392,10 @@ std::string cudnn_fusion_text(const nlohmann::json& d) {
     out += rt::format("control graphs with a plan: %d of %zu shapes; fused graphs with a plan: %d\n",
                       d["control_planned"].get<int>(), d["shapes"].get<size_t>(), d["fused_planned"].get<int>());
     if (d.contains("fused_timed"))
-        out += rt::format("fused graphs timed: %d, their checks passed: %d\n", d["fused_timed"].get<int>(),
-                          d["fused_checks_ok"].get<int>());
+        out += rt::format("fused graphs timed: %d, their checks passed: %d; project kernel rows timed: %d, their "
+                          "checks passed: %d\n",
+                          d["fused_timed"].get<int>(), d["fused_checks_ok"].get<int>(),
+                          d.value("custom_timed", 0), d.value("custom_checks_ok", 0));
     return out;
 }
 

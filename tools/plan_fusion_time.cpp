@@ -11,6 +11,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/bn_act_cuda.h"
+#include "kernels/pwconv_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/hash.h"
@@ -75,6 +76,9 @@ struct FusionTimer::Buffers {
     // statistics (outputs), and the statistics' workspace.
     DevMem zeros_in, ones_in, stat_mean, stat_invstd, stat_rm, stat_rv, bn_ws;
     size_t bn_ws_floats;
+    kern::ConvShape pw;     // the shape as the project's 1x1 conv sees it (NHWC: the same memory)
+    size_t pw_ws_floats;    // its statistics' workspace (0: not a shape it runs)
+    DevMem pw_ws;
     Buffers(const FusionDims& d)
         : in_elems(static_cast<size_t>(d.n * d.c_in * d.h * d.w)),
           out_elems(static_cast<size_t>(d.n * d.c_out * d.h * d.w)),
@@ -85,7 +89,11 @@ struct FusionTimer::Buffers {
           sqsum(d.c_out * 4), zeros_in(d.c_in * 4), ones_in(d.c_in * 4), stat_mean(d.c_out * 4),
           stat_invstd(d.c_out * 4), stat_rm(d.c_out * 4), stat_rv(d.c_out * 4),
           bn_ws(kern::bn_act_workspace_floats(rows, static_cast<int>(d.c_out)) * 4),
-          bn_ws_floats(kern::bn_act_workspace_floats(rows, static_cast<int>(d.c_out))) {}
+          bn_ws_floats(kern::bn_act_workspace_floats(rows, static_cast<int>(d.c_out))),
+          pw{static_cast<int>(d.n), static_cast<int>(d.h), static_cast<int>(d.w), static_cast<int>(d.c_in),
+             static_cast<int>(d.c_out), static_cast<int>(d.k), 1, static_cast<int>((d.k - 1) / 2), 1, false},
+          pw_ws_floats(kern::pwconv_supported(pw) ? kern::pwconv_workspace_floats(pw) : 0),
+          pw_ws(pw_ws_floats * 4) {}
 };
 
 FusionTimer::FusionTimer(const rt::Exec& ex, const FusionDims& d, uint64_t seed) : ex_(ex), d_(d) {
@@ -235,6 +243,93 @@ nlohmann::json FusionTimer::time_fused(const rt::CudnnDesc& plan, int64_t worksp
             check["y_rel_l2"] = rel;
             ok = ok && rel <= 1e-2;
         }
+        r["unfused_ms"] = unfused;
+        r["unfused"] = parts;
+        r["speedup"] = ms > 0 ? unfused / ms : 0.0;
+        r["check"] = check;
+        r["ok"] = ok;
+        return r;
+    } catch (const rt::Error& e) {
+        return {{"error", e.what()}};
+    }
+}
+
+bool FusionTimer::pwconv_ok() const { return buf_->pw_ws_floats > 0; }
+
+nlohmann::json FusionTimer::time_custom(bool prologue, kern::Act act, bool stats) {
+    if (conv_ms_ < 0) return {{"error", "the shape's control convolution did not run: nothing to compare with"}};
+    if (!pwconv_ok()) return {{"error", "pwconv: not a shape the project's 1x1 conv runs: " + buf_->pw.describe()}};
+    try {
+        Buffers& b = *buf_;
+        kern::DwPrologue pro;  // eval mode, mean 0, running variance 1 - eps: the apply pass's z exactly
+        pro.act = act;
+        pro.gamma = static_cast<const float*>(b.scale32.p);
+        pro.beta = static_cast<const float*>(b.bias32.p);
+        pro.mean = static_cast<const float*>(b.zeros_in.p);
+        pro.invstd = static_cast<const float*>(b.ones_in.p);
+        pro.eval = true;
+        pro.eps = kEps;
+        kern::PwStats st;
+        st.save_mean = static_cast<float*>(b.stat_mean.p);
+        st.save_invstd = static_cast<float*>(b.stat_invstd.p);
+        st.running_mean = static_cast<float*>(b.stat_rm.p);
+        st.running_var = static_cast<float*>(b.stat_rv.p);
+        st.eps = kEps;
+        SF_CUDA_CHECK(cudaMemsetAsync(b.y.p, 0xff, b.out_elems * 2, ex_.stream));
+        SF_CUDA_CHECK(cudaMemsetAsync(b.stat_mean.p, 0xff, static_cast<size_t>(d_.c_out) * 4, ex_.stream));
+        SF_CUDA_CHECK(cudaMemsetAsync(b.stat_invstd.p, 0xff, static_cast<size_t>(d_.c_out) * 4, ex_.stream));
+        const double ms = rt::stream_mean_ms(ex_.stream, 1, kFusionTimedRuns, [&] {
+            kern::pwconv_forward_cuda(ex_, b.pw, static_cast<const kern::bf16*>(b.x.p),
+                                      static_cast<const kern::bf16*>(b.w.p), static_cast<kern::bf16*>(b.y.p),
+                                      prologue ? &pro : nullptr, stats ? &st : nullptr,
+                                      static_cast<float*>(b.pw_ws.p), b.pw_ws_floats);
+        });
+        nlohmann::json r = {{"ms", ms}, {"label", "pwconv"}};
+        nlohmann::json parts = {{"conv_ms", conv_ms_}};
+        double unfused = conv_ms_;
+        nlohmann::json check = nlohmann::json::object();
+        bool ok = true;
+        const size_t co = static_cast<size_t>(d_.c_out);
+        const std::vector<double> y = download_bf16(b.y.p, b.out_elems);
+        if (stats) {
+            // The statistics it wrote against fp64 two-pass statistics of the y it wrote.
+            const std::vector<double> m = download_f32(b.stat_mean.p, co), inv = download_f32(b.stat_invstd.p, co);
+            std::vector<double> hm(co, 0.0), hv(co, 0.0);
+            for (size_t i = 0; i < y.size(); ++i) hm[i % co] += y[i];
+            for (double& v : hm) v /= static_cast<double>(b.rows);
+            for (size_t i = 0; i < y.size(); ++i) hv[i % co] += (y[i] - hm[i % co]) * (y[i] - hm[i % co]);
+            double em = 0, ei = 0;
+            for (size_t c = 0; c < co; ++c) {
+                const double var = hv[c] / static_cast<double>(b.rows), hinv = 1.0 / std::sqrt(var + kEps);
+                const double e1 = std::fabs(m[c] - hm[c]) / std::sqrt(var + kEps);
+                const double e2 = std::fabs(inv[c] - hinv) / hinv;
+                em = std::isnan(em) || std::isnan(e1) ? NAN : std::max(em, e1);
+                ei = std::isnan(ei) || std::isnan(e2) ? NAN : std::max(ei, e2);
+            }
+            check["mean_err_in_std"] = em;
+            check["invstd_rel_err"] = ei;
+            ok = ok && em <= 1e-3 && ei <= 1e-3;
+            parts["stats_ms"] = stats_ms();
+            unfused += parts["stats_ms"].get<double>();
+        }
+        // y against the control conv of the same input: the apply pass's output, or x itself.
+        if (prologue) {
+            parts["apply_ms"] = apply_ms(act);
+            unfused += parts["apply_ms"].get<double>();
+        } else {
+            SF_CUDA_CHECK(cudaMemcpyAsync(b.x_act.p, b.x.p, b.in_elems * 2, cudaMemcpyDeviceToDevice, ex_.stream));
+        }
+        SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
+        run_ms(control_, control_ws_, control_b_, true, false);
+        const std::vector<double> ref = download_bf16(b.y_ref.p, b.out_elems);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+            num += (y[i] - ref[i]) * (y[i] - ref[i]);
+            den += ref[i] * ref[i];
+        }
+        const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+        check["y_rel_l2"] = rel;
+        ok = ok && rel <= 1e-2;
         r["unfused_ms"] = unfused;
         r["unfused"] = parts;
         r["speedup"] = ms > 0 ? unfused / ms : 0.0;

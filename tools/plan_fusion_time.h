@@ -57,12 +57,22 @@ public:
     nlohmann::json time_fused(const rt::CudnnDesc& plan, int64_t workspace_bytes, const std::vector<FusionBinding>& b,
                               bool prologue, kern::Act act, bool bf16_affine, bool genstats);
 
+    // The project's own 1x1 conv (kern::pwconv_forward_cuda, docs/KERNELS_PWCONV.md) in the same roles,
+    // against the same unfused passes: plain (against the control conv alone), with the prologue (eval
+    // mode with zero mean and unit variance, the apply pass's z exactly) and/or the statistics epilogue
+    // (against the statistics pass). Checks: y against the control conv of x (or of the apply pass's
+    // output; relative L2 <= 1e-2), the statistics against fp64 ones of the y it wrote (mean within 1e-3
+    // of the std, invstd within 1e-3 relative). The same JSON as time_fused with "label": "pwconv".
+    // {"error"} when the shape is not a 1x1 the kernel runs, or no control ran.
+    nlohmann::json time_custom(bool prologue, kern::Act act, bool stats);
+
 private:
     struct Buffers;
     double run_ms(const rt::CudnnDesc& plan, int64_t ws, const std::vector<FusionBinding>& b, bool reference,
                   bool bf16_affine);
     double apply_ms(kern::Act act);  // the apply pass into x_act, timed
     double stats_ms();               // the statistics pass over y, timed
+    bool pwconv_ok() const;          // the shape is a 1x1 kern::pwconv_forward_cuda runs
 
     const rt::Exec& ex_;
     FusionDims d_;

@@ -34,11 +34,28 @@ TEST(ToolsPlanFusionGpu, TimesTheStepsGraphsAndChecksThem) {
     a.fusion_time = true;
     a.fusion_smoke = true;
     const nlohmann::json d = tools::cudnn_fusion_json_gpu(a);
-    ASSERT_EQ(d["graphs"].size(), 2u) << d.dump(1);
+    ASSERT_EQ(d["graphs"].size(), 4u) << d.dump(1);
     EXPECT_EQ(d["graphs"][1]["graph"], "scale+bias (fp32) + silu + conv + genstats");
-    int controls = 0, fused_planned = 0, fused_timed = 0;
+    EXPECT_EQ(d["graphs"][2]["graph"], "pwconv");
+    EXPECT_EQ(d["graphs"][3]["graph"], "scale+bias + silu + pwconv + statistics");
+    int controls = 0, fused_planned = 0, fused_timed = 0, custom = 0;
     for (const nlohmann::json& g : d["graphs"]) {
         const std::string what = g["shape"].get<std::string>() + " / " + g["graph"].get<std::string>();
+        if (g.contains("kernel")) {  // the project's 1x1 conv in the same roles: runs everywhere, checked
+            ++custom;
+            ASSERT_TRUE(g.contains("time")) << what;
+            const nlohmann::json& t = g["time"];
+            ASSERT_FALSE(t.contains("error")) << what << ": " << t.dump();
+            EXPECT_EQ(t["label"], "pwconv") << what;
+            EXPECT_GT(t["ms"].get<double>(), 0.0) << what;
+            const bool both = g["graph"].get<std::string>().find("statistics") != std::string::npos;
+            EXPECT_EQ(t["unfused"].contains("apply_ms"), both) << what;
+            EXPECT_EQ(t["unfused"].contains("stats_ms"), both) << what;
+            EXPECT_EQ(t["check"].contains("mean_err_in_std"), both) << what;
+            EXPECT_LE(t["check"]["y_rel_l2"].get<double>(), 1e-2) << what;
+            EXPECT_TRUE(t["ok"].get<bool>()) << what << ": " << t.dump();
+            continue;
+        }
         const bool planned = g["heuristic_plans"].get<int>() > 0;
         if (g["graph"] == "conv alone (control)") {
             ++controls;
@@ -72,13 +89,19 @@ TEST(ToolsPlanFusionGpu, TimesTheStepsGraphsAndChecksThem) {
     EXPECT_EQ(d["fused_timed"].get<int>(), fused_timed);
     EXPECT_EQ(d["fused_checks_ok"].get<int>(), fused_timed);
     EXPECT_EQ(fused_timed, fused_planned);
+    EXPECT_EQ(custom, 2);
+    EXPECT_EQ(d["custom_timed"].get<int>(), 2);
+    EXPECT_EQ(d["custom_checks_ok"].get<int>(), 2);
     const std::string text = tools::cudnn_fusion_text(d);
     std::printf("%s", text.c_str());
     EXPECT_NE(text.find("timed: conv "), std::string::npos) << text;
+    EXPECT_NE(text.find("project kernel kernels/pwconv.cu"), std::string::npos) << text;
+    EXPECT_NE(text.find("timed: pwconv "), std::string::npos) << text;
+    EXPECT_NE(text.find("project kernel rows timed: 2, their checks passed: 2"), std::string::npos) << text;
     EXPECT_NE(text.find("fused graphs timed: " + std::to_string(fused_timed)), std::string::npos) << text;
 }
 
-// The control of a 1x1 32 -> 32 shape (n 2, 8x16) as a plan, with its bindings (uids 1, 2, 3).
+// The control convolution of a 1x1 shape d (channels last) as a plan, with its bindings (uids 1, 2, 3).
 struct ControlPlan {
     rt::CudnnDesc plan;
     int64_t ws = 0;
@@ -150,6 +173,40 @@ TEST(ToolsPlanFusionGpu, TimerChecksCatchAGraphThatComputesSomethingElse) {
     ASSERT_FALSE(gs.contains("error")) << gs.dump();
     EXPECT_FALSE(gs["ok"].get<bool>()) << gs.dump();
     EXPECT_GT(gs["unfused"]["stats_ms"].get<double>(), 0.0);
+}
+
+// The project's 1x1 conv through the timer: refused before a control and on a shape it does not run
+// (cin 48); plain and with the SiLU prologue and the statistics it is timed, against the control (and the
+// apply and statistics passes), and its y and statistics pass their checks.
+TEST(ToolsPlanFusionGpu, TimerTimesAndChecksTheProjectsPointwiseConv) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const tools::FusionDims d{2, 32, 8, 16, 64, 1};
+    tools::FusionTimer timer(ctx.exec(), d, 6);
+    EXPECT_NE(timer.time_custom(false, kern::Act::None, false).value("error", "").find("control"), std::string::npos);
+    ControlPlan control = control_plan(ctx.exec(), d);
+    ASSERT_FALSE(timer.set_control(std::move(control.plan), control.ws, control.bindings).contains("error"));
+    for (const bool prologue : {false, true})
+        for (const bool stats : {false, true}) {
+            const nlohmann::json t = timer.time_custom(prologue, kern::Act::Silu, stats);
+            const std::string what = std::string(prologue ? "prologue " : "") + (stats ? "statistics" : "plain");
+            ASSERT_FALSE(t.contains("error")) << what << ": " << t.dump();
+            EXPECT_TRUE(t["ok"].get<bool>()) << what << ": " << t.dump();
+            EXPECT_GT(t["ms"].get<double>(), 0.0) << what;
+            EXPECT_EQ(t["unfused"].contains("apply_ms"), prologue) << what;
+            EXPECT_EQ(t["unfused"].contains("stats_ms"), stats) << what;
+            EXPECT_LE(t["check"]["y_rel_l2"].get<double>(), 1e-2) << what;
+            if (stats) {
+                EXPECT_LE(t["check"]["mean_err_in_std"].get<double>(), 1e-3) << what;
+            }
+        }
+
+    const tools::FusionDims odd{2, 48, 8, 16, 32, 1};
+    tools::FusionTimer other(ctx.exec(), odd, 7);
+    ControlPlan oc = control_plan(ctx.exec(), odd);
+    ASSERT_FALSE(other.set_control(std::move(oc.plan), oc.ws, oc.bindings).contains("error"));
+    EXPECT_NE(other.time_custom(false, kern::Act::None, false).value("error", "").find("not a shape the project's 1x1"),
+              std::string::npos);
 }
 
 }  // namespace
