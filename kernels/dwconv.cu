@@ -73,6 +73,25 @@ std::string wgrad_variant_reason(int v) {
 
 }  // namespace
 
+void check_dw_bn_backward(const char* op, const DwBnBackward* bnb, int c, size_t x_bytes,
+                          std::initializer_list<DwWritten> outs, const char* outs_name) {
+    if (!bnb) return;
+    SF_CHECK(bnb->act == Act::None || bnb->act == Act::Silu || bnb->act == Act::Relu,
+             "%s: BN backward activation %d is not one of none, silu, relu", op, static_cast<int>(bnb->act));
+    check_bf16(op, "BN input x", bnb->x);
+    const char* names[5] = {"BN gamma", "BN beta", "BN mean", "BN invstd", "BN coef"};
+    const float* vecs[5] = {bnb->gamma, bnb->beta, bnb->mean, bnb->invstd, bnb->coef};
+    for (int i = 0; i < 5; ++i) {
+        rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
+        const size_t vb = static_cast<size_t>(i == 4 ? 2 : 1) * c * sizeof(float);
+        for (const DwWritten& o : outs)
+            SF_CHECK(!rt::overlap(o.p, o.bytes, vecs[i], vb), "%s: %s must not overlap the %s vector", op, outs_name,
+                     names[i]);
+    }
+    for (const DwWritten& o : outs)
+        SF_CHECK(!rt::overlap(o.p, o.bytes, bnb->x, x_bytes), "%s: %s must not alias the BN input x", op, outs_name);
+}
+
 void check_dw_prologue(const char* op, const DwPrologue* pro, int c, std::initializer_list<DwWritten> outs) {
     if (!pro) return;
     SF_CHECK(pro->act == Act::None || pro->act == Act::Silu || pro->act == Act::Relu,
@@ -228,23 +247,9 @@ void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const
     SF_CHECK(!rt::overlap(workspace, ws_bytes, x, act) && !rt::overlap(workspace, ws_bytes, dy, act) &&
                  !rt::overlap(workspace, ws_bytes, dx, act),
              "%s: the workspace must not alias x, dy or dx", op);
-    if (bnb) {  // the BN prologue's inputs: read while dx, dw and the partials are written
-        SF_CHECK(bnb->act == Act::None || bnb->act == Act::Silu || bnb->act == Act::Relu,
-                 "%s: BN backward activation %d is not one of none, silu, relu", op, static_cast<int>(bnb->act));
-        check_bf16(op, "BN input x", bnb->x);
-        const char* names[5] = {"BN gamma", "BN beta", "BN mean", "BN invstd", "BN coef"};
-        const float* vecs[5] = {bnb->gamma, bnb->beta, bnb->mean, bnb->invstd, bnb->coef};
-        for (int i = 0; i < 5; ++i) {
-            rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
-            const size_t vb = static_cast<size_t>(i == 4 ? 2 : 1) * fp.c * sizeof(float);
-            SF_CHECK(!rt::overlap(dx, act, vecs[i], vb) && !rt::overlap(dw, dw_bytes, vecs[i], vb) &&
-                         !rt::overlap(workspace, ws_bytes, vecs[i], vb),
-                     "%s: dx, dw and the workspace must not overlap the %s vector", op, names[i]);
-        }
-        SF_CHECK(!rt::overlap(dx, act, bnb->x, act) && !rt::overlap(dw, dw_bytes, bnb->x, act) &&
-                     !rt::overlap(workspace, ws_bytes, bnb->x, act),
-                 "%s: dx, dw and the workspace must not alias the BN input x", op);
-    }
+    // the BN prologue's inputs: read while dx, dw and the partials are written
+    check_dw_bn_backward(op, bnb, fp.c, act, {{dx, act}, {dw, dw_bytes}, {workspace, ws_bytes}},
+                         "dx, dw and the workspace");
     check_dw_prologue(op, pro, fp.c, {{dx, act}, {dw, dw_bytes}, {workspace, ws_bytes}});
     dw_launch_backward_fused(ex, fp, x, dy, w, dx, dw, workspace, accumulate, bnb, pro);
 }

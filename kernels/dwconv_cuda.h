@@ -380,16 +380,6 @@ struct DwPrologue {
     double eps = 0;  // eval only
 };
 
-// A byte range a launcher writes, for check_dw_prologue.
-struct DwWritten {
-    const void* p;
-    size_t bytes;
-};
-// The launchers' checks of a prologue (null: none): a known activation, its four C-vectors non-null,
-// 4-byte aligned and apart from every output in `outs`, a finite eps > 0 in eval mode. rt::Error
-// naming `op` otherwise. Shared by the depthwise and the pointwise (kernels/pwconv_cuda.h) launchers.
-void check_dw_prologue(const char* op, const DwPrologue* pro, int c, std::initializer_list<DwWritten> outs);
-
 // The fused backward's BN prologue (dwconv3x3_backward_fused_cuda): the conv's output feeds a
 // BatchNorm + activation, and the dy the kernel is given is the gradient of that BN's output. The
 // conv output's gradient is formed on load, bf16(gamma*invstd * (g - mean(g) - xhat * mean(g*xhat)))
@@ -405,6 +395,21 @@ struct DwBnBackward {
     const float* invstd = nullptr;   // C: save_invstd
     const float* coef = nullptr;     // 2C: mean(g), then mean(g * xhat)
 };
+
+// A byte range a launcher writes, for check_dw_prologue.
+struct DwWritten {
+    const void* p;
+    size_t bytes;
+};
+// The launchers' checks of a prologue (null: none): a known activation, its four C-vectors non-null,
+// 4-byte aligned and apart from every output in `outs`, a finite eps > 0 in eval mode. rt::Error
+// naming `op` otherwise. Shared by the depthwise and the pointwise (kernels/pwconv_cuda.h) launchers.
+void check_dw_prologue(const char* op, const DwPrologue* pro, int c, std::initializer_list<DwWritten> outs);
+// The same for a BN-backward prologue (null: none): a known activation, x non-null and 16-byte aligned,
+// the five vectors (coef: 2C) non-null and 4-byte aligned, none of them nor x (x_bytes) overlapping an
+// output in `outs` ("<op>: <outs_name> must not overlap the BN gamma vector", "... alias the BN input x").
+void check_dw_bn_backward(const char* op, const DwBnBackward* bnb, int c, size_t x_bytes,
+                          std::initializer_list<DwWritten> outs, const char* outs_name);
 
 // k == 3, pad == 1, stride 1 or 2, groups == cin == cout, C % 8 == 0, no bias, positive dims, and
 // the launch fits (at most 2^40 input elements, the default variants' thread tiles countable in 32

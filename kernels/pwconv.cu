@@ -19,6 +19,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
@@ -36,30 +37,45 @@ constexpr int kPitch = kPwTileK + 8;  // bf16 per staged row (80 bytes)
 constexpr int kWarps = kPwThreads / 32;
 constexpr int kAVecs = kPwTileM * kPwTileK / 8 / kPwThreads;  // 16-byte x vectors per thread per step: 2
 
-// The prologue as the kernel takes it (by value).
-struct PwPro {
+// What the A operand's staging does to each loaded vector of 8 channels.
+enum class PwA {
+    Plain,     // nothing
+    Apply,     // the producer's BN + activation (forward prologue): bf16(act(bn(x)))
+    Backward,  // the consumer's BN backward (dgrad prologue): bf16(bn_act_dx_value(x_bn, dy)), x_bn a second input
+};
+
+// The per-channel inputs of the A staging, by value. Apply: gamma, beta, mean, invstd (eval: running_var),
+// eval, eps. Backward: gamma, beta, mean, invstd (save_*), coef (2K: mean(g), mean(g * xhat)), x (the BN's
+// input, the same layout as A).
+struct PwStage {
     const float* gamma;
     const float* beta;
     const float* mean;
-    const float* invstd;  // train: save_invstd; eval: running_var
+    const float* invstd;
+    const float* coef;
+    const bfloat* x;
     bool eval;
     double eps;
 };
 
-
-template <int BN, bool kPro, Act A, bool kStats>
+// The row GEMM of the forward and the dgrad: y[rows][n] (=, or += with kAccum) a[rows][k] * B[k][n] with
+// B = w^T for the forward (w[n][k], kTransW false) and B = w for the dgrad (w[k][n], kTransW true: staged
+// transposed into the same shared-memory layout). Grid (n / BN, chunks), block 256 (the header comment).
+template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, bool kStats>
 __global__ void __launch_bounds__(kPwThreads, 2)
-    pwconv_forward_kernel(int rows, int k, int n, long long tiles, int chunks, const bfloat* __restrict__ x,
-                          const bfloat* __restrict__ w, bfloat* __restrict__ y, PwPro pro, float* __restrict__ part) {
+    pwconv_rows_kernel(int rows, int k, int n, long long tiles, int chunks, const bfloat* __restrict__ a,
+                       const bfloat* __restrict__ w, bfloat* __restrict__ y, PwStage st, float* __restrict__ part) {
     rt::pdl_entry();
     constexpr int NF = BN / 8;                        // accumulator fragments per warp (8 columns each)
     constexpr int kWVecs = BN * kPwTileK / 8;         // 16-byte w vectors per step
     constexpr int kWPer = (kWVecs + kPwThreads - 1) / kPwThreads;  // 1
+    constexpr bool kBwd = kA == PwA::Backward;
+    constexpr int kChan = kA == PwA::Plain ? 1 : kPwMaxPrologueK;  // per-channel constants kept
     static_assert(kWVecs <= kPwThreads, "one w vector per thread at most");
     __shared__ __align__(16) bfloat as[2][kPwTileM][kPitch];
     __shared__ __align__(16) bfloat ws[2][BN][kPitch];
-    __shared__ float pro_m[kPro ? kPwMaxPrologueK : 1], pro_s[kPro ? kPwMaxPrologueK : 1],
-        pro_b[kPro ? kPwMaxPrologueK : 1];
+    __shared__ float c_mean[kChan], c_scale[kChan], c_beta[kChan];
+    __shared__ float c_inv[kBwd ? kChan : 1], c_mg[kBwd ? kChan : 1], c_mgx[kBwd ? kChan : 1];
     __shared__ float shift_s[kStats ? BN : 1];
     __shared__ float red[2][kStats ? kWarps : 1][kStats ? BN : 1];
 
@@ -68,38 +84,54 @@ __global__ void __launch_bounds__(kPwThreads, 2)
     const int g = lane / 4, t = lane % 4;
     const int n0 = static_cast<int>(blockIdx.x) * BN;
     const int chunk = static_cast<int>(blockIdx.y);
-    const long long tile_lo = pwconv_tile_begin(tiles, chunks, chunk), tile_hi = pwconv_tile_begin(tiles, chunks, chunk + 1);
+    const long long tile_lo = pwconv_tile_begin(tiles, chunks, chunk),
+                    tile_hi = pwconv_tile_begin(tiles, chunks, chunk + 1);
     const int ksteps = k / kPwTileK;
     const long long steps = (tile_hi - tile_lo) * ksteps;
 
-    if constexpr (kPro) {
-        // The per-channel constants of load_bn_apply8, computed once per block.
+    if constexpr (kA != PwA::Plain) {
+        // The per-channel constants: load_bn_apply8's (Apply) or load_chan8's and the coefficients
+        // (Backward), computed once per block.
         for (int c = tid; c < k; c += kPwThreads) {
-            const float inv = pro.eval ? static_cast<float>(1.0 / sqrt(static_cast<double>(__ldg(pro.invstd + c)) + pro.eps))
-                                       : __ldg(pro.invstd + c);
-            pro_m[c] = __ldg(pro.mean + c);
-            pro_s[c] = __ldg(pro.gamma + c) * inv;
-            pro_b[c] = __ldg(pro.beta + c);
+            if constexpr (kA == PwA::Apply) {
+                const float inv = st.eval ? static_cast<float>(1.0 / sqrt(static_cast<double>(__ldg(st.invstd + c)) + st.eps))
+                                          : __ldg(st.invstd + c);
+                c_scale[c] = __ldg(st.gamma + c) * inv;
+            } else {
+                c_inv[c] = __ldg(st.invstd + c);
+                c_scale[c] = __ldg(st.gamma + c) * c_inv[c];
+                c_mg[c] = __ldg(st.coef + c);
+                c_mgx[c] = __ldg(st.coef + k + c);
+            }
+            c_mean[c] = __ldg(st.mean + c);
+            c_beta[c] = __ldg(st.beta + c);
         }
         __syncthreads();
     }
 
-    // This thread's share of a step: x vectors kAVecs (rows tid/4 + 64i, k offset 8*(tid%4)), one w vector.
+    // This thread's share of a step: a vectors kAVecs (rows tid/4 + 64i, k offset 8*(tid%4)), one w vector.
     const int a_row = tid / 4, a_k = 8 * (tid % 4);
-    uint4 ra[kAVecs], rw[kWPer];
+    uint4 ra[kAVecs], rx[kBwd ? kAVecs : 1], rw[kWPer];
     auto load_step = [&](long long s) {
         const long long tile = tile_lo + s / ksteps;
         const int kk = static_cast<int>(s % ksteps) * kPwTileK;
 #pragma unroll
         for (int i = 0; i < kAVecs; ++i) {
             const long long row = tile * kPwTileM + a_row + i * (kPwTileM / kAVecs);
-            ra[i] = row < rows ? __ldg(reinterpret_cast<const uint4*>(x + row * k + kk + a_k)) : make_uint4(0, 0, 0, 0);
+            const size_t off = static_cast<size_t>(row) * k + kk + a_k;
+            ra[i] = row < rows ? __ldg(reinterpret_cast<const uint4*>(a + off)) : make_uint4(0, 0, 0, 0);
+            if constexpr (kBwd) rx[i] = row < rows ? __ldg(reinterpret_cast<const uint4*>(st.x + off)) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int i = 0; i < kWPer; ++i) {
             const int v = tid + i * kPwThreads;
-            if (v < kWVecs)
-                rw[i] = __ldg(reinterpret_cast<const uint4*>(w + static_cast<size_t>(n0 + v / 4) * k + kk + 8 * (v % 4)));
+            if (v < kWVecs) {
+                // forward: row n0 + v/4 of w[n][k], k offset 8*(v%4); dgrad: row kk + v/(BN/8) of w[k][n],
+                // n offset 8*(v%(BN/8)).
+                const size_t off = kTransW ? static_cast<size_t>(kk + v / (BN / 8)) * n + n0 + 8 * (v % (BN / 8))
+                                           : static_cast<size_t>(n0 + v / 4) * k + kk + 8 * (v % 4);
+                rw[i] = __ldg(reinterpret_cast<const uint4*>(w + off));
+            }
         }
     };
     auto store_step = [&](long long s, int buf) {
@@ -107,13 +139,32 @@ __global__ void __launch_bounds__(kPwThreads, 2)
 #pragma unroll
         for (int i = 0; i < kAVecs; ++i) {
             uint4 u = ra[i];
-            if constexpr (kPro) {
+            if constexpr (kA != PwA::Plain) {
                 float v[8];
                 unpack8(u, v);
+                if constexpr (kA == PwA::Apply) {
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const int c = kk + a_k + j;
-                    v[j] = act_fwd<A>(fmaf(v[j] - pro_m[c], pro_s[c], pro_b[c]));
+                    for (int j = 0; j < 8; ++j) {
+                        const int c = kk + a_k + j;
+                        v[j] = act_fwd<A>(fmaf(v[j] - c_mean[c], c_scale[c], c_beta[c]));
+                    }
+                } else {
+                    float xb[8];
+                    unpack8(rx[i], xb);
+                    Chan8 p;  // the dx pass's per-channel values, from shared memory
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        const int c = kk + a_k + j;
+                        p.mean[j] = c_mean[c];
+                        p.invstd[j] = c_inv[c];
+                        p.scale[j] = c_scale[c];
+                        p.beta[j] = c_beta[c];
+                    }
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        const int c = kk + a_k + j;
+                        v[j] = bn_act_dx_value<A>(p, j, xb[j], v[j], c_mg[c], c_mgx[c]);
+                    }
                 }
                 u.x = pack_bf16x2(v[0], v[1]);
                 u.y = pack_bf16x2(v[2], v[3]);
@@ -125,7 +176,16 @@ __global__ void __launch_bounds__(kPwThreads, 2)
 #pragma unroll
         for (int i = 0; i < kWPer; ++i) {
             const int v = tid + i * kPwThreads;
-            if (v < kWVecs) *reinterpret_cast<uint4*>(&ws[buf][v / 4][8 * (v % 4)]) = rw[i];
+            if (v < kWVecs) {
+                if constexpr (kTransW) {  // 8 columns of one k row: one element into each of 8 n rows
+                    const int kr = v / (BN / 8), nc = 8 * (v % (BN / 8));
+                    const bfloat* e = reinterpret_cast<const bfloat*>(&rw[i]);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) ws[buf][nc + j][kr] = e[j];
+                } else {
+                    *reinterpret_cast<uint4*>(&ws[buf][v / 4][8 * (v % 4)]) = rw[i];
+                }
+            }
         }
     };
 
@@ -147,15 +207,15 @@ __global__ void __launch_bounds__(kPwThreads, 2)
         if (s + 1 < steps) load_step(s + 1);
 #pragma unroll
         for (int kk = 0; kk < kPwTileK; kk += 16) {
-            uint32_t a[4];
-            ldmatrix_x4(a, &as[buf][16 * warp + (lane % 8) + 8 * ((lane / 8) % 2)][kk + 8 * (lane / 16)]);
+            uint32_t af[4];
+            ldmatrix_x4(af, &as[buf][16 * warp + (lane % 8) + 8 * ((lane / 8) % 2)][kk + 8 * (lane / 16)]);
 #pragma unroll
             for (int fp = 0; fp < NF / 2; ++fp) {
                 uint32_t b4[4];
                 ldmatrix_x4(b4, &ws[buf][16 * fp + (lane % 8) + 8 * (lane / 16)][kk + 8 * ((lane / 8) % 2)]);
                 const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
-                mma_bf16_16816(acc[2 * fp], a, b0);
-                mma_bf16_16816(acc[2 * fp + 1], a, b1);
+                mma_bf16_16816(acc[2 * fp], af, b0);
+                mma_bf16_16816(acc[2 * fp + 1], af, b1);
             }
         }
         if (s % ksteps == ksteps - 1) {  // the tile's last step: its epilogue
@@ -164,11 +224,19 @@ __global__ void __launch_bounds__(kPwThreads, 2)
             uint32_t u[NF][2];
 #pragma unroll
             for (int f = 0; f < NF; ++f) {
-                u[f][0] = pack_bf16x2(acc[f][0], acc[f][1]);
-                u[f][1] = pack_bf16x2(acc[f][2], acc[f][3]);
                 const int col = n0 + 8 * f + 2 * t;
-                if (ra_row < rows) *reinterpret_cast<uint32_t*>(y + ra_row * n + col) = u[f][0];
-                if (rb_row < rows) *reinterpret_cast<uint32_t*>(y + rb_row * n + col) = u[f][1];
+                uint32_t* pa = reinterpret_cast<uint32_t*>(y + ra_row * n + col);
+                uint32_t* pb = reinterpret_cast<uint32_t*>(y + rb_row * n + col);
+                if constexpr (kAccum) {  // y += the sum: y read once, one rounding
+                    const uint32_t oa = ra_row < rows ? *pa : 0u, ob = rb_row < rows ? *pb : 0u;
+                    u[f][0] = pack_bf16x2(bf16x2_lo(oa) + acc[f][0], bf16x2_hi(oa) + acc[f][1]);
+                    u[f][1] = pack_bf16x2(bf16x2_lo(ob) + acc[f][2], bf16x2_hi(ob) + acc[f][3]);
+                } else {
+                    u[f][0] = pack_bf16x2(acc[f][0], acc[f][1]);
+                    u[f][1] = pack_bf16x2(acc[f][2], acc[f][3]);
+                }
+                if (ra_row < rows) *pa = u[f][0];
+                if (rb_row < rows) *pb = u[f][1];
                 acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
             }
             if constexpr (kStats) {
@@ -300,23 +368,32 @@ std::string unsupported_reason(const ConvShape& s) {
     return "";
 }
 
-template <int BN, bool kPro, Act A, bool kStats>
-void launch_forward(const rt::Exec& ex, const PwConvPlan& pl, const bf16* x, const bf16* w, bf16* y, const PwPro& pro,
-                    float* part) {
-    rt::launch(ex, "pwconv_forward_kernel", pwconv_forward_kernel<BN, kPro, A, kStats>, dim3(pl.n_blocks, pl.chunks),
-               dim3(kPwThreads), 0, static_cast<int>(pl.rows), pl.k, pl.n, pl.tiles, pl.chunks, dev(x), dev(w), dev(y),
-               pro, part);
+// pwconv_rows_kernel over the GEMM geometry g (rows, k, n: the GEMM's; for the dgrad k = cout, n = cin).
+template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, bool kStats>
+void launch_rows(const rt::Exec& ex, const PwConvPlan& g, const bf16* a, const bf16* w, bf16* y, const PwStage& st,
+                 float* part) {
+    rt::launch(ex, "pwconv_rows_kernel", pwconv_rows_kernel<BN, kA, A, kTransW, kAccum, kStats>,
+               dim3(g.n_blocks, g.chunks), dim3(kPwThreads), 0, static_cast<int>(g.rows), g.k, g.n, g.tiles, g.chunks,
+               dev(a), dev(w), dev(y), st, part);
 }
 
-template <int BN, bool kStats>
-void dispatch_pro(const rt::Exec& ex, const PwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
-                  const DwPrologue* p, const PwPro& pro, float* part) {
-    if (!p) return launch_forward<BN, false, Act::None, kStats>(ex, pl, x, w, y, pro, part);
-    switch (p->act) {
-        case Act::Silu: return launch_forward<BN, true, Act::Silu, kStats>(ex, pl, x, w, y, pro, part);
-        case Act::Relu: return launch_forward<BN, true, Act::Relu, kStats>(ex, pl, x, w, y, pro, part);
-        default: return launch_forward<BN, true, Act::None, kStats>(ex, pl, x, w, y, pro, part);
-    }
+template <PwA kA, bool kTransW, bool kAccum, bool kStats>
+void dispatch_rows(const rt::Exec& ex, const PwConvPlan& g, Act act, const bf16* a, const bf16* w, bf16* y,
+                   const PwStage& st, float* part) {
+    const auto go = [&](auto bn) {
+        constexpr int BN = decltype(bn)::value;
+        if constexpr (kA == PwA::Plain) {
+            launch_rows<BN, kA, Act::None, kTransW, kAccum, kStats>(ex, g, a, w, y, st, part);
+        } else {
+            switch (act) {
+                case Act::Silu: return launch_rows<BN, kA, Act::Silu, kTransW, kAccum, kStats>(ex, g, a, w, y, st, part);
+                case Act::Relu: return launch_rows<BN, kA, Act::Relu, kTransW, kAccum, kStats>(ex, g, a, w, y, st, part);
+                default: return launch_rows<BN, kA, Act::None, kTransW, kAccum, kStats>(ex, g, a, w, y, st, part);
+            }
+        }
+    };
+    if (g.bn == 64) go(std::integral_constant<int, 64>{});
+    else go(std::integral_constant<int, 32>{});
 }
 
 }  // namespace
@@ -347,9 +424,9 @@ void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, 
     const size_t wb = static_cast<size_t>(pl.n) * pl.k * sizeof(bf16);
     SF_CHECK(!rt::overlap(y, yb, x, xb), "%s: y must not alias x", op);
     SF_CHECK(!rt::overlap(y, yb, w, wb), "%s: y must not alias w", op);
-    PwPro pp{nullptr, nullptr, nullptr, nullptr, false, 0.0};
     check_dw_prologue(op, pro, pl.k, {{y, yb}});
-    if (pro) pp = PwPro{pro->gamma, pro->beta, pro->mean, pro->invstd, pro->eval, pro->eps};
+    PwStage st{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, false, 0.0};
+    if (pro) st = PwStage{pro->gamma, pro->beta, pro->mean, pro->invstd, nullptr, nullptr, pro->eval, pro->eps};
     float* part = nullptr;
     if (stats) {
         SF_CHECK(pl.rows >= 2, "%s: batch statistics need at least 2 rows, got %lld", op, pl.rows);
@@ -376,18 +453,41 @@ void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, 
                  "%s: the workspace must not alias x, w or y", op);
         part = workspace;
     }
-    if (pl.bn == 64) {
-        if (stats) dispatch_pro<64, true>(ex, pl, x, w, y, pro, pp, part);
-        else dispatch_pro<64, false>(ex, pl, x, w, y, pro, pp, part);
-    } else {
-        if (stats) dispatch_pro<32, true>(ex, pl, x, w, y, pro, pp, part);
-        else dispatch_pro<32, false>(ex, pl, x, w, y, pro, pp, part);
-    }
+    const Act act = pro ? pro->act : Act::None;
+    if (pro && stats) dispatch_rows<PwA::Apply, false, false, true>(ex, pl, act, x, w, y, st, part);
+    else if (pro) dispatch_rows<PwA::Apply, false, false, false>(ex, pl, act, x, w, y, st, part);
+    else if (stats) dispatch_rows<PwA::Plain, false, false, true>(ex, pl, act, x, w, y, st, part);
+    else dispatch_rows<PwA::Plain, false, false, false>(ex, pl, act, x, w, y, st, part);
     if (stats)
         rt::launch(ex, "pwconv_stats_finalize_kernel", pwconv_stats_finalize_kernel, dim3(pl.finalize_blocks),
                    dim3(kPwFinalizeX, kPwFinalizeY), 0, static_cast<int>(pl.rows), pl.n, pl.tiles, pl.chunks,
                    static_cast<const float*>(part), stats->save_mean, stats->save_invstd, stats->running_mean,
                    stats->running_var, stats->momentum, stats->eps);
+}
+
+void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
+                               bool accumulate, const DwBnBackward* bnb) {
+    const char* op = "pwconv_backward_data_cuda";
+    rt::check_cuda_exec(op, ex);
+    const PwConvPlan fwd = pwconv_plan(s);
+    const PwConvPlan g = pwconv_geometry(fwd.rows, fwd.n, fwd.k);  // dx[rows][cin] = dy[rows][cout] * w[cout][cin]
+    SF_CHECK(!bnb || g.k <= kPwMaxPrologueK, "%s: a BN-backward prologue needs cout <= %d, got %d", op,
+             kPwMaxPrologueK, g.k);
+    rt::check_device_ptr(op, "dy", dy, 16);
+    rt::check_device_ptr(op, "w", w, 16);
+    rt::check_device_ptr(op, "dx", dx, 16);
+    const size_t dyb = static_cast<size_t>(g.rows) * g.k * sizeof(bf16), dxb = static_cast<size_t>(g.rows) * g.n * sizeof(bf16);
+    const size_t wb = static_cast<size_t>(g.n) * g.k * sizeof(bf16);
+    SF_CHECK(!rt::overlap(dx, dxb, dy, dyb), "%s: dx must not alias dy", op);
+    SF_CHECK(!rt::overlap(dx, dxb, w, wb), "%s: dx must not alias w", op);
+    check_dw_bn_backward(op, bnb, g.k, dyb, {{dx, dxb}}, "dx");
+    PwStage st{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, false, 0.0};
+    if (bnb) st = PwStage{bnb->gamma, bnb->beta, bnb->mean, bnb->invstd, bnb->coef, dev(bnb->x), false, 0.0};
+    const Act act = bnb ? bnb->act : Act::None;
+    if (bnb && accumulate) dispatch_rows<PwA::Backward, true, true, false>(ex, g, act, dy, w, dx, st, nullptr);
+    else if (bnb) dispatch_rows<PwA::Backward, true, false, false>(ex, g, act, dy, w, dx, st, nullptr);
+    else if (accumulate) dispatch_rows<PwA::Plain, true, true, false>(ex, g, act, dy, w, dx, st, nullptr);
+    else dispatch_rows<PwA::Plain, true, false, false>(ex, g, act, dy, w, dx, st, nullptr);
 }
 
 }  // namespace kern

@@ -92,4 +92,12 @@ void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, 
                          const DwPrologue* pro = nullptr, const PwStats* stats = nullptr, float* workspace = nullptr,
                          size_t workspace_floats = 0);
 
+// dx = dy * w (the convolution's input gradient: dx (N,H,W,cin), dy (N,H,W,cout), w as for the forward);
+// accumulate: dx += (each element read once, the fp32 sum added, one rounding), else overwritten.
+// bnb: null, or dy is the gradient of the BatchNorm that follows this conv, and the kernel forms the conv
+// output's gradient on load, bit for bit the value bn_act_backward's dx pass would have stored
+// (DwBnBackward; x there is this conv's output, (N,H,W,cout); cout <= 512).
+void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
+                               bool accumulate = false, const DwBnBackward* bnb = nullptr);
+
 }  // namespace kern

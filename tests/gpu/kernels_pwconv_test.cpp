@@ -9,7 +9,10 @@
 //   - the statistics epilogue: y bitwise the plain kernel's; mean, invstd and the running statistics
 //     against fp64 two-pass statistics of that y and against bn_stats_train on it, with a mean far
 //     from zero (the shifted sums); two runs bitwise equal;
-//   - bad shapes and arguments are refused with their documented errors.
+//   - bad shapes and arguments are refused with their documented errors;
+//   - the dgrad (dx = dy * w, overwrite and accumulate): exact on small integers, within rounding of the
+//     fp64 reference otherwise, no write past dx; with the BN-backward prologue bitwise the plain dgrad of
+//     the dx bn_act_backward stored (SiLU, ReLU, none; both modes); its refusals.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -415,6 +418,224 @@ TEST(KernelsPwconvGpu, BadInputsAreRefused) {
     one.h = 1;
     one.w = 1;
     SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, one, x, w, y, nullptr, &st, ws, need), "at least 2 rows, got 1");
+}
+
+// ---- dgrad ----
+
+// dx[r][i] = sum_o dy[r][o] * w[o][i] in fp64 (+ dx0 when accumulating).
+std::vector<double> dgrad_reference(const Case& k, const std::vector<float>& dy, const std::vector<float>& w,
+                                    const std::vector<float>* dx0) {
+    const size_t rows = rows_of(k), ci = static_cast<size_t>(k.cin), co = static_cast<size_t>(k.cout);
+    std::vector<double> dx(rows * ci);
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t i = 0; i < ci; ++i) {
+            double s = dx0 ? (*dx0)[r * ci + i] : 0.0;
+            for (size_t o = 0; o < co; ++o) s += static_cast<double>(dy[r * co + o]) * w[o * ci + i];
+            dx[r * ci + i] = s;
+        }
+    return dx;
+}
+
+// Buffers of one dgrad case: dy and the BN input x_bn (rows, cout), w, two dx (rows + a guard row, cin), the
+// BN vectors and a workspace.
+struct DgradRig {
+    Case k;
+    rt::Arena arena{"pwconv_dgrad_test", rt::MemKind::Device};
+    size_t o_dy, o_xbn, o_dyx, o_w, o_dx, o_dx2, o_v, o_ws;
+    size_t wsn;
+    explicit DgradRig(const Case& kc) : k(kc) {
+        const size_t rows = rows_of(k);
+        wsn = kern::bn_act_workspace_floats(std::max<size_t>(rows, 2), k.cout);
+        auto bf = [&](size_t n, const char* what) { return arena.reserve(n * 2, 256, what); };
+        o_dy = bf(rows * k.cout, "dy");
+        o_xbn = bf(rows * k.cout, "x_bn");
+        o_dyx = bf(rows * k.cout, "dy of the conv output");
+        o_w = bf(static_cast<size_t>(k.cout) * k.cin, "w");
+        o_dx = bf((rows + 1) * k.cin, "dx");
+        o_dx2 = bf((rows + 1) * k.cin, "dx2");
+        o_v = arena.reserve(8 * static_cast<size_t>(k.cout) * 4, 256, "BN vectors");
+        o_ws = arena.reserve(wsn * 4, 256, "workspace");
+        arena.allocate();
+        arena.seal();
+    }
+    kern::bf16* B(size_t o) { return arena.ptr<kern::bf16>(o); }
+    float* V(int i) { return arena.ptr<float>(o_v) + static_cast<size_t>(i) * k.cout; }  // 8 C-vectors
+    size_t nx() const { return rows_of(k) * k.cin; }
+    // dx := v followed by a guard row of the sentinel.
+    void set_dx(size_t o, const std::vector<float>& v) {
+        std::vector<float> g(v);
+        g.resize(nx() + k.cin, Rig::kSentinel);
+        upload_bf16(B(o), g);
+    }
+    std::vector<float> dx(size_t o, const std::string& what) {
+        bool intact = true;
+        std::vector<float> v = sftest::strip_guard(download_bf16(B(o), nx() + k.cin), nx(), Rig::kSentinel, intact);
+        EXPECT_TRUE(intact) << what << ": the kernel wrote past the last row";
+        return v;
+    }
+};
+
+float* arena_ws(DgradRig& rig) { return rig.arena.ptr<float>(rig.o_ws); }
+
+TEST(KernelsPwconvGpu, DgradSmallIntegersAreExact) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    uint64_t seed = 9500;
+    for (const Case& k : kCases) {
+        // Every partial sum an integer within [-256, 256] (at most 128 nonzero dy per row, |dy| <= 2, |w| <= 1).
+        const size_t rows = rows_of(k), co = static_cast<size_t>(k.cout);
+        std::vector<float> dy = bf16_exact(sftest::random_ints(rows * co, seed++, -2, 2));
+        for (size_t r = 0; r < rows; ++r)
+            for (size_t o = 64; o < co; ++o) dy[r * co + o] = 0.0f;
+        const std::vector<float> w = bf16_exact(sftest::random_ints(co * k.cin, seed++, -1, 1));
+        const std::vector<float> dx0 = bf16_exact(sftest::random_ints(rows * k.cin, seed++, -100, 100));
+        DgradRig rig(k);
+        upload_bf16(rig.B(rig.o_dy), dy);
+        upload_bf16(rig.B(rig.o_w), w);
+        for (const bool acc : {false, true}) {
+            const std::string what = name_of(k) + (acc ? " accumulate" : " overwrite");
+            rig.set_dx(rig.o_dx, acc ? dx0 : std::vector<float>(rig.nx(), Rig::kSentinel));
+            kern::pwconv_backward_data_cuda(ctx.exec(), shape_of(k), rig.B(rig.o_dy), rig.B(rig.o_w), rig.B(rig.o_dx), acc);
+            ctx.synchronize();
+            const std::vector<double> ref = dgrad_reference(k, dy, w, acc ? &dx0 : nullptr);
+            EXPECT_TRUE(bitwise(rig.dx(rig.o_dx, what), std::vector<float>(ref.begin(), ref.end()), what));
+        }
+    }
+}
+
+TEST(KernelsPwconvGpu, DgradMatchesTheFp64Reference) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    uint64_t seed = 9600;
+    for (const Case& k : kCases) {
+        const size_t rows = rows_of(k), co = static_cast<size_t>(k.cout);
+        const std::vector<float> dy = bf16_exact(sftest::random_uniform(rows * co, seed++, -1, 1));
+        const std::vector<float> w = bf16_exact(sftest::random_uniform(co * k.cin, seed++, -1, 1));
+        const std::vector<float> dx0 = bf16_exact(sftest::random_uniform(rows * k.cin, seed++, -4, 4));
+        DgradRig rig(k);
+        upload_bf16(rig.B(rig.o_dy), dy);
+        upload_bf16(rig.B(rig.o_w), w);
+        for (const bool acc : {false, true}) {
+            const std::string what = name_of(k) + (acc ? " accumulate" : " overwrite");
+            rig.set_dx(rig.o_dx, acc ? dx0 : std::vector<float>(rig.nx(), Rig::kSentinel));
+            kern::pwconv_backward_data_cuda(ctx.exec(), shape_of(k), rig.B(rig.o_dy), rig.B(rig.o_w), rig.B(rig.o_dx), acc);
+            ctx.synchronize();
+            const std::vector<double> ref = dgrad_reference(k, dy, w, acc ? &dx0 : nullptr);
+            const std::vector<float> dx = rig.dx(rig.o_dx, what);
+            size_t bad = 0, first = 0;
+            for (size_t i = 0; i < dx.size(); ++i) {
+                const double tol = std::ldexp(std::fabs(ref[i]), -8) + 1e-6 * k.cout + (acc ? 1e-6 * 4 : 0.0);
+                if (!(std::fabs(dx[i] - ref[i]) <= tol) && bad++ == 0) first = i;
+            }
+            EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": " << dx[first] << " vs " << ref[first];
+        }
+    }
+}
+
+// A = bn_act_backward stored the conv output's gradient and the plain dgrad read it; B = bn_act_backward_stats
+// then the dgrad forming it on load.
+TEST(KernelsPwconvGpu, DgradBnPrologueEqualsTheStoredGradientBitForBit) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    uint64_t seed = 9700;
+    for (const Case& k : kCases) {
+        const size_t rows = rows_of(k), co = static_cast<size_t>(k.cout);
+        if (rows < 2) continue;
+        for (Act act : {Act::Silu, Act::Relu, Act::None}) {
+            const std::string base = name_of(k) + " " + kern::act_name(act);
+            auto floats = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+            // x_bn with per-channel offsets (statistics far from 0), dy, the BN's parameters.
+            const std::vector<double> u = sftest::random_uniform(rows * co, seed++, -1, 1);
+            const std::vector<double> off = sftest::random_uniform(co, seed++, -2, 2);
+            std::vector<double> xbn(rows * co);
+            for (size_t i = 0; i < xbn.size(); ++i) xbn[i] = off[i % co] + u[i];
+            DgradRig rig(k);
+            upload_bf16(rig.B(rig.o_xbn), bf16_exact(xbn));
+            upload_bf16(rig.B(rig.o_dy), bf16_exact(sftest::random_uniform(rows * co, seed++, -1, 1)));
+            upload_bf16(rig.B(rig.o_w), bf16_exact(sftest::random_uniform(co * k.cin, seed++, -0.5, 0.5)));
+            upload(rig.V(0), floats(sftest::random_uniform(co, seed++, 0.5, 1.5)));   // gamma
+            upload(rig.V(1), floats(sftest::random_uniform(co, seed++, -0.8, 0.8)));  // beta
+            upload(rig.V(4), std::vector<float>(co, 0.0f));                            // running mean
+            upload(rig.V(5), std::vector<float>(co, 1.0f));                            // running var
+            upload(rig.V(6), std::vector<float>(co, 0.0f));                            // dgamma
+            upload(rig.V(7), std::vector<float>(co, 0.0f));                            // dbeta
+            float* ws = arena_ws(rig);
+            kern::bn_stats_train(ex, rows, k.cout, rig.B(rig.o_xbn), rig.V(2), rig.V(3), rig.V(4), rig.V(5), 0.1,
+                                 1e-5, ws, rig.wsn);
+            // A: the whole BN backward, its dx stored.
+            kern::bn_act_backward(ex, act, rows, k.cout, rig.B(rig.o_xbn), rig.B(rig.o_dy), rig.V(0), rig.V(1),
+                                  rig.V(2), rig.V(3), rig.B(rig.o_dyx), rig.V(6), rig.V(7), ws, rig.wsn);
+            const std::vector<float> dx0 = bf16_exact(sftest::random_uniform(rig.nx(), seed++, -2, 2));
+            for (const bool acc : {false, true}) {
+                const std::string what = base + (acc ? " accumulate" : " overwrite");
+                rig.set_dx(rig.o_dx, acc ? dx0 : std::vector<float>(rig.nx(), Rig::kSentinel));
+                rig.set_dx(rig.o_dx2, acc ? dx0 : std::vector<float>(rig.nx(), Rig::kSentinel));
+                kern::pwconv_backward_data_cuda(ex, shape_of(k), rig.B(rig.o_dyx), rig.B(rig.o_w), rig.B(rig.o_dx), acc);
+                // B: the statistics alone (their coefficients left in the workspace), then the prologue.
+                kern::bn_act_backward_stats(ex, act, rows, k.cout, rig.B(rig.o_xbn), rig.B(rig.o_dy), rig.V(0),
+                                            rig.V(1), rig.V(2), rig.V(3), rig.V(6), rig.V(7), ws, rig.wsn);
+                kern::DwBnBackward bnb;
+                bnb.act = act;
+                bnb.x = rig.B(rig.o_xbn);
+                bnb.gamma = rig.V(0);
+                bnb.beta = rig.V(1);
+                bnb.mean = rig.V(2);
+                bnb.invstd = rig.V(3);
+                bnb.coef = ws + kern::bn_act_backward_coef_offset(rows, k.cout);
+                kern::pwconv_backward_data_cuda(ex, shape_of(k), rig.B(rig.o_dy), rig.B(rig.o_w), rig.B(rig.o_dx2), acc,
+                                                &bnb);
+                ctx.synchronize();
+                EXPECT_TRUE(bitwise(rig.dx(rig.o_dx2, what), rig.dx(rig.o_dx, what), what));
+            }
+        }
+    }
+}
+
+TEST(KernelsPwconvGpu, DgradBadInputsAreRefused) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    const Case k{1, 8, 8, 64, 64};
+    const kern::ConvShape s = shape_of(k);
+    DgradRig rig(k);
+    const kern::bf16* dy = rig.B(rig.o_dy);
+    const kern::bf16* w = rig.B(rig.o_w);
+    kern::bf16* dx = rig.B(rig.o_dx);
+    const char* op = "pwconv_backward_data_cuda";
+    kern::ConvShape bad = s;
+    bad.cout = 40;
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, bad, dy, w, dx), "pwconv: unsupported shape", "cout=40");
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, dy, nullptr, dx), op, "w must be a non-null");
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, dy, w, rig.B(rig.o_dy)), "dx must not alias dy");
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(rt::Exec::cpu(), s, dy, w, dx), op, "called with a");
+    kern::DwBnBackward good;
+    good.act = Act::Silu;
+    good.x = rig.B(rig.o_xbn);
+    good.gamma = rig.V(0);
+    good.beta = rig.V(1);
+    good.mean = rig.V(2);
+    good.invstd = rig.V(3);
+    good.coef = rig.V(4);
+    kern::DwBnBackward b = good;
+    b.act = static_cast<Act>(9);
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, false, &b), "BN backward activation 9");
+    b = good;
+    b.coef = nullptr;
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, false, &b), "BN coef must be a non-null");
+    b = good;
+    b.x = dx;
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, false, &b), "dx must not alias the BN input x");
+    b = good;
+    b.mean = reinterpret_cast<const float*>(dx);
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, false, &b), "dx must not overlap the BN mean");
+    kern::ConvShape wide = s;
+    wide.h = 1;
+    wide.w = 4;
+    wide.cin = 32;
+    wide.cout = 1024;
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, wide, dy, w, dx, false, &good),
+                    "a BN-backward prologue needs cout <= 512, got 1024");
 }
 
 }  // namespace
