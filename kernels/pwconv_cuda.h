@@ -65,6 +65,42 @@ constexpr PwConvPlan pwconv_geometry(long long rows, int k, int n) {
 // chunk non-empty when chunks <= tiles (the kernels and the finalize use exactly this).
 constexpr long long pwconv_tile_begin(long long tiles, int chunks, int c) { return tiles * c / chunks; }
 
+// The wgrad's geometry (pwconv_backward_filter_cuda): dw[cout][cin] += sum over rows of dy[row][o] x[row][i],
+// a GEMM reduced over the rows. Blocks of 128 threads own a 32 x 32 (cout x cin) tile of dw and a chunk of
+// 32-row steps; each writes its tile's fp32 partial sums, and a finalize kernel adds the chunks in a fixed
+// order in fp64 (dw +=). chunks = min(steps, kPwMaxChunks, kPwWgradPartials / (cout * cin), at least 1): a
+// function of the shape only.
+constexpr int kPwWgradThreads = 128;
+constexpr int kPwWgradTile = 32;                   // cout and cin per block, rows per step
+constexpr long long kPwWgradPartials = 1LL << 22;  // floats of partials at most (16 MiB) beyond one chunk
+
+struct PwWgradPlan {
+    long long rows = 0;
+    int cin = 0, cout = 0;
+    long long steps = 0;  // ceil(rows / 32)
+    int chunks = 0;       // chunk c owns steps [pwconv_tile_begin(steps, chunks, c), ...(c + 1))
+    int m_blocks = 0, n_blocks = 0;  // cout / 32 (grid.y), cin / 32 (grid.x)
+    long long entries = 0;           // cout * cin
+    long long finalize_blocks = 0;   // ceil(entries / 32)
+};
+
+constexpr PwWgradPlan pwconv_wgrad_geometry(long long rows, int cin, int cout) {
+    PwWgradPlan p;
+    p.rows = rows;
+    p.cin = cin;
+    p.cout = cout;
+    p.steps = (rows + kPwWgradTile - 1) / kPwWgradTile;
+    p.entries = static_cast<long long>(cin) * cout;
+    long long c = kPwWgradPartials / p.entries;
+    if (c > kPwMaxChunks) c = kPwMaxChunks;
+    if (c > p.steps) c = p.steps;
+    p.chunks = static_cast<int>(c < 1 ? 1 : c);
+    p.m_blocks = cout / kPwWgradTile;
+    p.n_blocks = cin / kPwWgradTile;
+    p.finalize_blocks = (p.entries + kPwFinalizeX - 1) / kPwFinalizeX;
+    return p;
+}
+
 // k == 1, stride 1, pad 0, groups 1, no bias, cin and cout positive multiples of 32, positive dims,
 // rows * max(cin, cout) below 2^40 and rows below 2^31 (32-bit row indexing). Never throws.
 bool pwconv_supported(const ConvShape& s);
@@ -99,5 +135,19 @@ void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, 
 // (DwBnBackward; x there is this conv's output, (N,H,W,cout); cout <= 512).
 void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
                                bool accumulate = false, const DwBnBackward* bnb = nullptr);
+
+// The wgrad's plan (throws rt::Error naming what is unsupported) and its fp32 workspace: chunks * cout * cin
+// floats (scratch, no initialisation needed).
+PwWgradPlan pwconv_wgrad_plan(const ConvShape& s);
+size_t pwconv_wgrad_workspace_floats(const ConvShape& s);
+
+// dw += sum over rows of dy^T x (dw fp32 (cout, cin), the flat gradient buffer's layout of w). x, dy as
+// for the forward and the dgrad. pro: null, or x is the producer's pre-BN output and the kernel uses
+// bf16(act(bn(x))) as the forward's prologue does (cin <= 512); bnb: null, or dy is the following BN's
+// output gradient, formed into the conv output's on load as the dgrad does (cout <= 512). Rows past the
+// end add nothing. Deterministic: fixed chunks, fp64 finalize in a fixed order (two launches).
+void pwconv_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
+                                 float* workspace, size_t workspace_floats, const DwPrologue* pro = nullptr,
+                                 const DwBnBackward* bnb = nullptr);
 
 }  // namespace kern

@@ -120,4 +120,41 @@ TEST(KernelsPwconvLaunch, RefusesACpuExec) {
                     "pwconv_forward_cuda: called with a cpu Exec");
 }
 
+TEST(KernelsPwconvLaunch, WgradPlan) {
+    // 1/4 LiteBlock expand 32 -> 64 at batch 128: 1M rows, 32,768 steps; 2,048 entries: 1,024 chunks (the cap).
+    const kern::PwWgradPlan a = kern::pwconv_wgrad_plan(pw(128, 64, 128, 32, 64));
+    EXPECT_EQ(a.steps, 32768);
+    EXPECT_EQ(a.entries, 2048);
+    EXPECT_EQ(a.chunks, 1024);
+    EXPECT_EQ(a.m_blocks, 2);
+    EXPECT_EQ(a.n_blocks, 1);
+    EXPECT_EQ(a.finalize_blocks, 64);
+    // 1/32 LiteBlock(256) project 512 -> 256: 16,384 rows, 512 steps; 131,072 entries: 4M / 131,072 = 32 chunks.
+    const kern::PwWgradPlan b = kern::pwconv_wgrad_plan(pw(128, 8, 16, 512, 256));
+    EXPECT_EQ(b.steps, 512);
+    EXPECT_EQ(b.chunks, 32);
+    EXPECT_EQ(b.m_blocks, 8);
+    EXPECT_EQ(b.n_blocks, 16);
+    EXPECT_EQ(kern::pwconv_wgrad_workspace_floats(pw(128, 8, 16, 512, 256)), 32u * 131072u);
+    // Invariants: chunks within [1, steps] and the caps, partials within the budget (or one chunk).
+    for (int rows : {1, 3, 31, 33, 1000, 40000, 1 << 20})
+        for (int cin : {32, 64, 512})
+            for (int cout : {32, 256, 512}) {
+                const kern::PwWgradPlan p = kern::pwconv_wgrad_plan(pw(1, 1, rows, cin, cout));
+                ASSERT_GE(p.chunks, 1);
+                ASSERT_LE(p.chunks, p.steps);
+                ASSERT_LE(p.chunks, kern::kPwMaxChunks);
+                ASSERT_TRUE(p.chunks == 1 || p.chunks * p.entries <= kern::kPwWgradPartials);
+                ASSERT_EQ(p.steps, (rows + 31) / 32);
+                ASSERT_EQ(kern::pwconv_wgrad_workspace_floats(pw(1, 1, rows, cin, cout)),
+                          static_cast<size_t>(p.chunks) * p.entries);
+            }
+    SF_EXPECT_ERROR(kern::pwconv_wgrad_plan(pw(1, 8, 8, 48, 32)), "pwconv: unsupported shape", "cin=48");
+    SF_EXPECT_ERROR(kern::pwconv_backward_filter_cuda(rt::Exec::cpu(), pw(1, 8, 8, 32, 32), nullptr, nullptr, nullptr,
+                                                      nullptr, 0),
+                    "pwconv_backward_filter_cuda: called with a cpu Exec");
+    SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(rt::Exec::cpu(), pw(1, 8, 8, 32, 32), nullptr, nullptr, nullptr),
+                    "pwconv_backward_data_cuda: called with a cpu Exec");
+}
+
 }  // namespace
