@@ -75,6 +75,12 @@ struct ConvPolicy {
     // and its tensor are gone. Bitwise the same as dw_fused_bwd alone. `bench step --dw-fused-bwd-bn`
     // (docs/perf/OPTIMIZATION_LOG.md entry 16).
     bool dw_fused_bn_bwd = false;
+    // model::GpuOps: the 1x1 convolutions the project's tensor-core kernels support (kern::pwconv_supported)
+    // get them as a second candidate (kernels/pwconv_cuda.h: forward, dgrad, wgrad), timed against cuDNN's
+    // plans when autotuning and taken without timing otherwise, like the depthwise kernels. Another
+    // summation order than cuDNN's, so results change in the last bits. `bench step --pw-custom` is the
+    // A/B; off until a GPU measures it (docs/perf/OPTIMIZATION_LOG.md entry 19).
+    bool pw_custom = false;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

@@ -10,6 +10,7 @@
 
 #include "kernels/bn_act_cuda.h"
 #include "kernels/dwconv_cuda.h"
+#include "kernels/pwconv_cuda.h"
 #include "kernels/stemconv_cuda.h"
 #include "model/gpu_ops_entry.h"
 #include "runtime/cuda_check.h"
@@ -25,15 +26,27 @@ const char* conv_impl_name(ConvImpl i) {
         case ConvImpl::Cudnn: return "cudnn";
         case ConvImpl::CustomDepthwise: return "custom-depthwise";
         case ConvImpl::CustomStem: return "custom-stem";
+        case ConvImpl::CustomPointwise: return "custom-pointwise";
     }
     return "?";
 }
 
-std::vector<ConvImpl> conv_candidates(const kern::ConvShape& s) {
+std::vector<ConvImpl> conv_candidates(const kern::ConvShape& s, bool pw_custom) {
     std::vector<ConvImpl> c{ConvImpl::Cudnn};
     if (kern::dwconv3x3_supported(s)) c.push_back(ConvImpl::CustomDepthwise);
     if (kern::stemconv_supported(s)) c.push_back(ConvImpl::CustomStem);
+    if (pw_custom && kern::pwconv_supported(s)) c.push_back(ConvImpl::CustomPointwise);
     return c;
+}
+
+size_t custom_workspace_floats(ConvImpl impl, const kern::ConvShape& s) {
+    switch (impl) {
+        case ConvImpl::CustomDepthwise: return kern::dwconv3x3_workspace_floats(s);
+        case ConvImpl::CustomStem: return kern::stemconv_workspace_floats(s);
+        case ConvImpl::CustomPointwise: return kern::pwconv_wgrad_workspace_floats(s);
+        case ConvImpl::Cudnn: break;
+    }
+    return 0;
 }
 
 ConvImpl pick_conv_impl(const std::vector<ConvImpl>& candidates, const std::vector<double>& ms) {
@@ -130,6 +143,8 @@ size_t conv_workspace_bound(const std::vector<ConvUse>& convs, const kern::ConvP
                                         sizeof(float));
         if (kern::stemconv_supported(u.shape))
             bound = std::max(bound, kern::stemconv_workspace_floats(u.shape) * sizeof(float));
+        if (policy.pw_custom && kern::pwconv_supported(u.shape))
+            bound = std::max(bound, kern::pwconv_wgrad_workspace_floats(u.shape) * sizeof(float));
     }
     return bound;
 }
@@ -211,16 +226,14 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
         e.shape = u.shape;
         e.use = u;
         e.dgrad = u.dgrad;
-        const std::vector<ConvImpl> cand = conv_candidates(u.shape);
+        const std::vector<ConvImpl> cand = conv_candidates(u.shape, policy_.pw_custom);
         if (cand.size() == 1) {  // cuDNN only
             prepare_cudnn(u);
             entries_.push_back(e);
             continue;
         }
         const ConvImpl custom = cand[1];
-        custom_ws_floats_ =
-            std::max(custom_ws_floats_, custom == ConvImpl::CustomStem ? kern::stemconv_workspace_floats(u.shape)
-                                                                       : kern::dwconv3x3_workspace_floats(u.shape));
+        custom_ws_floats_ = std::max(custom_ws_floats_, custom_workspace_floats(custom, u.shape));
         e.impl = custom;
         e.fused = custom == ConvImpl::CustomDepthwise && policy_.dw_fused_bwd && u.dgrad &&
                   kern::dwconv3x3_fused_supported(u.shape);
@@ -243,7 +256,9 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
                         err.what());
             e.ms[0] = -1;
         }
-        e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e) : time_stem(u.shape);
+        e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e)
+                  : custom == ConvImpl::CustomStem    ? time_stem(u.shape)
+                                                      : time_pointwise(e);
         e.impl = pick_conv_impl(cand, {e.ms[0], e.ms[1]});
         if (u.bn_prologue && custom == ConvImpl::CustomDepthwise) time_prologue_forward(e);
         entries_.push_back(e);
@@ -257,6 +272,12 @@ void GpuOps::run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShap
         SF_CHECK(!dgrad, "the custom stem conv has no input gradient (%s)", s.describe().c_str());
         if (y) kern::stemconv_forward_cuda(ex, s, x, w, y);
         if (dw) kern::stemconv_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_);
+        return;
+    }
+    if (e.impl == ConvImpl::CustomPointwise) {
+        if (y) kern::pwconv_forward_cuda(ex, s, x, w, y);
+        if (dgrad) kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, accumulate);
+        if (dw) kern::pwconv_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_);
         return;
     }
     if (y) kern::dwconv3x3_forward_cuda(ex, s, x, w, y, nullptr, e.fwd_variant);
@@ -377,6 +398,25 @@ double GpuOps::time_stem(const kern::ConvShape& s) const {
         policy_.autotune_iters);
 }
 
+// The project's 1x1 conv (kernels/pwconv_cuda.h): forward + wgrad + the mean over the dgrad modes the
+// step runs, comparable with cudnn_ms.
+double GpuOps::time_pointwise(const Entry& e) const {
+    const kern::ConvShape& s = e.shape;
+    const size_t wsf = kern::pwconv_wgrad_workspace_floats(s);
+    const TimingBuffers b(s, wsf, e.dgrad, ex_.stream);
+    const int iters = std::max(policy_.autotune_iters, 10);
+    double ms = time_runs([&] { kern::pwconv_forward_cuda(ex_, s, b.x, b.w, b.y); }, iters) +
+                time_runs([&] { kern::pwconv_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf); }, iters);
+    if (!e.dgrad) return ms;
+    double dgrad = 0;
+    int modes = 0;
+    if (e.use.needs_accumulate())
+        dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true); }, iters), ++modes;
+    if (e.use.needs_overwrite())
+        dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, false); }, iters), ++modes;
+    return ms + dgrad / modes;
+}
+
 size_t GpuOps::workspace_bytes() const {
     return std::max(cudnn_->workspace_bytes(), custom_ws_floats_ * sizeof(float));
 }
@@ -388,6 +428,8 @@ void GpuOps::bind_workspace(void* device_ptr, size_t bytes) {
     custom_ws_ = static_cast<float*>(device_ptr);
     custom_ws_floats_ = bytes / sizeof(float);
 }
+
+ConvImpl GpuOps::impl_of(const kern::ConvShape& s) const { return find(s).impl; }
 
 const GpuOps::Entry& GpuOps::find(const kern::ConvShape& s) const {
     for (const Entry& e : entries_)

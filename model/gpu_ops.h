@@ -28,14 +28,17 @@
 
 namespace model {
 
-enum class ConvImpl { Cudnn, CustomDepthwise, CustomStem };
+enum class ConvImpl { Cudnn, CustomDepthwise, CustomStem, CustomPointwise };
 const char* conv_impl_name(ConvImpl i);
 
 // The pure part of the choice, testable without a device: which implementations can run a shape.
 // Custom depthwise is a candidate when kern::dwconv3x3_supported(s), the custom stem conv (2 or 4
 // input channels, kernels/stemconv_cuda.h) when kern::stemconv_supported(s); cuDNN always is (a
-// shape cuDNN refuses at plan time is timed as "failed" and the custom kernel runs).
-std::vector<ConvImpl> conv_candidates(const kern::ConvShape& s);
+// shape cuDNN refuses at plan time is timed as "failed" and the custom kernel runs). With pw_custom
+// (kern::ConvPolicy::pw_custom) the project's 1x1 conv is one where kern::pwconv_supported(s).
+std::vector<ConvImpl> conv_candidates(const kern::ConvShape& s, bool pw_custom = false);
+// The custom candidate's wgrad scratch (fp32 floats) for s, 0 when s has none.
+size_t custom_workspace_floats(ConvImpl impl, const kern::ConvShape& s);
 // The pick given measured times (ms, same order as candidates; negative = failed to run):
 // the fastest; ties go to the first. Throws when none ran.
 ConvImpl pick_conv_impl(const std::vector<ConvImpl>& candidates, const std::vector<double>& ms);
@@ -117,6 +120,9 @@ public:
     void dwconv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x_pre,
                                  const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro) const;
 
+    // The implementation that runs s (planned by prepare()).
+    ConvImpl impl_of(const kern::ConvShape& s) const;
+
     std::vector<std::string> describe() const;
     // "<shape>: dwconv variants: ..., fused backward runs, ..." for each shape whose backward runs fused
     // (the variants line of describe(), with its shape).
@@ -133,6 +139,7 @@ private:
     double cudnn_ms(const ConvUse& u) const;
     const Entry& find(const kern::ConvShape& s) const;
     double time_stem(const kern::ConvShape& s) const;  // the custom stem conv: ms per fwd+wgrad
+    double time_pointwise(const Entry& e) const;         // the custom 1x1 conv: ms per fwd+dgrad+wgrad
     double time_depthwise(Entry& e) const;  // picks e's gather variants; ms per fwd(+dgrad)+wgrad
     void time_prologue_forward(Entry& e) const;  // picks e's forward variant with the BN prologue
     double time_runs(const std::function<void()>& run, int iters) const;

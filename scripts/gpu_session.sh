@@ -19,7 +19,8 @@
 #             (programmatic dependent launch of the project's kernels), with `--fuse-expand-dw
 #             --dw-fused-bwd` and `--fuse-expand-dw --dw-fused-bwd-bn` (the fused LiteBlock with the fused
 #             backward, without and with the BN's dx inside it), with `--upsample-row-loads` (the
-#             upsampling backward's window rows loaded together) and with
+#             upsampling backward's window rows loaded together), with `--pw-custom` (the project's
+#             tensor-core 1x1 conv against cuDNN per shape) and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
 #             per-layer run's step by tools/bench_ab.py (bench_ab.md); then, with the time left,
 #             `plan --fusion-graphs --time` (the cuDNN BN-fusion graphs timed against the plain conv and
@@ -139,11 +140,16 @@ if [ "$(left)" -gt 60 ]; then
   # The upsampling backward's window rows loaded together (bitwise-equal results; entry 18).
   ab bench_upsrow --upsample-row-loads
   pack
+  # The project's tensor-core 1x1 conv timed against cuDNN per 1x1 shape, the faster kept (entry 19).
+  if ab bench_pwcustom --pw-custom; then
+    say "bench --pw-custom: $(grep -c 'custom-pointwise' "$W/bench_pwcustom.log") log lines name custom-pointwise"
+  fi
+  pack
   # The depthwise kernels in variant 0 only: the step-level A/B of the variants.
   ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_upsrow bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_upsrow bench_pwcustom bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1
@@ -171,6 +177,7 @@ if [ "$(left)" -gt 60 ]; then
     timeout -k 5 "$ft" "$B/slidefuse" plan --batch 128 --cudnn-device gpu --fusion-graphs --time \
       --json "$W/fusion_time.json" >"$W/fusion_time.log" 2>&1
     say "fusion graphs: rc $? -- $(grep -c '^fusion graph ' "$W/fusion_time.log") done; $(grep -m1 'fused graphs timed' "$W/fusion_time.log")"
+    grep -E 'timed: pwconv' "$W/fusion_time.log" | sed 's/^ *//' | cut -c1-160 | while IFS= read -r l; do say "pwconv: $l"; done
   fi
 fi
 say "done"

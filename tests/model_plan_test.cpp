@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "kernels/pwconv_cuda.h"
 #include "model/gpu_ops.h"
 #include "model/net.h"
 #include "tests/support/compare.h"
@@ -102,6 +103,23 @@ TEST(Plan, ConvImplementationChoice) {
     EXPECT_EQ(model::pick_conv_impl(c, {-1, 0.9}), model::ConvImpl::CustomDepthwise);
     SF_EXPECT_ERROR(model::pick_conv_impl(c, {-1, -1}), "no convolution implementation ran");
     SF_EXPECT_ERROR(model::pick_conv_impl(c, {0.1}), "2 candidates, 1 timings");
+    // The project's 1x1 conv: a candidate only with pw_custom, and only for a shape it runs.
+    const kern::ConvShape pw{2, 16, 32, 64, 32, 1, 1, 0, 1, false}, pw_odd{2, 16, 32, 48, 32, 1, 1, 0, 1, false};
+    EXPECT_EQ(model::conv_candidates(pw), std::vector<model::ConvImpl>{model::ConvImpl::Cudnn});
+    EXPECT_EQ(model::conv_candidates(pw, true),
+              (std::vector<model::ConvImpl>{model::ConvImpl::Cudnn, model::ConvImpl::CustomPointwise}));
+    EXPECT_EQ(model::conv_candidates(pw_odd, true), std::vector<model::ConvImpl>{model::ConvImpl::Cudnn});
+    EXPECT_EQ(model::conv_candidates(dw, true), c);
+    EXPECT_EQ(model::custom_workspace_floats(model::ConvImpl::CustomPointwise, pw), kern::pwconv_wgrad_workspace_floats(pw));
+    EXPECT_EQ(model::custom_workspace_floats(model::ConvImpl::Cudnn, pw), 0u);
+    EXPECT_STREQ(model::conv_impl_name(model::ConvImpl::CustomPointwise), "custom-pointwise");
+    // The dry-run workspace bound covers the 1x1 wgrad's partials when the policy asks for the kernel.
+    kern::ConvPolicy pol;
+    const model::ConvUse u{pw, true};
+    const size_t without = model::conv_workspace_bound({u}, pol);
+    pol.pw_custom = true;
+    EXPECT_GE(model::conv_workspace_bound({u}, pol), kern::pwconv_wgrad_workspace_floats(pw) * sizeof(float));
+    EXPECT_GE(model::conv_workspace_bound({u}, pol), without);
 }
 
 }  // namespace

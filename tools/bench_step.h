@@ -36,6 +36,7 @@ struct StepBenchOptions {
     bool pdl = false;             // --pdl: the project's kernels with programmatic dependent launch (rt::Exec::pdl)
     bool dw_fused_bwd = false;    // --dw-fused-bwd: stride-1 depthwise dgrad + wgrad in one kernel (ConvPolicy)
     bool dw_fused_bn_bwd = false;  // --dw-fused-bwd-bn: that, with the BN's dx formed in it (implies --dw-fused-bwd)
+    bool pw_custom = false;  // --pw-custom: the project's tensor-core 1x1 conv as a candidate (kernels/pwconv_cuda.h)
     std::string json;                       // output file ("" = none)
 };
 

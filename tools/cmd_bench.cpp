@@ -49,7 +49,7 @@ const char* kBenchUsage =
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--no-dw-variants]\n"
     "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
-    "                                [--upsample-row-loads]\n"
+    "                                [--upsample-row-loads] [--pw-custom]\n"
     "                                [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
@@ -70,6 +70,9 @@ const char* kBenchUsage =
     "           the fused kernel (no dx pass; bitwise equal to --dw-fused-bwd)\n"
     "           --upsample-row-loads: the bilinear upsampling backward issues each window row's loads\n"
     "           together (bitwise-equal results; docs/KERNELS_ELTWISE.md)\n"
+    "           --pw-custom: the project's tensor-core 1x1 conv (forward, dgrad, wgrad) timed against cuDNN's\n"
+    "           plans per 1x1 shape, the faster kept (another summation order: results change in the last\n"
+    "           bits; docs/KERNELS_PWCONV.md)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
     "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -331,6 +334,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
         if (s == "--dw-fused-bwd") {
             o.dw_fused_bwd = true;
+            continue;
+        }
+        if (s == "--pw-custom") {
+            o.pw_custom = true;
             continue;
         }
         if (s == "--dw-fused-bwd-bn") {

@@ -76,12 +76,10 @@ nlohmann::json plans_for(const PlanArgs& a, const rt::CudnnTarget& target, const
     size_t planned = 0, failed = 0, covered = 0, ws = 0, zeroed = 0, custom_ws = 0;
     double seconds = 0;
     for (const model::ConvUse& u : net.plan().convs()) {
-        const std::vector<model::ConvImpl> cand = model::conv_candidates(u.shape);
+        const std::vector<model::ConvImpl> cand = model::conv_candidates(u.shape, policy.pw_custom);
         const bool has_custom = cand.size() > 1;
         if (has_custom)
-            custom_ws = std::max(custom_ws, sizeof(float) * (cand[1] == model::ConvImpl::CustomStem
-                                                                 ? kern::stemconv_workspace_floats(u.shape)
-                                                                 : kern::dwconv3x3_workspace_floats(u.shape)));
+            custom_ws = std::max(custom_ws, sizeof(float) * model::custom_workspace_floats(cand[1], u.shape));
         // Without autotuning a shape with a custom kernel runs it and cuDNN is never asked; with
         // autotuning cuDNN's plans are built and timed against it (a refusal lets the custom one run).
         const bool asked = !has_custom || policy.autotune;
