@@ -301,6 +301,19 @@ void bn_stats_train(const rt::Exec& ex, size_t rows, int c, const bf16* x, float
     launch_stats(ex, pl, x, save_mean, save_invstd, running_mean, running_var, momentum, eps, workspace);
 }
 
+void bn_act_apply_train(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
+                        const float* beta, const float* save_mean, const float* save_invstd, bf16* y,
+                        const bf16* residual, int row_batch) {
+    const char* op = "bn_act_apply_train";
+    const BnActPlan pl = check_common(op, ex, rows, c, true, row_batch, x, y);
+    check_residual(op, rows, c, x, residual, y);
+    check_vec(op, "gamma", gamma);
+    check_vec(op, "beta", beta);
+    check_vec(op, "save_mean", save_mean);
+    check_vec(op, "save_invstd", save_invstd);
+    apply<false>(ex, act, pl, x, gamma, beta, save_mean, save_invstd, 0.0, residual, y);
+}
+
 void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                          const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y,
                          const bf16* residual, int row_batch) {

@@ -77,6 +77,13 @@ void bn_stats_train(const rt::Exec& ex, size_t rows, int c, const bf16* x, float
                     float* running_mean, float* running_var, double momentum, double eps, float* workspace,
                     size_t workspace_floats, int row_batch = 1);
 
+// The apply half of bn_act_forward_train alone, with batch statistics already written (save_mean,
+// save_invstd: by bn_stats_train, or by the pointwise conv's statistics epilogue, kernels/pwconv_cuda.h):
+// y = act(bn(x)) (+ residual), bitwise what bn_act_forward_train writes given the same statistics.
+void bn_act_apply_train(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
+                        const float* beta, const float* save_mean, const float* save_invstd, bf16* y,
+                        const bf16* residual = nullptr, int row_batch = 1);
+
 // x (rows, C) bf16; gamma, beta, running_mean, running_var (C); y (rows, C) bf16. No workspace.
 void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                          const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y,

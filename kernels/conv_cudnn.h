@@ -81,6 +81,12 @@ struct ConvPolicy {
     // summation order than cuDNN's, so results change in the last bits. `bench step --pw-custom` is the
     // A/B; off until a GPU measures it (docs/perf/OPTIMIZATION_LOG.md entry 19).
     bool pw_custom = false;
+    // With pw_custom: a 1x1 ConvBN whose conv the project's kernel runs takes its BatchNorm's batch
+    // statistics from that kernel's epilogue (kern::PwStats) and runs only the apply pass
+    // (kern::bn_act_apply_train): the statistics pass's read of the conv output is gone. The statistics
+    // are summed in another order than bn_stats_train's (last bits). `bench step --pw-stats` (implies
+    // --pw-custom; docs/perf/OPTIMIZATION_LOG.md entry 19).
+    bool pw_stats = false;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

@@ -431,6 +431,17 @@ void GpuOps::bind_workspace(void* device_ptr, size_t bytes) {
 
 ConvImpl GpuOps::impl_of(const kern::ConvShape& s) const { return find(s).impl; }
 
+bool GpuOps::conv_forward_stats_runs(const kern::ConvShape& s) const {
+    return pw_stats() && find(s).impl == ConvImpl::CustomPointwise;
+}
+
+void GpuOps::conv_forward_stats(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
+                                kern::bf16* y, const kern::PwStats& stats, float* ws, size_t ws_floats) const {
+    SF_CHECK(conv_forward_stats_runs(s), "%s: the statistics epilogue runs only on the project's 1x1 conv with "
+             "ConvPolicy::pw_stats", s.describe().c_str());
+    kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &stats, ws, ws_floats);
+}
+
 const GpuOps::Entry& GpuOps::find(const kern::ConvShape& s) const {
     for (const Entry& e : entries_)
         if (same_shape(e.shape, s)) return e;

@@ -23,6 +23,7 @@
 #include "kernels/conv.h"
 #include "kernels/conv_cudnn.h"
 #include "kernels/dwconv_cuda.h"
+#include "kernels/pwconv_cuda.h"
 #include "model/planner.h"
 #include "runtime/exec.h"
 
@@ -122,6 +123,16 @@ public:
 
     // The implementation that runs s (planned by prepare()).
     ConvImpl impl_of(const kern::ConvShape& s) const;
+    // kern::ConvPolicy::pw_stats (with pw_custom): the 1x1 ConvBNs reserve the statistics epilogue's
+    // workspace (kern::pwconv_workspace_floats) and, where the project's kernel runs their conv
+    // (conv_forward_stats_runs), take their BN statistics from it.
+    bool pw_stats() const { return pw_stats(policy_); }
+    static bool pw_stats(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_stats; }
+    bool conv_forward_stats_runs(const kern::ConvShape& s) const;
+    // The forward with the following BatchNorm's statistics gathered in its epilogue (kern::pwconv_forward_cuda
+    // with kern::PwStats; ws of at least kern::pwconv_workspace_floats(s)). Only where conv_forward_stats_runs(s).
+    void conv_forward_stats(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
+                            kern::bf16* y, const kern::PwStats& stats, float* ws, size_t ws_floats) const;
 
     std::vector<std::string> describe() const;
     // "<shape>: dwconv variants: ..., fused backward runs, ..." for each shape whose backward runs fused

@@ -9,6 +9,7 @@
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
 #include "kernels/head_conv_cuda.h"
+#include "kernels/pwconv_cuda.h"
 #include "model/gpu_ops.h"
 #include "model/layer_ops.h"
 #include "runtime/error.h"
@@ -89,6 +90,8 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         fused_bn = p.dw_fused_bn() && input_grad && upsample == 1 && !with_bias &&
                    kern::dwconv3x3_fused_supported(cs);
         if (fused_bn) ws_floats = std::max(ws_floats, GpuOps::dw_fused_bn_workspace_floats(cs));
+        pw_stats = p.pw_stats() && upsample == 1 && !with_bias && !prologue && kern::pwconv_supported(cs);
+        if (pw_stats) ws_floats = std::max(ws_floats, kern::pwconv_workspace_floats(cs));
         ws = p.workspace(ws_floats);
         p.conv(cs, input_grad, prologue != nullptr, prologue ? prologue->act : kern::Act::None);
     }
@@ -115,6 +118,21 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
         if (act != kern::Act::None) kern::act_forward(ex, act, bn.numel(), bn.v, out.v);
         if (sums) ops::add(ex, sum.numel(), residual, out.v, sum.v);
     } else {
+        if (train && pw_stats && ops->conv_forward_stats_runs(cs)) {
+            // The BN statistics from the conv's epilogue (GpuOps::pw_stats): then only the apply pass.
+            kern::PwStats st;
+            st.save_mean = save_mean;
+            st.save_invstd = save_invstd;
+            st.running_mean = running_mean;
+            st.running_var = running_var;
+            st.momentum = kBnMomentum;
+            st.eps = kBnEps;
+            ops->conv_forward_stats(ex, cs, x.v, weight.h, conv.v, st, ws, ws_floats);
+            if (!apply_in_consumer)
+                kern::bn_act_apply_train(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, save_mean, save_invstd,
+                                         out.v, residual, ops->bn_row_batch());
+            return;
+        }
         if (prologue) {
             const kern::DwPrologue pro = prologue->dw_prologue(train);
             ops->dwconv_forward_prologue(ex, cs, prologue->conv.v, weight.h, conv.v, pro);

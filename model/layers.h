@@ -66,6 +66,9 @@ struct ConvBN {
     // CUDA, GpuOps::dw_fused_bn: a stride-1 depthwise ConvBN whose BN backward may run inside the fused
     // conv backward (its ws holds both; its traced backward reports that op's reads).
     bool fused_bn = false;
+    // CUDA, GpuOps::pw_stats: a 1x1 ConvBN (no bias, upsample or prologue) whose BN statistics may come
+    // from the project's 1x1 conv's epilogue (its ws holds that kernel's partials too).
+    bool pw_stats = false;
     ActT<T> conv_lo;        // upsample > 1: the conv output at the input's resolution
     ActT<T> conv;           // conv output (BN input), upsampled when upsample > 1; its g lives only inside backward()
     ActT<T> bn;             // BN output (activation input); CPU only

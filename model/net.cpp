@@ -154,6 +154,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     ops_ = std::make_unique<GpuOps>(ex, policy);
     plan_.set_gpu_ops(ops_.get());
     plan_.set_dw_fused_bn(ops_->dw_fused_bn());
+    plan_.set_pw_stats(ops_->pw_stats());
     declare(plan_);  // sizing pass: records every conv and workspace request
     plan_grads();
     ops_->prepare(plan_.convs());
@@ -168,7 +169,10 @@ template <class T>
 SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
     : shape_(shape), plan_(kIsCpu<T> ? rt::MemKind::Host : rt::MemKind::Device, true) {
     shape_.validate();
-    if (!kIsCpu<T> && dry.policy) plan_.set_dw_fused_bn(GpuOps::dw_fused_bn(*dry.policy));
+    if (!kIsCpu<T> && dry.policy) {
+        plan_.set_dw_fused_bn(GpuOps::dw_fused_bn(*dry.policy));
+        plan_.set_pw_stats(GpuOps::pw_stats(*dry.policy));
+    }
     declare(plan_);
     plan_grads();
 }

@@ -198,6 +198,10 @@ public:
     // a dry run, so that the dry run plans the same memory as the network it stands for.
     void set_dw_fused_bn(bool on) { dw_fused_bn_ = on; }
     bool dw_fused_bn() const { return dw_fused_bn_; }
+    // GpuOps::pw_stats of that policy, set the same way: which 1x1 ConvBNs reserve the statistics
+    // epilogue's workspace.
+    void set_pw_stats(bool on) { pw_stats_ = on; }
+    bool pw_stats() const { return pw_stats_; }
 
     // Between the sizing pass and finish_sizing(): the network traces its backward on tape() (or
     // the dry run does) and plan_grads() assigns lifetimes and offsets.
@@ -238,6 +242,7 @@ private:
     rt::MemKind kind_;
     bool dry_run_ = false;
     bool dw_fused_bn_ = false;
+    bool pw_stats_ = false;
     bool binding_ = false;
     ParamTable table_;
     size_t act_bytes_ = 0, act_grad_bytes_ = 0;

@@ -20,7 +20,8 @@
 #             --dw-fused-bwd` and `--fuse-expand-dw --dw-fused-bwd-bn` (the fused LiteBlock with the fused
 #             backward, without and with the BN's dx inside it), with `--upsample-row-loads` (the
 #             upsampling backward's window rows loaded together), with `--pw-custom` (the project's
-#             tensor-core 1x1 conv against cuDNN per shape) and with
+#             tensor-core 1x1 conv against cuDNN per shape) and `--pw-stats` (with the 1x1 ConvBNs' BN
+#             statistics from its epilogue) and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
 #             per-layer run's step by tools/bench_ab.py (bench_ab.md); then, with the time left,
 #             `plan --fusion-graphs --time` (the cuDNN BN-fusion graphs timed against the plain conv and
@@ -145,11 +146,14 @@ if [ "$(left)" -gt 60 ]; then
     say "bench --pw-custom: $(grep -c 'custom-pointwise' "$W/bench_pwcustom.log") log lines name custom-pointwise"
   fi
   pack
+  # With the 1x1 ConvBNs' BN statistics from that kernel's epilogue (against bench_pwcustom: the chain).
+  ab bench_pwstats --pw-stats
+  pack
   # The depthwise kernels in variant 0 only: the step-level A/B of the variants.
   ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_upsrow bench_pwcustom bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_upsrow bench_pwcustom bench_pwstats bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1
@@ -159,7 +163,8 @@ if [ "$(left)" -gt 60 ]; then
   # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17):
   # each OTHER against its BASE, one after another into bench_ab_chain.md.
   : >"$W/bench_ab_chain.md"
-  for pair in bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn; do
+  for pair in bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
+              bench_pwcustom:bench_pwstats; do
     base=${pair%%:*} other=${pair##*:}
     [ -s "$W/$base.json" ] && [ -s "$W/$other.json" ] || continue
     python3 tools/bench_ab.py "$W/$base.json" "$W/$other.json" --md "$W/ab_pair.md" >>"$W/bench_ab.log" 2>&1 &&

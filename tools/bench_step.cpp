@@ -183,6 +183,7 @@ kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     p.dw_fused_bwd = o.dw_fused_bwd;
     p.dw_fused_bn_bwd = o.dw_fused_bn_bwd;
     p.pw_custom = o.pw_custom;
+    p.pw_stats = o.pw_stats;
     return p;
 }
 
@@ -288,7 +289,8 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"pdl", o.pdl},
                    {"dw_fused_bwd", o.dw_fused_bwd},
                    {"dw_fused_bn_bwd", o.dw_fused_bn_bwd},
-                   {"pw_custom", o.pw_custom}};
+                   {"pw_custom", o.pw_custom},
+                   {"pw_stats", o.pw_stats}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());

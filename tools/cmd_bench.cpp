@@ -49,7 +49,7 @@ const char* kBenchUsage =
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--no-dw-variants]\n"
     "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
-    "                                [--upsample-row-loads] [--pw-custom]\n"
+    "                                [--upsample-row-loads] [--pw-custom] [--pw-stats]\n"
     "                                [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
@@ -73,6 +73,8 @@ const char* kBenchUsage =
     "           --pw-custom: the project's tensor-core 1x1 conv (forward, dgrad, wgrad) timed against cuDNN's\n"
     "           plans per 1x1 shape, the faster kept (another summation order: results change in the last\n"
     "           bits; docs/KERNELS_PWCONV.md)\n"
+    "           --pw-stats: --pw-custom, and the 1x1 ConvBNs whose conv it runs take their BatchNorm statistics\n"
+    "           from its epilogue (no statistics pass; the statistics summed in another order)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
     "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -338,6 +340,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
         if (s == "--pw-custom") {
             o.pw_custom = true;
+            continue;
+        }
+        if (s == "--pw-stats") {
+            o.pw_custom = o.pw_stats = true;
             continue;
         }
         if (s == "--dw-fused-bwd-bn") {

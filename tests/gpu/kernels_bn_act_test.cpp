@@ -366,6 +366,51 @@ TEST(KernelsBnActGpu, ResidualIsAddedInFp32BeforeTheOneRounding) {
     }
 }
 
+// bn_act_apply_train after bn_stats_train writes what bn_act_forward_train writes (y, the statistics), bit
+// for bit, with and without a residual: the apply a producer's statistics epilogue pairs with
+// (kernels/pwconv_cuda.h). A missing statistics vector is refused.
+TEST(KernelsBnActGpu, ApplyTrainEqualsTheTrainForwardsApply) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    for (const Shape& s : {Shape{2 * 16 * 32, 64}, Shape{1000, 40}}) {
+        for (kern::Act act : {kern::Act::None, kern::Act::Silu, kern::Act::Relu}) {
+            for (const bool res : {false, true}) {
+                const std::string what = std::string(kern::act_name(act)) + " rows=" + std::to_string(s.rows) +
+                                         " C=" + std::to_string(s.c) + (res ? " residual" : "");
+                const Inputs in = random_inputs(s.rows, s.c, 5300 + s.c + static_cast<int>(act));
+                const size_t n = s.rows * s.c, c = static_cast<size_t>(s.c);
+                const size_t wsn = kern::bn_act_workspace_floats(s.rows, s.c);
+                sftest::DeviceBuffer x(n * 2), r(n * 2), y1(n * 2), y2(n * 2), v(10 * c * 4), ws(wsn * 4);
+                upload_bf16(x.h(), in.x);
+                upload_bf16(r.h(), bf16_exact(sftest::random_uniform(n, 5400 + n, -2, 2)));
+                float* f = v.f();  // gamma, beta, then (mean, invstd, rm, rv) for A and for B
+                upload(f, in.gamma);
+                upload(f + c, in.beta);
+                for (size_t k : {4, 8}) {
+                    upload(f + k * c, in.rm);
+                    upload(f + (k + 1) * c, in.rv);
+                }
+                const kern::bf16* rp = res ? r.h() : nullptr;
+                kern::bn_act_forward_train(ex, act, s.rows, s.c, x.h(), f, f + c, y1.h(), f + 2 * c, f + 3 * c,
+                                           f + 4 * c, f + 5 * c, kMomentum, kEps, ws.f(), wsn, rp);
+                kern::bn_stats_train(ex, s.rows, s.c, x.h(), f + 6 * c, f + 7 * c, f + 8 * c, f + 9 * c, kMomentum,
+                                     kEps, ws.f(), wsn);
+                kern::bn_act_apply_train(ex, act, s.rows, s.c, x.h(), f, f + c, f + 6 * c, f + 7 * c, y2.h(), rp);
+                ctx.synchronize();
+                EXPECT_TRUE(bitwise_equal(download_bf16(y2.h(), n), download_bf16(y1.h(), n))) << what << ": y";
+                for (size_t k = 0; k < 4; ++k)
+                    EXPECT_TRUE(bitwise_equal(download(f + (6 + k) * c, c), download(f + (2 + k) * c, c)))
+                        << what << ": statistic " << k;
+            }
+        }
+    }
+    sftest::DeviceBuffer x(64 * 8 * 2), y(64 * 8 * 2), v(4 * 8 * 4);
+    SF_EXPECT_ERROR(kern::bn_act_apply_train(ex, kern::Act::Silu, 64, 8, x.h(), v.f(), v.f() + 8, v.f() + 16, nullptr,
+                                             y.h()),
+                    "bn_act_apply_train", "save_invstd");
+}
+
 TEST(KernelsBnActGpu, ResidualAliasingXOrPartOfYIsRefused) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;

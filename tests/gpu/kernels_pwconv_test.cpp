@@ -249,7 +249,7 @@ TEST(KernelsPwconvGpu, PrologueEqualsTheStoredActivationBitForBit) {
 // Shapes for the statistics: many tiles (one chunk each under the emulation), a partial last tile, and
 // on a GPU one with more tiles than kern::kPwMaxChunks (chunks of unequal tile counts).
 std::vector<Case> stats_cases() {
-    std::vector<Case> c = {{2, 40, 48, 32, 64}, {1, 33, 37, 64, 32}, {2, 3, 5, 128, 96}};
+    std::vector<Case> c = {{2, 40, 48, 32, 64}, {1, 33, 37, 64, 32}, {2, 3, 5, 128, 96}, {1, 20, 30, 64, 128}};
 #ifndef SF_EMU
     c.push_back({8, 128, 130, 32, 32});  // 133,120 rows: 1,040 tiles in 1,024 chunks
 #endif

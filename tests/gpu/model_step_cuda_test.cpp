@@ -128,10 +128,10 @@ struct GradErrors {
 // cosine deficit), since the two orders round differently and the step at initialisation is
 // chaotic enough that one rounding realisation sits near the floor bound (docs/MODEL.md).
 GradErrors one_micro_step_matches_the_cpu_reference(const CpuReference& r, model::UpOrder order,
-                                                    const GradErrors* baseline = nullptr) {
+                                                    const GradErrors* baseline = nullptr, int pw_custom = 0) {
     const HostBatches& b = r.b;
     const model::SiderNet& cpu = r.cpu;
-    GpuRig gpu(r.init, true, 1, order);
+    GpuRig gpu(r.init, true, 1, order, false, 1, false, 0, pw_custom);
     const model::LossTerms& ct = r.loss;
 
     gpu.load(b.pixels[0], b.labels[0]);
@@ -242,6 +242,16 @@ TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
     const CpuReference r;
     const GradErrors uf = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::UpsampleFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &uf);
+}
+
+// The same oracle for the project's 1x1 conv with the BN statistics from its epilogue (ConvPolicy::pw_custom
+// and pw_stats, `bench step --pw-stats`): loss terms and gradients judged against the CPU reference and its
+// bf16-weights floor exactly as the default step is (the default step's errors as the baseline).
+TEST(CudaStep, PwStatsMicroStepMatchesTheCpuReference) {
+    SF_REQUIRE_GPU();
+    const CpuReference r;
+    const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
+    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 2);
 }
 
 

@@ -92,10 +92,10 @@ struct GpuRig {
     // kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch); pdl: the project's kernels with
     // programmatic dependent launch (rt::Exec::pdl); dw_fused: the stride-1 depthwise backward fused
     // (1: kern::ConvPolicy::dw_fused_bwd; 2: also dw_fused_bn_bwd, the BN's dx inside it); pw_custom: the
-    // project's 1x1 conv as a candidate (kern::ConvPolicy::pw_custom).
+    // project's 1x1 conv as a candidate (1: kern::ConvPolicy::pw_custom; 2: also pw_stats).
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
                     model::UpOrder order = model::UpOrder::UpsampleFirst, bool fuse_expand_dw = false,
-                    int bn_row_batch = 1, bool pdl = false, int dw_fused = 0, bool pw_custom = false)
+                    int bn_row_batch = 1, bool pdl = false, int dw_fused = 0, int pw_custom = 0)
         : exec(with_pdl(ctx.exec(), pdl)),
           net(with_order(init.shape(), order, fuse_expand_dw), exec,
               policy(deterministic, bn_row_batch, dw_fused, pw_custom)),
@@ -114,12 +114,13 @@ struct GpuRig {
     }
     // Deterministic engines and no autotuning (as train.deterministic): two rigs then pick the same
     // cuDNN engines and custom kernels, which the bitwise comparison of two rigs needs.
-    static kern::ConvPolicy policy(bool deterministic, int bn_row_batch, int dw_fused, bool pw_custom) {
+    static kern::ConvPolicy policy(bool deterministic, int bn_row_batch, int dw_fused, int pw_custom) {
         kern::ConvPolicy p = kern::run_conv_policy(deterministic);
         p.bn_row_batch = bn_row_batch;
         p.dw_fused_bwd = dw_fused >= 1;
         p.dw_fused_bn_bwd = dw_fused >= 2;
-        p.pw_custom = pw_custom;
+        p.pw_custom = pw_custom >= 1;
+        p.pw_stats = pw_custom >= 2;
         return p;
     }
     static rt::Exec with_pdl(rt::Exec ex, bool pdl) {

@@ -371,7 +371,7 @@ class GpuVerifyTest(unittest.TestCase):
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
                          "bench_variants.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
                          "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json", "bench_upsrow.json",
-                         "bench_pwcustom.json", "bench_dw0.json",
+                         "bench_pwcustom.json", "bench_pwstats.json", "bench_dw0.json",
                          "session.log"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
@@ -398,6 +398,8 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"bench --upsample-row-loads: rc 0")
             self.assertRegex(log, r"bench --pw-custom: rc 0")
             self.assertRegex(log, r"A/B: ### bench_pwcustom.json against bench_variants.json")
+            self.assertRegex(log, r"bench --pw-stats: rc 0")
+            self.assertRegex(log, r"A/B chain: ### bench_pwstats.json against bench_pwcustom.json")
             # The chained A/Bs: each against the base its prediction names.
             self.assertIn("bench_ab_chain.md", names)
             self.assertRegex(log, r"A/B chain: ### bench_dwfusedbn.json against bench_dwfused.json")
