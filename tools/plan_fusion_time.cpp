@@ -230,16 +230,7 @@ nlohmann::json FusionTimer::time_fused(const rt::CudnnDesc& plan, int64_t worksp
             // y of the fused graph against the conv of the apply pass's output.
             parts["apply_ms"] = apply_ms(act);
             unfused += parts["apply_ms"].get<double>();
-            SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
-            run_ms(control_, control_ws_, control_b_, true, false);
-            const std::vector<double> y = download_bf16(buf.y.p, buf.out_elems);
-            const std::vector<double> ref = download_bf16(buf.y_ref.p, buf.out_elems);
-            double num = 0, den = 0;
-            for (size_t i = 0; i < y.size(); ++i) {
-                num += (y[i] - ref[i]) * (y[i] - ref[i]);
-                den += ref[i] * ref[i];
-            }
-            const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+            const double rel = y_rel_l2_from_control(download_bf16(buf.y.p, buf.out_elems));
             check["y_rel_l2"] = rel;
             ok = ok && rel <= 1e-2;
         }
@@ -252,6 +243,18 @@ nlohmann::json FusionTimer::time_fused(const rt::CudnnDesc& plan, int64_t worksp
     } catch (const rt::Error& e) {
         return {{"error", e.what()}};
     }
+}
+
+double FusionTimer::y_rel_l2_from_control(const std::vector<double>& y) {
+    SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
+    run_ms(control_, control_ws_, control_b_, true, false);
+    const std::vector<double> ref = download_bf16(buf_->y_ref.p, buf_->out_elems);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        num += (y[i] - ref[i]) * (y[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 bool FusionTimer::pwconv_ok() const { return buf_->pw_ws_floats > 0; }
@@ -319,15 +322,7 @@ nlohmann::json FusionTimer::time_custom(bool prologue, kern::Act act, bool stats
         } else {
             SF_CUDA_CHECK(cudaMemcpyAsync(b.x_act.p, b.x.p, b.in_elems * 2, cudaMemcpyDeviceToDevice, ex_.stream));
         }
-        SF_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
-        run_ms(control_, control_ws_, control_b_, true, false);
-        const std::vector<double> ref = download_bf16(b.y_ref.p, b.out_elems);
-        double num = 0, den = 0;
-        for (size_t i = 0; i < y.size(); ++i) {
-            num += (y[i] - ref[i]) * (y[i] - ref[i]);
-            den += ref[i] * ref[i];
-        }
-        const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+        const double rel = y_rel_l2_from_control(y);
         check["y_rel_l2"] = rel;
         ok = ok && rel <= 1e-2;
         r["unfused_ms"] = unfused;

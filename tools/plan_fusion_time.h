@@ -73,6 +73,9 @@ private:
     double apply_ms(kern::Act act);  // the apply pass into x_act, timed
     double stats_ms();               // the statistics pass over y, timed
     bool pwconv_ok() const;          // the shape is a 1x1 kern::pwconv_forward_cuda runs
+    // Relative L2 distance of y (as written to the y buffer) from the control conv of x_act (run here
+    // into y_ref, after the stream's work so far).
+    double y_rel_l2_from_control(const std::vector<double>& y);
 
     const rt::Exec& ex_;
     FusionDims d_;

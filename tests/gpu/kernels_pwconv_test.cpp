@@ -74,6 +74,20 @@ std::vector<double> reference(const Case& k, const std::vector<float>& x, const 
     return y;
 }
 
+std::vector<float> to_floats(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+// Every got[i] within the bf16 rounding of the result (half an ulp, 2^-9 relative: bound 2^-8) plus
+// `extra` (the fp32 accumulation) of ref[i]; the first offender named.
+::testing::AssertionResult within_rounding(const std::vector<float>& got, const std::vector<double>& ref, double extra,
+                                           const std::string& what) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(got[i] - ref[i]) <= std::ldexp(std::fabs(ref[i]), -8) + extra) && bad++ == 0) first = i;
+    if (bad == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << what << ": " << bad << " off, first at " << first << ": " << got[first]
+                                         << " vs " << ref[first];
+}
+
 ::testing::AssertionResult bitwise(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
     if (a.size() != b.size()) return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
     for (size_t i = 0; i < a.size(); ++i)
@@ -176,14 +190,8 @@ TEST(KernelsPwconvGpu, MatchesTheFp64Reference) {
         const std::vector<float> w = bf16_exact(sftest::random_uniform(static_cast<size_t>(k.cout) * k.cin, seed++, -1, 1));
         const std::vector<float> y = run_plain(ctx, k, x, w, what);
         const std::vector<double> ref = reference(k, x, w);
-        // bf16 rounding of the result (half an ulp: 2^-9 relative) plus the fp32 accumulation of cin
-        // products of magnitude <= 1.
-        size_t bad = 0, first = 0;
-        for (size_t i = 0; i < y.size(); ++i) {
-            const double tol = std::ldexp(std::fabs(ref[i]), -8) + 1e-6 * k.cin;
-            if (!(std::fabs(y[i] - ref[i]) <= tol) && bad++ == 0) first = i;
-        }
-        EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": " << y[first] << " vs " << ref[first];
+        // plus the fp32 accumulation of cin products of magnitude <= 1
+        EXPECT_TRUE(within_rounding(y, ref, 1e-6 * k.cin, what));
     }
 }
 
@@ -204,14 +212,13 @@ TEST(KernelsPwconvGpu, PrologueEqualsTheStoredActivationBitForBit) {
             const std::vector<double> sc = sftest::random_uniform(ci, seed++, 0.2, 2);
             std::vector<double> xd(rows * ci);
             for (size_t i = 0; i < xd.size(); ++i) xd[i] = off[i % ci] + sc[i % ci] * u[i];
-            auto floats = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
             Rig rig(k);
             upload_bf16(rig.B(rig.o_x), bf16_exact(xd));
             upload_bf16(rig.B(rig.o_w), bf16_exact(sftest::random_uniform(k.cout * ci, seed++, -0.5, 0.5)));
-            upload(rig.F(rig.o_gamma), floats(sftest::random_uniform(ci, seed++, 0.5, 1.5)));
-            upload(rig.F(rig.o_beta), floats(sftest::random_uniform(ci, seed++, -0.8, 0.8)));
-            upload(rig.F(rig.o_stat[2]), floats(sftest::random_uniform(ci, seed++, -0.5, 0.5)));
-            upload(rig.F(rig.o_stat[3]), floats(sftest::random_uniform(ci, seed++, 0.5, 2)));
+            upload(rig.F(rig.o_gamma), to_floats(sftest::random_uniform(ci, seed++, 0.5, 1.5)));
+            upload(rig.F(rig.o_beta), to_floats(sftest::random_uniform(ci, seed++, -0.8, 0.8)));
+            upload(rig.F(rig.o_stat[2]), to_floats(sftest::random_uniform(ci, seed++, -0.5, 0.5)));
+            upload(rig.F(rig.o_stat[3]), to_floats(sftest::random_uniform(ci, seed++, 0.5, 2)));
             // Train: the batch statistics of x, the activation stored, then the plain kernel.
             kern::bn_act_forward_train(ex, act, rows, k.cin, rig.B(rig.o_x), rig.F(rig.o_gamma), rig.F(rig.o_beta),
                                        rig.B(rig.o_act), rig.F(rig.o_stat[0]), rig.F(rig.o_stat[1]),
@@ -526,12 +533,7 @@ TEST(KernelsPwconvGpu, DgradMatchesTheFp64Reference) {
             ctx.synchronize();
             const std::vector<double> ref = dgrad_reference(k, dy, w, acc ? &dx0 : nullptr);
             const std::vector<float> dx = rig.dx(rig.o_dx, what);
-            size_t bad = 0, first = 0;
-            for (size_t i = 0; i < dx.size(); ++i) {
-                const double tol = std::ldexp(std::fabs(ref[i]), -8) + 1e-6 * k.cout + (acc ? 1e-6 * 4 : 0.0);
-                if (!(std::fabs(dx[i] - ref[i]) <= tol) && bad++ == 0) first = i;
-            }
-            EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": " << dx[first] << " vs " << ref[first];
+            EXPECT_TRUE(within_rounding(dx, ref, 1e-6 * k.cout + (acc ? 1e-6 * 4 : 0.0), what));
         }
     }
 }
@@ -548,7 +550,6 @@ TEST(KernelsPwconvGpu, DgradBnPrologueEqualsTheStoredGradientBitForBit) {
         if (rows < 2) continue;
         for (Act act : {Act::Silu, Act::Relu, Act::None}) {
             const std::string base = name_of(k) + " " + kern::act_name(act);
-            auto floats = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
             // x_bn with per-channel offsets (statistics far from 0), dy, the BN's parameters.
             const std::vector<double> u = sftest::random_uniform(rows * co, seed++, -1, 1);
             const std::vector<double> off = sftest::random_uniform(co, seed++, -2, 2);
@@ -558,8 +559,8 @@ TEST(KernelsPwconvGpu, DgradBnPrologueEqualsTheStoredGradientBitForBit) {
             upload_bf16(rig.B(rig.o_xbn), bf16_exact(xbn));
             upload_bf16(rig.B(rig.o_dy), bf16_exact(sftest::random_uniform(rows * co, seed++, -1, 1)));
             upload_bf16(rig.B(rig.o_w), bf16_exact(sftest::random_uniform(co * k.cin, seed++, -0.5, 0.5)));
-            upload(rig.V(0), floats(sftest::random_uniform(co, seed++, 0.5, 1.5)));   // gamma
-            upload(rig.V(1), floats(sftest::random_uniform(co, seed++, -0.8, 0.8)));  // beta
+            upload(rig.V(0), to_floats(sftest::random_uniform(co, seed++, 0.5, 1.5)));   // gamma
+            upload(rig.V(1), to_floats(sftest::random_uniform(co, seed++, -0.8, 0.8)));  // beta
             upload(rig.V(4), std::vector<float>(co, 0.0f));                            // running mean
             upload(rig.V(5), std::vector<float>(co, 1.0f));                            // running var
             upload(rig.V(6), std::vector<float>(co, 0.0f));                            // dgamma
@@ -767,7 +768,6 @@ TEST(KernelsPwconvGpu, WgradProloguesEqualTheStoredTensorsBitForBit) {
     rt::CudaContext ctx;
     const rt::Exec& ex = ctx.exec();
     uint64_t seed = 10000;
-    auto floats = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
     for (const Case& k : kCases) {
         const size_t rows = rows_of(k), ci = static_cast<size_t>(k.cin), co = static_cast<size_t>(k.cout);
         if (rows < 2) continue;
@@ -780,9 +780,9 @@ TEST(KernelsPwconvGpu, WgradProloguesEqualTheStoredTensorsBitForBit) {
             upload_bf16(rig.B(rig.o_xbn), bf16_exact(sftest::random_uniform(rows * co, seed++, -2, 2)));
             upload_bf16(rig.B(rig.o_dy), bf16_exact(sftest::random_uniform(rows * co, seed++, -1, 1)));
             for (float* v : {rig.VX(0), rig.VD(0)})  // gamma
-                upload(v, floats(sftest::random_uniform(v == rig.VX(0) ? ci : co, seed++, 0.5, 1.5)));
+                upload(v, to_floats(sftest::random_uniform(v == rig.VX(0) ? ci : co, seed++, 0.5, 1.5)));
             for (float* v : {rig.VX(1), rig.VD(1)})  // beta
-                upload(v, floats(sftest::random_uniform(v == rig.VX(1) ? ci : co, seed++, -0.8, 0.8)));
+                upload(v, to_floats(sftest::random_uniform(v == rig.VX(1) ? ci : co, seed++, -0.8, 0.8)));
             upload(rig.VX(4), std::vector<float>(ci, 0.0f));
             upload(rig.VX(5), std::vector<float>(ci, 1.0f));
             upload(rig.VD(4), std::vector<float>(co, 0.0f));
