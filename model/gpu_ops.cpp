@@ -467,13 +467,21 @@ void GpuOps::conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, co
         run_custom(e, ex, s, nullptr, w, nullptr, dy, dx, nullptr, true, accumulate);
 }
 
-void GpuOps::dwconv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x_pre,
-                                     const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro) const {
+void GpuOps::conv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x_pre,
+                                   const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro,
+                                   const kern::PwStats* stats, float* ws, size_t ws_floats) const {
     const Entry& e = find(s);
     SF_CHECK(e.use.bn_prologue,
              "convolution %s was planned without a BN prologue, but its forward asks for one (the network changed "
              "after GpuOps::prepare)",
              s.describe().c_str());
+    if (s.k == 1) {
+        SF_CHECK(!stats || pw_stats(), "%s: the statistics epilogue runs only with ConvPolicy::pw_stats",
+                 s.describe().c_str());
+        kern::pwconv_forward_cuda(ex, s, x_pre, w, y, &pro, stats, ws, ws_floats);
+        return;
+    }
+    SF_CHECK(!stats, "%s: the depthwise forward has no statistics epilogue", s.describe().c_str());
     kern::dwconv3x3_forward_cuda(ex, s, x_pre, w, y, &pro, e.pro_fwd_variant);
 }
 

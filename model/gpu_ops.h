@@ -114,12 +114,16 @@ public:
                               size_t ws_floats, const kern::DwPrologue* pro = nullptr) const;
     // The BN backward's workspace followed by the fused kernel's partials, for a stride-1 depthwise s.
     static size_t dw_fused_bn_workspace_floats(const kern::ConvShape& s);
-    // The depthwise forward reading its producer's pre-BN output through the producer's BN + activation
-    // (the fused LiteBlock): always the custom kernel (cuDNN has no such op), in the prologue-capable
-    // forward variant autotuning found fastest for s (kern::dw_variant_prologue; variant 0 without
-    // autotuning). s must have been planned with ConvUse::bn_prologue.
-    void dwconv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x_pre,
-                                 const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro) const;
+    // The forward reading its producer's pre-BN output through the producer's BN + activation, always on
+    // the project's kernels (cuDNN has no such op): a depthwise s (the fused LiteBlock) in the
+    // prologue-capable forward variant autotuning found fastest for s (kern::dw_variant_prologue; variant 0
+    // without autotuning); a 1x1 s (NetShape::fuse_dw_pw) on kern::pwconv_forward_cuda, which may gather
+    // the following BN's statistics too (stats with ws of kern::pwconv_workspace_floats(s); only with
+    // pw_stats(), and never for a depthwise s). s must have been planned with ConvUse::bn_prologue.
+    void conv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x_pre,
+                               const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro,
+                               const kern::PwStats* stats = nullptr, float* ws = nullptr,
+                               size_t ws_floats = 0) const;
 
     // The implementation that runs s (planned by prepare()).
     ConvImpl impl_of(const kern::ConvShape& s) const;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/dwconv_cuda.h"
+#include "kernels/tensor.h"
 #include "model/gpu_ops.h"
 #include "model/gpu_ops_entry.h"
 #include "runtime/error.h"
@@ -69,6 +70,10 @@ std::vector<std::string> GpuOps::describe() const {
         std::snprintf(buf, sizeof(buf), "%s: %s (cudnn %.3f ms, custom %.3f ms per fwd+bwd; -1 = not timed)",
                       e.shape.describe().c_str(), conv_impl_name(e.impl), e.ms[0], e.ms[1]);
         out.push_back(buf);
+        // NetShape::fuse_dw_pw: a 1x1 shape whose prologue forward and wgrad run the project's kernel.
+        if (e.use.bn_prologue && e.shape.k == 1)
+            out.back() += rt::format("; with its input's BN + %s prologue: forward and wgrad custom-pointwise",
+                                     kern::act_name(e.use.prologue_act));
         // The custom kernels' variants: the ones that run, or (cuDNN won) the ones that were timed.
         if (e.impl == ConvImpl::CustomDepthwise || !e.fwd_variant_ms.empty())
             out.push_back("  " + depthwise_variants_line(e));

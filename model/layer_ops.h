@@ -17,6 +17,7 @@
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
 #include "kernels/head_conv_cuda.h"
+#include "kernels/pwconv_cuda.h"
 #include "kernels/tensor.h"
 #include "kernels/upsample.h"
 #include "kernels/upsample_cuda.h"
@@ -162,12 +163,18 @@ inline void bn_dw_backward_fused(const GpuOps* gpu, const rt::Exec& ex, kern::Ac
         gpu->bn_dw_backward_fused(ex, s, a, conv_out, dy, gamma, beta, mean, invstd, dgamma, dbeta, x, w, dx, dw, acc, ws,
                                   ws_floats, pro);
 }
-// CUDA: the depthwise conv's backward-filter with its input's BN prologue (the fused LiteBlock):
-// the custom kernel, whatever GpuOps picked for the shape's other passes.
-inline void dwconv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const bf16* x_pre, const bf16* dy,
-                                   float* dw, float* ws, size_t ws_floats, const kern::DwPrologue& pro) {
+// CUDA: the backward-filter of a conv with its input's BN prologue (x_pre: the producer's pre-BN output),
+// the project's kernel whatever GpuOps picked for the shape's other passes: the depthwise conv of the
+// fused LiteBlock (NetShape::fuse_expand_dw) or a 1x1 conv after a depthwise one (NetShape::fuse_dw_pw).
+inline void conv_backward_filter_prologue(const rt::Exec& ex, const kern::ConvShape& s, const bf16* x_pre,
+                                          const bf16* dy, float* dw, float* ws, size_t ws_floats,
+                                          const kern::DwPrologue& pro) {
     bool none;
-    if (grad_op({dy}, {}, &none)) kern::dwconv3x3_backward_filter_cuda(ex, s, x_pre, dy, dw, ws, ws_floats, &pro);
+    if (!grad_op({dy}, {}, &none)) return;
+    if (s.k == 1)
+        kern::pwconv_backward_filter_cuda(ex, s, x_pre, dy, dw, ws, ws_floats, &pro);
+    else
+        kern::dwconv3x3_backward_filter_cuda(ex, s, x_pre, dy, dw, ws, ws_floats, &pro);
 }
 // CUDA: the heads' last 1x1 conv (fp32 dy, the logits' gradient).
 inline void head_conv_backward(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,

@@ -33,10 +33,14 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
     act = a;
     SF_CHECK(!apply_in_consumer || (!kIsCpu<T> && upsample == 1 && !with_bias && sum_into == nullptr),
              "%s: only a CUDA layer without bias, upsample or sum can leave its BN to its consumer", name.c_str());
-    SF_CHECK(!prologue || (!kIsCpu<T> && prologue->apply_in_consumer && kern::dwconv3x3_supported(cs) &&
+    // A prologue runs on the project's kernels: a depthwise 3x3 conv (kernels/dwconv_cuda.h) or a 1x1 conv
+    // (kernels/pwconv_cuda.h, at most kPwMaxPrologueK input channels), never upsampled.
+    const bool prologue_kernel =
+        kern::dwconv3x3_supported(cs) || (kern::pwconv_supported(cs) && cs.cin <= kern::kPwMaxPrologueK);
+    SF_CHECK(!prologue || (!kIsCpu<T> && prologue->apply_in_consumer && prologue_kernel && upsample == 1 &&
                            prologue->conv.shape == in),
-             "%s: a BN prologue needs a CUDA depthwise 3x3 conv the custom kernel supports (%s), reading the "
-             "conv output of a layer that leaves its BN to it",
+             "%s: a BN prologue needs a CUDA depthwise 3x3 or 1x1 conv the project's kernels support (%s), not "
+             "upsampled, reading the conv output of a layer that leaves its BN to it",
              name.c_str(), cs.describe().c_str());
     fwd_scope = name + " fwd";
     bwd_scope = name + " bwd";
@@ -83,14 +87,17 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         const size_t rows = bn_shape.pixels();
         ws_floats = kern::bn_act_workspace_floats(rows, cout);
         if (with_bias) ws_floats = std::max(ws_floats, kern::column_sum_workspace_floats(rows, cout));
-        if (prologue) ws_floats = std::max(ws_floats, kern::dwconv3x3_workspace_floats(cs));
+        if (prologue)  // the prologue wgrad's partials (the custom kernel, whatever GpuOps picks for the shape)
+            ws_floats = std::max(ws_floats, cs.k == 1 ? kern::pwconv_wgrad_workspace_floats(cs)
+                                                      : kern::dwconv3x3_workspace_floats(cs));
         ops = p.gpu_ops();
         // A stride-1 depthwise ConvBN whose BN backward may fold into the fused conv backward: the BN's
         // workspace (its coefficients stay there) followed by the fused kernel's partials.
         fused_bn = p.dw_fused_bn() && input_grad && upsample == 1 && !with_bias &&
                    kern::dwconv3x3_fused_supported(cs);
         if (fused_bn) ws_floats = std::max(ws_floats, GpuOps::dw_fused_bn_workspace_floats(cs));
-        pw_stats = p.pw_stats() && upsample == 1 && !with_bias && !prologue && kern::pwconv_supported(cs);
+        pw_stats = p.pw_stats() && upsample == 1 && !with_bias && kern::pwconv_supported(cs) &&
+                   (!prologue || cs.cin <= kern::kPwMaxPrologueK);
         if (pw_stats) ws_floats = std::max(ws_floats, kern::pwconv_workspace_floats(cs));
         ws = p.workspace(ws_floats);
         p.conv(cs, input_grad, prologue != nullptr, prologue ? prologue->act : kern::Act::None);
@@ -118,7 +125,9 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
         if (act != kern::Act::None) kern::act_forward(ex, act, bn.numel(), bn.v, out.v);
         if (sums) ops::add(ex, sum.numel(), residual, out.v, sum.v);
     } else {
-        if (train && pw_stats && ops->conv_forward_stats_runs(cs)) {
+        // A 1x1 conv with its producer's BN prologue runs the project's kernel, so its statistics epilogue
+        // always can (with GpuOps::pw_stats); without a prologue where GpuOps picked that kernel.
+        if (train && pw_stats && (prologue || ops->conv_forward_stats_runs(cs))) {
             // The BN statistics from the conv's epilogue (GpuOps::pw_stats): then only the apply pass.
             kern::PwStats st;
             st.save_mean = save_mean;
@@ -127,7 +136,11 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
             st.running_var = running_var;
             st.momentum = kBnMomentum;
             st.eps = kBnEps;
-            ops->conv_forward_stats(ex, cs, x.v, weight.h, conv.v, st, ws, ws_floats);
+            if (prologue)
+                ops->conv_forward_prologue(ex, cs, prologue->conv.v, weight.h, conv.v, prologue->dw_prologue(true), &st,
+                                           ws, ws_floats);
+            else
+                ops->conv_forward_stats(ex, cs, x.v, weight.h, conv.v, st, ws, ws_floats);
             if (!apply_in_consumer)
                 kern::bn_act_apply_train(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, save_mean, save_invstd,
                                          out.v, residual, ops->bn_row_batch());
@@ -135,7 +148,7 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
         }
         if (prologue) {
             const kern::DwPrologue pro = prologue->dw_prologue(train);
-            ops->dwconv_forward_prologue(ex, cs, prologue->conv.v, weight.h, conv.v, pro);
+            ops->conv_forward_prologue(ex, cs, prologue->conv.v, weight.h, conv.v, pro);
         } else {
             ops->conv_forward(ex, cs, x.v, weight.h, conv_out().v);
         }
@@ -204,7 +217,7 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         }
         if (x.g) ops::conv_backward_data(ops, ex, cs, conv_out().g, weight.h, x.g);
         if (prologue) {
-            ops::dwconv_backward_filter(ex, cs, prologue->conv.v, conv.g, weight.g, ws, ws_floats, pro);
+            ops::conv_backward_filter_prologue(ex, cs, prologue->conv.v, conv.g, weight.g, ws, ws_floats, pro);
         } else {
             ops::conv_backward_filter(ops, ex, cs, x.v, conv_out().g, weight.g);
         }
@@ -271,6 +284,8 @@ void LiteBlock<T>::declare(Planner& p, const std::string& name, const kern::Shap
     const bool fused = fuse_expand_dw && !kIsCpu<T>;
     expand.apply_in_consumer = fused;
     dw.prologue = fused ? &expand : nullptr;
+    dw.apply_in_consumer = p.fuse_dw_pw();  // NetShape::fuse_dw_pw: the project conv applies dw's BN + SiLU
+    project.prologue = p.fuse_dw_pw() ? &dw : nullptr;
     expand.declare(p, name + ".pw_expand", in, hidden, 1, 1, 1, kern::Act::Silu);
     dw.declare(p, name + ".dw_conv", expand.out.shape, hidden, 3, 1, hidden, kern::Act::Silu);
     out = p.act<T>(in, "liteblock out");
@@ -300,6 +315,8 @@ void LiteBlock<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
 
 template <class T>
 void DSConv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int stride) {
+    dw.apply_in_consumer = p.fuse_dw_pw();  // NetShape::fuse_dw_pw: the pointwise conv applies dw's BN + SiLU
+    pw.prologue = p.fuse_dw_pw() ? &dw : nullptr;
     dw.declare(p, name + ".dw_conv", in, in.c, 3, stride, in.c, kern::Act::Silu);
     pw.declare(p, name + ".pw_conv", dw.out.shape, cout, 1, 1, 1, kern::Act::Silu);
 }

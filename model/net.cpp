@@ -198,6 +198,7 @@ SiderNetT<T>::~SiderNetT() = default;
 template <class T>
 void SiderNetT<T>::declare(Planner& p) {
     const NetShape& s = shape_;
+    p.set_fuse_dw_pw(s.fuse_dw_pw && !kIsCpu<T>);  // the CPU reference never fuses
     input_.shape = {s.batch, s.height, s.width, s.channels};
     input_.v = p.scratch_as<T>(input_.shape.numel(), "input");
     input_.g = nullptr;

@@ -27,6 +27,12 @@ struct NetShape {
     // expanded activation never stored (model.fuse_expand_dw; LiteBlock). Same parameters, same
     // checkpoints, bitwise the same step; the CPU reference ignores it.
     bool fuse_expand_dw = false;
+    // CUDA only: every depthwise ConvBN followed by a 1x1 ConvBN (a LiteBlock's depthwise -> project, a
+    // DSConv's depthwise -> pointwise) leaves its BN + SiLU to that 1x1 conv, which applies it as it loads
+    // the depthwise conv's output (forward and backward-filter, kernels/pwconv_cuda.h): the depthwise
+    // activation is never stored (model.fuse_dw_pw). Same parameters and checkpoints; the 1x1 conv's
+    // forward and wgrad always run the project's kernel. The CPU reference ignores it.
+    bool fuse_dw_pw = false;
     void validate() const;  // throws naming the offending value
     // validate() and: train-mode BatchNorm has >= 2 values per channel at the coarsest level.
     void validate_for_training() const;

@@ -68,9 +68,10 @@ struct ConvUse {
     bool dgrad = false;             // the input needs a gradient (false for the first conv)
     bool dgrad_overwrite = false;   // some backward-data of this shape overwrites dx
     bool dgrad_accumulate = false;  // some backward-data of this shape accumulates into dx
-    // Some forward of this shape applies its input's BatchNorm + activation on load (the fused
-    // LiteBlock's depthwise conv, kern::DwPrologue): the network times the forward variants that can
-    // (kern::dw_variant_prologue) with this activation.
+    // Some forward of this shape applies its input's BatchNorm + activation on load (kern::DwPrologue:
+    // the fused LiteBlock's depthwise conv, whose forward variants that can (kern::dw_variant_prologue)
+    // the network times with this activation; or, NetShape::fuse_dw_pw, a 1x1 conv after a depthwise
+    // one, whose prologue forward and wgrad are the project's kernels).
     bool bn_prologue = false;
     kern::Act prologue_act = kern::Act::None;
     bool needs_overwrite() const { return dgrad && dgrad_overwrite; }
@@ -98,8 +99,9 @@ struct LayerUse {
     // write (the conv's backward-data, the layer's last gradient write) adds into what an earlier op
     // wrote (false: the first contribution overwrites it).
     bool input_grad_accumulates = true;
-    // The fused LiteBlock (ConvBN::apply_in_consumer / prologue): the BN + activation is applied by the
-    // consumer on load (the output is never stored), or this depthwise conv applies its producer's.
+    // ConvBN::apply_in_consumer / prologue (NetShape::fuse_expand_dw, fuse_dw_pw): the BN + activation is
+    // applied by the consumer on load (the output is never stored), or this conv (a depthwise conv after
+    // an expand, a 1x1 conv after a depthwise conv) applies its producer's.
     bool bn_applied_by_consumer = false;
     bool input_bn_prologue = false;
 };
@@ -202,6 +204,10 @@ public:
     // epilogue's workspace.
     void set_pw_stats(bool on) { pw_stats_ = on; }
     bool pw_stats() const { return pw_stats_; }
+    // NetShape::fuse_dw_pw of a CUDA network (set by the network before each pass; false on the CPU):
+    // the depthwise -> 1x1 pairs (LiteBlock, DSConv) fuse the depthwise BN + activation into the 1x1 conv.
+    void set_fuse_dw_pw(bool on) { fuse_dw_pw_ = on; }
+    bool fuse_dw_pw() const { return fuse_dw_pw_; }
 
     // Between the sizing pass and finish_sizing(): the network traces its backward on tape() (or
     // the dry run does) and plan_grads() assigns lifetimes and offsets.
@@ -243,6 +249,7 @@ private:
     bool dry_run_ = false;
     bool dw_fused_bn_ = false;
     bool pw_stats_ = false;
+    bool fuse_dw_pw_ = false;
     bool binding_ = false;
     ParamTable table_;
     size_t act_bytes_ = 0, act_grad_bytes_ = 0;

@@ -21,7 +21,8 @@
 #             backward, without and with the BN's dx inside it), with `--upsample-row-loads` (the
 #             upsampling backward's window rows loaded together), with `--pw-custom` (the project's
 #             tensor-core 1x1 conv against cuDNN per shape) and `--pw-stats` (with the 1x1 ConvBNs' BN
-#             statistics from its epilogue) and with
+#             statistics from its epilogue), with `--fuse-dw-pw` (each depthwise BN + SiLU inside the
+#             following 1x1 conv) and `--fuse-dw-pw --pw-stats` (against `--pw-stats`), and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
 #             per-layer run's step by tools/bench_ab.py (bench_ab.md); then, with the time left,
 #             `plan --fusion-graphs --time` (the cuDNN BN-fusion graphs timed against the plain conv and
@@ -32,7 +33,12 @@
 # run's best and last weights, $OUT/{best,last}_weights.safetensors (evalcmp and bnstats questions can
 # then be studied on a CPU).
 # usage: scripts/gpu_session.sh [build-dir (default .gpu)]
-#   SF_DEADLINE   seconds from the start by which every part has ended (default 540)
+#   SF_DEADLINE        seconds from the start by which every part has ended (default 540)
+#   SF_SESSION_PHASES  all (default), or bench: only the bench phase (the per-layer run, the A/Bs, the
+#                      fusion-graph timing) with the whole deadline: a second command for the A/Bs the
+#                      first one's deadline cut
+#   SF_AB_ONLY         comma-separated A/B names (bench_bn4,bench_pdl,...: the records' names below) to
+#                      run, in the script's order; default all
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-.gpu}
@@ -40,6 +46,8 @@ FINAL=${OUT:-$PWD/gpu-session}
 mkdir -p "$FINAL"
 W="$(mktemp -d)/session"; mkdir -p "$W"
 DEADLINE=${SF_DEADLINE:-540}
+PHASES=${SF_SESSION_PHASES:-all}
+case "$PHASES" in all|bench) ;; *) echo "gpu_session.sh: SF_SESSION_PHASES is all or bench, got '$PHASES'" >&2; exit 2;; esac
 T0=$(date +%s)
 now() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( DEADLINE - $(now) )); }
@@ -50,8 +58,10 @@ pack() { tar czf "$FINAL/session.tar.gz.tmp" --exclude='*.safetensors' -C "$W" .
 # clamp LIMIT to the time left minus RESERVE (never below 5 s)
 budget() { local want=$1 reserve=$2 l; l=$(( $(left) - reserve )); [ "$l" -lt "$want" ] && want=$l; [ "$want" -lt 5 ] && want=5; echo "$want"; }
 
-say "build folder $B, commit $(cat "$B/commit.txt" 2>/dev/null || git rev-parse HEAD), deadline ${DEADLINE}s"
+say "build folder $B, commit $(cat "$B/commit.txt" 2>/dev/null || git rev-parse HEAD), deadline ${DEADLINE}s, phases $PHASES${SF_AB_ONLY:+, A/Bs $SF_AB_ONLY}"
 git rev-parse HEAD >"$W/commit.txt" 2>/dev/null || true
+
+if [ "$PHASES" = all ]; then
 
 # ---- train in the background (checkpoint + exit 0 at its limit; resumable) ----
 train_limit=$(budget 330 210)
@@ -91,6 +101,7 @@ OUT="$W/bnstats" timeout -k 10 "$bs" scripts/gpu_verify.sh bnstats "$B" >"$W/bns
 say "bnstats: rc $?"
 grep -E '^\| (best|last) ' "$W/bnstats/bnstats.md" 2>/dev/null | while IFS= read -r l; do say "bnstats: $l"; done
 pack
+fi  # PHASES = all
 
 # ---- the GPU to itself: the per-layer bench with the depthwise variants, then two step A/Bs ----
 if [ "$(left)" -gt 60 ]; then
@@ -106,6 +117,7 @@ if [ "$(left)" -gt 60 ]; then
   # ab NAME FLAGS...: the same step at batch 128 with FLAGS, into $W/NAME.json and $W/NAME.log.
   ab() {
     local name=$1; shift
+    [ -z "${SF_AB_ONLY:-}" ] || [[ ",$SF_AB_ONLY," == *",$name,"* ]] || return 1
     [ "$(left)" -gt 40 ] || return 1
     timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 "$@" \
       --json "$W/$name.json" >"$W/$name.log" 2>&1
@@ -149,11 +161,18 @@ if [ "$(left)" -gt 60 ]; then
   # With the 1x1 ConvBNs' BN statistics from that kernel's epilogue (against bench_pwcustom: the chain).
   ab bench_pwstats --pw-stats
   pack
+  # Each depthwise ConvBN's BN + SiLU inside the following 1x1 conv, the depthwise activation never stored
+  # (entry 20): against the per-layer run, and with the statistics epilogue against bench_pwstats.
+  ab bench_fusedwpw --fuse-dw-pw
+  pack
+  ab bench_fusedwpwst --fuse-dw-pw --pw-stats
+  pack
   # The depthwise kernels in variant 0 only: the step-level A/B of the variants.
   ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_upsrow bench_pwcustom bench_pwstats bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_upsrow bench_pwcustom \
+           bench_pwstats bench_fusedwpw bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1
@@ -164,7 +183,7 @@ if [ "$(left)" -gt 60 ]; then
   # each OTHER against its BASE, one after another into bench_ab_chain.md.
   : >"$W/bench_ab_chain.md"
   for pair in bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
-              bench_pwcustom:bench_pwstats; do
+              bench_pwcustom:bench_pwstats bench_pwstats:bench_fusedwpwst; do
     base=${pair%%:*} other=${pair##*:}
     [ -s "$W/$base.json" ] && [ -s "$W/$other.json" ] || continue
     python3 tools/bench_ab.py "$W/$base.json" "$W/$other.json" --md "$W/ab_pair.md" >>"$W/bench_ab.log" 2>&1 &&

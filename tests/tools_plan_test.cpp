@@ -137,6 +137,60 @@ TEST(PlanCommand, FusedLiteBlockStoresNoExpandOutput) {
                     "--backend cpu");
 }
 
+// --fuse-dw-pw: every depthwise ConvBN (the LiteBlocks' and the down paths' DSConvs') leaves its BN + SiLU
+// to the 1x1 conv after it, so its output has no values: the activations shrink by exactly those tensors;
+// with --fuse-expand-dw as well, by both sets (the LiteBlock's depthwise conv is then consumer and
+// producer). The gradients' plan does not move.
+TEST(PlanCommand, FuseDwPwStoresNoDepthwiseActivation) {
+    const std::vector<std::string> base = {"--height", "128", "--width", "256", "--batch", "4"};
+    auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> a = base;
+        a.insert(a.end(), extra.begin(), extra.end());
+        return tools::plan_json(parse(a));
+    };
+    const nlohmann::json plain = with({}), d = with({"--fuse-dw-pw"}), both = with({"--fuse-dw-pw", "--fuse-expand-dw"});
+    const nlohmann::json e = with({"--fuse-expand-dw"});
+    EXPECT_EQ(d["shape"]["fuse_dw_pw"], true);
+    EXPECT_EQ(plain["shape"]["fuse_dw_pw"], false);
+    model::NetShape s{4, 2, 128, 256};
+    s.fuse_dw_pw = true;
+    const model::SiderNetCuda fused(s, model::DryRun{});
+    const std::vector<model::LayerUse>& layers = fused.plan().layers();
+    size_t dw_bytes = 0;
+    int producers = 0, consumers = 0;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const model::LayerUse& l = layers[i];
+        if (l.bn_applied_by_consumer) {
+            ++producers;
+            EXPECT_NE(l.name.find(".dw_conv"), std::string::npos) << l.name;
+            EXPECT_GT(l.shape.groups, 1) << l.name;
+            dw_bytes += (l.shape.out().numel() * 2 + 255) / 256 * 256;
+        }
+        if (l.input_bn_prologue) {
+            ++consumers;
+            EXPECT_EQ(l.shape.k, 1) << l.name;
+            EXPECT_TRUE(l.name.find(".pw_project") != std::string::npos || l.name.find(".pw_conv") != std::string::npos)
+                << l.name;
+            ASSERT_GT(i, 0u);
+            EXPECT_TRUE(layers[i - 1].bn_applied_by_consumer) << l.name;  // its producer is the layer before
+        }
+    }
+    EXPECT_EQ(producers, 23 + 18);  // 23 LiteBlocks, 18 DSConvs (transitions and fusion down paths)
+    EXPECT_EQ(consumers, producers);
+    const auto act = [](const nlohmann::json& j) { return j["regions"]["activations"]["bytes"].get<size_t>(); };
+    EXPECT_EQ(act(d) + dw_bytes, act(plain));
+    EXPECT_EQ(act(both) + dw_bytes, act(e));
+    EXPECT_EQ(d["regions"]["activation_grads"], plain["regions"]["activation_grads"]);
+    EXPECT_EQ(d["activation_grads"]["tensors"], plain["activation_grads"]["tensors"]);
+    EXPECT_NE(tools::plan_text(d).find("depthwise BN inside the 1x1 conv"), std::string::npos);
+    // The CPU reference network ignores the switch (it never fuses).
+    const model::SiderNet cpu(s, model::DryRun{});
+    for (const model::LayerUse& l : cpu.plan().layers()) EXPECT_FALSE(l.bn_applied_by_consumer || l.input_bn_prologue);
+    bool help = false;
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--backend", "cpu", "--fuse-dw-pw"}, &help), "--fuse-dw-pw",
+                    "--backend cpu");
+}
+
 TEST(PlanCommand, BadArgumentsAreNamed) {
     bool help = false;
     SF_EXPECT_ERROR(tools::parse_plan_args({"--batch", "0"}, &help), "--batch", "positive integer", "'0'");

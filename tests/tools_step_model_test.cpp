@@ -160,6 +160,43 @@ TEST(StepModel, FusedLiteBlockRows) {
     EXPECT_DOUBLE_EQ(other_p, other_f);
 }
 
+// NetShape::fuse_dw_pw: each depthwise ConvBN keeps only its statistics pass and the 1x1 conv after it
+// applies its BN + SiLU to every input element it loads (forward and backward-filter), reading the same
+// bytes. Over the step exactly 2 x every depthwise output less, in the BN forward pass only.
+TEST(StepModel, FuseDwPwRows) {
+    model::NetShape fs = small();
+    fs.fuse_dw_pw = true;
+    const std::vector<StepModelRow> plain = tools::step_model(small()), fused = tools::step_model(fs);
+    ASSERT_EQ(plain.size(), fused.size());
+    const double n = 262144;  // stage2.branch_1_4.0's depthwise output: (2,32,64,64)
+    const StepModelRow& dp = row(plain, "stage2.branch_1_4.0.dw_conv");
+    const StepModelRow& df = row(fused, "stage2.branch_1_4.0.dw_conv");
+    EXPECT_DOUBLE_EQ(dp.at(StepPart::NormFwd).bytes - df.at(StepPart::NormFwd).bytes, 2 * n * 2);
+    const StepModelRow& pp = row(plain, "stage2.branch_1_4.0.pw_project");
+    const StepModelRow& pf = row(fused, "stage2.branch_1_4.0.pw_project");
+    for (StepPart part : {StepPart::ConvFwd, StepPart::ConvDgrad, StepPart::ConvWgrad})
+        EXPECT_DOUBLE_EQ(pf.at(part).bytes, pp.at(part).bytes);
+    const double apply = n * tools::bn_apply_flops(kern::Act::Silu);
+    EXPECT_DOUBLE_EQ(pf.at(StepPart::ConvFwd).simt_flops, pp.at(StepPart::ConvFwd).simt_flops + apply);
+    EXPECT_DOUBLE_EQ(pf.at(StepPart::ConvWgrad).simt_flops, pp.at(StepPart::ConvWgrad).simt_flops + apply);
+    EXPECT_DOUBLE_EQ(pf.at(StepPart::ConvDgrad).simt_flops, pp.at(StepPart::ConvDgrad).simt_flops);
+    const model::SiderNetCuda net(fs, model::DryRun{});
+    double dw_bytes = 0;
+    for (const model::LayerUse& l : net.plan().layers())
+        if (l.bn_applied_by_consumer) dw_bytes += 2.0 * l.shape.out().numel() * 2;
+    double bp = 0, bf = 0, other_p = 0, other_f = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+        EXPECT_EQ(plain[i].name, fused[i].name);
+        bp += plain[i].at(StepPart::NormFwd).bytes;
+        bf += fused[i].at(StepPart::NormFwd).bytes;
+        other_p += plain[i].fwd().bytes + plain[i].bwd().bytes - plain[i].at(StepPart::NormFwd).bytes;
+        other_f += fused[i].fwd().bytes + fused[i].bwd().bytes - fused[i].at(StepPart::NormFwd).bytes;
+    }
+    EXPECT_GT(dw_bytes, 0);
+    EXPECT_DOUBLE_EQ(bp - bf, dw_bytes);
+    EXPECT_DOUBLE_EQ(other_p, other_f);
+}
+
 TEST(StepModel, FloorSumsEveryPassBoundOnItsOwn) {
     tools::DevicePeaks pk;
     pk.device = "test";

@@ -163,7 +163,7 @@ struct Events {
 };
 
 model::NetShape shape_of(int batch, const StepBenchOptions& o) {
-    return {batch, o.channels, o.height, o.width, o.up_order, o.fuse_expand_dw};
+    return {batch, o.channels, o.height, o.width, o.up_order, o.fuse_expand_dw, o.fuse_dw_pw};
 }
 
 model::LrSchedule bench_schedule() {
@@ -283,6 +283,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"plan_seconds", plan_s},
                    {"fusion_up_order", model::up_order_name(o.up_order)},
                    {"fuse_expand_dw", o.fuse_expand_dw},
+                   {"fuse_dw_pw", o.fuse_dw_pw},
                    {"dw_variants", o.dw_variants},
                    {"bn_row_batch", o.bn_row_batch},
                    {"upsample_row_loads", o.upsample_row_loads},

@@ -47,7 +47,8 @@ const char* kBenchUsage =
     "                                [--conv-candidates 4]\n"
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
-    "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--no-dw-variants]\n"
+    "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw]\n"
+    "                                [--no-dw-variants]\n"
     "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
     "                                [--upsample-row-loads] [--pw-custom] [--pw-stats]\n"
     "                                [--json OUT]\n"
@@ -58,6 +59,8 @@ const char* kBenchUsage =
     "           --up-order: the fusion up paths' order (model.fusion_up_order; default conv_first, what\n"
     "           training on CUDA runs with model.fusion_up_order: auto)\n"
     "           --fuse-expand-dw: the fused LiteBlock (model.fuse_expand_dw; docs/GPU_STEP.md)\n"
+    "           --fuse-dw-pw: each depthwise ConvBN's BN + SiLU applied inside the following 1x1 conv's loads\n"
+    "           (model.fuse_dw_pw; the depthwise activation never stored; docs/GPU_STEP.md)\n"
     "           --no-dw-variants: the custom depthwise kernels in variant 0 only, not the fastest of\n"
     "           their bitwise-equal variants (the step-level A/B of docs/KERNELS_DWCONV.md's variants)\n"
     "           --bn-row-batch N: rows per loop turn of the BatchNorm + activation kernels (1, the default,\n"
@@ -318,8 +321,8 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
                 true;
             continue;
         }
-        if (s == "--fuse-expand-dw") {
-            o.fuse_expand_dw = true;
+        if (s == "--fuse-expand-dw" || s == "--fuse-dw-pw") {
+            (s == "--fuse-expand-dw" ? o.fuse_expand_dw : o.fuse_dw_pw) = true;
             continue;
         }
         if (s == "--no-dw-variants") {

@@ -18,7 +18,7 @@ namespace tools {
 
 const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
-           "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--json FILE]\n"
+           "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw] [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]\n"
            "                       [--fusion-graphs [--time]]]\n"
            "                      [--roofline [--device NAME] [--ceilings FILE] [--peak-tflops T] [--peak-gbps G]]\n"
@@ -37,6 +37,7 @@ const char* plan_usage() {
            "  docs/KERNELS_PWCONV.md)\n"
            "  --up-order: the fusion up paths' order (model.fusion_up_order, docs/MODEL.md)\n"
            "  --fuse-expand-dw: the fused LiteBlock (model.fuse_expand_dw, CUDA only; docs/GPU_STEP.md)\n"
+           "  --fuse-dw-pw: depthwise BN + SiLU inside the following 1x1 conv (model.fuse_dw_pw, CUDA only)\n"
            "  --roofline: the training step's modelled floor (bytes and FLOPs of every pass, by class and by pass)\n"
            "  at the peaks of --device NAME (datasheet table, default \"H100 SXM\"), or of a `bench ceilings --json`\n"
            "  FILE measured on the GPU, or --peak-tflops/--peak-gbps; no GPU needed (docs/BENCH.md)\n"
@@ -61,8 +62,8 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
             (s == "--roofline" ? a.roofline : a.fusion_time) = true;
             continue;
         }
-        if (s == "--fuse-expand-dw" || s == "--fusion-graphs") {
-            (s == "--fuse-expand-dw" ? a.fuse_expand_dw : a.fusion_graphs) = true;
+        if (s == "--fuse-expand-dw" || s == "--fuse-dw-pw" || s == "--fusion-graphs") {
+            (s == "--fuse-expand-dw" ? a.fuse_expand_dw : s == "--fuse-dw-pw" ? a.fuse_dw_pw : a.fusion_graphs) = true;
             continue;
         }
         SF_CHECK(s == "--height" || s == "--width" || s == "--batch" || s == "--channels" || s == "--backend" ||
@@ -98,6 +99,8 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
     SF_CHECK(a.cudnn_device.empty() || a.cuda, "plan: --cudnn-device plans the CUDA backend's convolutions; it does "
              "not go with --backend cpu");
     SF_CHECK(!a.fuse_expand_dw || a.cuda, "plan: --fuse-expand-dw fuses CUDA kernels; the CPU reference has no such "
+             "variant (it does not go with --backend cpu)");
+    SF_CHECK(!a.fuse_dw_pw || a.cuda, "plan: --fuse-dw-pw fuses CUDA kernels; the CPU reference has no such "
              "variant (it does not go with --backend cpu)");
     SF_CHECK(a.roofline || !peaks_given, "plan: --device, --ceilings, --peak-tflops and --peak-gbps set the peaks of "
              "--roofline: give --roofline too");

@@ -48,6 +48,10 @@ struct ModelSection {
     // loads, the expanded activation never stored (model::NetShape::fuse_expand_dw). Bitwise the same
     // step with the deterministic policy; the CPU backend ignores it.
     bool fuse_expand_dw = false;
+    // slidefuse, CUDA only: every depthwise ConvBN's BN + SiLU applied inside the following 1x1 conv's loads
+    // (LiteBlock project, DSConv pointwise), the depthwise activation never stored
+    // (model::NetShape::fuse_dw_pw). The CPU backend ignores it.
+    bool fuse_dw_pw = false;
 };
 
 struct OptimizerSection {

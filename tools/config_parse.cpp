@@ -39,6 +39,7 @@ void read_model(Section s, ModelSection& m) {
                               {"upsample_first", UpOrderSetting::UpsampleFirst},
                               {"conv_first", UpOrderSetting::ConvFirst}});
     s.boolean("fuse_expand_dw", m.fuse_expand_dw);
+    s.boolean("fuse_dw_pw", m.fuse_dw_pw);
     s.ignore("model_path");
     s.finish();
 }

@@ -6,7 +6,7 @@
 // directly (the variants' documented property) and the same filter gradient as the direct wgrad;
 // when cuDNN runs (under the CPU emulation it can be faster), the same values to rounding. A shape
 // planned with a BN prologue (the fused LiteBlock) also has its prologue forward variants timed and
-// the fastest run by dwconv_forward_prologue, bitwise equal to variant 0's prologue forward.
+// the fastest run by conv_forward_prologue, bitwise equal to variant 0's prologue forward.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -313,7 +313,7 @@ TEST(ModelGpuOpsGpu, PrologueForwardVariantsAutotunedAndBitwiseEqual) {
         sftest::upload(dv.f(), vec);
         SF_CUDA_CHECK(cudaDeviceSynchronize());
         const kern::DwPrologue pro = sftest::dw_prologue(kern::Act::Silu, dv.f(), dv.f() + c, dv.f() + 2 * c, dv.f() + 3 * c);
-        ops.dwconv_forward_prologue(ex, s, dx.h(), dw.h(), y1.h(), pro);
+        ops.conv_forward_prologue(ex, s, dx.h(), dw.h(), y1.h(), pro);
         kern::dwconv3x3_forward_cuda(ex, s, dx.h(), dw.h(), y2.h(), &pro, 0);
         ctx.synchronize();
         EXPECT_TRUE(bitwise_equal(sftest::download_bf16(y1.h(), yn), sftest::download_bf16(y2.h(), yn)))
@@ -328,7 +328,7 @@ TEST(ModelGpuOpsGpu, PrologueForwardVariantsAutotunedAndBitwiseEqual) {
         }
     }
     kern::DwPrologue pro;
-    SF_EXPECT_ERROR(ops.dwconv_forward_prologue(ex, plain.shape, nullptr, nullptr, nullptr, pro),
+    SF_EXPECT_ERROR(ops.conv_forward_prologue(ex, plain.shape, nullptr, nullptr, nullptr, pro),
                     "planned without a BN prologue");
 }
 

@@ -128,10 +128,11 @@ struct GradErrors {
 // cosine deficit), since the two orders round differently and the step at initialisation is
 // chaotic enough that one rounding realisation sits near the floor bound (docs/MODEL.md).
 GradErrors one_micro_step_matches_the_cpu_reference(const CpuReference& r, model::UpOrder order,
-                                                    const GradErrors* baseline = nullptr, int pw_custom = 0) {
+                                                    const GradErrors* baseline = nullptr, int pw_custom = 0,
+                                                    int fuse = 0, int dw_fused = 0) {
     const HostBatches& b = r.b;
     const model::SiderNet& cpu = r.cpu;
-    GpuRig gpu(r.init, true, 1, order, false, 1, false, 0, pw_custom);
+    GpuRig gpu(r.init, true, 1, order, fuse, 1, false, dw_fused, pw_custom);
     const model::LossTerms& ct = r.loss;
 
     gpu.load(b.pixels[0], b.labels[0]);
@@ -140,8 +141,13 @@ GradErrors one_micro_step_matches_the_cpu_reference(const CpuReference& r, model
     const model::CudaStepStats gs = gpu.step.read_stats();
     const model::LossTerms& gt = gs.loss;
     const model::LossTerms& ft = r.floor_loss;
-    std::printf("[step] %s: loss cpu %.6f gpu %.6f (bf16-weights floor %.6f)\n", model::up_order_name(order), ct.total,
-                gt.total, ft.total);
+    int fused_layers = 0;  // the layers that leave their BN to their consumer (NetShape fusions)
+    for (const model::LayerUse& l : gpu.net.plan().layers()) fused_layers += l.bn_applied_by_consumer;
+    EXPECT_EQ(fused_layers > 0, fuse != 0);
+    std::printf("[step] %s: loss cpu %.6f gpu %.6f (bf16-weights floor %.6f), %d layers' BN applied by their "
+                "consumer, %.1f MB of activations\n",
+                model::up_order_name(order), ct.total, gt.total, ft.total, fused_layers,
+                static_cast<double>(gpu.net.plan().memory().activations) / 1e6);
     auto terms = [](const model::LossTerms& t) {
         return std::vector<double>{t.focal_gap, t.focal_slider, t.offset, t.hard_negative,
                                    t.angle,     t.padding_bce,  t.y_axis, t.total};
@@ -252,6 +258,17 @@ TEST(CudaStep, PwStatsMicroStepMatchesTheCpuReference) {
     const CpuReference r;
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 2);
+}
+
+// Every BatchNorm fusion of the step at once, with cuDNN for the passes the fusions leave to it: the fused
+// LiteBlock (NetShape::fuse_expand_dw), the depthwise BN inside the following 1x1 conv (fuse_dw_pw: its
+// forward and wgrad on the project's kernel, its dgrad cuDNN's), the fused depthwise backward with the BN's
+// dx inside it (ConvPolicy::dw_fused_bwd, dw_fused_bn_bwd). The same oracle and baseline as above.
+TEST(CudaStep, AllFusionsMicroStepMatchesTheCpuReference) {
+    SF_REQUIRE_GPU();
+    const CpuReference r;
+    const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
+    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kFuseExpandDw | kFuseDwPw, 2);
 }
 
 

@@ -23,6 +23,9 @@
 namespace steprig {
 
 constexpr uint64_t kInitSeed = 1234;
+// GpuRig's `fuse` bits: the network's BatchNorm fusions (model::NetShape).
+constexpr int kFuseExpandDw = 1;  // fuse_expand_dw: the expand's BN + SiLU inside the depthwise conv
+constexpr int kFuseDwPw = 2;      // fuse_dw_pw: the depthwise BN + SiLU inside the following 1x1 conv
 
 // The one-micro-step comparison's shape (CudaStep.OneMicroStep): batch 4 at 64x128.
 inline model::NetShape full_shape() { return {4, 2, 64, 128}; }
@@ -88,16 +91,17 @@ struct GpuRig {
     data::Label* labels = nullptr;
 
     // order: the CUDA network's fusion up-path order (the CPU network's own may differ: same weights);
-    // fuse_expand_dw: the fused LiteBlock (NetShape::fuse_expand_dw); bn_row_batch: the BatchNorm row
+    // fuse: the network's BN fusions, kFuseExpandDw (NetShape::fuse_expand_dw, the fused LiteBlock; `true`
+    // converts to it) and/or kFuseDwPw (NetShape::fuse_dw_pw); bn_row_batch: the BatchNorm row
     // kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch); pdl: the project's kernels with
     // programmatic dependent launch (rt::Exec::pdl); dw_fused: the stride-1 depthwise backward fused
     // (1: kern::ConvPolicy::dw_fused_bwd; 2: also dw_fused_bn_bwd, the BN's dx inside it); pw_custom: the
     // project's 1x1 conv as a candidate (1: kern::ConvPolicy::pw_custom; 2: also pw_stats).
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
-                    model::UpOrder order = model::UpOrder::UpsampleFirst, bool fuse_expand_dw = false,
+                    model::UpOrder order = model::UpOrder::UpsampleFirst, int fuse = 0,
                     int bn_row_batch = 1, bool pdl = false, int dw_fused = 0, int pw_custom = 0)
         : exec(with_pdl(ctx.exec(), pdl)),
-          net(with_order(init.shape(), order, fuse_expand_dw), exec,
+          net(with_order(init.shape(), order, fuse), exec,
               policy(deterministic, bn_row_batch, dw_fused, pw_custom)),
           step(net, exec, model::LossConfig{}, optim(), constant_lr(1e-3), accum) {
         const model::NetShape& sh = init.shape();
@@ -127,9 +131,10 @@ struct GpuRig {
         ex.pdl = pdl;
         return ex;
     }
-    static model::NetShape with_order(model::NetShape s, model::UpOrder o, bool fuse_expand_dw) {
+    static model::NetShape with_order(model::NetShape s, model::UpOrder o, int fuse) {
         s.up_order = o;
-        s.fuse_expand_dw = fuse_expand_dw;
+        s.fuse_expand_dw = (fuse & kFuseExpandDw) != 0;
+        s.fuse_dw_pw = (fuse & kFuseDwPw) != 0;
         return s;
     }
     // On the compute stream (non-blocking: a legacy-stream cudaMemcpy would not be ordered against

@@ -371,8 +371,8 @@ class GpuVerifyTest(unittest.TestCase):
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
                          "bench_variants.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
                          "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json", "bench_upsrow.json",
-                         "bench_pwcustom.json", "bench_pwstats.json", "bench_dw0.json",
-                         "session.log"):
+                         "bench_pwcustom.json", "bench_pwstats.json", "bench_fusedwpw.json",
+                         "bench_fusedwpwst.json", "bench_dw0.json", "session.log"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
             with open(os.path.join(self.out, "session.log")) as f:
@@ -400,6 +400,10 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"A/B: ### bench_pwcustom.json against bench_variants.json")
             self.assertRegex(log, r"bench --pw-stats: rc 0")
             self.assertRegex(log, r"A/B chain: ### bench_pwstats.json against bench_pwcustom.json")
+            self.assertRegex(log, r"bench --fuse-dw-pw: rc 0")
+            self.assertRegex(log, r"A/B: ### bench_fusedwpw.json against bench_variants.json")
+            self.assertRegex(log, r"bench --fuse-dw-pw --pw-stats: rc 0")
+            self.assertRegex(log, r"A/B chain: ### bench_fusedwpwst.json against bench_pwstats.json")
             # The chained A/Bs: each against the base its prediction names.
             self.assertIn("bench_ab_chain.md", names)
             self.assertRegex(log, r"A/B chain: ### bench_dwfusedbn.json against bench_dwfused.json")
@@ -413,6 +417,29 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"plan --fusion-graphs --time: limit \d+s")
             self.assertRegex(log, r"fusion graphs: rc 0 -- 0 done")
             self.assertIn("fusion_time.log", names)
+
+            # A second command for the A/Bs a first one's deadline cut: the bench phase only, the chosen A/Bs.
+            shutil.rmtree(self.out)
+            e2 = dict(e, SF_SESSION_PHASES="bench", SF_AB_ONLY="bench_pwstats,bench_fusedwpwst")
+            r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_session.sh"), self.build],
+                               capture_output=True, text=True, env=e2, timeout=200)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(sorted(os.listdir(self.out)), ["session.log", "session.tar.gz"])
+            with tarfile.open(os.path.join(self.out, "session.tar.gz")) as t:
+                names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
+            self.assertEqual(sorted(n for n in names if n.startswith("bench_") and n.endswith(".json")),
+                             ["bench_ab.json", "bench_fusedwpwst.json", "bench_pwstats.json", "bench_variants.json"])
+            self.assertFalse([n for n in names if n.startswith(("first", "train", "sanitize", "evalcmp", "bnstats"))])
+            with open(os.path.join(self.out, "session.log")) as f:
+                log = f.read()
+            self.assertIn("phases bench, A/Bs bench_pwstats,bench_fusedwpwst", log)
+            self.assertNotRegex(log, r"first: |train: |sanitize: |evalcmp: ")
+            self.assertRegex(log, r"A/B chain: ### bench_fusedwpwst.json against bench_pwstats.json")
+            e3 = dict(e, SF_SESSION_PHASES="tests")
+            r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_session.sh"), self.build],
+                               capture_output=True, text=True, env=e3, timeout=60)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("SF_SESSION_PHASES is all or bench, got 'tests'", r.stderr)
         finally:
             shutil.rmtree(run, ignore_errors=True)
 
