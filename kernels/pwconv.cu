@@ -308,13 +308,20 @@ __global__ void __launch_bounds__(kPwThreads, 2)
     }
 }
 
+// The wgrad's staged tiles are stored transposed, one bf16 per store, by threads whose rows (the tile's
+// channels) differ by 8: at the 80-byte pitch those rows start in the same bank, so the store of a warp's
+// four channel groups would be 4-way conflicted. The 16-byte column groups are swizzled by the row's group
+// instead: column c of row r lives at c ^ (8 * ((r / 8) % 4)), which keeps each 8-column (16-byte) group
+// contiguous and 16-byte aligned for ldmatrix and puts the four groups of a warp's store in distinct banks.
+__device__ __forceinline__ int wgrad_col(int row, int col) { return col ^ (((row >> 3) & 3) << 3); }
+
 // The wgrad, pass 1: dw tile (o0..o0+31, i0..i0+31) over the rows of chunk blockIdx.z. Block 128 threads,
 // 4 warps, warp w computing dw rows 16 (w / 2).. and columns 16 (w % 2).. (two accumulator fragments). A step
 // stages 32 rows: thread t loads row t / 4's 8 couts of dy (and of the BN input x_bn with kDy == Backward) and
 // 8 cins of x at offset 8 (t % 4), applies the prologues, and stores them transposed (dy^T[o][row],
-// x^T[i][row]), so that both mma operands are read by ldmatrix as in the row GEMM. Rows past the end are
-// staged as zeros whatever the prologues (they must add nothing; either side's zero would do, both are kept
-// so that neither prologue's value at x = 0 can ever reach a sum). The partials of the tile are written to
+// x^T[i][row], columns swizzled by wgrad_col), so that both mma operands are read by ldmatrix as in the row
+// GEMM. Rows past the end are staged as zeros whatever the prologues (they must add nothing; either side's
+// zero would do, both are kept so that neither prologue's value at x = 0 can ever reach a sum). The partials of the tile are written to
 // part[chunk][o][i] (fp32).
 template <PwA kDy, Act ADy, bool kXPro, Act AX>
 __global__ void __launch_bounds__(kPwWgradThreads)
@@ -391,10 +398,11 @@ __global__ void __launch_bounds__(kPwWgradThreads)
             for (int j = 0; j < 8; ++j)
                 vx[j] = valid ? act_fwd<AX>(fmaf(vx[j] - x_mean[cg + j], x_scale[cg + j], x_beta[cg + j])) : 0.0f;
         }
+        const int rs = r ^ cg;  // wgrad_col(cg + j, r) for every j < 8 (cg is a multiple of 8 below 32)
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            as[buf][cg + j][r] = __float2bfloat16_rn(vd[j]);
-            bs[buf][cg + j][r] = __float2bfloat16_rn(vx[j]);
+            as[buf][cg + j][rs] = __float2bfloat16_rn(vd[j]);
+            bs[buf][cg + j][rs] = __float2bfloat16_rn(vx[j]);
         }
     };
 
@@ -411,8 +419,9 @@ __global__ void __launch_bounds__(kPwWgradThreads)
 #pragma unroll
         for (int kk = 0; kk < T; kk += 16) {
             uint32_t af[4], b4[4];
-            ldmatrix_x4(af, &as[buf][wm + (lane % 8) + 8 * ((lane / 8) % 2)][kk + 8 * (lane / 16)]);
-            ldmatrix_x4(b4, &bs[buf][wn + (lane % 8) + 8 * (lane / 16)][kk + 8 * ((lane / 8) % 2)]);
+            const int ra = wm + (lane % 8) + 8 * ((lane / 8) % 2), rb = wn + (lane % 8) + 8 * (lane / 16);
+            ldmatrix_x4(af, &as[buf][ra][wgrad_col(ra, kk + 8 * (lane / 16))]);
+            ldmatrix_x4(b4, &bs[buf][rb][wgrad_col(rb, kk + 8 * ((lane / 8) % 2))]);
             const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
             mma_bf16_16816(acc[0], af, b0);
             mma_bf16_16816(acc[1], af, b1);
