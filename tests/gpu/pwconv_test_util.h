@@ -1,0 +1,61 @@
+// What the pointwise conv's kernel tests share (tests/gpu/kernels_pwconv_test.cpp: forward and dgrad;
+// tests/gpu/kernels_pwconv_wgrad_test.cpp: wgrad): the cases, their shapes and the comparisons.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "kernels/conv.h"
+
+namespace pwtest {
+
+struct Case {
+    int n, h, w, cin, cout;
+};
+
+inline kern::ConvShape shape_of(const Case& k) { return {k.n, k.h, k.w, k.cin, k.cout, 1, 1, 0, 1, false}; }
+
+inline std::string name_of(const Case& k) {
+    return "n=" + std::to_string(k.n) + " " + std::to_string(k.h) + "x" + std::to_string(k.w) + " c" +
+           std::to_string(k.cin) + "->" + std::to_string(k.cout);
+}
+
+inline size_t rows_of(const Case& k) { return static_cast<size_t>(k.n) * k.h * k.w; }
+
+inline std::vector<float> to_floats(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+// Every got[i] within the bf16 rounding of the result (half an ulp, 2^-9 relative: bound 2^-8) plus
+// `extra` (the fp32 accumulation) of ref[i]; the first offender named.
+inline ::testing::AssertionResult within_rounding(const std::vector<float>& got, const std::vector<double>& ref,
+                                                  double extra, const std::string& what) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(got[i] - ref[i]) <= std::ldexp(std::fabs(ref[i]), -8) + extra) && bad++ == 0) first = i;
+    if (bad == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << what << ": " << bad << " off, first at " << first << ": " << got[first]
+                                         << " vs " << ref[first];
+}
+
+inline ::testing::AssertionResult bitwise(const std::vector<float>& a, const std::vector<float>& b,
+                                          const std::string& what) {
+    if (a.size() != b.size()) return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
+    for (size_t i = 0; i < a.size(); ++i)
+        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
+            return ::testing::AssertionFailure() << what << ": element " << i << " differs: " << a[i] << " vs " << b[i];
+    return ::testing::AssertionSuccess();
+}
+
+// Row counts that end mid-tile and exactly on one; column blocks of 32 and 64; one or more k-steps.
+inline const Case kCases[] = {
+    {2, 9, 15, 64, 96},  // 270 rows: 3 tiles, the last partial; cout 96: three 32-column blocks
+    {1, 5, 31, 32, 64},  // 155 rows; one k-step; a 64-column block
+    {1, 16, 16, 128, 32},  // 256 rows: two whole tiles; four k-steps
+    {3, 1, 1, 256, 128},   // 3 rows: one partial tile
+    {1, 7, 9, 512, 64},    // cin 512: the largest prologue
+};
+
+}  // namespace pwtest
