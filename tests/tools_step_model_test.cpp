@@ -119,6 +119,39 @@ TEST(StepModel, HandCountedDepthwiseRow) {
     EXPECT_DOUBLE_EQ(u.at(StepPart::OtherBwd).bytes, (131072.0 + 32768.0) * 2);
 }
 
+// A consumer that applies its producer's BN + SiLU on load (n input elements): the same bytes as the
+// unfused row in every conv pass, and the apply's FLOPs added to its forward and its backward-filter.
+void expect_prologue_row(const StepModelRow& plain, const StepModelRow& fused, double n) {
+    for (StepPart part : {StepPart::ConvFwd, StepPart::ConvDgrad, StepPart::ConvWgrad})
+        EXPECT_DOUBLE_EQ(fused.at(part).bytes, plain.at(part).bytes);
+    const double apply = n * tools::bn_apply_flops(kern::Act::Silu);
+    EXPECT_GT(apply, 0);
+    EXPECT_DOUBLE_EQ(fused.at(StepPart::ConvFwd).simt_flops, plain.at(StepPart::ConvFwd).simt_flops + apply);
+    EXPECT_DOUBLE_EQ(fused.at(StepPart::ConvWgrad).simt_flops, plain.at(StepPart::ConvWgrad).simt_flops + apply);
+    EXPECT_DOUBLE_EQ(fused.at(StepPart::ConvDgrad).simt_flops, plain.at(StepPart::ConvDgrad).simt_flops);
+}
+
+// Over the step: exactly 2 x the output of every layer that leaves its BN to its consumer (in the fused
+// network fs) less, in the BN forward pass only; every other byte the same.
+void expect_only_the_apply_passes_go(const std::vector<StepModelRow>& plain, const std::vector<StepModelRow>& fused,
+                                     const model::NetShape& fs) {
+    const model::SiderNetCuda net(fs, model::DryRun{});
+    double applied_bytes = 0;
+    for (const model::LayerUse& l : net.plan().layers())
+        if (l.bn_applied_by_consumer) applied_bytes += 2.0 * l.shape.out().numel() * 2;
+    EXPECT_GT(applied_bytes, 0);
+    double bp = 0, bf = 0, other_p = 0, other_f = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+        EXPECT_EQ(plain[i].name, fused[i].name);
+        bp += plain[i].at(StepPart::NormFwd).bytes;
+        bf += fused[i].at(StepPart::NormFwd).bytes;
+        other_p += plain[i].fwd().bytes + plain[i].bwd().bytes - plain[i].at(StepPart::NormFwd).bytes;
+        other_f += fused[i].fwd().bytes + fused[i].bwd().bytes - fused[i].at(StepPart::NormFwd).bytes;
+    }
+    EXPECT_DOUBLE_EQ(bp - bf, applied_bytes);
+    EXPECT_DOUBLE_EQ(other_p, other_f);
+}
+
 // The fused LiteBlock (NetShape::fuse_expand_dw): the expand keeps only its statistics pass (x read
 // once, no output written), its depthwise consumer reads the same bytes and applies BN + SiLU to every
 // input element it loads in the forward and in the backward-filter; nothing else changes. Per
@@ -134,30 +167,8 @@ TEST(StepModel, FusedLiteBlockRows) {
     EXPECT_DOUBLE_EQ(ef.at(StepPart::NormFwd).bytes, n * 2 + 8 * 64 * 4);
     EXPECT_DOUBLE_EQ(ep.at(StepPart::NormFwd).bytes - ef.at(StepPart::NormFwd).bytes, 2 * n * 2);
     EXPECT_DOUBLE_EQ(ef.at(StepPart::NormBwd).bytes, ep.at(StepPart::NormBwd).bytes);
-    const StepModelRow& dp = row(plain, "stage2.branch_1_4.0.dw_conv");
-    const StepModelRow& df = row(fused, "stage2.branch_1_4.0.dw_conv");
-    for (StepPart part : {StepPart::ConvFwd, StepPart::ConvDgrad, StepPart::ConvWgrad})
-        EXPECT_DOUBLE_EQ(df.at(part).bytes, dp.at(part).bytes);
-    const double apply = n * tools::bn_apply_flops(kern::Act::Silu);
-    EXPECT_GT(apply, 0);
-    EXPECT_DOUBLE_EQ(df.at(StepPart::ConvFwd).simt_flops, dp.at(StepPart::ConvFwd).simt_flops + apply);
-    EXPECT_DOUBLE_EQ(df.at(StepPart::ConvWgrad).simt_flops, dp.at(StepPart::ConvWgrad).simt_flops + apply);
-    EXPECT_DOUBLE_EQ(df.at(StepPart::ConvDgrad).simt_flops, dp.at(StepPart::ConvDgrad).simt_flops);
-    // Over the step: exactly 2 x every expand output less, in the BN forward pass only.
-    const model::SiderNetCuda net(fs, model::DryRun{});
-    double expand_bytes = 0;
-    for (const model::LayerUse& l : net.plan().layers())
-        if (l.bn_applied_by_consumer) expand_bytes += 2.0 * l.shape.out().numel() * 2;
-    double bp = 0, bf = 0, other_p = 0, other_f = 0;
-    for (size_t i = 0; i < plain.size(); ++i) {
-        EXPECT_EQ(plain[i].name, fused[i].name);
-        bp += plain[i].at(StepPart::NormFwd).bytes;
-        bf += fused[i].at(StepPart::NormFwd).bytes;
-        other_p += plain[i].fwd().bytes + plain[i].bwd().bytes - plain[i].at(StepPart::NormFwd).bytes;
-        other_f += fused[i].fwd().bytes + fused[i].bwd().bytes - fused[i].at(StepPart::NormFwd).bytes;
-    }
-    EXPECT_DOUBLE_EQ(bp - bf, expand_bytes);
-    EXPECT_DOUBLE_EQ(other_p, other_f);
+    expect_prologue_row(row(plain, "stage2.branch_1_4.0.dw_conv"), row(fused, "stage2.branch_1_4.0.dw_conv"), n);
+    expect_only_the_apply_passes_go(plain, fused, fs);  // every expand output, twice
 }
 
 // NetShape::fuse_dw_pw: each depthwise ConvBN keeps only its statistics pass and the 1x1 conv after it
@@ -172,29 +183,8 @@ TEST(StepModel, FuseDwPwRows) {
     const StepModelRow& dp = row(plain, "stage2.branch_1_4.0.dw_conv");
     const StepModelRow& df = row(fused, "stage2.branch_1_4.0.dw_conv");
     EXPECT_DOUBLE_EQ(dp.at(StepPart::NormFwd).bytes - df.at(StepPart::NormFwd).bytes, 2 * n * 2);
-    const StepModelRow& pp = row(plain, "stage2.branch_1_4.0.pw_project");
-    const StepModelRow& pf = row(fused, "stage2.branch_1_4.0.pw_project");
-    for (StepPart part : {StepPart::ConvFwd, StepPart::ConvDgrad, StepPart::ConvWgrad})
-        EXPECT_DOUBLE_EQ(pf.at(part).bytes, pp.at(part).bytes);
-    const double apply = n * tools::bn_apply_flops(kern::Act::Silu);
-    EXPECT_DOUBLE_EQ(pf.at(StepPart::ConvFwd).simt_flops, pp.at(StepPart::ConvFwd).simt_flops + apply);
-    EXPECT_DOUBLE_EQ(pf.at(StepPart::ConvWgrad).simt_flops, pp.at(StepPart::ConvWgrad).simt_flops + apply);
-    EXPECT_DOUBLE_EQ(pf.at(StepPart::ConvDgrad).simt_flops, pp.at(StepPart::ConvDgrad).simt_flops);
-    const model::SiderNetCuda net(fs, model::DryRun{});
-    double dw_bytes = 0;
-    for (const model::LayerUse& l : net.plan().layers())
-        if (l.bn_applied_by_consumer) dw_bytes += 2.0 * l.shape.out().numel() * 2;
-    double bp = 0, bf = 0, other_p = 0, other_f = 0;
-    for (size_t i = 0; i < plain.size(); ++i) {
-        EXPECT_EQ(plain[i].name, fused[i].name);
-        bp += plain[i].at(StepPart::NormFwd).bytes;
-        bf += fused[i].at(StepPart::NormFwd).bytes;
-        other_p += plain[i].fwd().bytes + plain[i].bwd().bytes - plain[i].at(StepPart::NormFwd).bytes;
-        other_f += fused[i].fwd().bytes + fused[i].bwd().bytes - fused[i].at(StepPart::NormFwd).bytes;
-    }
-    EXPECT_GT(dw_bytes, 0);
-    EXPECT_DOUBLE_EQ(bp - bf, dw_bytes);
-    EXPECT_DOUBLE_EQ(other_p, other_f);
+    expect_prologue_row(row(plain, "stage2.branch_1_4.0.pw_project"), row(fused, "stage2.branch_1_4.0.pw_project"), n);
+    expect_only_the_apply_passes_go(plain, fused, fs);  // every depthwise output, twice
 }
 
 TEST(StepModel, FloorSumsEveryPassBoundOnItsOwn) {

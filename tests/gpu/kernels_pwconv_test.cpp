@@ -38,15 +38,6 @@
 
 namespace {
 
-using kern::Act;
-using sftest::bf16_exact;
-using sftest::download;
-using sftest::download_bf16;
-using sftest::upload;
-using sftest::upload_bf16;
-
-constexpr double kMomentum = 0.1, kEps = 1e-5;
-
 using namespace pwtest;
 
 // y[r][o] = sum_i x[r][i] * w[o][i] in fp64.

@@ -10,8 +10,20 @@
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/tensor.h"
+#include "tests/support/compare.h"
+#include "tests/support/gpu_buffers.h"
 
 namespace pwtest {
+
+using kern::Act;
+using sftest::bf16_exact;
+using sftest::download;
+using sftest::download_bf16;
+using sftest::upload;
+using sftest::upload_bf16;
+
+constexpr double kMomentum = 0.1, kEps = 1e-5;
 
 struct Case {
     int n, h, w, cin, cout;
