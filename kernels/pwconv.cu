@@ -41,14 +41,43 @@ using pw::PwStage;
 constexpr int kWarps = kPwThreads / 32;
 constexpr int kAVecs = kPwTileM * kPwTileK / 8 / kPwThreads;  // 16-byte x vectors per thread per step: 2
 
+// What the row GEMM's epilogue gathers from the values it stores, per output column, besides storing them.
+enum class PwEpi {
+    None,
+    Stats,   // the forward's: per-chunk shifted sums and sums of squares (the following BN's statistics)
+    BnGrad,  // the dgrad's: per-chunk sum g and sum g * xhat of the BN whose output gradient it stores (the
+             // producer's BN before this conv), g = dx * act'(z) from that BN's input at the same position
+};
+
+// One element of the producer BN's backward reductions, with bn_act_backward_stats's arithmetic
+// (kernels/bn_act_device.cuh grad_xhat, then the sums as bn_act_rows.cuh's reduce_add adds them).
+template <Act A>
+__device__ __forceinline__ void bn_grad_add(float x, float dx, float mean, float invstd, float scale, float beta,
+                                            float& sum_g, float& sum_gx) {
+    Chan8 p;
+    p.mean[0] = mean;
+    p.invstd[0] = invstd;
+    p.scale[0] = scale;
+    p.beta[0] = beta;
+    float gr, xhat;
+    grad_xhat<A>(p, 0, x, dx, gr, xhat);
+    sum_g += gr;
+    sum_gx = fmaf(gr, xhat, sum_gx);
+}
+
 // The row GEMM of the forward and the dgrad: y[rows][n] (=, or += with kAccum) a[rows][k] * B[k][n] with
 // B = w^T for the forward (w[n][k], kTransW false) and B = w for the dgrad (w[k][n], kTransW true: staged
 // transposed into the same shared-memory layout). Grid (n / BN, chunks), block 256 (the header comment).
-template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, bool kStats>
+// kE == BnGrad (the dgrad only, with a plain A staging): A is then the producer BN's activation and ep its
+// per-channel inputs (gamma, beta, mean, invstd: save_*; x: its input, the layout of y).
+template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, PwEpi kE>
 __global__ void __launch_bounds__(kPwThreads, 2)
     pwconv_rows_kernel(int rows, int k, int n, long long tiles, int chunks, const bfloat* __restrict__ a,
-                       const bfloat* __restrict__ w, bfloat* __restrict__ y, PwStage st, float* __restrict__ part) {
+                       const bfloat* __restrict__ w, bfloat* __restrict__ y, PwStage st, PwStage ep,
+                       float* __restrict__ part) {
     rt::pdl_entry();
+    constexpr bool kStats = kE == PwEpi::Stats, kBnGrad = kE == PwEpi::BnGrad, kRed = kE != PwEpi::None;
+    static_assert(!kBnGrad || (kA == PwA::Plain && kTransW), "the BN-backward epilogue is the plain dgrad's");
     constexpr int NF = BN / 8;                        // accumulator fragments per warp (8 columns each)
     constexpr int kWVecs = BN * kPwTileK / 8;         // 16-byte w vectors per step
     constexpr int kWPer = (kWVecs + kPwThreads - 1) / kPwThreads;  // 1
@@ -60,7 +89,9 @@ __global__ void __launch_bounds__(kPwThreads, 2)
     __shared__ float c_mean[kChan], c_scale[kChan], c_beta[kChan];
     __shared__ float c_inv[kBwd ? kChan : 1], c_mg[kBwd ? kChan : 1], c_mgx[kBwd ? kChan : 1];
     __shared__ float shift_s[kStats ? BN : 1];
-    __shared__ float red[2][kStats ? kWarps : 1][kStats ? BN : 1];
+    __shared__ float red[2][kRed ? kWarps : 1][kRed ? BN : 1];
+    __shared__ float e_mean[kBnGrad ? BN : 1], e_inv[kBnGrad ? BN : 1], e_scale[kBnGrad ? BN : 1],
+        e_beta[kBnGrad ? BN : 1];
 
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid % 32, warp = tid / 32;
@@ -88,6 +119,16 @@ __global__ void __launch_bounds__(kPwThreads, 2)
             }
             c_mean[c] = __ldg(st.mean + c);
             c_beta[c] = __ldg(st.beta + c);
+        }
+        __syncthreads();
+    }
+    if constexpr (kBnGrad) {  // the producer BN's constants of this block's columns, as load_chan8 forms them
+        for (int c = tid; c < BN; c += kPwThreads) {
+            const int ch = n0 + c;
+            e_inv[c] = __ldg(ep.invstd + ch);
+            e_scale[c] = __ldg(ep.gamma + ch) * e_inv[c];
+            e_mean[c] = __ldg(ep.mean + ch);
+            e_beta[c] = __ldg(ep.beta + ch);
         }
         __syncthreads();
     }
@@ -175,7 +216,8 @@ __global__ void __launch_bounds__(kPwThreads, 2)
     float acc[NF][4];
 #pragma unroll
     for (int f = 0; f < NF; ++f) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
-    float sh[NF][2], s1[NF][2], s2[NF][2];  // statistics: shift, shifted sum, shifted sum of squares
+    // Stats: shift, shifted sum, shifted sum of squares; BnGrad: s1 = sum g, s2 = sum g * xhat.
+    float sh[NF][2], s1[NF][2], s2[NF][2];
 #pragma unroll
     for (int f = 0; f < NF; ++f)
         for (int j = 0; j < 2; ++j) sh[f][j] = s1[f][j] = s2[f][j] = 0.0f;
@@ -254,12 +296,28 @@ __global__ void __launch_bounds__(kPwThreads, 2)
                     }
                 }
             }
+            if constexpr (kBnGrad) {  // the stored dx (u) and the BN's input at the same two columns
+#pragma unroll
+                for (int f = 0; f < NF; ++f) {
+                    const int cl = 8 * f + 2 * t;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const long long row = h ? rb_row : ra_row;
+                        if (row >= rows) continue;
+                        const uint32_t xb = __ldg(reinterpret_cast<const uint32_t*>(ep.x + row * n + n0 + cl));
+                        bn_grad_add<A>(bf16x2_lo(xb), bf16x2_lo(u[f][h]), e_mean[cl], e_inv[cl], e_scale[cl],
+                                       e_beta[cl], s1[f][0], s2[f][0]);
+                        bn_grad_add<A>(bf16x2_hi(xb), bf16x2_hi(u[f][h]), e_mean[cl + 1], e_inv[cl + 1],
+                                       e_scale[cl + 1], e_beta[cl + 1], s1[f][1], s2[f][1]);
+                    }
+                }
+            }
         }
         if (s + 1 < steps) store_step(s + 1, buf ^ 1);
         __syncthreads();
     }
 
-    if constexpr (kStats) {
+    if constexpr (kRed) {
         // Lanes of one column (the 8 groups g) by a fixed butterfly; lanes 0-3 hold the warp's sums.
 #pragma unroll
         for (int f = 0; f < NF; ++f)
@@ -284,9 +342,14 @@ __global__ void __launch_bounds__(kPwThreads, 2)
                 a2 += red[1][wi][tid];
             }
             const size_t col = static_cast<size_t>(n0 + tid);
-            part[static_cast<size_t>(chunk) * n + col] = shift_s[tid];
-            part[static_cast<size_t>(chunks + chunk) * n + col] = a1;
-            part[static_cast<size_t>(2 * chunks + chunk) * n + col] = a2;
+            if constexpr (kStats) {
+                part[static_cast<size_t>(chunk) * n + col] = shift_s[tid];
+                part[static_cast<size_t>(chunks + chunk) * n + col] = a1;
+                part[static_cast<size_t>(2 * chunks + chunk) * n + col] = a2;
+            } else {  // BnGrad: sum g, then sum g * xhat
+                part[static_cast<size_t>(chunk) * n + col] = a1;
+                part[static_cast<size_t>(chunks + chunk) * n + col] = a2;
+            }
         }
     }
 }
@@ -332,6 +395,38 @@ __global__ void pwconv_stats_finalize_kernel(int rows, int n, long long tiles, i
         momentum, eps);
 }
 
+// The BN-backward epilogue's second pass. Grid finalize_blocks, block (32, 8): channel blockIdx.x * 32 + x,
+// lane y adding chunks y, y + 8, ... in order in fp64, lane 0 the 8 lane sums in order; then what
+// bn_act_backward_stats writes: dbeta += sum g, dgamma += sum g * xhat, coef = the two sums / rows.
+__global__ void pwconv_bn_grad_finalize_kernel(int rows, int n, int chunks, const float* __restrict__ part,
+                                               float* __restrict__ dgamma, float* __restrict__ dbeta,
+                                               float* __restrict__ coef) {
+    rt::pdl_entry();
+    __shared__ double sm[2][kPwFinalizeY][kPwFinalizeX];
+    const int ch = static_cast<int>(blockIdx.x) * kPwFinalizeX + static_cast<int>(threadIdx.x);
+    double s0 = 0.0, s1 = 0.0;
+    if (ch < n) {
+        for (int c = static_cast<int>(threadIdx.y); c < chunks; c += kPwFinalizeY) {
+            s0 += static_cast<double>(part[static_cast<size_t>(c) * n + ch]);
+            s1 += static_cast<double>(part[static_cast<size_t>(chunks + c) * n + ch]);
+        }
+    }
+    sm[0][threadIdx.y][threadIdx.x] = s0;
+    sm[1][threadIdx.y][threadIdx.x] = s1;
+    __syncthreads();
+    if (threadIdx.y != 0 || ch >= n) return;
+    s0 = 0.0;
+    s1 = 0.0;
+    for (int l = 0; l < kPwFinalizeY; ++l) {
+        s0 += sm[0][l][threadIdx.x];
+        s1 += sm[1][l][threadIdx.x];
+    }
+    dbeta[ch] += static_cast<float>(s0);
+    dgamma[ch] += static_cast<float>(s1);
+    coef[ch] = static_cast<float>(s0 / static_cast<double>(rows));
+    coef[n + ch] = static_cast<float>(s1 / static_cast<double>(rows));
+}
+
 // Empty when supported, else what is not, with its value.
 std::string unsupported_reason(const ConvShape& s) {
     if (s.k != 1) return rt::format("kernel size k=%d (only 1x1)", s.k);
@@ -352,26 +447,27 @@ std::string unsupported_reason(const ConvShape& s) {
 }
 
 // pwconv_rows_kernel over the GEMM geometry g (rows, k, n: the GEMM's; for the dgrad k = cout, n = cin).
-template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, bool kStats>
+template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, PwEpi kE>
 void launch_rows(const rt::Exec& ex, const PwConvPlan& g, const bf16* a, const bf16* w, bf16* y, const PwStage& st,
-                 float* part) {
-    rt::launch(ex, "pwconv_rows_kernel", pwconv_rows_kernel<BN, kA, A, kTransW, kAccum, kStats>,
+                 const PwStage& ep, float* part) {
+    rt::launch(ex, "pwconv_rows_kernel", pwconv_rows_kernel<BN, kA, A, kTransW, kAccum, kE>,
                dim3(g.n_blocks, g.chunks), dim3(kPwThreads), 0, static_cast<int>(g.rows), g.k, g.n, g.tiles, g.chunks,
-               dev(a), dev(w), dev(y), st, part);
+               dev(a), dev(w), dev(y), st, ep, part);
 }
 
-template <PwA kA, bool kTransW, bool kAccum, bool kStats>
+// act: the A staging's activation, or with kE == BnGrad the producer BN's (the staging is then plain).
+template <PwA kA, bool kTransW, bool kAccum, PwEpi kE>
 void dispatch_rows(const rt::Exec& ex, const PwConvPlan& g, Act act, const bf16* a, const bf16* w, bf16* y,
-                   const PwStage& st, float* part) {
+                   const PwStage& st, float* part, const PwStage& ep = PwStage{}) {
     const auto go = [&](auto bn) {
         constexpr int BN = decltype(bn)::value;
-        if constexpr (kA == PwA::Plain) {
-            launch_rows<BN, kA, Act::None, kTransW, kAccum, kStats>(ex, g, a, w, y, st, part);
+        if constexpr (kA == PwA::Plain && kE != PwEpi::BnGrad) {
+            launch_rows<BN, kA, Act::None, kTransW, kAccum, kE>(ex, g, a, w, y, st, ep, part);
         } else {
             switch (act) {
-                case Act::Silu: return launch_rows<BN, kA, Act::Silu, kTransW, kAccum, kStats>(ex, g, a, w, y, st, part);
-                case Act::Relu: return launch_rows<BN, kA, Act::Relu, kTransW, kAccum, kStats>(ex, g, a, w, y, st, part);
-                default: return launch_rows<BN, kA, Act::None, kTransW, kAccum, kStats>(ex, g, a, w, y, st, part);
+                case Act::Silu: return launch_rows<BN, kA, Act::Silu, kTransW, kAccum, kE>(ex, g, a, w, y, st, ep, part);
+                case Act::Relu: return launch_rows<BN, kA, Act::Relu, kTransW, kAccum, kE>(ex, g, a, w, y, st, ep, part);
+                default: return launch_rows<BN, kA, Act::None, kTransW, kAccum, kE>(ex, g, a, w, y, st, ep, part);
             }
         }
     };
@@ -437,10 +533,10 @@ void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, 
         part = workspace;
     }
     const Act act = pro ? pro->act : Act::None;
-    if (pro && stats) dispatch_rows<PwA::Apply, false, false, true>(ex, pl, act, x, w, y, st, part);
-    else if (pro) dispatch_rows<PwA::Apply, false, false, false>(ex, pl, act, x, w, y, st, part);
-    else if (stats) dispatch_rows<PwA::Plain, false, false, true>(ex, pl, act, x, w, y, st, part);
-    else dispatch_rows<PwA::Plain, false, false, false>(ex, pl, act, x, w, y, st, part);
+    if (pro && stats) dispatch_rows<PwA::Apply, false, false, PwEpi::Stats>(ex, pl, act, x, w, y, st, part);
+    else if (pro) dispatch_rows<PwA::Apply, false, false, PwEpi::None>(ex, pl, act, x, w, y, st, part);
+    else if (stats) dispatch_rows<PwA::Plain, false, false, PwEpi::Stats>(ex, pl, act, x, w, y, st, part);
+    else dispatch_rows<PwA::Plain, false, false, PwEpi::None>(ex, pl, act, x, w, y, st, part);
     if (stats)
         rt::launch(ex, "pwconv_stats_finalize_kernel", pwconv_stats_finalize_kernel, dim3(pl.finalize_blocks),
                    dim3(kPwFinalizeX, kPwFinalizeY), 0, static_cast<int>(pl.rows), pl.n, pl.tiles, pl.chunks,
@@ -448,14 +544,22 @@ void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, 
                    stats->running_var, stats->momentum, stats->eps);
 }
 
+size_t pwconv_dgrad_workspace_floats(const ConvShape& s) {
+    const PwConvPlan fwd = pwconv_plan(s);
+    const PwConvPlan g = pwconv_geometry(fwd.rows, fwd.n, fwd.k);
+    return 2 * static_cast<size_t>(g.chunks) * static_cast<size_t>(g.n);
+}
+
 void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
-                               bool accumulate, const DwBnBackward* bnb) {
+                               bool accumulate, const DwBnBackward* bnb, const PwBnGrad* bng, float* workspace,
+                               size_t workspace_floats) {
     const char* op = "pwconv_backward_data_cuda";
     rt::check_cuda_exec(op, ex);
     const PwConvPlan fwd = pwconv_plan(s);
     const PwConvPlan g = pwconv_geometry(fwd.rows, fwd.n, fwd.k);  // dx[rows][cin] = dy[rows][cout] * w[cout][cin]
     SF_CHECK(!bnb || g.k <= kPwMaxPrologueK, "%s: a BN-backward prologue needs cout <= %d, got %d", op,
              kPwMaxPrologueK, g.k);
+    SF_CHECK(!(bnb && bng), "%s: the BN-backward epilogue (bng) does not go with the BN-backward prologue (bnb)", op);
     rt::check_device_ptr(op, "dy", dy, 16);
     rt::check_device_ptr(op, "w", w, 16);
     rt::check_device_ptr(op, "dx", dx, 16);
@@ -467,10 +571,51 @@ void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf1
     PwStage st{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, false, 0.0};
     if (bnb) st = PwStage{bnb->gamma, bnb->beta, bnb->mean, bnb->invstd, bnb->coef, dev(bnb->x), false, 0.0};
     const Act act = bnb ? bnb->act : Act::None;
-    if (bnb && accumulate) dispatch_rows<PwA::Backward, true, true, false>(ex, g, act, dy, w, dx, st, nullptr);
-    else if (bnb) dispatch_rows<PwA::Backward, true, false, false>(ex, g, act, dy, w, dx, st, nullptr);
-    else if (accumulate) dispatch_rows<PwA::Plain, true, true, false>(ex, g, act, dy, w, dx, st, nullptr);
-    else dispatch_rows<PwA::Plain, true, false, false>(ex, g, act, dy, w, dx, st, nullptr);
+    if (bng) {
+        SF_CHECK(g.rows >= 2, "%s: BatchNorm backward reductions need at least 2 rows, got %lld", op, g.rows);
+        const size_t need = pwconv_dgrad_workspace_floats(s), pb = need * sizeof(float);
+        rt::check_device_ptr(op, "workspace", workspace, alignof(float));
+        SF_CHECK(workspace_floats >= need, "%s: workspace of %zu floats, need %zu", op, workspace_floats, need);
+        rt::check_device_ptr(op, "bng->x", bng->x, 16);
+        SF_CHECK(!rt::overlap(dx, dxb, bng->x, dxb), "%s: dx must not alias the BN's input", op);
+        const char* in_names[4] = {"bng->gamma", "bng->beta", "bng->mean", "bng->invstd"};
+        const float* ins[4] = {bng->gamma, bng->beta, bng->mean, bng->invstd};
+        for (int i = 0; i < 4; ++i) rt::check_device_ptr(op, in_names[i], ins[i], alignof(float));
+        const char* out_names[3] = {"bng->dgamma", "bng->dbeta", "bng->coef"};
+        float* outs[3] = {bng->dgamma, bng->dbeta, bng->coef};
+        const size_t out_bytes[3] = {g.n * sizeof(float), g.n * sizeof(float), 2 * g.n * sizeof(float)};
+        const size_t vb = static_cast<size_t>(g.n) * sizeof(float);
+        for (int i = 0; i < 3; ++i) {
+            rt::check_device_ptr(op, out_names[i], outs[i], alignof(float));
+            const void* others[5] = {dy, w, dx, bng->x, workspace};
+            const size_t sizes[5] = {dyb, wb, dxb, dxb, pb};
+            for (int j = 0; j < 5; ++j)
+                SF_CHECK(!rt::overlap(outs[i], out_bytes[i], others[j], sizes[j]),
+                         "%s: %s must not alias dy, w, dx, the BN's input or the workspace", op, out_names[i]);
+            for (int j = 0; j < 4; ++j)
+                SF_CHECK(!rt::overlap(outs[i], out_bytes[i], ins[j], vb), "%s: %s must not alias %s", op, out_names[i],
+                         in_names[j]);
+            for (int j = 0; j < i; ++j)
+                SF_CHECK(!rt::overlap(outs[i], out_bytes[i], outs[j], out_bytes[j]), "%s: %s must not alias %s", op,
+                         out_names[i], out_names[j]);
+        }
+        SF_CHECK(!rt::overlap(workspace, pb, dy, dyb) && !rt::overlap(workspace, pb, w, wb) &&
+                     !rt::overlap(workspace, pb, dx, dxb) && !rt::overlap(workspace, pb, bng->x, dxb),
+                 "%s: the workspace must not alias dy, w, dx or the BN's input", op);
+        const PwStage ep{bng->gamma, bng->beta, bng->mean, bng->invstd, nullptr, dev(bng->x), false, 0.0};
+        if (accumulate)
+            dispatch_rows<PwA::Plain, true, true, PwEpi::BnGrad>(ex, g, bng->act, dy, w, dx, st, workspace, ep);
+        else
+            dispatch_rows<PwA::Plain, true, false, PwEpi::BnGrad>(ex, g, bng->act, dy, w, dx, st, workspace, ep);
+        rt::launch(ex, "pwconv_bn_grad_finalize_kernel", pwconv_bn_grad_finalize_kernel, dim3(g.finalize_blocks),
+                   dim3(kPwFinalizeX, kPwFinalizeY), 0, static_cast<int>(g.rows), g.n, g.chunks,
+                   static_cast<const float*>(workspace), bng->dgamma, bng->dbeta, bng->coef);
+        return;
+    }
+    if (bnb && accumulate) dispatch_rows<PwA::Backward, true, true, PwEpi::None>(ex, g, act, dy, w, dx, st, nullptr);
+    else if (bnb) dispatch_rows<PwA::Backward, true, false, PwEpi::None>(ex, g, act, dy, w, dx, st, nullptr);
+    else if (accumulate) dispatch_rows<PwA::Plain, true, true, PwEpi::None>(ex, g, act, dy, w, dx, st, nullptr);
+    else dispatch_rows<PwA::Plain, true, false, PwEpi::None>(ex, g, act, dy, w, dx, st, nullptr);
 }
 
 }  // namespace kern

@@ -48,6 +48,8 @@ TEST(KernelsPwconvLaunch, ModelShapes) {
         EXPECT_EQ(p.n_blocks, x.n_blocks);
         EXPECT_EQ(p.finalize_blocks, (x.cout + 31) / 32);
         EXPECT_EQ(kern::pwconv_workspace_floats(s), 3u * x.chunks * x.cout);
+        // The dgrad's BN-backward epilogue: two sums per (chunk, input channel), the same row tiles.
+        EXPECT_EQ(kern::pwconv_dgrad_workspace_floats(s), 2u * x.chunks * x.cin);
     }
 }
 
@@ -112,6 +114,7 @@ TEST(KernelsPwconvLaunch, UnsupportedShapesAreRefusedWithTheReason) {
         EXPECT_FALSE(kern::pwconv_supported(x.s)) << x.why;
         SF_EXPECT_ERROR(kern::pwconv_plan(x.s), "pwconv: unsupported shape", x.why);
         SF_EXPECT_ERROR(kern::pwconv_workspace_floats(x.s), "pwconv: unsupported shape", x.why);
+        SF_EXPECT_ERROR(kern::pwconv_dgrad_workspace_floats(x.s), "pwconv: unsupported shape", x.why);
     }
 }
 

@@ -12,7 +12,9 @@
 //   - bad shapes and arguments are refused with their documented errors;
 //   - the dgrad (dx = dy * w, overwrite and accumulate): exact on small integers, within rounding of the
 //     fp64 reference otherwise, no write past dx; with the BN-backward prologue bitwise the plain dgrad of
-//     the dx bn_act_backward stored (SiLU, ReLU, none; both modes); its refusals;
+//     the dx bn_act_backward stored (SiLU, ReLU, none; both modes); with the BN-backward epilogue (the
+//     preceding BN's reductions from the dx it stores) dx bitwise the plain dgrad's and the reductions
+//     against fp64 and bn_act_backward_stats; its refusals;
 // The wgrad: tests/gpu/kernels_pwconv_wgrad_test.cpp; the cases and comparisons both use:
 // tests/gpu/pwconv_test_util.h.
 #include <cuda_runtime.h>
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/bf16.h"
 #include "kernels/bn_act_cuda.h"
 #include "kernels/pwconv_cuda.h"
@@ -543,6 +546,157 @@ TEST(KernelsPwconvGpu, DgradBnPrologueEqualsTheStoredGradientBitForBit) {
                 EXPECT_TRUE(bitwise(rig.dx(rig.o_dx2, what), rig.dx(rig.o_dx, what), what));
             }
         }
+    }
+}
+
+// The dgrad's BN-backward epilogue (PwBnGrad): the reductions of the BN before the conv, gathered from the
+// dx the dgrad stores. dx bitwise the plain dgrad's; dgamma, dbeta (+=, from nonzero values) and the two
+// coefficients against an fp64 host reference of the same sums over that dx, and against
+// bn_act_backward_stats run on the stored dx (another summation order), each within 1e-5 of the sum of
+// the terms' magnitudes; a second run bitwise equal; both dgrad modes, SiLU / ReLU / none; the refusals.
+TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    uint64_t seed = 9750;
+    for (const Case& k : kCases) {
+        const size_t rows = rows_of(k), co = static_cast<size_t>(k.cout), ci = static_cast<size_t>(k.cin);
+        if (rows < 2) continue;
+        const kern::ConvShape s = shape_of(k);
+        rt::Arena arena{"pwconv_bn_grad_test", rt::MemKind::Device};
+        const size_t wsn = std::max(kern::pwconv_dgrad_workspace_floats(s), kern::bn_act_workspace_floats(rows, k.cin));
+        auto bf = [&](size_t n, const char* what) { return arena.reserve(n * 2, 256, what); };
+        const size_t o_dy = bf(rows * co, "dy"), o_w = bf(co * ci, "w"), o_xbn = bf(rows * ci, "x_bn");
+        const size_t o_dx = bf((rows + 1) * ci, "dx"), o_dx2 = bf((rows + 1) * ci, "dx2");
+        const size_t o_v = arena.reserve(12 * ci * 4, 256, "BN vectors"), o_ws = arena.reserve(wsn * 4, 256, "ws");
+        arena.allocate();
+        arena.seal();
+        auto B = [&](size_t o) { return arena.ptr<kern::bf16>(o); };
+        auto V = [&](int i) { return arena.ptr<float>(o_v) + static_cast<size_t>(i) * ci; };
+        float* ws = arena.ptr<float>(o_ws);
+        // The producer BN's input with per-channel offsets, its statistics, gamma and beta.
+        const std::vector<double> u = sftest::random_uniform(rows * ci, seed++, -1, 1);
+        const std::vector<double> off = sftest::random_uniform(ci, seed++, -2, 2);
+        std::vector<double> xbn(rows * ci);
+        for (size_t i = 0; i < xbn.size(); ++i) xbn[i] = off[i % ci] + u[i];
+        const std::vector<float> xbnf = bf16_exact(xbn);
+        upload_bf16(B(o_xbn), xbnf);
+        upload_bf16(B(o_dy), bf16_exact(sftest::random_uniform(rows * co, seed++, -1, 1)));
+        upload_bf16(B(o_w), bf16_exact(sftest::random_uniform(co * ci, seed++, -0.5, 0.5)));
+        const std::vector<float> gamma = to_floats(sftest::random_uniform(ci, seed++, 0.5, 1.5));
+        const std::vector<float> beta = to_floats(sftest::random_uniform(ci, seed++, -0.8, 0.8));
+        upload(V(0), gamma);
+        upload(V(1), beta);
+        upload(V(4), std::vector<float>(ci, 0.0f));  // running mean
+        upload(V(5), std::vector<float>(ci, 1.0f));  // running var
+        kern::bn_stats_train(ex, rows, k.cin, B(o_xbn), V(2), V(3), V(4), V(5), kMomentum, kEps, ws, wsn);
+        ctx.synchronize();
+        const std::vector<float> mean = download(V(2), ci), invstd = download(V(3), ci);
+        const std::vector<float> d0 = to_floats(sftest::random_uniform(ci, seed++, -3, 3));  // dgamma, dbeta before
+        const std::vector<float> dx0 = bf16_exact(sftest::random_uniform(rows * ci, seed++, -2, 2));
+        for (Act act : {Act::Silu, Act::Relu, Act::None}) {
+            for (const bool acc : {false, true}) {
+                const std::string what = name_of(k) + " " + kern::act_name(act) + (acc ? " accumulate" : " overwrite");
+                auto set_dx = [&](size_t o) {
+                    std::vector<float> v = acc ? dx0 : std::vector<float>(rows * ci, Rig::kSentinel);
+                    v.resize((rows + 1) * ci, Rig::kSentinel);
+                    upload_bf16(B(o), v);
+                };
+                set_dx(o_dx);
+                kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx), acc);
+                for (int i : {6, 7, 8, 9}) upload(V(i), d0);  // dgamma, dbeta of the epilogue, then of the pass
+                kern::PwBnGrad bng;
+                bng.act = act;
+                bng.x = B(o_xbn);
+                bng.gamma = V(0);
+                bng.beta = V(1);
+                bng.mean = V(2);
+                bng.invstd = V(3);
+                bng.dgamma = V(6);
+                bng.dbeta = V(7);
+                bng.coef = V(10);  // 2 C: V(10), V(11)
+                std::vector<float> first;
+                for (int run = 0; run < 2; ++run) {
+                    set_dx(o_dx2);
+                    if (run == 1) for (int i : {6, 7}) upload(V(i), d0);
+                    kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), acc, nullptr, &bng, ws, wsn);
+                    ctx.synchronize();
+                    std::vector<float> got = download(V(6), 2 * ci);
+                    const std::vector<float> coef = download(V(10), 2 * ci);
+                    got.insert(got.end(), coef.begin(), coef.end());
+                    if (run == 0) first = got;
+                    else EXPECT_TRUE(bitwise(got, first, what + ": a second run"));
+                }
+                bool intact = true, intact2 = true;
+                const std::vector<float> dx =
+                    sftest::strip_guard(download_bf16(B(o_dx), (rows + 1) * ci), rows * ci, Rig::kSentinel, intact);
+                const std::vector<float> dx2 =
+                    sftest::strip_guard(download_bf16(B(o_dx2), (rows + 1) * ci), rows * ci, Rig::kSentinel, intact2);
+                EXPECT_TRUE(intact && intact2) << what << ": a dgrad wrote past the last row";
+                EXPECT_TRUE(bitwise(dx2, dx, what + ": dx against the plain dgrad"));
+                // The statistics pass on the stored dx: dgamma, dbeta into V(8), V(9), its coefficients in ws.
+                kern::bn_act_backward_stats(ex, act, rows, k.cin, B(o_xbn), B(o_dx), V(0), V(1), V(2), V(3), V(8),
+                                            V(9), ws, wsn);
+                ctx.synchronize();
+                std::vector<float> pass = download(V(8), 2 * ci);
+                const std::vector<float> pcoef = download(ws + kern::bn_act_backward_coef_offset(rows, k.cin), 2 * ci);
+                pass.insert(pass.end(), pcoef.begin(), pcoef.end());
+                // fp64: z = gamma * xhat + beta, g = dx * act'(z); sums per channel and their magnitudes.
+                std::vector<double> sg(ci, 0.0), sgx(ci, 0.0), mg(ci, 0.0), mgx(ci, 0.0);
+                for (size_t r = 0; r < rows; ++r)
+                    for (size_t c = 0; c < ci; ++c) {
+                        const double d = static_cast<double>(xbnf[r * ci + c]) - mean[c];
+                        const double xhat = d * invstd[c];
+                        const double z = d * (static_cast<double>(gamma[c]) * invstd[c]) + beta[c];
+                        const double dyv = dx[r * ci + c];
+                        double gr = 0.0;
+                        kern::act_backward_ref<double>(act, 1, &z, &dyv, &gr, false);
+                        sg[c] += gr;
+                        sgx[c] += gr * xhat;
+                        mg[c] += std::fabs(gr);
+                        mgx[c] += std::fabs(gr * xhat);
+                    }
+                for (size_t c = 0; c < ci; ++c) {
+                    // [dgamma, dbeta, mean(g), mean(g * xhat)] per channel, with the bound of each.
+                    const double ref[4] = {d0[c] + sgx[c], d0[c] + sg[c], sg[c] / rows, sgx[c] / rows};
+                    const double tol[4] = {1e-5 * (mgx[c] + std::fabs(d0[c])) + 1e-6, 1e-5 * (mg[c] + std::fabs(d0[c])) + 1e-6,
+                                           1e-5 * mg[c] / rows + 1e-9, 1e-5 * mgx[c] / rows + 1e-9};
+                    const size_t at[4] = {c, ci + c, 2 * ci + c, 3 * ci + c};
+                    const char* names[4] = {"dgamma", "dbeta", "mean(g)", "mean(g xhat)"};
+                    for (int q = 0; q < 4; ++q) {
+                        EXPECT_NEAR(first[at[q]], ref[q], tol[q]) << what << " " << names[q] << " channel " << c;
+                        EXPECT_NEAR(first[at[q]], pass[at[q]], 2 * tol[q]) << what << " " << names[q] << " channel " << c
+                                                                             << " against bn_act_backward_stats";
+                    }
+                }
+            }
+        }
+        // Refusals (before any launch).
+        kern::PwBnGrad bng;
+        bng.x = B(o_xbn);
+        bng.gamma = V(0);
+        bng.beta = V(1);
+        bng.mean = V(2);
+        bng.invstd = V(3);
+        bng.dgamma = V(6);
+        bng.dbeta = V(7);
+        bng.coef = V(10);
+        kern::DwBnBackward bnb;
+        SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, &bnb, &bng, ws, wsn),
+                        "does not go with the BN-backward prologue");
+        SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, nullptr, &bng, ws,
+                                                        kern::pwconv_dgrad_workspace_floats(s) - 1),
+                        "workspace of", "need");
+        SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, nullptr, &bng, nullptr, wsn),
+                        "workspace");
+        kern::PwBnGrad alias = bng;
+        alias.coef = V(7);  // overlaps dbeta
+        SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, nullptr, &alias, ws, wsn),
+                        "bng->coef must not alias bng->dbeta");
+        kern::PwBnGrad nox = bng;
+        nox.x = nullptr;
+        SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, nullptr, &nox, ws, wsn),
+                        "bng->x");
     }
 }
 
