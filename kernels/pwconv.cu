@@ -354,6 +354,23 @@ __global__ void __launch_bounds__(kPwThreads, 2)
     }
 }
 
+// The finalize kernels' last step: the 8 lanes y of column x add their fp64 sums in order; true in lane 0 of
+// a valid column (keep), which then holds the totals. Every thread of the block must call it.
+__device__ __forceinline__ bool merge_lanes(double (&sm)[2][kPwFinalizeY][kPwFinalizeX], bool keep, double& s0,
+                                            double& s1) {
+    sm[0][threadIdx.y][threadIdx.x] = s0;
+    sm[1][threadIdx.y][threadIdx.x] = s1;
+    __syncthreads();
+    if (threadIdx.y != 0 || !keep) return false;
+    s0 = 0.0;
+    s1 = 0.0;
+    for (int l = 0; l < kPwFinalizeY; ++l) {
+        s0 += sm[0][l][threadIdx.x];
+        s1 += sm[1][l][threadIdx.x];
+    }
+    return true;
+}
+
 // The statistics' second pass. Grid finalize_blocks, block (32, 8): channel blockIdx.x * 32 + x, lane y
 // merging chunks y, y + 8, ... in order in fp64 onto chunk 0's shift k0 (a chunk with shift kc, sums a1,
 // a2 over nb rows: d = kc - k0, sum(v - k0) = a1 + nb d, sum((v - k0)^2) = a2 + d (2 a1 + nb d)), then
@@ -380,16 +397,7 @@ __global__ void pwconv_stats_finalize_kernel(int rows, int n, long long tiles, i
             s1 += a2 + d * (2.0 * a1 + nb * d);
         }
     }
-    sm[0][threadIdx.y][threadIdx.x] = s0;
-    sm[1][threadIdx.y][threadIdx.x] = s1;
-    __syncthreads();
-    if (threadIdx.y != 0 || ch >= n) return;
-    s0 = 0.0;
-    s1 = 0.0;
-    for (int l = 0; l < kPwFinalizeY; ++l) {
-        s0 += sm[0][l][threadIdx.x];
-        s1 += sm[1][l][threadIdx.x];
-    }
+    if (!merge_lanes(sm, ch < n, s0, s1)) return;
     bn_stats_write(
         ch, static_cast<double>(rows), [&] { return k0; }, s0, s1, save_mean, save_invstd, running_mean, running_var,
         momentum, eps);
@@ -411,16 +419,7 @@ __global__ void pwconv_bn_grad_finalize_kernel(int rows, int n, int chunks, cons
             s1 += static_cast<double>(part[static_cast<size_t>(chunks + c) * n + ch]);
         }
     }
-    sm[0][threadIdx.y][threadIdx.x] = s0;
-    sm[1][threadIdx.y][threadIdx.x] = s1;
-    __syncthreads();
-    if (threadIdx.y != 0 || ch >= n) return;
-    s0 = 0.0;
-    s1 = 0.0;
-    for (int l = 0; l < kPwFinalizeY; ++l) {
-        s0 += sm[0][l][threadIdx.x];
-        s1 += sm[1][l][threadIdx.x];
-    }
+    if (!merge_lanes(sm, ch < n, s0, s1)) return;
     dbeta[ch] += static_cast<float>(s0);
     dgamma[ch] += static_cast<float>(s1);
     coef[ch] = static_cast<float>(s0 / static_cast<double>(rows));

@@ -594,6 +594,19 @@ TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
         const std::vector<float> mean = download(V(2), ci), invstd = download(V(3), ci);
         const std::vector<float> d0 = to_floats(sftest::random_uniform(ci, seed++, -3, 3));  // dgamma, dbeta before
         const std::vector<float> dx0 = bf16_exact(sftest::random_uniform(rows * ci, seed++, -2, 2));
+        auto make_bng = [&](Act act) {  // the BN of V(0..3); dgamma, dbeta into V(6), V(7), coef V(10..11)
+            kern::PwBnGrad b;
+            b.act = act;
+            b.x = B(o_xbn);
+            b.gamma = V(0);
+            b.beta = V(1);
+            b.mean = V(2);
+            b.invstd = V(3);
+            b.dgamma = V(6);
+            b.dbeta = V(7);
+            b.coef = V(10);
+            return b;
+        };
         for (Act act : {Act::Silu, Act::Relu, Act::None}) {
             for (const bool acc : {false, true}) {
                 const std::string what = name_of(k) + " " + kern::act_name(act) + (acc ? " accumulate" : " overwrite");
@@ -605,16 +618,7 @@ TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
                 set_dx(o_dx);
                 kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx), acc);
                 for (int i : {6, 7, 8, 9}) upload(V(i), d0);  // dgamma, dbeta of the epilogue, then of the pass
-                kern::PwBnGrad bng;
-                bng.act = act;
-                bng.x = B(o_xbn);
-                bng.gamma = V(0);
-                bng.beta = V(1);
-                bng.mean = V(2);
-                bng.invstd = V(3);
-                bng.dgamma = V(6);
-                bng.dbeta = V(7);
-                bng.coef = V(10);  // 2 C: V(10), V(11)
+                const kern::PwBnGrad bng = make_bng(act);
                 std::vector<float> first;
                 for (int run = 0; run < 2; ++run) {
                     set_dx(o_dx2);
@@ -672,15 +676,7 @@ TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
             }
         }
         // Refusals (before any launch).
-        kern::PwBnGrad bng;
-        bng.x = B(o_xbn);
-        bng.gamma = V(0);
-        bng.beta = V(1);
-        bng.mean = V(2);
-        bng.invstd = V(3);
-        bng.dgamma = V(6);
-        bng.dbeta = V(7);
-        bng.coef = V(10);
+        const kern::PwBnGrad bng = make_bng(Act::None);
         kern::DwBnBackward bnb;
         SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, &bnb, &bng, ws, wsn),
                         "does not go with the BN-backward prologue");
