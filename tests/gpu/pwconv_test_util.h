@@ -1,5 +1,6 @@
-// What the pointwise conv's kernel tests share (tests/gpu/kernels_pwconv_test.cpp: forward and dgrad;
-// tests/gpu/kernels_pwconv_wgrad_test.cpp: wgrad): the cases, their shapes and the comparisons.
+// What the pointwise conv's kernel tests share (tests/gpu/kernels_pwconv_test.cpp: forward;
+// kernels_pwconv_dgrad_test.cpp: dgrad; kernels_pwconv_wgrad_test.cpp: wgrad): the cases, their shapes,
+// the comparisons and the guard rows' value.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -24,6 +25,7 @@ using sftest::upload;
 using sftest::upload_bf16;
 
 constexpr double kMomentum = 0.1, kEps = 1e-5;
+constexpr float kSentinel = -768.0f;  // the guard rows' value, bf16-exact (3 * 2^8)
 
 struct Case {
     int n, h, w, cin, cout;
