@@ -194,20 +194,24 @@ void check_residual(const char* op, size_t rows, int c, const bf16* x, const bf1
 template <Act A>
 void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, const bf16* dy, const float* gamma,
                      const float* beta, const float* mean, const float* invstd, bf16* dx, float* dgamma, float* dbeta,
-                     float* ws) {
-    float* part = ws;                                              // 2 * chunks * C
-    float* coef = ws + 2 * static_cast<size_t>(pl.chunks) * pl.c;  // 2 * C (bn_act_backward_coef_offset)
+                     float* ws, const float* given_coef) {
     const dim3 block(pl.block_x, pl.block_y);
-    with_row_batch(pl, [&](auto rb) {
-        rt::launch(ex, "bn_act_backward_reduce_kernel", bn_act_backward_reduce_kernel<A, decltype(rb)::value>,
-                   dim3(pl.grid_x, pl.chunks), block, 0, pl.rows, pl.c, pl.chunks, dev(x), dev(dy), gamma, beta, mean,
-                   invstd, part);
-    });
-    with_row_batch(pl, [&](auto rb) {
-        rt::launch(ex, "bn_act_backward_finalize_kernel", bn_act_backward_finalize_kernel<decltype(rb)::value>,
-                   pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, part, dgamma, dbeta,
-                   coef);
-    });
+    const float* coef = given_coef;
+    if (!given_coef) {
+        float* part = ws;                                           // 2 * chunks * C
+        float* wcoef = ws + 2 * static_cast<size_t>(pl.chunks) * pl.c;  // 2 * C (bn_act_backward_coef_offset)
+        with_row_batch(pl, [&](auto rb) {
+            rt::launch(ex, "bn_act_backward_reduce_kernel", bn_act_backward_reduce_kernel<A, decltype(rb)::value>,
+                       dim3(pl.grid_x, pl.chunks), block, 0, pl.rows, pl.c, pl.chunks, dev(x), dev(dy), gamma, beta,
+                       mean, invstd, part);
+        });
+        with_row_batch(pl, [&](auto rb) {
+            rt::launch(ex, "bn_act_backward_finalize_kernel", bn_act_backward_finalize_kernel<decltype(rb)::value>,
+                       pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, part, dgamma,
+                       dbeta, wcoef);
+        });
+        coef = wcoef;
+    }
     if (!dx) return;  // bn_act_backward_stats: the coefficients stay in the workspace
     with_row_batch(pl, [&](auto rb) {
         rt::launch(ex, "bn_act_backward_dx_kernel", bn_act_backward_dx_kernel<A, decltype(rb)::value>,
@@ -331,10 +335,11 @@ namespace {
 
 // bn_act_backward (dx non-null) and bn_act_backward_stats (dx null: no dx pass): one set of checks,
 // then the launches.
+// bn_act_backward_dx (coef non-null): the dx pass alone with the given coefficients, no workspace.
 void backward_checked(const char* op, const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
                       const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
                       bf16* dx, float* dgamma, float* dbeta, float* workspace, size_t workspace_floats,
-                      int row_batch) {
+                      int row_batch, const float* coef = nullptr) {
     BnActPlan pl;
     if (dx) {
         pl = check_common(op, ex, rows, c, true, row_batch, x, dx);
@@ -351,19 +356,26 @@ void backward_checked(const char* op, const rt::Exec& ex, Act act, size_t rows, 
     check_vec(op, "beta", beta);
     check_vec(op, "save_mean", save_mean);
     check_vec(op, "save_invstd", save_invstd);
-    check_vec(op, "dgamma", dgamma);
-    check_vec(op, "dbeta", dbeta);
-    check_workspace(op, pl, workspace, workspace_floats);
+    if (coef) {
+        check_vec(op, "coef", coef);
+        const size_t db = rows * static_cast<size_t>(c) * sizeof(bf16);
+        SF_CHECK(!rt::overlap(dx, db, coef, 2 * static_cast<size_t>(c) * sizeof(float)),
+                 "%s: dx must not alias coef", op);
+    } else {
+        check_vec(op, "dgamma", dgamma);
+        check_vec(op, "dbeta", dbeta);
+        check_workspace(op, pl, workspace, workspace_floats);
+    }
     switch (act) {
         case Act::None:
             return launch_backward<Act::None>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                                              workspace);
+                                              workspace, coef);
         case Act::Silu:
             return launch_backward<Act::Silu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                                              workspace);
+                                              workspace, coef);
         case Act::Relu:
             return launch_backward<Act::Relu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                                              workspace);
+                                              workspace, coef);
     }
     SF_FAIL("%s: activation %d is not one of none, silu, relu", op, static_cast<int>(act));
 }
@@ -387,6 +399,37 @@ void bn_act_backward_stats(const rt::Exec& ex, Act act, size_t rows, int c, cons
                            float* dgamma, float* dbeta, float* workspace, size_t workspace_floats, int row_batch) {
     backward_checked("bn_act_backward_stats", ex, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, nullptr,
                      dgamma, dbeta, workspace, workspace_floats, row_batch);
+}
+
+void bn_act_backward_dx(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
+                        const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
+                        const float* coef, bf16* dx, int row_batch) {
+    check_vec("bn_act_backward_dx", "coef", coef);  // null would mean "gather them" to backward_checked
+    backward_checked("bn_act_backward_dx", ex, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, dx, nullptr,
+                     nullptr, nullptr, 0, row_batch, coef);
+}
+
+void bn_act_backward_finalize(const rt::Exec& ex, size_t rows, int c, int chunks, const float* part, float* dgamma,
+                              float* dbeta, float* coef) {
+    const char* op = "bn_act_backward_finalize";
+    rt::check_cuda_exec(op, ex);
+    SF_CHECK(c > 0 && chunks > 0 && rows >= 2, "%s: needs C > 0, chunks > 0 and rows >= 2 (C=%d chunks=%d rows=%zu)",
+             op, c, chunks, rows);
+    check_vec(op, "part", part);
+    check_vec(op, "dgamma", dgamma);
+    check_vec(op, "dbeta", dbeta);
+    check_vec(op, "coef", coef);
+    const size_t vb = static_cast<size_t>(c) * sizeof(float), pb = 2 * static_cast<size_t>(chunks) * vb;
+    const void* outs[3] = {dgamma, dbeta, coef};
+    const size_t ob[3] = {vb, vb, 2 * vb};
+    for (int i = 0; i < 3; ++i) {
+        SF_CHECK(!rt::overlap(outs[i], ob[i], part, pb), "%s: the outputs must not alias the partials", op);
+        for (int j = 0; j < i; ++j)
+            SF_CHECK(!rt::overlap(outs[i], ob[i], outs[j], ob[j]), "%s: dgamma, dbeta and coef must not overlap", op);
+    }
+    rt::launch(ex, "bn_act_backward_finalize_kernel", bn_act_backward_finalize_kernel<1>,
+               static_cast<int>((c + kFinalizeX - 1) / kFinalizeX), dim3(kFinalizeX, kFinalizeY), 0, rows, c, chunks,
+               part, dgamma, dbeta, coef);
 }
 
 }  // namespace kern

@@ -107,4 +107,19 @@ void bn_act_backward_stats(const rt::Exec& ex, Act act, size_t rows, int c, cons
 // Where the backward's coefficients (2 * C floats) sit in its workspace: after the 2 * chunks * C partials.
 size_t bn_act_backward_coef_offset(size_t rows, int c);
 
+// bn_act_backward's dx pass alone, with the coefficients another kernel wrote (coef[0..C) = mean(g),
+// coef[C..2C) = mean(g * xhat): bn_act_backward_stats, bn_act_backward_finalize, or a conv's BN-backward
+// epilogue, kern::BnGradSums): dx (rows, C) bf16 OVERWRITTEN, bitwise what bn_act_backward's dx pass writes
+// given the same coefficients. No workspace; dgamma and dbeta are not touched.
+void bn_act_backward_dx(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
+                        const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
+                        const float* coef, bf16* dx, int row_batch = 1);
+
+// bn_act_backward's second pass on partials another kernel gathered (a conv's BN-backward epilogue,
+// kern::BnGradSums): part[k * C + c] = chunk k's sum g, part[(chunks + k) * C + c] = its sum g * xhat;
+// per channel the chunks are added in fp64 in bn_act_backward's fixed order (lane y: chunks y, y + 8, ...,
+// then the 8 lanes in order), then dbeta += sum g, dgamma += sum g * xhat, coef = the two sums / rows.
+void bn_act_backward_finalize(const rt::Exec& ex, size_t rows, int c, int chunks, const float* part, float* dgamma,
+                              float* dbeta, float* coef);
+
 }  // namespace kern

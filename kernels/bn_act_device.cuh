@@ -132,4 +132,20 @@ __device__ __forceinline__ float bn_act_dx_value(const Chan8& p, int j, float x,
     return p.scale[j] * (gr - fmaf(xhat, mgx, mg));
 }
 
+// One element of a BN's backward reductions, with bn_act_backward_stats's arithmetic (grad_xhat, then
+// the sums as bn_act_rows.cuh's reduce_add adds them): the conv epilogues of kern::BnGradSums.
+template <Act A>
+__device__ __forceinline__ void bn_grad_add(float x, float dx, float mean, float invstd, float scale, float beta,
+                                            float& sum_g, float& sum_gx) {
+    Chan8 p;
+    p.mean[0] = mean;
+    p.invstd[0] = invstd;
+    p.scale[0] = scale;
+    p.beta[0] = beta;
+    float gr, xhat;
+    grad_xhat<A>(p, 0, x, dx, gr, xhat);
+    sum_g += gr;
+    sum_gx = fmaf(gr, xhat, sum_gx);
+}
+
 }  // namespace kern

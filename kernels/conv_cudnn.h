@@ -75,6 +75,13 @@ struct ConvPolicy {
     // and its tensor are gone. Bitwise the same as dw_fused_bwd alone. `bench step --dw-fused-bwd-bn`
     // (docs/perf/OPTIMIZATION_LOG.md entry 16).
     bool dw_fused_bn_bwd = false;
+    // With dw_fused_bwd and the fused LiteBlock (model.fuse_expand_dw): the depthwise conv's fused backward
+    // also gathers the expand BatchNorm's backward reductions from the gradient it stores (kern::BnGradSums,
+    // the kernel's epilogue), so the expand's BN backward runs only its dx pass (kern::bn_act_backward_dx):
+    // its reduce pass, a read of that gradient and of the expand's output, is gone. Summed in another order
+    // than bn_act_backward_stats's (last bits). `bench step --dw-fused-bn-grad` (implies --dw-fused-bwd;
+    // docs/perf/OPTIMIZATION_LOG.md entry 21).
+    bool dw_fused_bn_grad = false;
     // model::GpuOps: the 1x1 convolutions the project's tensor-core kernels support (kern::pwconv_supported)
     // get them as a second candidate (kernels/pwconv_cuda.h: forward, dgrad, wgrad), timed against cuDNN's
     // plans when autotuning and taken without timing otherwise, like the depthwise kernels. Another

@@ -108,6 +108,40 @@ void check_dw_prologue(const char* op, const DwPrologue* pro, int c, std::initia
              pro->eps);
 }
 
+void check_bn_grad_sums(const char* op, const BnGradSums* bng, int c, long long rows, size_t x_bytes,
+                        std::initializer_list<DwNamed> read, std::initializer_list<DwNamed> written) {
+    if (!bng) return;
+    SF_CHECK(bng->act == Act::None || bng->act == Act::Silu || bng->act == Act::Relu,
+             "%s: BN-backward epilogue activation %d is not one of none, silu, relu", op, static_cast<int>(bng->act));
+    SF_CHECK(rows >= 2, "%s: BatchNorm backward reductions need at least 2 rows, got %lld", op, rows);
+    rt::check_device_ptr(op, "bng->x", bng->x, 16);
+    for (const DwNamed& o : written)
+        SF_CHECK(!rt::overlap(o.p, o.bytes, bng->x, x_bytes), "%s: %s must not alias the BN's input bng->x", op,
+                 o.name);
+    const size_t vb = static_cast<size_t>(c) * sizeof(float);
+    const char* in_names[4] = {"bng->gamma", "bng->beta", "bng->mean", "bng->invstd"};
+    const float* ins[4] = {bng->gamma, bng->beta, bng->mean, bng->invstd};
+    for (int i = 0; i < 4; ++i) rt::check_device_ptr(op, in_names[i], ins[i], alignof(float));
+    const char* out_names[3] = {"bng->dgamma", "bng->dbeta", "bng->coef"};
+    const float* outs[3] = {bng->dgamma, bng->dbeta, bng->coef};
+    const size_t out_bytes[3] = {vb, vb, 2 * vb};
+    for (int i = 0; i < 3; ++i) {
+        rt::check_device_ptr(op, out_names[i], outs[i], alignof(float));
+        SF_CHECK(!rt::overlap(outs[i], out_bytes[i], bng->x, x_bytes), "%s: %s must not alias the BN's input bng->x",
+                 op, out_names[i]);
+        for (const std::initializer_list<DwNamed>& list : {read, written})
+            for (const DwNamed& o : list)
+                SF_CHECK(!rt::overlap(outs[i], out_bytes[i], o.p, o.bytes), "%s: %s must not alias %s", op,
+                         out_names[i], o.name);
+        for (int j = 0; j < 4; ++j)
+            SF_CHECK(!rt::overlap(outs[i], out_bytes[i], ins[j], vb), "%s: %s must not alias %s", op, out_names[i],
+                     in_names[j]);
+        for (int j = 0; j < i; ++j)
+            SF_CHECK(!rt::overlap(outs[i], out_bytes[i], outs[j], out_bytes[j]), "%s: %s must not alias %s", op,
+                     out_names[i], out_names[j]);
+    }
+}
+
 // ---- launchers ----
 
 bool dwconv3x3_supported(const ConvShape& s) { return unsupported_reason(s).empty(); }
@@ -139,8 +173,9 @@ DwFusedPlan dwconv3x3_fused_plan(const ConvShape& s, int max_blocks) {
     return dwconv3x3_fused_geometry(s.n, s.h, s.w, s.cin, max_blocks);
 }
 
-size_t dwconv3x3_fused_workspace_floats(const ConvShape& s, int max_blocks) {
-    return dwconv3x3_fused_plan(s, max_blocks).workspace_floats;
+size_t dwconv3x3_fused_workspace_floats(const ConvShape& s, int max_blocks, bool bn_grad) {
+    const DwFusedPlan fp = dwconv3x3_fused_plan(s, max_blocks);
+    return fp.workspace_floats + (bn_grad ? fp.bn_grad_floats : 0);
 }
 
 const char* dwconv3x3_variant_name(int v) {
@@ -221,24 +256,26 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
 
 void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
                                    const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
-                                   bool accumulate, const DwBnBackward* bnb, int max_blocks, const DwPrologue* pro) {
+                                   bool accumulate, const DwBnBackward* bnb, int max_blocks, const DwPrologue* pro,
+                                   const BnGradSums* bng) {
     const char* op = "dwconv3x3_backward_fused_cuda";
     rt::check_cuda_exec(op, ex);
     const DwFusedPlan fp = dwconv3x3_fused_plan(s, max_blocks);
+    const size_t need = fp.workspace_floats + (bng ? fp.bn_grad_floats : 0);
     check_bf16(op, "x", x);
     check_bf16(op, "dy", dy);
     check_bf16(op, "w", w);
     check_bf16(op, "dx", dx);
     rt::check_device_ptr(op, "dw", dw, alignof(float));
     rt::check_device_ptr(op, "workspace", workspace, 16);
-    SF_CHECK(workspace_floats >= fp.workspace_floats,
-             "%s: workspace of %zu floats is too small for n=%d h=%d w=%d C=%d (need "
+    SF_CHECK(workspace_floats >= need,
+             "%s: workspace of %zu floats is too small for n=%d h=%d w=%d C=%d%s (need "
              "dwconv3x3_fused_workspace_floats = %zu)",
-             op, workspace_floats, fp.n, fp.h, fp.w, fp.c, fp.workspace_floats);
+             op, workspace_floats, fp.n, fp.h, fp.w, fp.c, bng ? " with the BN-backward epilogue" : "", need);
     const size_t act = static_cast<size_t>(fp.n) * fp.h * fp.w * fp.c * sizeof(bf16);
     const size_t wb = static_cast<size_t>(fp.c) * 9 * sizeof(bf16);
     const size_t dw_bytes = static_cast<size_t>(fp.c) * 9 * sizeof(float);
-    const size_t ws_bytes = fp.workspace_floats * sizeof(float);
+    const size_t ws_bytes = need * sizeof(float);
     SF_CHECK(!rt::overlap(dx, act, dy, act) && !rt::overlap(dx, act, x, act) && !rt::overlap(dx, act, w, wb),
              "%s: dx must not alias dy, x or w", op);
     SF_CHECK(!rt::overlap(dw, dw_bytes, x, act) && !rt::overlap(dw, dw_bytes, dy, act) &&
@@ -251,7 +288,34 @@ void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const
     check_dw_bn_backward(op, bnb, fp.c, act, {{dx, act}, {dw, dw_bytes}, {workspace, ws_bytes}},
                          "dx, dw and the workspace");
     check_dw_prologue(op, pro, fp.c, {{dx, act}, {dw, dw_bytes}, {workspace, ws_bytes}});
-    dw_launch_backward_fused(ex, fp, x, dy, w, dx, dw, workspace, accumulate, bnb, pro);
+    if (bng) {
+        // The epilogue reduces the prologue's BN: the same input, vectors and activation, in train mode.
+        SF_CHECK(pro && !pro->eval,
+                 "%s: the BN-backward epilogue (bng) reduces the forward prologue's BatchNorm: it needs a train-mode "
+                 "prologue (pro)",
+                 op);
+        SF_CHECK(bng->x == x, "%s: bng->x must be x (the prologue's pre-BN input)", op);
+        SF_CHECK(bng->act == pro->act, "%s: bng->act (%d) must be the prologue's activation (%d)", op,
+                 static_cast<int>(bng->act), static_cast<int>(pro->act));
+        SF_CHECK(bng->gamma == pro->gamma && bng->beta == pro->beta && bng->mean == pro->mean &&
+                     bng->invstd == pro->invstd,
+                 "%s: bng's gamma, beta, mean and invstd must be the prologue's", op);
+        check_bn_grad_sums(op, bng, fp.c, static_cast<long long>(fp.n) * fp.h * fp.w, act,
+                           {{dy, act, "dy"}, {w, wb, "w"}}, {{dx, act, "dx"}, {dw, dw_bytes, "dw"},
+                                                              {workspace, ws_bytes, "the workspace"}});
+        if (bnb) {
+            const size_t cb = static_cast<size_t>(fp.c) * sizeof(float);
+            const float* outs[3] = {bng->dgamma, bng->dbeta, bng->coef};
+            const size_t ob[3] = {cb, cb, 2 * cb};
+            for (int i = 0; i < 3; ++i)
+                SF_CHECK(!rt::overlap(outs[i], ob[i], bnb->x, act) && !rt::overlap(outs[i], ob[i], bnb->gamma, cb) &&
+                             !rt::overlap(outs[i], ob[i], bnb->beta, cb) && !rt::overlap(outs[i], ob[i], bnb->mean, cb) &&
+                             !rt::overlap(outs[i], ob[i], bnb->invstd, cb) &&
+                             !rt::overlap(outs[i], ob[i], bnb->coef, 2 * cb),
+                         "%s: bng's outputs must not alias the BN-backward prologue's inputs (bnb)", op);
+        }
+    }
+    dw_launch_backward_fused(ex, fp, x, dy, w, dx, dw, workspace, accumulate, bnb, pro, bng);
 }
 
 }  // namespace kern

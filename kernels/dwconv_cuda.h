@@ -313,8 +313,9 @@ constexpr int kDwFusedMaxBlocks = 1024;                 // chunks * cblocks at m
 // Shared memory per staged tensor at the widest block (64 channels, pitch 64): (8+2) x (16+2) pixels.
 constexpr int kDwFusedStageElems = (kDwFusedBlockH + 2) * (kDwFusedBlockW + 2) * 64;
 static_assert(2 * kDwFusedStageElems * 2 <= 48 * 1024, "the fused backward's two staged blocks exceed 48 KiB");
-static_assert(9 * kDwFusedVec * kDwThreads * 4 <= kDwFusedStageElems * 2,
-              "the fused backward's lane tree must fit in one staged block's shared memory");
+static_assert((9 + 2) * kDwFusedVec * kDwThreads * 4 <= kDwFusedStageElems * 2,
+              "the fused backward's lane tree (filter sums and BN-backward sums) must fit in one staged block's "
+              "shared memory");
 static_assert(kDwFusedBlockH % kDwFusedTileH == 0 && kDwFusedBlockW % kDwFusedTileW == 0,
               "a spatial block holds whole thread tiles");
 
@@ -328,6 +329,7 @@ struct DwFusedPlan {
     int lanes = 0;                   // threads per channel group: kDwThreads / groups
     int finalize_blocks = 0;         // ceil(C*9 / kDwFinalizeX)
     size_t workspace_floats = 0;     // chunks * C * 9 partials
+    size_t bn_grad_floats = 0;       // 2 * chunks * C: the BN-backward epilogue's partials, after those
 };
 
 // The fused plan of a supported stride-1 shape, unchecked (dwconv3x3_fused_plan checks): pure.
@@ -363,6 +365,7 @@ constexpr DwFusedPlan dwconv3x3_fused_geometry(int n, int h, int w, int c, int m
     f.lanes = kDwThreads / f.groups;
     f.finalize_blocks = static_cast<int>(dw_ceil_div(9LL * c, kDwFinalizeX));
     f.workspace_floats = static_cast<size_t>(f.chunks) * static_cast<size_t>(c) * 9;
+    f.bn_grad_floats = 2 * static_cast<size_t>(f.chunks) * static_cast<size_t>(c);
     return f;
 }
 
@@ -396,6 +399,28 @@ struct DwBnBackward {
     const float* coef = nullptr;     // 2C: mean(g), then mean(g * xhat)
 };
 
+// The backward reductions of a BatchNorm + activation whose output gradient a conv's backward-data stores
+// (the BN *before* that conv: the producer's, whose output the conv reads), gathered in that kernel's
+// epilogue from the bf16 values it stores and the BN's input x at the same positions: sum g and
+// sum g * xhat per channel (g = dx * act'(z), z = gamma * xhat + beta, xhat = (x - mean) * invstd), then
+// what bn_act_backward_stats writes: dbeta += sum g, dgamma += sum g * xhat, and coef[0..C) = mean(g),
+// coef[C..2C) = mean(g * xhat), for a consumer that forms that BN's dx on load (DwBnBackward) or a dx pass
+// (bn_act_backward_dx). Not bitwise bn_act_backward_stats's sums (another order): within fp32 rounding of
+// them, deterministic (fixed chunks, fp64 merge in a fixed order). Two kernels take it: the pointwise
+// dgrad (pwconv_backward_data_cuda) and the fused depthwise backward (dwconv3x3_backward_fused_cuda, with
+// its forward prologue: the BN is the prologue's).
+struct BnGradSums {
+    Act act = Act::None;
+    const bf16* x = nullptr;         // the BN's input (N,H,W,C), 16-byte aligned
+    const float* gamma = nullptr;    // C
+    const float* beta = nullptr;     // C
+    const float* mean = nullptr;     // C: save_mean
+    const float* invstd = nullptr;   // C: save_invstd
+    float* dgamma = nullptr;         // C, +=
+    float* dbeta = nullptr;          // C, +=
+    float* coef = nullptr;           // 2C, written
+};
+
 // A byte range a launcher writes, for check_dw_prologue.
 struct DwWritten {
     const void* p;
@@ -410,6 +435,19 @@ void check_dw_prologue(const char* op, const DwPrologue* pro, int c, std::initia
 // output in `outs` ("<op>: <outs_name> must not overlap the BN gamma vector", "... alias the BN input x").
 void check_dw_bn_backward(const char* op, const DwBnBackward* bnb, int c, size_t x_bytes,
                           std::initializer_list<DwWritten> outs, const char* outs_name);
+// A byte range a kernel reads or writes, named for the error (check_bn_grad_sums).
+struct DwNamed {
+    const void* p;
+    size_t bytes;
+    const char* name;
+};
+// The launchers' checks of a BN-backward epilogue (null: none): rows >= 2; x non-null, 16-byte aligned and
+// apart from every range in `written` (what the kernel writes besides the three outputs); the four input
+// vectors non-null and 4-byte aligned; dgamma, dbeta (C) and coef (2C) non-null, 4-byte aligned, apart from
+// each other, from the four input vectors, from x (x_bytes) and from every range in `read` and `written`.
+// rt::Error naming `op` and the pointers ("<op>: bng->coef must not alias bng->dbeta") otherwise.
+void check_bn_grad_sums(const char* op, const BnGradSums* bng, int c, long long rows, size_t x_bytes,
+                        std::initializer_list<DwNamed> read, std::initializer_list<DwNamed> written);
 
 // k == 3, pad == 1, stride 1 or 2, groups == cin == cout, C % 8 == 0, no bias, positive dims, and
 // the launch fits (at most 2^40 input elements, the default variants' thread tiles countable in 32
@@ -441,8 +479,9 @@ size_t dwconv3x3_workspace_floats(const ConvShape& s);
 bool dwconv3x3_fused_supported(const ConvShape& s);
 // Its plan; throws rt::Error naming what is unsupported (the shape's reason, or the stride).
 DwFusedPlan dwconv3x3_fused_plan(const ConvShape& s, int max_blocks = kDwFusedMaxBlocks);
-// fp32 workspace the fused backward needs: chunks * C * 9 floats (scratch, no initialisation needed).
-size_t dwconv3x3_fused_workspace_floats(const ConvShape& s, int max_blocks = kDwFusedMaxBlocks);
+// fp32 workspace the fused backward needs: chunks * C * 9 floats, plus 2 * chunks * C with the BN-backward
+// epilogue (bn_grad) (scratch, no initialisation needed).
+size_t dwconv3x3_fused_workspace_floats(const ConvShape& s, int max_blocks = kDwFusedMaxBlocks, bool bn_grad = false);
 
 // x (N,H,W,C), w (C*9), y (N,P,Q,C), all bf16. y overwritten. pro: null, or the producer's BN +
 // activation applied to x on load (DwPrologue; in the variants of dw_variant_prologue, all bitwise
@@ -476,9 +515,14 @@ void dwconv3x3_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, cons
 // pro: null, or the forward's BN prologue (the fused LiteBlock; not with bnb): x is then the producer's
 // pre-BN output, and dx and dw are bitwise those of this call on the stored bf16(act(bn(x))) that the
 // producer's apply pass (bn_act_forward_*) would have written.
+// bng: null, or (with a train-mode pro) that producer BN's backward reductions from the dx this call stores
+// (BnGradSums: the fused LiteBlock's BN1 reduce; x there is this call's x, the BN's vectors the prologue's and
+// its activation the prologue's, checked), with a workspace of dwconv3x3_fused_workspace_floats(s,
+// max_blocks, true) (a third launch: the finalize). dx and dw are bitwise the same with or without it.
 void dwconv3x3_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy,
                                    const bf16* w, bf16* dx, float* dw, float* workspace, size_t workspace_floats,
                                    bool accumulate, const DwBnBackward* bnb = nullptr,
-                                   int max_blocks = kDwFusedMaxBlocks, const DwPrologue* pro = nullptr);
+                                   int max_blocks = kDwFusedMaxBlocks, const DwPrologue* pro = nullptr,
+                                   const BnGradSums* bng = nullptr);
 
 }  // namespace kern

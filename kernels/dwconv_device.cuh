@@ -30,10 +30,11 @@ void dw_launch_backward_filter(const rt::Exec& ex, const DwConvPlan& pl, const b
 
 // The fused stride-1 backward (kernels/dwconv_bwd_fused.cu): dx (+)= dgrad, partials into part, then
 // dw += their fixed-order sum.
-// pro: x is the producer's pre-BN output, staged through its BN + activation (not with bnb).
+// pro: x is the producer's pre-BN output, staged through its BN + activation. bng (with pro): that BN's
+// backward reductions from the stored dx, partials at part + fp.workspace_floats, then its finalize.
 void dw_launch_backward_fused(const rt::Exec& ex, const DwFusedPlan& fp, const bf16* x, const bf16* dy, const bf16* w,
                               bf16* dx, float* dw, float* part, bool accumulate, const DwBnBackward* bnb,
-                              const DwPrologue* pro);
+                              const DwPrologue* pro, const BnGradSums* bng);
 
 // Calls f(std::integral_constant<int, v>{}) for the runtime variant index v of a table of kCount
 // variants (kDwVariants, kDwWgradVariants): every variant gets its instance, with no list to keep in step

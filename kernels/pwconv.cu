@@ -21,6 +21,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/bn_act_cuda.h"
 #include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
 #include "kernels/mma.cuh"
@@ -48,22 +49,6 @@ enum class PwEpi {
     BnGrad,  // the dgrad's: per-chunk sum g and sum g * xhat of the BN whose output gradient it stores (the
              // producer's BN before this conv), g = dx * act'(z) from that BN's input at the same position
 };
-
-// One element of the producer BN's backward reductions, with bn_act_backward_stats's arithmetic
-// (kernels/bn_act_device.cuh grad_xhat, then the sums as bn_act_rows.cuh's reduce_add adds them).
-template <Act A>
-__device__ __forceinline__ void bn_grad_add(float x, float dx, float mean, float invstd, float scale, float beta,
-                                            float& sum_g, float& sum_gx) {
-    Chan8 p;
-    p.mean[0] = mean;
-    p.invstd[0] = invstd;
-    p.scale[0] = scale;
-    p.beta[0] = beta;
-    float gr, xhat;
-    grad_xhat<A>(p, 0, x, dx, gr, xhat);
-    sum_g += gr;
-    sum_gx = fmaf(gr, xhat, sum_gx);
-}
 
 // The row GEMM of the forward and the dgrad: y[rows][n] (=, or += with kAccum) a[rows][k] * B[k][n] with
 // B = w^T for the forward (w[n][k], kTransW false) and B = w for the dgrad (w[k][n], kTransW true: staged
@@ -354,7 +339,7 @@ __global__ void __launch_bounds__(kPwThreads, 2)
     }
 }
 
-// The finalize kernels' last step: the 8 lanes y of column x add their fp64 sums in order; true in lane 0 of
+// The statistics finalize's last step: the 8 lanes y of column x add their fp64 sums in order; true in lane 0 of
 // a valid column (keep), which then holds the totals. Every thread of the block must call it.
 __device__ __forceinline__ bool merge_lanes(double (&sm)[2][kPwFinalizeY][kPwFinalizeX], bool keep, double& s0,
                                             double& s1) {
@@ -401,29 +386,6 @@ __global__ void pwconv_stats_finalize_kernel(int rows, int n, long long tiles, i
     bn_stats_write(
         ch, static_cast<double>(rows), [&] { return k0; }, s0, s1, save_mean, save_invstd, running_mean, running_var,
         momentum, eps);
-}
-
-// The BN-backward epilogue's second pass. Grid finalize_blocks, block (32, 8): channel blockIdx.x * 32 + x,
-// lane y adding chunks y, y + 8, ... in order in fp64, lane 0 the 8 lane sums in order; then what
-// bn_act_backward_stats writes: dbeta += sum g, dgamma += sum g * xhat, coef = the two sums / rows.
-__global__ void pwconv_bn_grad_finalize_kernel(int rows, int n, int chunks, const float* __restrict__ part,
-                                               float* __restrict__ dgamma, float* __restrict__ dbeta,
-                                               float* __restrict__ coef) {
-    rt::pdl_entry();
-    __shared__ double sm[2][kPwFinalizeY][kPwFinalizeX];
-    const int ch = static_cast<int>(blockIdx.x) * kPwFinalizeX + static_cast<int>(threadIdx.x);
-    double s0 = 0.0, s1 = 0.0;
-    if (ch < n) {
-        for (int c = static_cast<int>(threadIdx.y); c < chunks; c += kPwFinalizeY) {
-            s0 += static_cast<double>(part[static_cast<size_t>(c) * n + ch]);
-            s1 += static_cast<double>(part[static_cast<size_t>(chunks + c) * n + ch]);
-        }
-    }
-    if (!merge_lanes(sm, ch < n, s0, s1)) return;
-    dbeta[ch] += static_cast<float>(s0);
-    dgamma[ch] += static_cast<float>(s1);
-    coef[ch] = static_cast<float>(s0 / static_cast<double>(rows));
-    coef[n + ch] = static_cast<float>(s1 / static_cast<double>(rows));
 }
 
 // Empty when supported, else what is not, with its value.
@@ -550,7 +512,7 @@ size_t pwconv_dgrad_workspace_floats(const ConvShape& s) {
 }
 
 void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
-                               bool accumulate, const DwBnBackward* bnb, const PwBnGrad* bng, float* workspace,
+                               bool accumulate, const DwBnBackward* bnb, const BnGradSums* bng, float* workspace,
                                size_t workspace_floats) {
     const char* op = "pwconv_backward_data_cuda";
     rt::check_cuda_exec(op, ex);
@@ -571,44 +533,20 @@ void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf1
     if (bnb) st = PwStage{bnb->gamma, bnb->beta, bnb->mean, bnb->invstd, bnb->coef, dev(bnb->x), false, 0.0};
     const Act act = bnb ? bnb->act : Act::None;
     if (bng) {
-        SF_CHECK(g.rows >= 2, "%s: BatchNorm backward reductions need at least 2 rows, got %lld", op, g.rows);
         const size_t need = pwconv_dgrad_workspace_floats(s), pb = need * sizeof(float);
         rt::check_device_ptr(op, "workspace", workspace, alignof(float));
         SF_CHECK(workspace_floats >= need, "%s: workspace of %zu floats, need %zu", op, workspace_floats, need);
-        rt::check_device_ptr(op, "bng->x", bng->x, 16);
-        SF_CHECK(!rt::overlap(dx, dxb, bng->x, dxb), "%s: dx must not alias the BN's input", op);
-        const char* in_names[4] = {"bng->gamma", "bng->beta", "bng->mean", "bng->invstd"};
-        const float* ins[4] = {bng->gamma, bng->beta, bng->mean, bng->invstd};
-        for (int i = 0; i < 4; ++i) rt::check_device_ptr(op, in_names[i], ins[i], alignof(float));
-        const char* out_names[3] = {"bng->dgamma", "bng->dbeta", "bng->coef"};
-        float* outs[3] = {bng->dgamma, bng->dbeta, bng->coef};
-        const size_t out_bytes[3] = {g.n * sizeof(float), g.n * sizeof(float), 2 * g.n * sizeof(float)};
-        const size_t vb = static_cast<size_t>(g.n) * sizeof(float);
-        for (int i = 0; i < 3; ++i) {
-            rt::check_device_ptr(op, out_names[i], outs[i], alignof(float));
-            const void* others[5] = {dy, w, dx, bng->x, workspace};
-            const size_t sizes[5] = {dyb, wb, dxb, dxb, pb};
-            for (int j = 0; j < 5; ++j)
-                SF_CHECK(!rt::overlap(outs[i], out_bytes[i], others[j], sizes[j]),
-                         "%s: %s must not alias dy, w, dx, the BN's input or the workspace", op, out_names[i]);
-            for (int j = 0; j < 4; ++j)
-                SF_CHECK(!rt::overlap(outs[i], out_bytes[i], ins[j], vb), "%s: %s must not alias %s", op, out_names[i],
-                         in_names[j]);
-            for (int j = 0; j < i; ++j)
-                SF_CHECK(!rt::overlap(outs[i], out_bytes[i], outs[j], out_bytes[j]), "%s: %s must not alias %s", op,
-                         out_names[i], out_names[j]);
-        }
-        SF_CHECK(!rt::overlap(workspace, pb, dy, dyb) && !rt::overlap(workspace, pb, w, wb) &&
-                     !rt::overlap(workspace, pb, dx, dxb) && !rt::overlap(workspace, pb, bng->x, dxb),
-                 "%s: the workspace must not alias dy, w, dx or the BN's input", op);
+        check_bn_grad_sums(op, bng, g.n, g.rows, dxb, {{dy, dyb, "dy"}, {w, wb, "w"}},
+                           {{dx, dxb, "dx"}, {workspace, pb, "the workspace"}});
+        SF_CHECK(!rt::overlap(workspace, pb, dy, dyb) && !rt::overlap(workspace, pb, w, wb),
+                 "%s: the workspace must not alias dy or w", op);
         const PwStage ep{bng->gamma, bng->beta, bng->mean, bng->invstd, nullptr, dev(bng->x), false, 0.0};
         if (accumulate)
             dispatch_rows<PwA::Plain, true, true, PwEpi::BnGrad>(ex, g, bng->act, dy, w, dx, st, workspace, ep);
         else
             dispatch_rows<PwA::Plain, true, false, PwEpi::BnGrad>(ex, g, bng->act, dy, w, dx, st, workspace, ep);
-        rt::launch(ex, "pwconv_bn_grad_finalize_kernel", pwconv_bn_grad_finalize_kernel, dim3(g.finalize_blocks),
-                   dim3(kPwFinalizeX, kPwFinalizeY), 0, static_cast<int>(g.rows), g.n, g.chunks,
-                   static_cast<const float*>(workspace), bng->dgamma, bng->dbeta, bng->coef);
+        bn_act_backward_finalize(ex, static_cast<size_t>(g.rows), g.n, g.chunks, workspace, bng->dgamma, bng->dbeta,
+                                 bng->coef);
         return;
     }
     if (bnb && accumulate) dispatch_rows<PwA::Backward, true, true, PwEpi::None>(ex, g, act, dy, w, dx, st, nullptr);

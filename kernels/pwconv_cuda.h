@@ -128,37 +128,18 @@ void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, 
                          const DwPrologue* pro = nullptr, const PwStats* stats = nullptr, float* workspace = nullptr,
                          size_t workspace_floats = 0);
 
-// The backward reductions of the BatchNorm + activation *before* this conv (the producer's, whose output
-// this conv reads): dx, which the dgrad stores, is that BN + activation's output gradient, and the dgrad's
-// epilogue gathers, from the bf16 values it stores and the BN's input x at the same positions,
-// sum g and sum g * xhat per channel (g = dx * act'(z), z = gamma * xhat + beta, xhat = (x - mean) * invstd),
-// then writes what bn_act_backward_stats writes: dbeta += sum g, dgamma += sum g * xhat, and coef[0..cin) =
-// mean(g), coef[cin..2 cin) = mean(g * xhat), for a consumer that forms that BN's dx on load
-// (DwBnBackward) or a dx pass. Not bitwise bn_act_backward_stats's sums (another order): within fp32
-// rounding of them, deterministic (fixed chunks, fp64 merge in a fixed order).
-struct PwBnGrad {
-    Act act = Act::None;
-    const bf16* x = nullptr;         // the BN's input (N,H,W,cin), 16-byte aligned
-    const float* gamma = nullptr;    // cin
-    const float* beta = nullptr;     // cin
-    const float* mean = nullptr;     // cin: save_mean
-    const float* invstd = nullptr;   // cin: save_invstd
-    float* dgamma = nullptr;         // cin, +=
-    float* dbeta = nullptr;          // cin, +=
-    float* coef = nullptr;           // 2 cin, written
-};
 
 // dx = dy * w (the convolution's input gradient: dx (N,H,W,cin), dy (N,H,W,cout), w as for the forward);
 // accumulate: dx += (each element read once, the fp32 sum added, one rounding), else overwritten.
 // bnb: null, or dy is the gradient of the BatchNorm that follows this conv, and the kernel forms the conv
 // output's gradient on load, bit for bit the value bn_act_backward's dx pass would have stored
 // (DwBnBackward; x there is this conv's output, (N,H,W,cout); cout <= 512).
-// bng: null, or the preceding BatchNorm's backward reductions from the dx stored (PwBnGrad; not with bnb),
+// bng: null, or the preceding BatchNorm's backward reductions from the dx stored (BnGradSums; not with bnb),
 // with `workspace` of at least pwconv_dgrad_workspace_floats(s) floats (two launches: the dgrad, then the
 // finalize). dx itself is bitwise the same with or without it.
 void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
                                bool accumulate = false, const DwBnBackward* bnb = nullptr,
-                               const PwBnGrad* bng = nullptr, float* workspace = nullptr, size_t workspace_floats = 0);
+                               const BnGradSums* bng = nullptr, float* workspace = nullptr, size_t workspace_floats = 0);
 // fp32 workspace of the dgrad's BN-backward epilogue: 2 * chunks * cin floats (scratch).
 size_t pwconv_dgrad_workspace_floats(const ConvShape& s);
 

@@ -137,10 +137,14 @@ size_t conv_workspace_bound(const std::vector<ConvUse>& convs, const kern::ConvP
         bound = std::max(bound, cudnn_max + scratch);
         if (kern::dwconv3x3_supported(u.shape))
             bound = std::max(bound, kern::dwconv3x3_workspace_floats(u.shape) * sizeof(float));
-        if (policy.dw_fused_bwd && u.dgrad && kern::dwconv3x3_fused_supported(u.shape))
-            bound = std::max(bound, (policy.dw_fused_bn_bwd ? GpuOps::dw_fused_bn_workspace_floats(u.shape)
-                                                            : kern::dwconv3x3_fused_workspace_floats(u.shape)) *
+        if (policy.dw_fused_bwd && u.dgrad && kern::dwconv3x3_fused_supported(u.shape)) {
+            const bool bn_grad = GpuOps::dw_bn_grad(policy) && u.bn_prologue;  // the epilogue's partials too
+            bound = std::max(bound, (policy.dw_fused_bn_bwd
+                                         ? GpuOps::dw_fused_bn_workspace_floats(u.shape, bn_grad)
+                                         : kern::dwconv3x3_fused_workspace_floats(u.shape, kern::kDwFusedMaxBlocks,
+                                                                                  bn_grad)) *
                                         sizeof(float));
+        }
         if (kern::stemconv_supported(u.shape))
             bound = std::max(bound, kern::stemconv_workspace_floats(u.shape) * sizeof(float));
         if (policy.pw_custom && kern::pwconv_supported(u.shape))
@@ -494,15 +498,17 @@ void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, 
         run_custom(e, ex, s, x, nullptr, nullptr, dy, nullptr, dw, false);
 }
 
-size_t GpuOps::dw_fused_bn_workspace_floats(const kern::ConvShape& s) {
-    return kern::bn_act_workspace_floats(s.out().pixels(), s.cout) + kern::dwconv3x3_fused_workspace_floats(s);
+size_t GpuOps::dw_fused_bn_workspace_floats(const kern::ConvShape& s, bool bn_grad) {
+    return kern::bn_act_workspace_floats(s.out().pixels(), s.cout) +
+           kern::dwconv3x3_fused_workspace_floats(s, kern::kDwFusedMaxBlocks, bn_grad);
 }
 
 void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, kern::Act act,
                                   const kern::bf16* conv_out, const kern::bf16* dy, const float* gamma,
                                   const float* beta, const float* save_mean, const float* save_invstd, float* dgamma,
                                   float* dbeta, const kern::bf16* x, const kern::bf16* w, kern::bf16* dx, float* dw,
-                                  bool accumulate, float* ws, size_t ws_floats, const kern::DwPrologue* pro) const {
+                                  bool accumulate, float* ws, size_t ws_floats, const kern::DwPrologue* pro,
+                                  const kern::BnGradSums* bng) const {
     SF_CHECK(dw_fused_backward(s) && dw_fused_bn(),
              "convolution %s does not run a fused backward with its BN's dx (GpuOps::dw_fused_bn)",
              s.describe().c_str());
@@ -510,17 +516,20 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
              "convolution %s was planned without a BN prologue, but its fused backward asks for one (the network "
              "changed after GpuOps::prepare)",
              s.describe().c_str());
+    SF_CHECK(!bng || dw_bn_grad(), "convolution %s: the BN-backward epilogue runs only with ConvPolicy::dw_fused_bn_grad",
+             s.describe().c_str());
     check_dgrad_mode(find(s).use, accumulate);
     const size_t rows = s.out().pixels(), bn_ws = kern::bn_act_workspace_floats(rows, s.cout);
-    SF_CHECK(ws_floats >= dw_fused_bn_workspace_floats(s),
+    const size_t need = dw_fused_bn_workspace_floats(s, bng != nullptr);
+    SF_CHECK(ws_floats >= need,
              "bn_dw_backward_fused: workspace of %zu floats, %zu needed for %s (GpuOps::dw_fused_bn_workspace_floats)",
-             ws_floats, dw_fused_bn_workspace_floats(s), s.describe().c_str());
+             ws_floats, need, s.describe().c_str());
     kern::bn_act_backward_stats(ex, act, rows, s.cout, conv_out, dy, gamma, beta, save_mean, save_invstd, dgamma,
                                 dbeta, ws, bn_ws, bn_row_batch());
     const kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd,
                                ws + kern::bn_act_backward_coef_offset(rows, s.cout)};
     kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws + bn_ws, ws_floats - bn_ws, accumulate, &b,
-                                        kern::kDwFusedMaxBlocks, pro);
+                                        kern::kDwFusedMaxBlocks, pro, bng);
 }
 
 bool GpuOps::dw_fused_backward(const kern::ConvShape& s) const {
@@ -529,8 +538,10 @@ bool GpuOps::dw_fused_backward(const kern::ConvShape& s) const {
 
 void GpuOps::conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                                  const kern::bf16* dy, const kern::bf16* w, kern::bf16* dx, float* dw,
-                                 bool accumulate, const kern::DwPrologue* pro) const {
+                                 bool accumulate, const kern::DwPrologue* pro, const kern::BnGradSums* bng) const {
     SF_CHECK(dw_fused_backward(s), "convolution %s does not run a fused backward (GpuOps::dw_fused_backward)",
+             s.describe().c_str());
+    SF_CHECK(!bng || dw_bn_grad(), "convolution %s: the BN-backward epilogue runs only with ConvPolicy::dw_fused_bn_grad",
              s.describe().c_str());
     const Entry& e = find(s);
     SF_CHECK(!pro || e.use.bn_prologue,
@@ -539,7 +550,7 @@ void GpuOps::conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, c
              s.describe().c_str());
     check_dgrad_mode(e.use, accumulate);
     kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws_, custom_ws_floats_, accumulate, nullptr,
-                                        kern::kDwFusedMaxBlocks, pro);
+                                        kern::kDwFusedMaxBlocks, pro, bng);
 }
 
 }  // namespace model

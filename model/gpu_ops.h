@@ -94,9 +94,10 @@ public:
     // dx (+)= dgrad and dw += wgrad in one kernel (kern::dwconv3x3_backward_fused_cuda); accumulate as
     // conv_backward_data. Only where dw_fused_backward(s). pro: the fused LiteBlock's BN prologue (x is
     // then the producer's pre-BN output; s planned with ConvUse::bn_prologue).
+    // bng (with pro, only with dw_bn_grad()): the prologue BN's backward reductions from the dx stored.
     void conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* dy,
                              const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate,
-                             const kern::DwPrologue* pro = nullptr) const;
+                             const kern::DwPrologue* pro = nullptr, const kern::BnGradSums* bng = nullptr) const;
     // kern::ConvPolicy::dw_fused_bn_bwd (with dw_fused_bwd): the layers whose backward runs fused also
     // fold their BN's dx pass into it (bn_dw_backward_fused); they reserve dw_fused_bn_workspace_floats.
     bool dw_fused_bn() const { return dw_fused_bn(policy_); }
@@ -111,9 +112,15 @@ public:
                               const kern::bf16* dy, const float* gamma, const float* beta, const float* save_mean,
                               const float* save_invstd, float* dgamma, float* dbeta, const kern::bf16* x,
                               const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate, float* ws,
-                              size_t ws_floats, const kern::DwPrologue* pro = nullptr) const;
-    // The BN backward's workspace followed by the fused kernel's partials, for a stride-1 depthwise s.
-    static size_t dw_fused_bn_workspace_floats(const kern::ConvShape& s);
+                              size_t ws_floats, const kern::DwPrologue* pro = nullptr,
+                              const kern::BnGradSums* bng = nullptr) const;
+    // The BN backward's workspace followed by the fused kernel's partials, for a stride-1 depthwise s
+    // (bn_grad: with the BN-backward epilogue's partials too).
+    static size_t dw_fused_bn_workspace_floats(const kern::ConvShape& s, bool bn_grad = false);
+    // kern::ConvPolicy::dw_fused_bn_grad (with dw_fused_bwd): the fused LiteBlock's depthwise backward
+    // gathers the expand BN's backward reductions (bng of conv_backward_fused, bn_dw_backward_fused).
+    bool dw_bn_grad() const { return dw_bn_grad(policy_); }
+    static bool dw_bn_grad(const kern::ConvPolicy& p) { return p.dw_fused_bwd && p.dw_fused_bn_grad; }
     // The forward reading its producer's pre-BN output through the producer's BN + activation, always on
     // the project's kernels (cuDNN has no such op): a depthwise s (the fused LiteBlock) in the
     // prologue-capable forward variant autotuning found fastest for s (kern::dw_variant_prologue; variant 0

@@ -110,6 +110,15 @@ inline void bn_act_backward(const GpuOps* gpu, const rt::Exec& ex, kern::Act a, 
     kern::bn_act_backward(ex, a, rows, c, x, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta, ws, ws_floats,
                           gpu->bn_row_batch());
 }
+// CUDA: the dx pass of the BN + activation backward alone, with the coefficients a consumer's fused
+// backward gathered (ConvBN::grad_sums_by; dgamma, dbeta were added there). Reported as bn_act_backward.
+inline void bn_act_backward_dx(const GpuOps* gpu, const rt::Exec& ex, kern::Act a, size_t rows, int c, const bf16* x,
+                               const bf16* dy, const float* gamma, const float* beta, const float* mean,
+                               const float* invstd, const float* coef, bf16* dx) {
+    bool acc;
+    if (!grad_op({dy}, {dx}, &acc)) return;
+    kern::bn_act_backward_dx(ex, a, rows, c, x, dy, gamma, beta, mean, invstd, coef, dx, gpu->bn_row_batch());
+}
 inline void column_sum(const rt::Exec& ex, size_t rows, int c, const bf16* dy, float* out, float* ws,
                        size_t ws_floats) {
     bool none;
@@ -140,11 +149,11 @@ inline void conv_backward_filter(const GpuOps* gpu, const rt::Exec& ex, const ke
 // LiteBlock's BN prologue (x is then the producer's pre-BN output), as dwconv_backward_filter takes it.
 inline void conv_backward_fused(const GpuOps* gpu, const rt::Exec& ex, const kern::ConvShape& s, const bf16* x,
                                 const bf16* dy, const bf16* w, bf16* dx, float* dw,
-                                const kern::DwPrologue* pro = nullptr) {
+                                const kern::DwPrologue* pro = nullptr, const kern::BnGradSums* bng = nullptr) {
     bool acc, none;
     const bool run = grad_op({dy}, {dx}, &acc, &s);
     const bool run_w = grad_op({dy}, {}, &none);
-    if (run && run_w) gpu->conv_backward_fused(ex, s, x, dy, w, dx, dw, acc, pro);
+    if (run && run_w) gpu->conv_backward_fused(ex, s, x, dy, w, dx, dw, acc, pro, bng);
 }
 // CUDA: a depthwise ConvBN's BN + activation backward and the conv's fused backward with the BN's dx
 // formed on load (GpuOps::bn_dw_backward_fused); conv_grad is never written. Reported to the tape as
@@ -154,14 +163,15 @@ inline void bn_dw_backward_fused(const GpuOps* gpu, const rt::Exec& ex, kern::Ac
                                  const bf16* conv_out, const bf16* dy, const float* gamma, const float* beta,
                                  const float* mean, const float* invstd, float* dgamma, float* dbeta,
                                  const bf16* conv_grad, const bf16* x, const bf16* w, bf16* dx, float* dw, float* ws,
-                                 size_t ws_floats, const kern::DwPrologue* pro = nullptr) {
+                                 size_t ws_floats, const kern::DwPrologue* pro = nullptr,
+                                 const kern::BnGradSums* bng = nullptr) {
     bool acc_bn, acc, none;
     const bool run_bn = grad_op({dy}, {conv_grad}, &acc_bn);
     const bool run = grad_op({conv_grad, dy}, {dx}, &acc, &s);
     const bool run_w = grad_op({conv_grad}, {}, &none);
     if (run_bn && run && run_w)
         gpu->bn_dw_backward_fused(ex, s, a, conv_out, dy, gamma, beta, mean, invstd, dgamma, dbeta, x, w, dx, dw, acc, ws,
-                                  ws_floats, pro);
+                                  ws_floats, pro, bng);
 }
 // CUDA: the backward-filter of a conv with its input's BN prologue (x_pre: the producer's pre-BN output),
 // the project's kernel whatever GpuOps picked for the shape's other passes: the depthwise conv of the

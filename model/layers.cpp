@@ -95,7 +95,10 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         // workspace (its coefficients stay there) followed by the fused kernel's partials.
         fused_bn = p.dw_fused_bn() && input_grad && upsample == 1 && !with_bias &&
                    kern::dwconv3x3_fused_supported(cs);
-        if (fused_bn) ws_floats = std::max(ws_floats, GpuOps::dw_fused_bn_workspace_floats(cs));
+        // With the expand BN's backward reductions in this (depthwise) conv's fused backward, its partials.
+        const bool bn_grad = prologue && prologue->grad_sums_by == this;
+        if (fused_bn) ws_floats = std::max(ws_floats, GpuOps::dw_fused_bn_workspace_floats(cs, bn_grad));
+        if (grad_sums_by) bn_coef = p.scratch(2 * static_cast<size_t>(cout), "bn grad coef");
         pw_stats = p.pw_stats() && upsample == 1 && !with_bias && kern::pwconv_supported(cs) &&
                    (!prologue || cs.cin <= kern::kPwMaxPrologueK);
         if (pw_stats) ws_floats = std::max(ws_floats, kern::pwconv_workspace_floats(cs));
@@ -197,22 +200,34 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         // them the same memory): a layer declared for it traces that op, and at run time the separate
         // passes (GpuOps chose cuDNN for the shape) write the same gradients in the same order.
         const bool fused = x.g && ex.is_cuda() && ops->dw_fused_backward(cs);
-        // The fused LiteBlock's fused backward reads the expand's pre-BN output through its BN + activation.
+        // The fused LiteBlock's fused backward reads the expand's pre-BN output through its BN + activation,
+        // and under GpuOps::dw_bn_grad gathers that BN's backward reductions from the x.g it stores.
         const kern::DwPrologue pro = prologue ? prologue->dw_prologue(true) : kern::DwPrologue{};
         const kern::DwPrologue* fused_pro = prologue ? &pro : nullptr;
         const T* fused_x = prologue ? prologue->conv.v : x.v;
+        kern::BnGradSums sums_of_expand;
+        const kern::BnGradSums* bng = nullptr;
+        if (prologue && prologue->grad_sums_by == this && fused) {
+            sums_of_expand = prologue->bn_grad_sums();
+            bng = &sums_of_expand;
+        }
         if (fused_bn && x.g && (!ex.is_cuda() || fused)) {
             ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, gamma.g,
-                                      beta.g, conv.g, fused_x, weight.h, x.g, weight.g, ws, ws_floats, fused_pro);
+                                      beta.g, conv.g, fused_x, weight.h, x.g, weight.g, ws, ws_floats, fused_pro, bng);
             return;
         }
-        ops::bn_act_backward(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, conv.g,
-                             gamma.g, beta.g, ws, ws_floats);
+        if (grad_sums_ran(ex)) {  // the consumer's fused backward gathered the reductions: the dx pass only
+            ops::bn_act_backward_dx(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
+                                    bn_coef, conv.g);
+        } else {
+            ops::bn_act_backward(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
+                                 conv.g, gamma.g, beta.g, ws, ws_floats);
+        }
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
         if (upsample > 1)
             ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g, ops && ops->upsample_row_loads());
         if (fused) {
-            ops::conv_backward_fused(ops, ex, cs, fused_x, conv_out().g, weight.h, x.g, weight.g, fused_pro);
+            ops::conv_backward_fused(ops, ex, cs, fused_x, conv_out().g, weight.h, x.g, weight.g, fused_pro, bng);
             return;
         }
         if (x.g) ops::conv_backward_data(ops, ex, cs, conv_out().g, weight.h, x.g);
@@ -235,6 +250,26 @@ kern::DwPrologue ConvBN<T>::dw_prologue(bool train) const {
     pro.eval = !train;
     pro.eps = kBnEps;
     return pro;
+}
+
+template <class T>
+kern::BnGradSums ConvBN<T>::bn_grad_sums() const {
+    kern::BnGradSums b;
+    b.act = act;
+    if constexpr (!kIsCpu<T>) b.x = conv.v;  // the CPU backend never fuses
+    b.gamma = gamma.w;
+    b.beta = beta.w;
+    b.mean = save_mean;
+    b.invstd = save_invstd;
+    b.dgamma = gamma.g;
+    b.dbeta = beta.g;
+    b.coef = bn_coef;
+    return b;
+}
+
+template <class T>
+bool ConvBN<T>::grad_sums_ran(const rt::Exec& ex) const {
+    return grad_sums_by && ex.is_cuda() && ops->dw_fused_backward(grad_sums_by->cs);
 }
 
 // ---- Conv (heads' last 1x1, fp32 logits) ----
@@ -284,6 +319,7 @@ void LiteBlock<T>::declare(Planner& p, const std::string& name, const kern::Shap
     const bool fused = fuse_expand_dw && !kIsCpu<T>;
     expand.apply_in_consumer = fused;
     dw.prologue = fused ? &expand : nullptr;
+    expand.grad_sums_by = fused && p.dw_bn_grad() ? &dw : nullptr;  // GpuOps::dw_bn_grad
     dw.apply_in_consumer = p.fuse_dw_pw();  // NetShape::fuse_dw_pw: the project conv applies dw's BN + SiLU
     project.prologue = p.fuse_dw_pw() ? &dw : nullptr;
     expand.declare(p, name + ".pw_expand", in, hidden, 1, 1, 1, kern::Act::Silu);

@@ -54,6 +54,13 @@ struct ConvBN {
     //   reads prologue->conv, never x.v (kernels/dwconv_cuda.h, DwPrologue); custom kernel only.
     bool apply_in_consumer = false;
     const ConvBN* prologue = nullptr;
+    // The fused LiteBlock under GpuOps::dw_bn_grad (CUDA; set before declare()): on the expand, its
+    // depthwise consumer, whose fused backward gathers this BN's backward reductions from the gradient it
+    // stores (kern::BnGradSums: dgamma, dbeta += and the dx coefficients into bn_coef, 2 * cout floats);
+    // this layer's backward then runs only the BN's dx pass. Where GpuOps runs that consumer's backward
+    // unfused (grad_sums_ran false), both run as before.
+    const ConvBN* grad_sums_by = nullptr;
+    float* bn_coef = nullptr;
     Param weight, bias, gamma, beta;
     float* running_mean = nullptr;
     float* running_var = nullptr;
@@ -84,6 +91,11 @@ struct ConvBN {
     // The DwPrologue a consumer applies (apply_in_consumer; CUDA): batch statistics when train, else
     // the running ones. Declared for both element types; the CPU backend never fuses.
     kern::DwPrologue dw_prologue(bool train) const;
+    // The epilogue a depthwise consumer runs for this layer's BN (grad_sums_by): its input, vectors and
+    // outputs (dgamma, dbeta into the parameter gradients, the coefficients into bn_coef).
+    kern::BnGradSums bn_grad_sums() const;
+    // Whether grad_sums_by's backward gathers this BN's reductions in this run (it runs fused).
+    bool grad_sums_ran(const rt::Exec& ex) const;
     // What the layer leaves for its consumers: the sum with sum_into, else out.
     const ActT<T>& result() const { return sums ? sum : out; }
 };

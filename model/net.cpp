@@ -155,6 +155,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     plan_.set_gpu_ops(ops_.get());
     plan_.set_dw_fused_bn(ops_->dw_fused_bn());
     plan_.set_pw_stats(ops_->pw_stats());
+    plan_.set_dw_bn_grad(ops_->dw_bn_grad());
     declare(plan_);  // sizing pass: records every conv and workspace request
     plan_grads();
     ops_->prepare(plan_.convs());
@@ -172,6 +173,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
     if (!kIsCpu<T> && dry.policy) {
         plan_.set_dw_fused_bn(GpuOps::dw_fused_bn(*dry.policy));
         plan_.set_pw_stats(GpuOps::pw_stats(*dry.policy));
+        plan_.set_dw_bn_grad(GpuOps::dw_bn_grad(*dry.policy));
     }
     declare(plan_);
     plan_grads();

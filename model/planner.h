@@ -203,6 +203,10 @@ public:
     // GpuOps::pw_stats of that policy, set the same way: which 1x1 ConvBNs reserve the statistics
     // epilogue's workspace.
     void set_pw_stats(bool on) { pw_stats_ = on; }
+    // GpuOps::dw_bn_grad of that policy: whether the fused LiteBlock's expand ConvBN keeps the coefficients
+    // its consumer's epilogue writes (ConvBN::bn_coef) and its depthwise ConvBN reserves those partials.
+    void set_dw_bn_grad(bool on) { dw_bn_grad_ = on; }
+    bool dw_bn_grad() const { return dw_bn_grad_; }
     bool pw_stats() const { return pw_stats_; }
     // NetShape::fuse_dw_pw of a CUDA network (set by the network before each pass; false on the CPU):
     // the depthwise -> 1x1 pairs (LiteBlock, DSConv) fuse the depthwise BN + activation into the 1x1 conv.
@@ -249,6 +253,7 @@ private:
     bool dry_run_ = false;
     bool dw_fused_bn_ = false;
     bool pw_stats_ = false;
+    bool dw_bn_grad_ = false;
     bool fuse_dw_pw_ = false;
     bool binding_ = false;
     ParamTable table_;

@@ -18,7 +18,9 @@
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
 #             (programmatic dependent launch of the project's kernels), with `--fuse-expand-dw
 #             --dw-fused-bwd` and `--fuse-expand-dw --dw-fused-bwd-bn` (the fused LiteBlock with the fused
-#             backward, without and with the BN's dx inside it), with `--upsample-row-loads` (the
+#             backward, without and with the BN's dx inside it) and `--dw-fused-bn-grad --dw-fused-bwd-bn`
+#             (with the expand BN's backward reductions in the depthwise kernel's epilogue too, against
+#             the latter), with `--upsample-row-loads` (the
 #             upsampling backward's window rows loaded together), with `--pw-custom` (the project's
 #             tensor-core 1x1 conv against cuDNN per shape) and `--pw-stats` (with the 1x1 ConvBNs' BN
 #             statistics from its epilogue), with `--fuse-dw-pw` (each depthwise BN + SiLU inside the
@@ -150,6 +152,10 @@ if [ "$(left)" -gt 60 ]; then
   # bench_dwfusedbn.
   ab bench_fuseexpbn --fuse-expand-dw --dw-fused-bwd-bn
   pack
+  # With the expand BN's backward reductions in that kernel's epilogue too (its reduce pass gone; entry
+  # 21): against bench_fuseexpbn (the chain).
+  ab bench_fuseexpbg --dw-fused-bn-grad --dw-fused-bwd-bn
+  pack
   # The upsampling backward's window rows loaded together (bitwise-equal results; entry 18).
   ab bench_upsrow --upsample-row-loads
   pack
@@ -171,18 +177,19 @@ if [ "$(left)" -gt 60 ]; then
   ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_upsrow bench_pwcustom \
-           bench_pwstats bench_fusedwpw bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
+           bench_pwcustom bench_pwstats bench_fusedwpw bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1
     say "A/B: rc $?"
     grep -E '^###|^\| *128 |^warning' "$W/bench_ab.md" 2>/dev/null | while IFS= read -r l; do say "A/B: $l"; done
   fi
-  # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17):
+  # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17, 19-21):
   # each OTHER against its BASE, one after another into bench_ab_chain.md.
   : >"$W/bench_ab_chain.md"
   for pair in bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
+              bench_fuseexpbn:bench_fuseexpbg \
               bench_pwcustom:bench_pwstats bench_pwstats:bench_fusedwpwst; do
     base=${pair%%:*} other=${pair##*:}
     [ -s "$W/$base.json" ] && [ -s "$W/$other.json" ] || continue

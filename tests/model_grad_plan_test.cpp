@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -175,6 +176,52 @@ TEST(GradPlan, DryRunPlansTheFusedBnBackwardOfItsPolicy) {
     for (size_t i = 0; i < ga.size(); ++i) differing += ga[i].first != gb[i].first || ga[i].last != gb[i].last;
     EXPECT_GT(differing, 0u) << "no gradient's lifetime changed: the dry run did not plan the fused BN backward";
     std::printf("[grad plan] %zu of %zu gradient lifetimes differ with the fused BN backward\n", differing, ga.size());
+}
+
+// The expand BN's backward reductions in the fused LiteBlock's depthwise kernel (GpuOps::dw_bn_grad:
+// `bench step --dw-fused-bn-grad`) change no gradient's memory or lifetime (the epilogue and the dx pass
+// report the passes they replace); each fused LiteBlock's expand keeps its 2 * hidden coefficients
+// (ConvBN::bn_coef) among the activations; without dw_fused_bwd the switch is off. With and without the
+// depthwise BN's dx inside the kernel (dw_fused_bn_bwd).
+TEST(GradPlan, DryRunPlansTheDwBnGradEpilogueOfItsPolicy) {
+    model::NetShape s = kSmall;
+    s.fuse_expand_dw = true;
+    size_t coef_bytes = 0, blocks = 0;  // the expands whose BN a depthwise conv applies on load
+    const model::SiderNetCuda plain(s, model::DryRun{});
+    for (const model::LayerUse& l : plain.plan().layers())
+        if (l.input_bn_prologue && l.shape.groups > 1) {
+            coef_bytes += 2 * static_cast<size_t>(l.shape.cin) * sizeof(float);
+            ++blocks;
+        }
+    ASSERT_GT(blocks, 0u);
+    for (bool bn_bwd : {false, true}) {
+        kern::ConvPolicy base;
+        base.dw_fused_bwd = true;
+        base.dw_fused_bn_bwd = bn_bwd;
+        kern::ConvPolicy epi = base, off = base;
+        epi.dw_fused_bn_grad = true;
+        off.dw_fused_bwd = false;
+        off.dw_fused_bn_grad = true;
+        const model::SiderNetCuda a(s, model::DryRun{&base}), b(s, model::DryRun{&epi}), c(s, model::DryRun{&off});
+        EXPECT_FALSE(a.plan().dw_bn_grad());
+        EXPECT_TRUE(b.plan().dw_bn_grad());
+        EXPECT_FALSE(c.plan().dw_bn_grad());  // dw_fused_bn_grad needs dw_fused_bwd
+        const model::MemoryPlan ma = a.plan().memory(), mb = b.plan().memory();
+        EXPECT_EQ(mb.activation_grads, ma.activation_grads);
+        EXPECT_EQ(mb.grad_tensors, ma.grad_tensors);
+        EXPECT_GE(mb.activations, ma.activations + coef_bytes);
+        EXPECT_LE(mb.activations, ma.activations + coef_bytes + blocks * 256);  // each tensor starts on a 256-byte boundary (planner.cpp)
+        EXPECT_GE(mb.workspace, ma.workspace);
+        const std::vector<model::GradSlot>& ga = a.plan().grad_slots();
+        const std::vector<model::GradSlot>& gb = b.plan().grad_slots();
+        ASSERT_EQ(ga.size(), gb.size());
+        for (size_t i = 0; i < ga.size(); ++i)
+            EXPECT_TRUE(ga[i].first == gb[i].first && ga[i].last == gb[i].last && ga[i].offset == gb[i].offset)
+                << ga[i].what << " " << i << (bn_bwd ? " (dw_fused_bn_bwd)" : "");
+        std::printf("[grad plan] dw_fused_bn_grad%s: %zu fused LiteBlocks keep %zu B of coefficients; activations "
+                    "%zu -> %zu B\n",
+                    bn_bwd ? " with dw_fused_bn_bwd" : "", blocks, coef_bytes, ma.activations, mb.activations);
+    }
 }
 
 // A layer whose output only feeds a sum (a LiteBlock's project conv, every fusion path) reads the

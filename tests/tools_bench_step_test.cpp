@@ -42,6 +42,11 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_TRUE(o.upsample_row_loads);
     const tools::StepBenchOptions bn = tools::parse_step_bench_args({"--dw-fused-bwd-bn"});
     EXPECT_TRUE(bn.dw_fused_bwd && bn.dw_fused_bn_bwd);  // implies the fused backward
+    EXPECT_FALSE(bn.dw_fused_bn_grad);
+    const tools::StepBenchOptions bg = tools::parse_step_bench_args({"--dw-fused-bn-grad"});
+    // implies the fused backward and the fused LiteBlock, whose expand BN it reduces
+    EXPECT_TRUE(bg.dw_fused_bn_grad && bg.dw_fused_bwd && bg.fuse_expand_dw);
+    EXPECT_FALSE(bg.dw_fused_bn_bwd);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);
@@ -58,6 +63,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(d.pdl);           // plain launches until a GPU says PDL pays
     EXPECT_FALSE(d.dw_fused_bwd);  // the separate depthwise passes until a GPU says the fused one pays
     EXPECT_FALSE(d.dw_fused_bn_bwd);
+    EXPECT_FALSE(d.dw_fused_bn_grad);
     EXPECT_FALSE(d.upsample_row_loads);  // the measured upsampling backward until a GPU says the row loads pay
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);

@@ -182,6 +182,7 @@ kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     p.upsample_row_loads = o.upsample_row_loads;
     p.dw_fused_bwd = o.dw_fused_bwd;
     p.dw_fused_bn_bwd = o.dw_fused_bn_bwd;
+    p.dw_fused_bn_grad = o.dw_fused_bn_grad;
     p.pw_custom = o.pw_custom;
     p.pw_stats = o.pw_stats;
     return p;
@@ -290,6 +291,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"pdl", o.pdl},
                    {"dw_fused_bwd", o.dw_fused_bwd},
                    {"dw_fused_bn_bwd", o.dw_fused_bn_bwd},
+                   {"dw_fused_bn_grad", o.dw_fused_bn_grad},
                    {"pw_custom", o.pw_custom},
                    {"pw_stats", o.pw_stats}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).

@@ -37,6 +37,9 @@ struct StepBenchOptions {
     bool pdl = false;             // --pdl: the project's kernels with programmatic dependent launch (rt::Exec::pdl)
     bool dw_fused_bwd = false;    // --dw-fused-bwd: stride-1 depthwise dgrad + wgrad in one kernel (ConvPolicy)
     bool dw_fused_bn_bwd = false;  // --dw-fused-bwd-bn: that, with the BN's dx formed in it (implies --dw-fused-bwd)
+    // --dw-fused-bn-grad: the fused LiteBlock's depthwise backward gathers the expand BN's backward reductions
+    // (ConvPolicy::dw_fused_bn_grad; implies --dw-fused-bwd and --fuse-expand-dw)
+    bool dw_fused_bn_grad = false;
     bool pw_custom = false;  // --pw-custom: the project's tensor-core 1x1 conv as a candidate (kernels/pwconv_cuda.h)
     bool pw_stats = false;   // --pw-stats: with it, the 1x1 ConvBNs' BN statistics from its epilogue (implies --pw-custom)
     std::string json;                       // output file ("" = none)

@@ -50,7 +50,7 @@ const char* kBenchUsage =
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw]\n"
     "                                [--no-dw-variants]\n"
     "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
-    "                                [--upsample-row-loads] [--pw-custom] [--pw-stats]\n"
+    "                                [--dw-fused-bn-grad] [--upsample-row-loads] [--pw-custom] [--pw-stats]\n"
     "                                [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
@@ -71,6 +71,8 @@ const char* kBenchUsage =
     "           over dy and x; the same dx, dw summed in another order; docs/KERNELS_DWCONV.md)\n"
     "           --dw-fused-bwd-bn: --dw-fused-bwd with each depthwise ConvBN's BN backward dx formed inside\n"
     "           the fused kernel (no dx pass; bitwise equal to --dw-fused-bwd)\n"
+    "           --dw-fused-bn-grad: --dw-fused-bwd and --fuse-expand-dw, with the expand BN's backward\n"
+    "           reductions gathered in the depthwise kernel's epilogue (no reduce pass; summed in another order)\n"
     "           --upsample-row-loads: the bilinear upsampling backward issues each window row's loads\n"
     "           together (bitwise-equal results; docs/KERNELS_ELTWISE.md)\n"
     "           --pw-custom: the project's tensor-core 1x1 conv (forward, dgrad, wgrad) timed against cuDNN's\n"
@@ -351,6 +353,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
         if (s == "--dw-fused-bwd-bn") {
             o.dw_fused_bwd = o.dw_fused_bn_bwd = true;
+            continue;
+        }
+        if (s == "--dw-fused-bn-grad") {
+            o.dw_fused_bwd = o.fuse_expand_dw = o.dw_fused_bn_grad = true;
             continue;
         }
         SF_CHECK(s.rfind("--", 0) == 0, "bench step: unexpected argument '%s'\n%s", s.c_str(), kBenchUsage);

@@ -22,9 +22,10 @@
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
+#include "tests/gpu/pwconv_test_util.h"
+#include "tests/support/bn_grad_ref.h"
 #include "tests/support/compare.h"
 #include "tests/support/gpu_buffers.h"
-#include "tests/gpu/pwconv_test_util.h"
 
 namespace {
 
@@ -194,7 +195,7 @@ TEST(KernelsPwconvGpu, DgradBnPrologueEqualsTheStoredGradientBitForBit) {
     }
 }
 
-// The dgrad's BN-backward epilogue (PwBnGrad): the reductions of the BN before the conv, gathered from the
+// The dgrad's BN-backward epilogue (BnGradSums): the reductions of the BN before the conv, gathered from the
 // dx the dgrad stores. dx bitwise the plain dgrad's; dgamma, dbeta (+=, from nonzero values) and the two
 // coefficients against an fp64 host reference of the same sums over that dx, and against
 // bn_act_backward_stats run on the stored dx (another summation order), each within 1e-5 of the sum of
@@ -240,17 +241,7 @@ TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
         const std::vector<float> d0 = to_floats(sftest::random_uniform(ci, seed++, -3, 3));  // dgamma, dbeta before
         const std::vector<float> dx0 = bf16_exact(sftest::random_uniform(rows * ci, seed++, -2, 2));
         auto make_bng = [&](Act act) {  // the BN of V(0..3); dgamma, dbeta into V(6), V(7), coef V(10..11)
-            kern::PwBnGrad b;
-            b.act = act;
-            b.x = B(o_xbn);
-            b.gamma = V(0);
-            b.beta = V(1);
-            b.mean = V(2);
-            b.invstd = V(3);
-            b.dgamma = V(6);
-            b.dbeta = V(7);
-            b.coef = V(10);
-            return b;
+            return kern::BnGradSums{act, B(o_xbn), V(0), V(1), V(2), V(3), V(6), V(7), V(10)};
         };
         for (Act act : {Act::Silu, Act::Relu, Act::None}) {
             for (const bool acc : {false, true}) {
@@ -263,7 +254,7 @@ TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
                 set_dx(o_dx);
                 kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx), acc);
                 for (int i : {6, 7, 8, 9}) upload(V(i), d0);  // dgamma, dbeta of the epilogue, then of the pass
-                const kern::PwBnGrad bng = make_bng(act);
+                const kern::BnGradSums bng = make_bng(act);
                 std::vector<float> first;
                 for (int run = 0; run < 2; ++run) {
                     set_dx(o_dx2);
@@ -290,38 +281,12 @@ TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
                 std::vector<float> pass = download(V(8), 2 * ci);
                 const std::vector<float> pcoef = download(ws + kern::bn_act_backward_coef_offset(rows, k.cin), 2 * ci);
                 pass.insert(pass.end(), pcoef.begin(), pcoef.end());
-                // fp64: z = gamma * xhat + beta, g = dx * act'(z); sums per channel and their magnitudes.
-                std::vector<double> sg(ci, 0.0), sgx(ci, 0.0), mg(ci, 0.0), mgx(ci, 0.0);
-                for (size_t r = 0; r < rows; ++r)
-                    for (size_t c = 0; c < ci; ++c) {
-                        const double d = static_cast<double>(xbnf[r * ci + c]) - mean[c];
-                        const double xhat = d * invstd[c];
-                        const double z = d * (static_cast<double>(gamma[c]) * invstd[c]) + beta[c];
-                        const double dyv = dx[r * ci + c];
-                        double gr = 0.0;
-                        kern::act_backward_ref<double>(act, 1, &z, &dyv, &gr, false);
-                        sg[c] += gr;
-                        sgx[c] += gr * xhat;
-                        mg[c] += std::fabs(gr);
-                        mgx[c] += std::fabs(gr * xhat);
-                    }
-                for (size_t c = 0; c < ci; ++c) {
-                    // [dgamma, dbeta, mean(g), mean(g * xhat)] per channel, with the bound of each.
-                    const double ref[4] = {d0[c] + sgx[c], d0[c] + sg[c], sg[c] / rows, sgx[c] / rows};
-                    const double tol[4] = {1e-5 * (mgx[c] + std::fabs(d0[c])) + 1e-6, 1e-5 * (mg[c] + std::fabs(d0[c])) + 1e-6,
-                                           1e-5 * mg[c] / rows + 1e-9, 1e-5 * mgx[c] / rows + 1e-9};
-                    const size_t at[4] = {c, ci + c, 2 * ci + c, 3 * ci + c};
-                    const char* names[4] = {"dgamma", "dbeta", "mean(g)", "mean(g xhat)"};
-                    for (int q = 0; q < 4; ++q) {
-                        EXPECT_NEAR(first[at[q]], ref[q], tol[q]) << what << " " << names[q] << " channel " << c;
-                        EXPECT_NEAR(first[at[q]], pass[at[q]], 2 * tol[q]) << what << " " << names[q] << " channel " << c
-                                                                             << " against bn_act_backward_stats";
-                    }
-                }
+                const sftest::BnGradRef r = sftest::bn_grad_ref(act, rows, ci, xbnf, dx, gamma, beta, mean, invstd);
+                sftest::expect_bn_grad_near(first, pass, r, d0, rows, ci, what);
             }
         }
         // Refusals (before any launch).
-        const kern::PwBnGrad bng = make_bng(Act::None);
+        const kern::BnGradSums bng = make_bng(Act::None);
         kern::DwBnBackward bnb;
         SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, &bnb, &bng, ws, wsn),
                         "does not go with the BN-backward prologue");
@@ -330,11 +295,11 @@ TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
                         "workspace of", "need");
         SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, nullptr, &bng, nullptr, wsn),
                         "workspace");
-        kern::PwBnGrad alias = bng;
+        kern::BnGradSums alias = bng;
         alias.coef = V(7);  // overlaps dbeta
         SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, nullptr, &alias, ws, wsn),
                         "bng->coef must not alias bng->dbeta");
-        kern::PwBnGrad nox = bng;
+        kern::BnGradSums nox = bng;
         nox.x = nullptr;
         SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, nullptr, &nox, ws, wsn),
                         "bng->x");

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -152,6 +153,62 @@ TEST(CudaStep, FusedLiteBlockRunsTheFusedBackwardWithItsPrologue) {
             EXPECT_EQ(0, std::memcmp(gf.data() + p.offset, gs.data() + p.offset, p.numel * sizeof(float)))
                 << p.name << " (dw_fused " << dw_fused << ")";
         EXPECT_EQ(fused_block.step.read_stats().loss.total, stored.step.read_stats().loss.total);
+    }
+}
+
+// The expand BN's backward reductions in the fused LiteBlock's depthwise kernel (ConvPolicy::dw_fused_bn_grad,
+// `bench step --dw-fused-bn-grad`), on both fused paths (3: the fused backward; 4: with the depthwise BN's
+// dx inside it too), against the same network without it (1, 2): GpuOps reports it, the gradient plan is
+// the same (the epilogue reports the passes it replaces), the loss is bitwise the same (the forward is),
+// and the gradients differ (the expand BN sums in another order: not bitwise, which shows the epilogue ran)
+// by little: each parameter's gradient within relative L2 0.15 (under the emulation at most 0.027, the
+// first expand BN's weight, whose sum cancels most; a gradient the epilogue failed to add is 1), the whole
+// flat gradient within 2e-2 (0.005 under the emulation). Its numerics: the kernel's test
+// (tests/gpu/kernels_bn_grad_epilogue_test.cpp) and CudaStep.AllFusionsMicroStepMatchesTheCpuReference.
+TEST(CudaStep, FusedLiteBlockGathersTheExpandBnGradientSums) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(1);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    const model::UpOrder order = model::UpOrder::ConvFirst;
+    for (int dw_fused : {3, 4}) {
+        GpuRig base(cpu, true, 1, order, true, 1, false, dw_fused - 2), epi(cpu, true, 1, order, true, 1, false, dw_fused);
+        EXPECT_TRUE(epi.net.gpu_ops()->dw_bn_grad());
+        EXPECT_FALSE(base.net.gpu_ops()->dw_bn_grad());
+        EXPECT_EQ(epi.net.gpu_ops()->dw_fused_bn(), dw_fused == 4);
+        const std::vector<model::GradSlot>& sa = base.net.plan().grad_slots();
+        const std::vector<model::GradSlot>& sb = epi.net.plan().grad_slots();
+        ASSERT_EQ(sa.size(), sb.size());
+        for (size_t i = 0; i < sa.size(); ++i)
+            EXPECT_TRUE(sa[i].first == sb[i].first && sa[i].last == sb[i].last && sa[i].offset == sb[i].offset)
+                << sa[i].what << " " << i;
+        for (GpuRig* r : {&base, &epi}) {
+            r->load(b.pixels[0], b.labels[0]);
+            r->step.micro_step(0);
+            r->ctx.synchronize();
+        }
+        EXPECT_EQ(epi.step.read_stats().loss.total, base.step.read_stats().loss.total);
+        const model::ParamTable& t = cpu.table();
+        const std::vector<float> ga = base.fetch(base.net.plan().grad(), t.flat_size);
+        const std::vector<float> gb = epi.fetch(epi.net.plan().grad(), t.flat_size);
+        int differing = 0;
+        double worst = 0;
+        std::string worst_name;
+        for (const model::ParamInfo& p : t.params) {
+            differing += std::memcmp(ga.data() + p.offset, gb.data() + p.offset, p.numel * sizeof(float)) != 0;
+            const double r = rel_l2(gb.data() + p.offset, ga.data() + p.offset, p.numel);
+            EXPECT_LE(r, 0.15) << p.name << " (dw_fused " << dw_fused << ")";
+            if (r > worst) {
+                worst = r;
+                worst_name = p.name;
+            }
+        }
+        const double all = rel_l2(gb.data(), ga.data(), t.flat_size);
+        std::printf("[step] dw_fused %d: %d of %zu gradients differ from the network without the epilogue; relative "
+                    "L2 %.3g overall, worst %.3g (%s)\n",
+                    dw_fused, differing, t.params.size(), all, worst, worst_name.c_str());
+        EXPECT_GT(differing, 0) << "dw_fused " << dw_fused;
+        EXPECT_LE(all, 2e-2) << "dw_fused " << dw_fused;
     }
 }
 

@@ -95,7 +95,8 @@ struct GpuRig {
     // converts to it) and/or kFuseDwPw (NetShape::fuse_dw_pw); bn_row_batch: the BatchNorm row
     // kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch); pdl: the project's kernels with
     // programmatic dependent launch (rt::Exec::pdl); dw_fused: the stride-1 depthwise backward fused
-    // (1: kern::ConvPolicy::dw_fused_bwd; 2: also dw_fused_bn_bwd, the BN's dx inside it); pw_custom: the
+    // (1: kern::ConvPolicy::dw_fused_bwd; 2: also dw_fused_bn_bwd, the BN's dx inside it; 3: 1 with
+    // dw_fused_bn_grad, the fused LiteBlock's expand BN reductions in it; 4: 2 with that); pw_custom: the
     // project's 1x1 conv as a candidate (1: kern::ConvPolicy::pw_custom; 2: also pw_stats).
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
                     model::UpOrder order = model::UpOrder::UpsampleFirst, int fuse = 0,
@@ -122,7 +123,8 @@ struct GpuRig {
         kern::ConvPolicy p = kern::run_conv_policy(deterministic);
         p.bn_row_batch = bn_row_batch;
         p.dw_fused_bwd = dw_fused >= 1;
-        p.dw_fused_bn_bwd = dw_fused >= 2;
+        p.dw_fused_bn_bwd = dw_fused == 2 || dw_fused == 4;
+        p.dw_fused_bn_grad = dw_fused >= 3;
         p.pw_custom = pw_custom >= 1;
         p.pw_stats = pw_custom >= 2;
         return p;

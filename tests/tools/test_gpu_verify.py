@@ -370,7 +370,8 @@ class GpuVerifyTest(unittest.TestCase):
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
                          "bench_variants.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
-                         "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json", "bench_upsrow.json",
+                         "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json", "bench_fuseexpbg.json",
+                         "bench_upsrow.json",
                          "bench_pwcustom.json", "bench_pwstats.json", "bench_fusedwpw.json",
                          "bench_fusedwpwst.json", "bench_dw0.json", "session.log"):
                 self.assertIn(want, names)
@@ -409,6 +410,9 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"A/B chain: ### bench_dwfusedbn.json against bench_dwfused.json")
             self.assertRegex(log, r"A/B chain: ### bench_fuseexp.json against bench_dwfused.json")
             self.assertRegex(log, r"A/B chain: ### bench_fuseexpbn.json against bench_dwfusedbn.json")
+            self.assertRegex(log, r"bench --dw-fused-bn-grad --dw-fused-bwd-bn: rc 0")
+            self.assertRegex(log, r"A/B: ### bench_fuseexpbg.json against bench_variants.json")
+            self.assertRegex(log, r"A/B chain: ### bench_fuseexpbg.json against bench_fuseexpbn.json")
             self.assertRegex(log, r"bench --no-dw-variants: rc 0")
             # tools/bench_ab.py over the three A/Bs against the per-layer run's step
             self.assertIn("bench_ab.md", names)
