@@ -94,6 +94,14 @@ struct ConvPolicy {
     // are summed in another order than bn_stats_train's (last bits). `bench step --pw-stats` (implies
     // --pw-custom; docs/perf/OPTIMIZATION_LOG.md entry 19).
     bool pw_stats = false;
+    // With pw_custom: a 1x1 conv whose dgrad the project's kernel runs, and whose input is a depthwise
+    // ConvBN's output (the LiteBlock's project, the DSConv's pointwise conv), gathers that BatchNorm's
+    // backward reductions in the dgrad's epilogue (kern::BnGradSums): the depthwise layer's BN backward then
+    // runs only its dx pass (kern::bn_act_backward_dx), or with dw_fused_bn_bwd forms it in the fused kernel
+    // from those coefficients: its reduce pass's read of the output gradient is gone (the epilogue reads
+    // the BN's input instead of the statistics pass). Summed in another order (last bits). `bench step
+    // --pw-bn-grad` (implies --pw-custom; docs/perf/OPTIMIZATION_LOG.md entry 22).
+    bool pw_bn_grad = false;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

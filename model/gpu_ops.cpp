@@ -260,9 +260,12 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
                         err.what());
             e.ms[0] = -1;
         }
+        double credit = 0;  // the passes the custom 1x1 conv's epilogues remove (time_pointwise)
         e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e)
                   : custom == ConvImpl::CustomStem    ? time_stem(u.shape)
-                                                      : time_pointwise(e);
+                                                      : time_pointwise(e, credit);
+        if (e.ms[0] >= 0) e.ms[0] += credit;
+        e.credit_ms = credit;
         e.impl = pick_conv_impl(cand, {e.ms[0], e.ms[1]});
         if (u.bn_prologue && custom == ConvImpl::CustomDepthwise) time_prologue_forward(e);
         entries_.push_back(e);
@@ -403,21 +406,61 @@ double GpuOps::time_stem(const kern::ConvShape& s) const {
 }
 
 // The project's 1x1 conv (kernels/pwconv_cuda.h): forward + wgrad + the mean over the dgrad modes the
-// step runs, comparable with cudnn_ms.
-double GpuOps::time_pointwise(const Entry& e) const {
+// step runs, comparable with cudnn_ms. With pw_stats and a shape some ConvBN takes its statistics from
+// (use.stats_epilogue), the forward is timed with the statistics epilogue and cuDNN is credited with the
+// statistics pass it removes (bn_stats_train on the output); with pw_bn_grad and a shape whose dgrad
+// gathers its input's BN reductions (use.bn_grad_epilogue), the overwrite-mode dgrad (the mode those
+// layers run) with the BN-backward epilogue, and cuDNN credited with the reduce pass it removes
+// (bn_act_backward_stats on the input, weighted as that mode's share of the dgrad time). Zero vectors:
+// the same instructions as real statistics.
+double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
     const kern::ConvShape& s = e.shape;
-    const size_t wsf = kern::pwconv_wgrad_workspace_floats(s);
-    const TimingBuffers b(s, wsf, e.dgrad, ex_.stream);
+    const size_t rows = s.in().pixels();
+    const bool stats = pw_stats() && e.use.stats_epilogue && rows >= 2;
+    const bool bn_grad = pw_bn_grad() && e.use.bn_grad_epilogue && e.use.needs_overwrite() && rows >= 2;
+    const int c = std::max(s.cin, s.cout);
+    size_t wsf = kern::pwconv_wgrad_workspace_floats(s);
+    if (stats)
+        wsf = std::max({wsf, kern::pwconv_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cout)});
+    if (bn_grad)
+        wsf = std::max({wsf, kern::pwconv_dgrad_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cin)});
+    // The workspace, then 4C zeros (the BN's vectors) and 4C outputs (statistics, or dgamma, dbeta, coef).
+    const TimingBuffers b(s, wsf + 8 * static_cast<size_t>(c), e.dgrad, ex_.stream);
+    float* zeros = b.ws + wsf;
+    float* outs = zeros + 4 * static_cast<size_t>(c);
+    SF_CUDA_CHECK(cudaMemsetAsync(zeros, 0, 8 * static_cast<size_t>(c) * sizeof(float), ex_.stream));
     const int iters = std::max(policy_.autotune_iters, 10);
-    double ms = time_runs([&] { kern::pwconv_forward_cuda(ex_, s, b.x, b.w, b.y); }, iters) +
+    cudnn_credit = 0;
+    kern::PwStats st;
+    st.save_mean = outs;
+    st.save_invstd = outs + c;
+    st.running_mean = outs + 2 * c;
+    st.running_var = outs + 3 * c;
+    double ms = time_runs([&] { kern::pwconv_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, stats ? &st : nullptr,
+                                                          b.ws, wsf); }, iters) +
                 time_runs([&] { kern::pwconv_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf); }, iters);
+    if (stats)
+        cudnn_credit += time_runs([&] {
+            kern::bn_stats_train(ex_, s.out().pixels(), s.cout, b.y, st.save_mean, st.save_invstd, st.running_mean,
+                                 st.running_var, 0.1, 1e-5, b.ws, wsf);
+        }, iters);
     if (!e.dgrad) return ms;
     double dgrad = 0;
     int modes = 0;
     if (e.use.needs_accumulate())
         dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true); }, iters), ++modes;
-    if (e.use.needs_overwrite())
-        dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, false); }, iters), ++modes;
+    if (e.use.needs_overwrite()) {
+        const kern::BnGradSums bng{e.use.bn_grad_act, b.x, zeros, zeros + c, zeros + 2 * c, zeros + 3 * c,
+                                   outs, outs + c, outs + 2 * c};
+        dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, false, nullptr,
+                                                                 bn_grad ? &bng : nullptr, b.ws, wsf); }, iters),
+            ++modes;
+        if (bn_grad)
+            cudnn_credit += time_runs([&] {
+                kern::bn_act_backward_stats(ex_, e.use.bn_grad_act, rows, s.cin, b.x, b.dx, zeros, zeros + c,
+                                            zeros + 2 * c, zeros + 3 * c, outs, outs + c, b.ws, wsf);
+            }, iters) / modes;
+    }
     return ms + dgrad / modes;
 }
 
@@ -437,6 +480,19 @@ ConvImpl GpuOps::impl_of(const kern::ConvShape& s) const { return find(s).impl; 
 
 bool GpuOps::conv_forward_stats_runs(const kern::ConvShape& s) const {
     return pw_stats() && find(s).impl == ConvImpl::CustomPointwise;
+}
+
+bool GpuOps::dgrad_bn_grad_runs(const kern::ConvShape& s) const {
+    return pw_bn_grad() && find(s).impl == ConvImpl::CustomPointwise;
+}
+
+void GpuOps::conv_backward_data_bn_grad(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy,
+                                        const kern::bf16* w, kern::bf16* dx, bool accumulate,
+                                        const kern::BnGradSums& bng, float* ws, size_t ws_floats) const {
+    SF_CHECK(dgrad_bn_grad_runs(s), "%s: the BN-backward epilogue runs only on the project's 1x1 dgrad with "
+             "ConvPolicy::pw_bn_grad", s.describe().c_str());
+    check_dgrad_mode(find(s).use, accumulate);
+    kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, accumulate, nullptr, &bng, ws, ws_floats);
 }
 
 void GpuOps::conv_forward_stats(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
@@ -508,7 +564,7 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
                                   const float* beta, const float* save_mean, const float* save_invstd, float* dgamma,
                                   float* dbeta, const kern::bf16* x, const kern::bf16* w, kern::bf16* dx, float* dw,
                                   bool accumulate, float* ws, size_t ws_floats, const kern::DwPrologue* pro,
-                                  const kern::BnGradSums* bng) const {
+                                  const kern::BnGradSums* bng, const float* given_coef) const {
     SF_CHECK(dw_fused_backward(s) && dw_fused_bn(),
              "convolution %s does not run a fused backward with its BN's dx (GpuOps::dw_fused_bn)",
              s.describe().c_str());
@@ -524,10 +580,11 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
     SF_CHECK(ws_floats >= need,
              "bn_dw_backward_fused: workspace of %zu floats, %zu needed for %s (GpuOps::dw_fused_bn_workspace_floats)",
              ws_floats, need, s.describe().c_str());
-    kern::bn_act_backward_stats(ex, act, rows, s.cout, conv_out, dy, gamma, beta, save_mean, save_invstd, dgamma,
-                                dbeta, ws, bn_ws, bn_row_batch());
+    if (!given_coef)
+        kern::bn_act_backward_stats(ex, act, rows, s.cout, conv_out, dy, gamma, beta, save_mean, save_invstd, dgamma,
+                                    dbeta, ws, bn_ws, bn_row_batch());
     const kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd,
-                               ws + kern::bn_act_backward_coef_offset(rows, s.cout)};
+                               given_coef ? given_coef : ws + kern::bn_act_backward_coef_offset(rows, s.cout)};
     kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws + bn_ws, ws_floats - bn_ws, accumulate, &b,
                                         kern::kDwFusedMaxBlocks, pro, bng);
 }

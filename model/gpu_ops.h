@@ -108,12 +108,14 @@ public:
     // part. conv_out: the conv's output (the BN's input); dy: the BN + activation output's gradient.
     // Only where dw_fused_backward(s) and dw_fused_bn(); ws of at least dw_fused_bn_workspace_floats(s).
     // pro: the fused LiteBlock's input prologue as well (x is then the producer's pre-BN output).
+    // given_coef: the BN's coefficients (2 C) a consumer's epilogue already gathered, with dgamma and dbeta
+    // (pw_bn_grad): then no statistics pass.
     void bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, kern::Act act, const kern::bf16* conv_out,
                               const kern::bf16* dy, const float* gamma, const float* beta, const float* save_mean,
                               const float* save_invstd, float* dgamma, float* dbeta, const kern::bf16* x,
                               const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate, float* ws,
                               size_t ws_floats, const kern::DwPrologue* pro = nullptr,
-                              const kern::BnGradSums* bng = nullptr) const;
+                              const kern::BnGradSums* bng = nullptr, const float* given_coef = nullptr) const;
     // The BN backward's workspace followed by the fused kernel's partials, for a stride-1 depthwise s
     // (bn_grad: with the BN-backward epilogue's partials too).
     static size_t dw_fused_bn_workspace_floats(const kern::ConvShape& s, bool bn_grad = false);
@@ -140,6 +142,17 @@ public:
     bool pw_stats() const { return pw_stats(policy_); }
     static bool pw_stats(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_stats; }
     bool conv_forward_stats_runs(const kern::ConvShape& s) const;
+    // kern::ConvPolicy::pw_bn_grad (with pw_custom): a 1x1 conv's dgrad on the project's kernel gathers the
+    // preceding depthwise BN's backward reductions (conv_backward_data_bn_grad) where dgrad_bn_grad_runs(s).
+    bool pw_bn_grad() const { return pw_bn_grad(policy_); }
+    static bool pw_bn_grad(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_bn_grad; }
+    bool dgrad_bn_grad_runs(const kern::ConvShape& s) const;
+    // The backward-data with the preceding BN's backward reductions in its epilogue
+    // (kern::pwconv_backward_data_cuda with kern::BnGradSums; ws of at least kern::pwconv_dgrad_workspace_floats(s)).
+    // Only where dgrad_bn_grad_runs(s); accumulate as conv_backward_data.
+    void conv_backward_data_bn_grad(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy,
+                                    const kern::bf16* w, kern::bf16* dx, bool accumulate, const kern::BnGradSums& bng,
+                                    float* ws, size_t ws_floats) const;
     // The forward with the following BatchNorm's statistics gathered in its epilogue (kern::pwconv_forward_cuda
     // with kern::PwStats; ws of at least kern::pwconv_workspace_floats(s)). Only where conv_forward_stats_runs(s).
     void conv_forward_stats(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
@@ -161,7 +174,9 @@ private:
     double cudnn_ms(const ConvUse& u) const;
     const Entry& find(const kern::ConvShape& s) const;
     double time_stem(const kern::ConvShape& s) const;  // the custom stem conv: ms per fwd+wgrad
-    double time_pointwise(const Entry& e) const;         // the custom 1x1 conv: ms per fwd+dgrad+wgrad
+    // The custom 1x1 conv: ms per fwd+dgrad+wgrad, with the epilogues the policy and e.use say the step runs;
+    // cudnn_credit: the ms of the passes those epilogues remove, to add to cuDNN's time.
+    double time_pointwise(const Entry& e, double& cudnn_credit) const;
     double time_depthwise(Entry& e) const;  // picks e's gather variants; ms per fwd(+dgrad)+wgrad
     void time_prologue_forward(Entry& e) const;  // picks e's forward variant with the BN prologue
     double time_runs(const std::function<void()>& run, int iters) const;

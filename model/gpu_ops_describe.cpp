@@ -70,6 +70,9 @@ std::vector<std::string> GpuOps::describe() const {
         std::snprintf(buf, sizeof(buf), "%s: %s (cudnn %.3f ms, custom %.3f ms per fwd+bwd; -1 = not timed)",
                       e.shape.describe().c_str(), conv_impl_name(e.impl), e.ms[0], e.ms[1]);
         out.push_back(buf);
+        if (e.credit_ms > 0)  // ConvPolicy::pw_stats / pw_bn_grad: cuDNN's time includes the passes they remove
+            out.back() += rt::format("; cudnn's includes %.3f ms of BN passes the custom kernel's epilogues remove",
+                                     e.credit_ms);
         // NetShape::fuse_dw_pw: a 1x1 shape whose prologue forward and wgrad run the project's kernel.
         if (e.use.bn_prologue && e.shape.k == 1)
             out.back() += rt::format("; with its input's BN + %s prologue: forward and wgrad custom-pointwise",

@@ -15,6 +15,9 @@ struct GpuOps::Entry {
     bool dgrad = false;
     ConvImpl impl = ConvImpl::Cudnn;
     double ms[2] = {-1, -1};  // fwd+dgrad+wgrad per candidate (cudnn, custom), -1 = not measured
+    // The custom 1x1 conv timed with its epilogues (GpuOps::time_pointwise): the time of the passes they
+    // remove, included in ms[0] (0: none).
+    double credit_ms = 0;
     // CustomDepthwise: the variants run (gather: kern::kDwVariants, wgrad: kern::kDwWgradVariants) and,
     // when autotuned, each valid variant's time (ms; -1 = not valid for the pass or not timed). The
     // dgrad has a choice per mode the step runs (use.needs_accumulate / needs_overwrite): dgrad_* for

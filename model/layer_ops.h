@@ -134,6 +134,14 @@ inline void conv_backward_data(const GpuOps* gpu, const rt::Exec& ex, const kern
     bool acc;
     if (grad_op({dy}, {dx}, &acc, &s)) gpu->conv_backward_data(ex, s, dy, w, dx, acc);
 }
+// CUDA: a 1x1 backward-data gathering the preceding BN's backward reductions in its epilogue
+// (GpuOps::conv_backward_data_bn_grad): reported as conv_backward_data (the same write).
+inline void conv_backward_data_bn_grad(const GpuOps* gpu, const rt::Exec& ex, const kern::ConvShape& s, const bf16* dy,
+                                       const bf16* w, bf16* dx, const kern::BnGradSums& bng, float* ws,
+                                       size_t ws_floats) {
+    bool acc;
+    if (grad_op({dy}, {dx}, &acc, &s)) gpu->conv_backward_data_bn_grad(ex, s, dy, w, dx, acc, bng, ws, ws_floats);
+}
 inline void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const float* x, const float* dy,
                                  float* dw, float* db) {
     bool none;
@@ -164,14 +172,14 @@ inline void bn_dw_backward_fused(const GpuOps* gpu, const rt::Exec& ex, kern::Ac
                                  const float* mean, const float* invstd, float* dgamma, float* dbeta,
                                  const bf16* conv_grad, const bf16* x, const bf16* w, bf16* dx, float* dw, float* ws,
                                  size_t ws_floats, const kern::DwPrologue* pro = nullptr,
-                                 const kern::BnGradSums* bng = nullptr) {
+                                 const kern::BnGradSums* bng = nullptr, const float* given_coef = nullptr) {
     bool acc_bn, acc, none;
     const bool run_bn = grad_op({dy}, {conv_grad}, &acc_bn);
     const bool run = grad_op({conv_grad, dy}, {dx}, &acc, &s);
     const bool run_w = grad_op({conv_grad}, {}, &none);
     if (run_bn && run && run_w)
         gpu->bn_dw_backward_fused(ex, s, a, conv_out, dy, gamma, beta, mean, invstd, dgamma, dbeta, x, w, dx, dw, acc, ws,
-                                  ws_floats, pro, bng);
+                                  ws_floats, pro, bng, given_coef);
 }
 // CUDA: the backward-filter of a conv with its input's BN prologue (x_pre: the producer's pre-BN output),
 // the project's kernel whatever GpuOps picked for the shape's other passes: the depthwise conv of the

@@ -95,15 +95,19 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         // workspace (its coefficients stay there) followed by the fused kernel's partials.
         fused_bn = p.dw_fused_bn() && input_grad && upsample == 1 && !with_bias &&
                    kern::dwconv3x3_fused_supported(cs);
-        // With the expand BN's backward reductions in this (depthwise) conv's fused backward, its partials.
-        const bool bn_grad = prologue && prologue->grad_sums_by == this;
+        // A consumer gathering its producer's BN backward reductions: the epilogue's partials.
+        const bool bn_grad = grad_sums_of != nullptr;
         if (fused_bn) ws_floats = std::max(ws_floats, GpuOps::dw_fused_bn_workspace_floats(cs, bn_grad));
+        if (bn_grad && cs.k == 1 && kern::pwconv_supported(cs))
+            ws_floats = std::max(ws_floats, kern::pwconv_dgrad_workspace_floats(cs));
         if (grad_sums_by) bn_coef = p.scratch(2 * static_cast<size_t>(cout), "bn grad coef");
         pw_stats = p.pw_stats() && upsample == 1 && !with_bias && kern::pwconv_supported(cs) &&
                    (!prologue || cs.cin <= kern::kPwMaxPrologueK);
         if (pw_stats) ws_floats = std::max(ws_floats, kern::pwconv_workspace_floats(cs));
         ws = p.workspace(ws_floats);
         p.conv(cs, input_grad, prologue != nullptr, prologue ? prologue->act : kern::Act::None);
+        if (pw_stats || (bn_grad && cs.k == 1))
+            p.conv_epilogues(cs, pw_stats, bn_grad && cs.k == 1, grad_sums_of ? grad_sums_of->act : kern::Act::None);
     }
 }
 
@@ -205,18 +209,24 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         const kern::DwPrologue pro = prologue ? prologue->dw_prologue(true) : kern::DwPrologue{};
         const kern::DwPrologue* fused_pro = prologue ? &pro : nullptr;
         const T* fused_x = prologue ? prologue->conv.v : x.v;
-        kern::BnGradSums sums_of_expand;
+        // The producer's BN reductions this layer's backward-data gathers (grad_sums_of): in the fused
+        // depthwise kernel (the fused LiteBlock's expand), or in the project's 1x1 dgrad.
+        kern::BnGradSums sums_of_producer;
         const kern::BnGradSums* bng = nullptr;
-        if (prologue && prologue->grad_sums_by == this && fused) {
-            sums_of_expand = prologue->bn_grad_sums();
-            bng = &sums_of_expand;
+        const bool gathers = grad_sums_of && x.g && ex.is_cuda() &&
+                             (cs.k == 1 ? ops->dgrad_bn_grad_runs(cs) : fused);
+        if (gathers) {
+            sums_of_producer = grad_sums_of->bn_grad_sums();
+            bng = &sums_of_producer;
         }
+        const bool sums_ran = grad_sums_ran(ex);  // this layer's own reductions, gathered by its consumer
         if (fused_bn && x.g && (!ex.is_cuda() || fused)) {
             ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, gamma.g,
-                                      beta.g, conv.g, fused_x, weight.h, x.g, weight.g, ws, ws_floats, fused_pro, bng);
+                                      beta.g, conv.g, fused_x, weight.h, x.g, weight.g, ws, ws_floats, fused_pro, bng,
+                                      sums_ran ? bn_coef : nullptr);
             return;
         }
-        if (grad_sums_ran(ex)) {  // the consumer's fused backward gathered the reductions: the dx pass only
+        if (sums_ran) {  // the consumer's backward-data gathered the reductions: the dx pass only
             ops::bn_act_backward_dx(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
                                     bn_coef, conv.g);
         } else {
@@ -230,7 +240,10 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
             ops::conv_backward_fused(ops, ex, cs, fused_x, conv_out().g, weight.h, x.g, weight.g, fused_pro, bng);
             return;
         }
-        if (x.g) ops::conv_backward_data(ops, ex, cs, conv_out().g, weight.h, x.g);
+        if (x.g && bng)
+            ops::conv_backward_data_bn_grad(ops, ex, cs, conv_out().g, weight.h, x.g, *bng, ws, ws_floats);
+        else if (x.g)
+            ops::conv_backward_data(ops, ex, cs, conv_out().g, weight.h, x.g);
         if (prologue) {
             ops::conv_backward_filter_prologue(ex, cs, prologue->conv.v, conv.g, weight.g, ws, ws_floats, pro);
         } else {
@@ -269,7 +282,9 @@ kern::BnGradSums ConvBN<T>::bn_grad_sums() const {
 
 template <class T>
 bool ConvBN<T>::grad_sums_ran(const rt::Exec& ex) const {
-    return grad_sums_by && ex.is_cuda() && ops->dw_fused_backward(grad_sums_by->cs);
+    if (!grad_sums_by || !ex.is_cuda()) return false;
+    const kern::ConvShape& c = grad_sums_by->cs;
+    return c.k == 1 ? ops->dgrad_bn_grad_runs(c) : ops->dw_fused_backward(c);
 }
 
 // ---- Conv (heads' last 1x1, fp32 logits) ----
@@ -319,7 +334,8 @@ void LiteBlock<T>::declare(Planner& p, const std::string& name, const kern::Shap
     const bool fused = fuse_expand_dw && !kIsCpu<T>;
     expand.apply_in_consumer = fused;
     dw.prologue = fused ? &expand : nullptr;
-    expand.grad_sums_by = fused && p.dw_bn_grad() ? &dw : nullptr;  // GpuOps::dw_bn_grad
+    if (fused && p.dw_bn_grad()) link_grad_sums(expand, dw);  // GpuOps::dw_bn_grad
+    if (p.pw_bn_grad()) link_grad_sums(dw, project);        // GpuOps::pw_bn_grad
     dw.apply_in_consumer = p.fuse_dw_pw();  // NetShape::fuse_dw_pw: the project conv applies dw's BN + SiLU
     project.prologue = p.fuse_dw_pw() ? &dw : nullptr;
     expand.declare(p, name + ".pw_expand", in, hidden, 1, 1, 1, kern::Act::Silu);
@@ -353,6 +369,7 @@ template <class T>
 void DSConv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int stride) {
     dw.apply_in_consumer = p.fuse_dw_pw();  // NetShape::fuse_dw_pw: the pointwise conv applies dw's BN + SiLU
     pw.prologue = p.fuse_dw_pw() ? &dw : nullptr;
+    if (p.pw_bn_grad()) link_grad_sums(dw, pw);  // GpuOps::pw_bn_grad: pw's dgrad gathers dw's BN reductions
     dw.declare(p, name + ".dw_conv", in, in.c, 3, stride, in.c, kern::Act::Silu);
     pw.declare(p, name + ".pw_conv", dw.out.shape, cout, 1, 1, 1, kern::Act::Silu);
 }

@@ -54,12 +54,16 @@ struct ConvBN {
     //   reads prologue->conv, never x.v (kernels/dwconv_cuda.h, DwPrologue); custom kernel only.
     bool apply_in_consumer = false;
     const ConvBN* prologue = nullptr;
-    // The fused LiteBlock under GpuOps::dw_bn_grad (CUDA; set before declare()): on the expand, its
-    // depthwise consumer, whose fused backward gathers this BN's backward reductions from the gradient it
-    // stores (kern::BnGradSums: dgamma, dbeta += and the dx coefficients into bn_coef, 2 * cout floats);
-    // this layer's backward then runs only the BN's dx pass. Where GpuOps runs that consumer's backward
-    // unfused (grad_sums_ran false), both run as before.
+    // A BN's backward reductions gathered by its consumer's backward-data epilogue (CUDA; both set before
+    // declare(), by link_grad_sums): grad_sums_by, on the producer, is the consumer whose kernel gathers
+    // them from the gradient it stores (kern::BnGradSums: dgamma, dbeta += and the dx coefficients into
+    // the producer's bn_coef, 2 * cout floats); grad_sums_of, on the consumer, is that producer. The
+    // producer's backward then runs only the BN's dx pass. Two links: the fused LiteBlock's expand ->
+    // depthwise (GpuOps::dw_bn_grad: the fused depthwise backward's epilogue) and a depthwise ConvBN -> its
+    // 1x1 consumer (GpuOps::pw_bn_grad: the project's 1x1 dgrad's epilogue). Where GpuOps runs the
+    // consumer's pass on another kernel (grad_sums_ran false), both run as before.
     const ConvBN* grad_sums_by = nullptr;
+    const ConvBN* grad_sums_of = nullptr;
     float* bn_coef = nullptr;
     Param weight, bias, gamma, beta;
     float* running_mean = nullptr;
@@ -94,7 +98,8 @@ struct ConvBN {
     // The epilogue a depthwise consumer runs for this layer's BN (grad_sums_by): its input, vectors and
     // outputs (dgamma, dbeta into the parameter gradients, the coefficients into bn_coef).
     kern::BnGradSums bn_grad_sums() const;
-    // Whether grad_sums_by's backward gathers this BN's reductions in this run (it runs fused).
+    // Whether grad_sums_by's backward gathers this BN's reductions in this run (its fused depthwise
+    // backward, or its 1x1 dgrad on the project's kernel, runs).
     bool grad_sums_ran(const rt::Exec& ex) const;
     // What the layer leaves for its consumers: the sum with sum_into, else out.
     const ActT<T>& result() const { return sums ? sum : out; }
@@ -115,6 +120,13 @@ struct Conv {
     void forward(const rt::Exec& ex, const ActT<T>& x) const;
     void backward(const rt::Exec& ex, const ActT<T>& x) const;
 };
+
+// Links producer -> consumer for the BN-backward epilogue (ConvBN::grad_sums_by / grad_sums_of).
+template <class T>
+void link_grad_sums(ConvBN<T>& producer, ConvBN<T>& consumer) {
+    producer.grad_sums_by = &consumer;
+    consumer.grad_sums_of = &producer;
+}
 
 // Inverted residual: 1x1 expand (SiLU) -> 3x3 depthwise (SiLU) -> 1x1 project (linear) -> + x.
 // fuse_expand_dw (CUDA only; the CPU reference ignores it): the expand's BN + SiLU runs inside the

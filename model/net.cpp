@@ -156,6 +156,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     plan_.set_dw_fused_bn(ops_->dw_fused_bn());
     plan_.set_pw_stats(ops_->pw_stats());
     plan_.set_dw_bn_grad(ops_->dw_bn_grad());
+    plan_.set_pw_bn_grad(ops_->pw_bn_grad());
     declare(plan_);  // sizing pass: records every conv and workspace request
     plan_grads();
     ops_->prepare(plan_.convs());
@@ -174,6 +175,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
         plan_.set_dw_fused_bn(GpuOps::dw_fused_bn(*dry.policy));
         plan_.set_pw_stats(GpuOps::pw_stats(*dry.policy));
         plan_.set_dw_bn_grad(GpuOps::dw_bn_grad(*dry.policy));
+        plan_.set_pw_bn_grad(GpuOps::pw_bn_grad(*dry.policy));
     }
     declare(plan_);
     plan_grads();

@@ -113,6 +113,18 @@ void Planner::conv(const kern::ConvShape& s, bool dgrad, bool bn_prologue, kern:
     convs_.push_back(u);
 }
 
+void Planner::conv_epilogues(const kern::ConvShape& s, bool stats, bool bn_grad, kern::Act bn_grad_act) {
+    if (binding_) return;
+    for (ConvUse& u : convs_) {
+        if (!same_conv_shape(u.shape, s)) continue;
+        u.stats_epilogue = u.stats_epilogue || stats;
+        if (bn_grad && !u.bn_grad_epilogue) u.bn_grad_act = bn_grad_act;
+        u.bn_grad_epilogue = u.bn_grad_epilogue || bn_grad;
+        return;
+    }
+    SF_FAIL("conv_epilogues: convolution %s was not declared (Planner::conv first)", s.describe().c_str());
+}
+
 void Planner::layer(const LayerUse& l) {
     if (!binding_) layers_.push_back(l);
 }

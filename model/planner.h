@@ -74,6 +74,14 @@ struct ConvUse {
     // one, whose prologue forward and wgrad are the project's kernels).
     bool bn_prologue = false;
     kern::Act prologue_act = kern::Act::None;
+    // The 1x1 epilogues some layer of this shape may run (Planner::conv_epilogues): the following BN's
+    // statistics in the forward (ConvBN::pw_stats, GpuOps::pw_stats), the preceding BN's backward
+    // reductions in the dgrad (ConvBN::grad_sums_of, GpuOps::pw_bn_grad; that BN's activation
+    // bn_grad_act). GpuOps times the project's kernel with them and credits cuDNN's time with the passes
+    // they remove, so that the choice compares what the step would run.
+    bool stats_epilogue = false;
+    bool bn_grad_epilogue = false;
+    kern::Act bn_grad_act = kern::Act::None;
     bool needs_overwrite() const { return dgrad && dgrad_overwrite; }
     bool needs_accumulate() const { return dgrad && (dgrad_accumulate || !dgrad_overwrite); }
 };
@@ -181,6 +189,8 @@ public:
     // bn_prologue: this forward applies its input's BN + activation prologue_act on load (ConvUse).
     void conv(const kern::ConvShape& s, bool dgrad, bool bn_prologue = false,
               kern::Act prologue_act = kern::Act::None);
+    // Marks the epilogues a layer of shape s (already declared by conv()) may run (ConvUse).
+    void conv_epilogues(const kern::ConvShape& s, bool stats, bool bn_grad, kern::Act bn_grad_act);
     const std::vector<ConvUse>& convs() const { return convs_; }
     void layer(const LayerUse& l);
     const std::vector<LayerUse>& layers() const { return layers_; }
@@ -207,6 +217,10 @@ public:
     // its consumer's epilogue writes (ConvBN::bn_coef) and its depthwise ConvBN reserves those partials.
     void set_dw_bn_grad(bool on) { dw_bn_grad_ = on; }
     bool dw_bn_grad() const { return dw_bn_grad_; }
+    // GpuOps::pw_bn_grad of that policy: whether each depthwise ConvBN keeps the coefficients its 1x1
+    // consumer's dgrad epilogue writes and that consumer reserves those partials.
+    void set_pw_bn_grad(bool on) { pw_bn_grad_ = on; }
+    bool pw_bn_grad() const { return pw_bn_grad_; }
     bool pw_stats() const { return pw_stats_; }
     // NetShape::fuse_dw_pw of a CUDA network (set by the network before each pass; false on the CPU):
     // the depthwise -> 1x1 pairs (LiteBlock, DSConv) fuse the depthwise BN + activation into the 1x1 conv.
@@ -254,6 +268,7 @@ private:
     bool dw_fused_bn_ = false;
     bool pw_stats_ = false;
     bool dw_bn_grad_ = false;
+    bool pw_bn_grad_ = false;
     bool fuse_dw_pw_ = false;
     bool binding_ = false;
     ParamTable table_;

@@ -22,8 +22,9 @@
 #             (with the expand BN's backward reductions in the depthwise kernel's epilogue too, against
 #             the latter), with `--upsample-row-loads` (the
 #             upsampling backward's window rows loaded together), with `--pw-custom` (the project's
-#             tensor-core 1x1 conv against cuDNN per shape) and `--pw-stats` (with the 1x1 ConvBNs' BN
-#             statistics from its epilogue), with `--fuse-dw-pw` (each depthwise BN + SiLU inside the
+#             tensor-core 1x1 conv against cuDNN per shape), `--pw-stats` (with the 1x1 ConvBNs' BN
+#             statistics from its epilogue) and `--pw-bn-grad` (the depthwise BNs' backward reductions in
+#             its dgrad's epilogue), with `--fuse-dw-pw` (each depthwise BN + SiLU inside the
 #             following 1x1 conv) and `--fuse-dw-pw --pw-stats` (against `--pw-stats`), and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
 #             per-layer run's step by tools/bench_ab.py (bench_ab.md); then, with the time left,
@@ -167,6 +168,10 @@ if [ "$(left)" -gt 60 ]; then
   # With the 1x1 ConvBNs' BN statistics from that kernel's epilogue (against bench_pwcustom: the chain).
   ab bench_pwstats --pw-stats
   pack
+  # With the depthwise BNs' backward reductions in that kernel's dgrad epilogue (entry 22; against
+  # bench_pwcustom: the chain).
+  ab bench_pwbngrad --pw-bn-grad
+  pack
   # Each depthwise ConvBN's BN + SiLU inside the following 1x1 conv, the depthwise activation never stored
   # (entry 20): against the per-layer run, and with the statistics epilogue against bench_pwstats.
   ab bench_fusedwpw --fuse-dw-pw
@@ -178,19 +183,19 @@ if [ "$(left)" -gt 60 ]; then
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
   for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
-           bench_pwcustom bench_pwstats bench_fusedwpw bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+           bench_pwcustom bench_pwstats bench_pwbngrad bench_fusedwpw bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1
     say "A/B: rc $?"
     grep -E '^###|^\| *128 |^warning' "$W/bench_ab.md" 2>/dev/null | while IFS= read -r l; do say "A/B: $l"; done
   fi
-  # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17, 19-21):
+  # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17, 19-22):
   # each OTHER against its BASE, one after another into bench_ab_chain.md.
   : >"$W/bench_ab_chain.md"
   for pair in bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
               bench_fuseexpbn:bench_fuseexpbg \
-              bench_pwcustom:bench_pwstats bench_pwstats:bench_fusedwpwst; do
+              bench_pwcustom:bench_pwstats bench_pwcustom:bench_pwbngrad bench_pwstats:bench_fusedwpwst; do
     base=${pair%%:*} other=${pair##*:}
     [ -s "$W/$base.json" ] && [ -s "$W/$other.json" ] || continue
     python3 tools/bench_ab.py "$W/$base.json" "$W/$other.json" --md "$W/ab_pair.md" >>"$W/bench_ab.log" 2>&1 &&

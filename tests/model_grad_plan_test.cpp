@@ -17,6 +17,7 @@
 #include "data/fixed_batch.h"
 #include "kernels/conv_cudnn.h"
 #include "kernels/dwconv_cuda.h"
+#include "kernels/pwconv_cuda.h"
 #include "model/gpu_ops.h"
 #include "model/init.h"
 #include "model/net.h"
@@ -178,11 +179,33 @@ TEST(GradPlan, DryRunPlansTheFusedBnBackwardOfItsPolicy) {
     std::printf("[grad plan] %zu of %zu gradient lifetimes differ with the fused BN backward\n", differing, ga.size());
 }
 
+// A BN-backward epilogue switch (the BN's reductions gathered by its consumer's backward-data) changes no
+// gradient's memory or lifetime (the epilogue and the dx pass report the passes they replace): the dry run
+// of `with` plans the gradients of `base`'s; each producer layer keeps its 2 * C coefficients
+// (ConvBN::bn_coef, coef_bytes over `layers` tensors) among the activations; the workspace does not shrink.
+void expect_epilogue_plan(const model::SiderNetCuda& a, const model::SiderNetCuda& b, size_t coef_bytes,
+                          size_t layers, const char* what) {
+    const model::MemoryPlan ma = a.plan().memory(), mb = b.plan().memory();
+    EXPECT_EQ(mb.activation_grads, ma.activation_grads) << what;
+    EXPECT_EQ(mb.grad_tensors, ma.grad_tensors) << what;
+    EXPECT_GE(mb.activations, ma.activations + coef_bytes) << what;
+    EXPECT_LE(mb.activations, ma.activations + coef_bytes + layers * 256) << what;  // 256-byte aligned tensors
+    EXPECT_GE(mb.workspace, ma.workspace) << what;
+    const std::vector<model::GradSlot>& ga = a.plan().grad_slots();
+    const std::vector<model::GradSlot>& gb = b.plan().grad_slots();
+    ASSERT_EQ(ga.size(), gb.size()) << what;
+    for (size_t i = 0; i < ga.size(); ++i)
+        EXPECT_TRUE(ga[i].first == gb[i].first && ga[i].last == gb[i].last && ga[i].offset == gb[i].offset)
+            << what << ": " << ga[i].what << " " << i;
+    std::printf("[grad plan] %s: %zu layers keep %zu B of coefficients; activations %zu -> %zu B, workspace %zu -> "
+                "%zu B\n",
+                what, layers, coef_bytes, ma.activations, mb.activations, ma.workspace, mb.workspace);
+}
+
 // The expand BN's backward reductions in the fused LiteBlock's depthwise kernel (GpuOps::dw_bn_grad:
-// `bench step --dw-fused-bn-grad`) change no gradient's memory or lifetime (the epilogue and the dx pass
-// report the passes they replace); each fused LiteBlock's expand keeps its 2 * hidden coefficients
-// (ConvBN::bn_coef) among the activations; without dw_fused_bwd the switch is off. With and without the
-// depthwise BN's dx inside the kernel (dw_fused_bn_bwd).
+// `bench step --dw-fused-bn-grad`), with and without the depthwise BN's dx inside that kernel
+// (dw_fused_bn_bwd): each fused LiteBlock's expand keeps the coefficients; without dw_fused_bwd the
+// switch is off.
 TEST(GradPlan, DryRunPlansTheDwBnGradEpilogueOfItsPolicy) {
     model::NetShape s = kSmall;
     s.fuse_expand_dw = true;
@@ -206,22 +229,71 @@ TEST(GradPlan, DryRunPlansTheDwBnGradEpilogueOfItsPolicy) {
         EXPECT_FALSE(a.plan().dw_bn_grad());
         EXPECT_TRUE(b.plan().dw_bn_grad());
         EXPECT_FALSE(c.plan().dw_bn_grad());  // dw_fused_bn_grad needs dw_fused_bwd
-        const model::MemoryPlan ma = a.plan().memory(), mb = b.plan().memory();
-        EXPECT_EQ(mb.activation_grads, ma.activation_grads);
-        EXPECT_EQ(mb.grad_tensors, ma.grad_tensors);
-        EXPECT_GE(mb.activations, ma.activations + coef_bytes);
-        EXPECT_LE(mb.activations, ma.activations + coef_bytes + blocks * 256);  // each tensor starts on a 256-byte boundary (planner.cpp)
-        EXPECT_GE(mb.workspace, ma.workspace);
-        const std::vector<model::GradSlot>& ga = a.plan().grad_slots();
-        const std::vector<model::GradSlot>& gb = b.plan().grad_slots();
-        ASSERT_EQ(ga.size(), gb.size());
-        for (size_t i = 0; i < ga.size(); ++i)
-            EXPECT_TRUE(ga[i].first == gb[i].first && ga[i].last == gb[i].last && ga[i].offset == gb[i].offset)
-                << ga[i].what << " " << i << (bn_bwd ? " (dw_fused_bn_bwd)" : "");
-        std::printf("[grad plan] dw_fused_bn_grad%s: %zu fused LiteBlocks keep %zu B of coefficients; activations "
-                    "%zu -> %zu B\n",
-                    bn_bwd ? " with dw_fused_bn_bwd" : "", blocks, coef_bytes, ma.activations, mb.activations);
+        expect_epilogue_plan(a, b, coef_bytes, blocks,
+                             bn_bwd ? "dw_fused_bn_grad with dw_fused_bn_bwd" : "dw_fused_bn_grad");
     }
+}
+
+// The depthwise BNs' backward reductions in their 1x1 consumer's dgrad (GpuOps::pw_bn_grad: `bench step
+// --pw-bn-grad`): every depthwise ConvBN (a LiteBlock's, a DSConv's) keeps the coefficients, and the
+// consumers reserve the epilogue's partials; without pw_custom the switch is off. With and without the
+// fusions that change those layers (fuse_expand_dw, fuse_dw_pw).
+TEST(GradPlan, DryRunPlansThePwBnGradEpilogueOfItsPolicy) {
+    for (bool fused : {false, true}) {
+        model::NetShape s = kSmall;
+        s.fuse_expand_dw = s.fuse_dw_pw = fused;
+        kern::ConvPolicy base;
+        base.pw_custom = true;
+        kern::ConvPolicy epi = base, off;
+        epi.pw_bn_grad = off.pw_bn_grad = true;
+        const model::SiderNetCuda a(s, model::DryRun{&base}), b(s, model::DryRun{&epi}), c(s, model::DryRun{&off});
+        EXPECT_FALSE(a.plan().pw_bn_grad());
+        EXPECT_TRUE(b.plan().pw_bn_grad());
+        EXPECT_FALSE(c.plan().pw_bn_grad());  // pw_bn_grad needs pw_custom
+        size_t coef_bytes = 0, layers = 0, most = 0;
+        const std::vector<model::LayerUse>& ls = b.plan().layers();
+        for (size_t i = 0; i < ls.size(); ++i) {
+            if (ls[i].shape.groups == 1 || ls[i].shape.groups != ls[i].shape.cin) continue;  // depthwise only
+            coef_bytes += 2 * static_cast<size_t>(ls[i].shape.cout) * sizeof(float);
+            ++layers;
+            ASSERT_LT(i + 1, ls.size());
+            const kern::ConvShape& consumer = ls[i + 1].shape;  // the 1x1 conv that reads it (declared next)
+            EXPECT_EQ(consumer.k, 1) << ls[i + 1].name;
+            if (kern::pwconv_supported(consumer))
+                most = std::max(most, kern::pwconv_dgrad_workspace_floats(consumer) * sizeof(float));
+            // The consumer's shape is marked for GpuOps's timing (ConvUse::bn_grad_epilogue) with the BN's
+            // activation; not without the switch.
+            for (const model::ConvUse& u : b.plan().convs()) {
+                if (!model::same_conv_shape(u.shape, consumer)) continue;
+                EXPECT_TRUE(u.bn_grad_epilogue && u.bn_grad_act == kern::Act::Silu) << ls[i + 1].name;
+            }
+        }
+        for (const model::ConvUse& u : a.plan().convs()) EXPECT_FALSE(u.bn_grad_epilogue) << u.shape.describe();
+        EXPECT_EQ(layers, 41u);  // 23 LiteBlocks and 18 DSConvs
+        EXPECT_GT(most, 0u);
+        EXPECT_GE(b.plan().memory().workspace, most);
+        expect_epilogue_plan(a, b, coef_bytes, layers, fused ? "pw_bn_grad, fused network" : "pw_bn_grad");
+    }
+}
+
+// ConvUse::stats_epilogue marks exactly the 1x1 shapes of ConvBNs that take their statistics from the
+// project's kernel's epilogue under pw_stats (a BN, no bias, no upsample, a supported shape), for GpuOps's
+// timing; nothing without the switch.
+TEST(GradPlan, DryRunMarksTheStatisticsEpilogueShapes) {
+    kern::ConvPolicy with, without;
+    with.pw_custom = with.pw_stats = without.pw_custom = true;
+    const model::SiderNetCuda a(kSmall, model::DryRun{&without}), b(kSmall, model::DryRun{&with});
+    size_t marked = 0;
+    for (const model::ConvUse& u : b.plan().convs()) {
+        bool want = false;
+        for (const model::LayerUse& l : b.plan().layers())
+            want = want || (model::same_conv_shape(l.shape, u.shape) && l.batchnorm && l.upsample == 1 &&
+                            !l.shape.bias && kern::pwconv_supported(l.shape));
+        EXPECT_EQ(u.stats_epilogue, want) << u.shape.describe();
+        marked += u.stats_epilogue;
+    }
+    EXPECT_GT(marked, 0u);
+    for (const model::ConvUse& u : a.plan().convs()) EXPECT_FALSE(u.stats_epilogue) << u.shape.describe();
 }
 
 // A layer whose output only feeds a sum (a LiteBlock's project conv, every fusion path) reads the

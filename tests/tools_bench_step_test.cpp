@@ -47,6 +47,9 @@ TEST(BenchStep, ParsesEveryOption) {
     // implies the fused backward and the fused LiteBlock, whose expand BN it reduces
     EXPECT_TRUE(bg.dw_fused_bn_grad && bg.dw_fused_bwd && bg.fuse_expand_dw);
     EXPECT_FALSE(bg.dw_fused_bn_bwd);
+    const tools::StepBenchOptions pg = tools::parse_step_bench_args({"--pw-bn-grad"});
+    EXPECT_TRUE(pg.pw_bn_grad && pg.pw_custom);  // implies the project's 1x1 conv, whose dgrad gathers them
+    EXPECT_FALSE(pg.pw_stats);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);
@@ -64,6 +67,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(d.dw_fused_bwd);  // the separate depthwise passes until a GPU says the fused one pays
     EXPECT_FALSE(d.dw_fused_bn_bwd);
     EXPECT_FALSE(d.dw_fused_bn_grad);
+    EXPECT_FALSE(d.pw_bn_grad);
     EXPECT_FALSE(d.upsample_row_loads);  // the measured upsampling backward until a GPU says the row loads pay
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);

@@ -185,6 +185,7 @@ kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     p.dw_fused_bn_grad = o.dw_fused_bn_grad;
     p.pw_custom = o.pw_custom;
     p.pw_stats = o.pw_stats;
+    p.pw_bn_grad = o.pw_bn_grad;
     return p;
 }
 
@@ -293,7 +294,8 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"dw_fused_bn_bwd", o.dw_fused_bn_bwd},
                    {"dw_fused_bn_grad", o.dw_fused_bn_grad},
                    {"pw_custom", o.pw_custom},
-                   {"pw_stats", o.pw_stats}};
+                   {"pw_stats", o.pw_stats},
+                   {"pw_bn_grad", o.pw_bn_grad}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());

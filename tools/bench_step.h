@@ -42,6 +42,9 @@ struct StepBenchOptions {
     bool dw_fused_bn_grad = false;
     bool pw_custom = false;  // --pw-custom: the project's tensor-core 1x1 conv as a candidate (kernels/pwconv_cuda.h)
     bool pw_stats = false;   // --pw-stats: with it, the 1x1 ConvBNs' BN statistics from its epilogue (implies --pw-custom)
+    // --pw-bn-grad: with it, the depthwise BNs' backward reductions in their 1x1 consumer's dgrad epilogue
+    // (ConvPolicy::pw_bn_grad; implies --pw-custom)
+    bool pw_bn_grad = false;
     std::string json;                       // output file ("" = none)
 };
 

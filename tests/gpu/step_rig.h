@@ -7,8 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -97,7 +100,8 @@ struct GpuRig {
     // programmatic dependent launch (rt::Exec::pdl); dw_fused: the stride-1 depthwise backward fused
     // (1: kern::ConvPolicy::dw_fused_bwd; 2: also dw_fused_bn_bwd, the BN's dx inside it; 3: 1 with
     // dw_fused_bn_grad, the fused LiteBlock's expand BN reductions in it; 4: 2 with that); pw_custom: the
-    // project's 1x1 conv as a candidate (1: kern::ConvPolicy::pw_custom; 2: also pw_stats).
+    // project's 1x1 conv as a candidate (1: kern::ConvPolicy::pw_custom; 2: also pw_stats; 3: 1 with
+    // pw_bn_grad, the depthwise BN reductions in its dgrad's epilogue; 4: 2 with that).
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
                     model::UpOrder order = model::UpOrder::UpsampleFirst, int fuse = 0,
                     int bn_row_batch = 1, bool pdl = false, int dw_fused = 0, int pw_custom = 0)
@@ -126,7 +130,8 @@ struct GpuRig {
         p.dw_fused_bn_bwd = dw_fused == 2 || dw_fused == 4;
         p.dw_fused_bn_grad = dw_fused >= 3;
         p.pw_custom = pw_custom >= 1;
-        p.pw_stats = pw_custom >= 2;
+        p.pw_stats = pw_custom == 2 || pw_custom == 4;
+        p.pw_bn_grad = pw_custom >= 3;
         return p;
     }
     static rt::Exec with_pdl(rt::Exec ex, bool pdl) {
@@ -201,6 +206,57 @@ inline void expect_rigs_bitwise_equal(GpuRig& a, GpuRig& b) {
         const std::vector<float> x = a.fetch(heads[h].first, m), y = b.fetch(heads[h].second, m);
         EXPECT_EQ(0, std::memcmp(x.data(), y.data(), m * sizeof(float))) << "eval logits of head " << h;
     }
+}
+
+// Relative L2 distance of a from b (absolute when b is zero).
+inline double rel_l2(const float* a, const float* b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; ++i) {
+        d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+        r += static_cast<double>(b[i]) * b[i];
+    }
+    return r > 0 ? std::sqrt(d / r) : std::sqrt(d);
+}
+
+// A switch that only changes a summation order (a BN-backward epilogue), against the same network
+// without it: the same gradient plan; after one micro-step of each on batch 0 of b, the same loss (the
+// forward is untouched), some gradient not bitwise equal (the switch ran), each parameter's gradient
+// within relative L2 `per_tensor` of the base's and the whole flat gradient within `overall`.
+inline void expect_changed_order_only(GpuRig& base, GpuRig& other, const HostBatches& b, const std::string& what,
+                                      double per_tensor, double overall) {
+    const std::vector<model::GradSlot>& sa = base.net.plan().grad_slots();
+    const std::vector<model::GradSlot>& sb = other.net.plan().grad_slots();
+    ASSERT_EQ(sa.size(), sb.size()) << what;
+    for (size_t i = 0; i < sa.size(); ++i)
+        EXPECT_TRUE(sa[i].first == sb[i].first && sa[i].last == sb[i].last && sa[i].offset == sb[i].offset)
+            << what << ": " << sa[i].what << " " << i;
+    for (GpuRig* r : {&base, &other}) {
+        r->load(b.pixels[0], b.labels[0]);
+        r->step.micro_step(0);
+        r->ctx.synchronize();
+    }
+    EXPECT_EQ(other.step.read_stats().loss.total, base.step.read_stats().loss.total) << what;
+    const model::ParamTable& t = base.net.plan().table();
+    const std::vector<float> ga = base.fetch(base.net.plan().grad(), t.flat_size);
+    const std::vector<float> gb = other.fetch(other.net.plan().grad(), t.flat_size);
+    int differing = 0;
+    double worst = 0;
+    std::string worst_name;
+    for (const model::ParamInfo& p : t.params) {
+        differing += std::memcmp(ga.data() + p.offset, gb.data() + p.offset, p.numel * sizeof(float)) != 0;
+        const double r = rel_l2(gb.data() + p.offset, ga.data() + p.offset, p.numel);
+        EXPECT_LE(r, per_tensor) << what << ": " << p.name;
+        if (r > worst) {
+            worst = r;
+            worst_name = p.name;
+        }
+    }
+    const double all = rel_l2(gb.data(), ga.data(), t.flat_size);
+    std::printf("[step] %s: %d of %zu gradients differ from the network without it; relative L2 %.3g overall, "
+                "worst %.3g (%s)\n",
+                what.c_str(), differing, t.params.size(), all, worst, worst_name.c_str());
+    EXPECT_GT(differing, 0) << what << ": no gradient changed (did the switch run?)";
+    EXPECT_LE(all, overall) << what;
 }
 
 inline void init_cpu(model::SiderNet& net) {

@@ -372,7 +372,7 @@ class GpuVerifyTest(unittest.TestCase):
                          "bench_variants.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
                          "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json", "bench_fuseexpbg.json",
                          "bench_upsrow.json",
-                         "bench_pwcustom.json", "bench_pwstats.json", "bench_fusedwpw.json",
+                         "bench_pwcustom.json", "bench_pwstats.json", "bench_pwbngrad.json", "bench_fusedwpw.json",
                          "bench_fusedwpwst.json", "bench_dw0.json", "session.log"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
@@ -401,6 +401,8 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"A/B: ### bench_pwcustom.json against bench_variants.json")
             self.assertRegex(log, r"bench --pw-stats: rc 0")
             self.assertRegex(log, r"A/B chain: ### bench_pwstats.json against bench_pwcustom.json")
+            self.assertRegex(log, r"bench --pw-bn-grad: rc 0")
+            self.assertRegex(log, r"A/B chain: ### bench_pwbngrad.json against bench_pwcustom.json")
             self.assertRegex(log, r"bench --fuse-dw-pw: rc 0")
             self.assertRegex(log, r"A/B: ### bench_fusedwpw.json against bench_variants.json")
             self.assertRegex(log, r"bench --fuse-dw-pw --pw-stats: rc 0")
