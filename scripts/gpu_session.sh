@@ -12,7 +12,8 @@
 #             (CUDA, CPU reference and the CPU reference's bf16 floor), `bnstats` (its best and last
 #             checkpoints on its validation split with running and with batch BatchNorm statistics)
 #   then      with the GPU to itself and the time left: `bench step --layers` at batch 128 (the
-#             depthwise variants' times; issue "GPU speed"), the same step with `--dw-fused-bwd` (the
+#             depthwise variants' times; issue "GPU speed"), the same step with every switch built since
+#             the H200 run at once (bench_all), with `--dw-fused-bwd` (the
 #             stride-1 depthwise dgrad + wgrad in one kernel) and `--dw-fused-bwd-bn` (with the depthwise
 #             ConvBN's BN backward dx inside it), with `--bn-row-batch 4`
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
@@ -126,6 +127,11 @@ if [ "$(left)" -gt 60 ]; then
       --json "$W/$name.json" >"$W/$name.log" 2>&1
     say "bench $*: rc $? -- $(grep -m1 -E 'batch +128:' "$W/$name.log" | sed 's/^ *//' | cut -c1-120)"
   }
+  # Every switch built since the H200 run at once (OPTIMIZATION_LOG entries 11-22), first, so that the
+  # deadline never cuts it: what the step runs if they all pay (the A/Bs below say which of them do).
+  ab bench_all --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad --bn-row-batch 4 --pdl \
+    --upsample-row-loads --pw-stats --pw-bn-grad
+  pack
   # The stride-1 depthwise dgrad + wgrad fused (one pass over dy and x): the fused kernel's time per shape
   # (its variants lines) beside the separate passes'.
   if ab bench_dwfused --dw-fused-bwd; then
@@ -182,7 +188,7 @@ if [ "$(left)" -gt 60 ]; then
   ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
+  for f in bench_all bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
            bench_pwcustom bench_pwstats bench_pwbngrad bench_fusedwpw bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
