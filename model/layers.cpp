@@ -213,9 +213,7 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         // depthwise kernel (the fused LiteBlock's expand), or in the project's 1x1 dgrad.
         kern::BnGradSums sums_of_producer;
         const kern::BnGradSums* bng = nullptr;
-        const bool gathers = grad_sums_of && x.g && ex.is_cuda() &&
-                             (cs.k == 1 ? ops->dgrad_bn_grad_runs(cs) : fused);
-        if (gathers) {
+        if (x.g && gathers_grad_sums(ex)) {
             sums_of_producer = grad_sums_of->bn_grad_sums();
             bng = &sums_of_producer;
         }
@@ -281,10 +279,9 @@ kern::BnGradSums ConvBN<T>::bn_grad_sums() const {
 }
 
 template <class T>
-bool ConvBN<T>::grad_sums_ran(const rt::Exec& ex) const {
-    if (!grad_sums_by || !ex.is_cuda()) return false;
-    const kern::ConvShape& c = grad_sums_by->cs;
-    return c.k == 1 ? ops->dgrad_bn_grad_runs(c) : ops->dw_fused_backward(c);
+bool ConvBN<T>::gathers_grad_sums(const rt::Exec& ex) const {
+    if (!grad_sums_of || !ex.is_cuda()) return false;
+    return cs.k == 1 ? ops->dgrad_bn_grad_runs(cs) : ops->dw_fused_backward(cs);
 }
 
 // ---- Conv (heads' last 1x1, fp32 logits) ----

@@ -98,9 +98,11 @@ struct ConvBN {
     // The epilogue a depthwise consumer runs for this layer's BN (grad_sums_by): its input, vectors and
     // outputs (dgamma, dbeta into the parameter gradients, the coefficients into bn_coef).
     kern::BnGradSums bn_grad_sums() const;
-    // Whether grad_sums_by's backward gathers this BN's reductions in this run (its fused depthwise
-    // backward, or its 1x1 dgrad on the project's kernel, runs).
-    bool grad_sums_ran(const rt::Exec& ex) const;
+    // Whether this layer's backward-data gathers grad_sums_of's BN reductions in this run (its fused
+    // depthwise backward, or its 1x1 dgrad on the project's kernel, runs): the one query both sides ask.
+    bool gathers_grad_sums(const rt::Exec& ex) const;
+    // Whether grad_sums_by's backward gathers this BN's reductions in this run.
+    bool grad_sums_ran(const rt::Exec& ex) const { return grad_sums_by && grad_sums_by->gathers_grad_sums(ex); }
     // What the layer leaves for its consumers: the sum with sum_into, else out.
     const ActT<T>& result() const { return sums ? sum : out; }
 };

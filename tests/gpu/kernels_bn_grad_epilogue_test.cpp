@@ -15,7 +15,6 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,28 +35,16 @@ namespace {
 
 using kern::Act;
 using sftest::bf16_exact;
+using sftest::bitwise;
+using sftest::bn_input;
 using sftest::download;
 using sftest::download_bf16;
+using sftest::to_floats;
 using sftest::upload;
 using sftest::upload_bf16;
 using Dev = sftest::DeviceBuffer;
 
 constexpr double kMomentum = 0.1, kEps = 1e-5;
-
-bool bitwise(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-std::vector<float> floats(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
-
-// A BN input of rows x c values with per-channel offsets (so that the mean matters), bf16-exact.
-std::vector<float> bn_input(size_t rows, size_t c, uint64_t seed) {
-    const std::vector<double> u = sftest::random_uniform(rows * c, seed, -1, 1);
-    const std::vector<double> off = sftest::random_uniform(c, seed + 1, -2, 2);
-    std::vector<double> x(rows * c);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = off[i % c] + u[i];
-    return bf16_exact(x);
-}
 
 struct Shape {
     int n, h, w, c;
@@ -97,16 +84,16 @@ TEST(KernelsDwconvFusedGpu, BnGradEpilogueMatchesTheStatisticsPass) {
                     accumulate ? bf16_exact(sftest::random_uniform(nx, seed + 4, -1, 1)) : std::vector<float>(nx, 0.5f);
                 upload_bf16(dxa.h(), dx0);
                 upload_bf16(dxb.h(), dx0);
-                const std::vector<float> dw0 = floats(sftest::random_uniform(nw, seed + 5, -1, 1));
+                const std::vector<float> dw0 = to_floats(sftest::random_uniform(nw, seed + 5, -1, 1));
                 upload(dwa.f(), dw0);
                 upload(dwb.f(), dw0);
-                const std::vector<float> gamma = floats(sftest::random_uniform(c, seed + 6, 0.5, 1.5));
-                const std::vector<float> beta = floats(sftest::random_uniform(c, seed + 7, -0.8, 0.8));
+                const std::vector<float> gamma = to_floats(sftest::random_uniform(c, seed + 6, 0.5, 1.5));
+                const std::vector<float> beta = to_floats(sftest::random_uniform(c, seed + 7, -0.8, 0.8));
                 upload(V(0), gamma);
                 upload(V(1), beta);
                 upload(V(4), std::vector<float>(c, 0.0f));
                 upload(V(5), std::vector<float>(c, 1.0f));
-                const std::vector<float> d0 = floats(sftest::random_uniform(c, seed + 8, -3, 3));
+                const std::vector<float> d0 = to_floats(sftest::random_uniform(c, seed + 8, -3, 3));
                 for (int i : {6, 7, 10, 11}) upload(V(i), d0);
                 SF_CUDA_CHECK(cudaDeviceSynchronize());
                 kern::bn_stats_train(ex, rows, k.c, xp.h(), V(2), V(3), V(4), V(5), kMomentum, kEps, bw.f(), bws);
@@ -140,11 +127,11 @@ TEST(KernelsDwconvFusedGpu, BnGradEpilogueMatchesTheStatisticsPass) {
                     ctx.synchronize();
                     std::vector<float> got = download(V(6), 4 * c);  // dgamma, dbeta, coef
                     if (run == 0) first = got;
-                    else EXPECT_TRUE(bitwise(got, first)) << what << ": a second run";
+                    else EXPECT_TRUE(bitwise(got, first, what + ": a second run"));
                 }
                 const std::vector<float> dx = download_bf16(dxa.h(), nx);
-                EXPECT_TRUE(bitwise(download_bf16(dxb.h(), nx), dx)) << what << ": dx against the call without it";
-                EXPECT_TRUE(bitwise(download(dwb.f(), nw), download(dwa.f(), nw))) << what << ": dw";
+                EXPECT_TRUE(bitwise(download_bf16(dxb.h(), nx), dx, what + ": dx against the call without it"));
+                EXPECT_TRUE(bitwise(download(dwb.f(), nw), download(dwa.f(), nw), what + ": dw"));
                 // The statistics pass on the stored dx: dgamma, dbeta into V(10), V(11), its coefficients in bw.
                 kern::bn_act_backward_stats(ex, act, rows, k.c, xp.h(), dxa.h(), V(0), V(1), V(2), V(3), V(10), V(11),
                                             bw.f(), bws);
@@ -226,11 +213,11 @@ TEST(KernelsBnActGpu, DxPassAndFinalizeAloneAreBitwiseTheBackwards) {
                 auto V = [&](int i) { return v.f() + static_cast<size_t>(i) * c; };
                 upload_bf16(x.h(), bn_input(rows, c, seed += 10));
                 upload_bf16(dy.h(), bf16_exact(sftest::random_uniform(n, seed + 2, -1, 1)));
-                upload(V(0), floats(sftest::random_uniform(c, seed + 3, 0.5, 1.5)));
-                upload(V(1), floats(sftest::random_uniform(c, seed + 4, -0.8, 0.8)));
-                upload(V(2), floats(sftest::random_uniform(c, seed + 5, -1, 1)));
-                upload(V(3), floats(sftest::random_uniform(c, seed + 6, 0.5, 2)));
-                const std::vector<float> d0 = floats(sftest::random_uniform(c, seed + 7, -3, 3));
+                upload(V(0), to_floats(sftest::random_uniform(c, seed + 3, 0.5, 1.5)));
+                upload(V(1), to_floats(sftest::random_uniform(c, seed + 4, -0.8, 0.8)));
+                upload(V(2), to_floats(sftest::random_uniform(c, seed + 5, -1, 1)));
+                upload(V(3), to_floats(sftest::random_uniform(c, seed + 6, 0.5, 2)));
+                const std::vector<float> d0 = to_floats(sftest::random_uniform(c, seed + 7, -3, 3));
                 for (int i : {4, 5, 6, 7, 8, 9}) upload(V(i), d0);
                 SF_CUDA_CHECK(cudaDeviceSynchronize());
                 kern::bn_act_backward(ex, act, rows, rc.second, x.h(), dy.h(), V(0), V(1), V(2), V(3), dxa.h(), V(4),
@@ -243,11 +230,11 @@ TEST(KernelsBnActGpu, DxPassAndFinalizeAloneAreBitwiseTheBackwards) {
                 const int chunks = kern::bn_act_plan(rows, rc.second, true).chunks;
                 kern::bn_act_backward_finalize(ex, rows, rc.second, chunks, wb.f(), V(8), V(9), V(10));
                 ctx.synchronize();
-                EXPECT_TRUE(bitwise(download_bf16(dxb.h(), n), download_bf16(dxa.h(), n))) << what << ": dx";
-                EXPECT_TRUE(bitwise(download(V(6), 2 * c), download(V(4), 2 * c))) << what << ": dgamma, dbeta";
-                EXPECT_TRUE(bitwise(download(V(8), 2 * c), download(V(6), 2 * c))) << what << ": the finalize's sums";
-                EXPECT_TRUE(bitwise(download(V(10), 2 * c), download(wb.f() + coff, 2 * c))) << what << ": coef";
-                EXPECT_FALSE(bitwise(download(V(4), c), d0)) << what << ": dgamma changed";
+                EXPECT_TRUE(bitwise(download_bf16(dxb.h(), n), download_bf16(dxa.h(), n), what + ": dx"));
+                EXPECT_TRUE(bitwise(download(V(6), 2 * c), download(V(4), 2 * c), what + ": dgamma, dbeta"));
+                EXPECT_TRUE(bitwise(download(V(8), 2 * c), download(V(6), 2 * c), what + ": the finalize's sums"));
+                EXPECT_TRUE(bitwise(download(V(10), 2 * c), download(wb.f() + coff, 2 * c), what + ": coef"));
+                EXPECT_FALSE(bitwise(download(V(4), c), d0, what + ": dgamma changed"));
             }
     Dev x(64 * 8 * 2), dx(64 * 8 * 2), v(4 * 8 * 4);
     SF_EXPECT_ERROR(kern::bn_act_backward_dx(ex, Act::Silu, 64, 8, x.h(), x.h(), v.f(), v.f(), v.f(), v.f(), nullptr,

@@ -35,6 +35,7 @@ namespace {
 
 using kern::Act;
 using sftest::bf16_exact;
+using sftest::bitwise;
 using sftest::download;
 using sftest::download_bf16;
 using sftest::upload;
@@ -182,14 +183,6 @@ Results run_gpu(const rt::CudaContext& ctx, const Case& k, const Inputs& in) {
     r.dw_a = download(F(o_dwa), nw);
     r.dw_b = download(F(o_dwb), nw);
     return r;
-}
-
-::testing::AssertionResult bitwise(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
-    if (a.size() != b.size()) return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
-    for (size_t i = 0; i < a.size(); ++i)
-        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
-            return ::testing::AssertionFailure() << what << ": element " << i << " differs: " << a[i] << " vs " << b[i];
-    return ::testing::AssertionSuccess();
 }
 
 double act_host(Act a, double z) {

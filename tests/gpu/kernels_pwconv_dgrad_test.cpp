@@ -221,11 +221,8 @@ TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
         auto V = [&](int i) { return arena.ptr<float>(o_v) + static_cast<size_t>(i) * ci; };
         float* ws = arena.ptr<float>(o_ws);
         // The producer BN's input with per-channel offsets, its statistics, gamma and beta.
-        const std::vector<double> u = sftest::random_uniform(rows * ci, seed++, -1, 1);
-        const std::vector<double> off = sftest::random_uniform(ci, seed++, -2, 2);
-        std::vector<double> xbn(rows * ci);
-        for (size_t i = 0; i < xbn.size(); ++i) xbn[i] = off[i % ci] + u[i];
-        const std::vector<float> xbnf = bf16_exact(xbn);
+        const std::vector<float> xbnf = sftest::bn_input(rows, ci, seed);
+        seed += 2;
         upload_bf16(B(o_xbn), xbnf);
         upload_bf16(B(o_dy), bf16_exact(sftest::random_uniform(rows * co, seed++, -1, 1)));
         upload_bf16(B(o_w), bf16_exact(sftest::random_uniform(co * ci, seed++, -0.5, 0.5)));

@@ -19,8 +19,10 @@ namespace pwtest {
 
 using kern::Act;
 using sftest::bf16_exact;
+using sftest::bitwise;
 using sftest::download;
 using sftest::download_bf16;
+using sftest::to_floats;
 using sftest::upload;
 using sftest::upload_bf16;
 
@@ -40,8 +42,6 @@ inline std::string name_of(const Case& k) {
 
 inline size_t rows_of(const Case& k) { return static_cast<size_t>(k.n) * k.h * k.w; }
 
-inline std::vector<float> to_floats(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
-
 // Every got[i] within the bf16 rounding of the result (half an ulp, 2^-9 relative: bound 2^-8) plus
 // `extra` (the fp32 accumulation) of ref[i]; the first offender named.
 inline ::testing::AssertionResult within_rounding(const std::vector<float>& got, const std::vector<double>& ref,
@@ -52,15 +52,6 @@ inline ::testing::AssertionResult within_rounding(const std::vector<float>& got,
     if (bad == 0) return ::testing::AssertionSuccess();
     return ::testing::AssertionFailure() << what << ": " << bad << " off, first at " << first << ": " << got[first]
                                          << " vs " << ref[first];
-}
-
-inline ::testing::AssertionResult bitwise(const std::vector<float>& a, const std::vector<float>& b,
-                                          const std::string& what) {
-    if (a.size() != b.size()) return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
-    for (size_t i = 0; i < a.size(); ++i)
-        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
-            return ::testing::AssertionFailure() << what << ": element " << i << " differs: " << a[i] << " vs " << b[i];
-    return ::testing::AssertionSuccess();
 }
 
 // Row counts that end mid-tile and exactly on one; column blocks of 32 and 64; one or more k-steps.

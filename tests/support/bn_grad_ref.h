@@ -6,13 +6,26 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "kernels/activation.h"
 #include "kernels/tensor.h"
+#include "tests/support/compare.h"
+#include "tests/support/gpu_buffers.h"
 
 namespace sftest {
+
+// A BatchNorm input of rows x c values, uniform in [-1, 1) around per-channel offsets in [-2, 2) (so that
+// the mean matters), bf16-exact; seeds seed and seed + 1.
+inline std::vector<float> bn_input(size_t rows, size_t c, uint64_t seed) {
+    const std::vector<double> u = random_uniform(rows * c, seed, -1, 1);
+    const std::vector<double> off = random_uniform(c, seed + 1, -2, 2);
+    std::vector<double> x(rows * c);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = off[i % c] + u[i];
+    return bf16_exact(x);
+}
 
 // Per channel: sum g, sum g * xhat and the sums of their magnitudes, in fp64, over rows x C values
 // (x the BN's input, dx its output gradient), z = gamma * xhat + beta, g = dx * act'(z).

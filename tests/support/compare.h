@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -58,6 +59,18 @@ uint32_t crc32_bitwise(const uint8_t* p, size_t n);
 // copy of the repository lives elsewhere: scripts/gpu_test.sh and gpu_verify.sh set it), else the
 // source folder the tests were configured from.
 std::string source_dir();
+
+// a and b the same bits, element by element; the first difference named.
+inline ::testing::AssertionResult bitwise(const std::vector<float>& a, const std::vector<float>& b,
+                                          const std::string& what) {
+    if (a.size() != b.size()) return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
+    for (size_t i = 0; i < a.size(); ++i)
+        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
+            return ::testing::AssertionFailure() << what << ": element " << i << " differs: " << a[i] << " vs " << b[i];
+    return ::testing::AssertionSuccess();
+}
+
+inline std::vector<float> to_floats(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
 
 }  // namespace sftest
 
