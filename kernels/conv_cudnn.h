@@ -89,7 +89,7 @@ struct ConvPolicy {
     // A/B; off until a GPU measures it (docs/perf/OPTIMIZATION_LOG.md entry 19).
     bool pw_custom = false;
     // With pw_custom: a 1x1 ConvBN whose conv the project's kernel runs takes its BatchNorm's batch
-    // statistics from that kernel's epilogue (kern::PwStats) and runs only the apply pass
+    // statistics from that kernel's epilogue (kern::BnStatsOut) and runs only the apply pass
     // (kern::bn_act_apply_train): the statistics pass's read of the conv output is gone. The statistics
     // are summed in another order than bn_stats_train's (last bits). `bench step --pw-stats` (implies
     // --pw-custom; docs/perf/OPTIMIZATION_LOG.md entry 19).
@@ -102,6 +102,20 @@ struct ConvPolicy {
     // the BN's input instead of the statistics pass). Summed in another order (last bits). `bench step
     // --pw-bn-grad` (implies --pw-custom; docs/perf/OPTIMIZATION_LOG.md entry 22).
     bool pw_bn_grad = false;
+    // model::GpuOps: a depthwise ConvBN whose conv the project's kernels run takes its BatchNorm's batch
+    // statistics from the staged forward's epilogue (kern::BnStatsOut, kernels/dwconv_cuda.h), and its BN
+    // forward runs only the apply pass (or nothing, with model.fuse_dw_pw): the statistics pass's read of
+    // the conv output is gone. The forward's variant is then chosen among the staged ones (all bitwise the
+    // same y), timed with the epilogue; the statistics are summed in another order (last bits). `bench step
+    // --dw-stats` (docs/perf/OPTIMIZATION_LOG.md entry 23).
+    bool dw_stats = false;
+    // With pw_custom: a 1x1 ConvBN whose conv the project's kernel runs (and whose dgrad gathers no producer's
+    // BN reductions: pw_bn_grad's consumers keep their dx pass) forms its BatchNorm's dx in the dgrad's and the
+    // wgrad's loads (kern::DwBnBackward): the dx pass and its tensor are gone; the two kernels read the BN
+    // output's gradient and the conv output instead of the conv output's gradient. Bitwise the same step (the
+    // formed values are the dx pass's bits). `bench step --pw-bn-bwd` (implies --pw-custom;
+    // docs/perf/OPTIMIZATION_LOG.md entry 24).
+    bool pw_bn_bwd = false;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

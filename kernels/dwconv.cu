@@ -142,6 +142,29 @@ void check_bn_grad_sums(const char* op, const BnGradSums* bng, int c, long long 
     }
 }
 
+void check_bn_stats_out(const char* op, const BnStatsOut* st, int c, long long count, const float* workspace,
+                        size_t workspace_floats, size_t need, std::initializer_list<DwNamed> apart) {
+    if (!st) return;
+    SF_CHECK(count >= 2, "%s: batch statistics need at least 2 values per channel, got %lld", op, count);
+    SF_CHECK(st->momentum >= 0 && st->momentum <= 1, "%s: momentum %g outside [0, 1]", op, st->momentum);
+    SF_CHECK(st->eps > 0 && st->eps < 1e300, "%s: eps must be > 0, got %g", op, st->eps);
+    rt::check_device_ptr(op, "workspace", workspace, alignof(float));
+    SF_CHECK(workspace_floats >= need, "%s: workspace of %zu floats, need %zu", op, workspace_floats, need);
+    const size_t vb = static_cast<size_t>(c) * sizeof(float), pb = need * sizeof(float);
+    for (const DwNamed& o : apart)
+        SF_CHECK(!rt::overlap(workspace, pb, o.p, o.bytes), "%s: the workspace must not alias %s", op, o.name);
+    const char* names[4] = {"save_mean", "save_invstd", "running_mean", "running_var"};
+    const float* vecs[4] = {st->save_mean, st->save_invstd, st->running_mean, st->running_var};
+    for (int i = 0; i < 4; ++i) {
+        rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
+        for (const DwNamed& o : apart)
+            SF_CHECK(!rt::overlap(vecs[i], vb, o.p, o.bytes), "%s: %s must not alias %s", op, names[i], o.name);
+        SF_CHECK(!rt::overlap(vecs[i], vb, workspace, pb), "%s: %s must not alias the workspace", op, names[i]);
+        for (int j = 0; j < i; ++j)
+            SF_CHECK(!rt::overlap(vecs[i], vb, vecs[j], vb), "%s: %s must not alias %s", op, names[i], names[j]);
+    }
+}
+
 // ---- launchers ----
 
 bool dwconv3x3_supported(const ConvShape& s) { return unsupported_reason(s).empty(); }
@@ -197,8 +220,24 @@ const char* dwconv3x3_wgrad_variant_name(int v) {
 
 size_t dwconv3x3_workspace_floats(const ConvShape& s) { return dwconv3x3_plan(s).workspace_floats; }
 
+size_t dwconv3x3_stats_workspace_floats(const ConvShape& s, int variant) {
+    const DwConvPlan pl = dwconv3x3_plan(s, variant, 0);
+    SF_CHECK(dw_variant_staged(variant), "dwconv3x3: variant %d (%s) has no statistics epilogue (the staged ones have)",
+             variant, dwconv3x3_variant_name(variant));
+    return 3 * static_cast<size_t>(pl.n) * pl.fwd.blocks_h * pl.fwd.blocks_w * static_cast<size_t>(pl.c);
+}
+
+size_t dwconv3x3_stats_workspace_floats(const ConvShape& s) {
+    size_t most = 0;
+    for (int v = 0; v < kDwVariantCount; ++v)
+        if (dw_variant_staged(v) && dwconv3x3_variant_supported(s, v, false))
+            most = std::max(most, dwconv3x3_stats_workspace_floats(s, v));
+    return most;
+}
+
 void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
-                            const DwPrologue* pro, int variant) {
+                            const DwPrologue* pro, int variant, const BnStatsOut* stats, float* workspace,
+                            size_t workspace_floats) {
     const char* op = "dwconv3x3_forward_cuda";
     rt::check_cuda_exec(op, ex);
     const DwConvPlan pl = dwconv3x3_plan(s, variant, 0);
@@ -206,13 +245,27 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
              "%s: variant %d (%s) has no BN prologue (the direct variants with 8 channels per thread and the staged "
              "ones have)",
              op, variant, dwconv3x3_variant_name(variant));
+    SF_CHECK(!stats || dw_variant_staged(variant), "%s: variant %d (%s) has no statistics epilogue (the staged ones have)",
+             op, variant, dwconv3x3_variant_name(variant));
     check_bf16(op, "x", x);
     check_bf16(op, "w", w);
     check_bf16(op, "y", y);
     SF_CHECK(!rt::overlap(y, out_bytes(pl), x, in_bytes(pl)) && !rt::overlap(y, out_bytes(pl), w, w_bytes(pl)),
              "%s: y must not alias x or w", op);
     check_dw_prologue(op, pro, pl.c, {{y, out_bytes(pl)}});
-    dw_launch_forward(ex, pl, x, w, y, pro);
+    if (stats) {
+        const size_t vb = static_cast<size_t>(pl.c) * sizeof(float);
+        check_bn_stats_out(op, stats, pl.c, static_cast<long long>(pl.n) * pl.p * pl.q, workspace, workspace_floats,
+                           dwconv3x3_stats_workspace_floats(s, variant),
+                           {{x, in_bytes(pl), "x"},
+                            {w, w_bytes(pl), "w"},
+                            {y, out_bytes(pl), "y"},
+                            {pro ? pro->gamma : nullptr, pro ? vb : 0, "the prologue gamma"},
+                            {pro ? pro->beta : nullptr, pro ? vb : 0, "the prologue beta"},
+                            {pro ? pro->mean : nullptr, pro ? vb : 0, "the prologue mean"},
+                            {pro ? pro->invstd : nullptr, pro ? vb : 0, "the prologue invstd"}});
+    }
+    dw_launch_forward(ex, pl, x, w, y, pro, stats, workspace);
 }
 
 void dwconv3x3_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,

@@ -29,6 +29,7 @@
 #include <initializer_list>
 
 #include "kernels/bf16.h"
+#include "kernels/bn_fusion.h"
 #include "kernels/conv.h"
 #include "runtime/exec.h"
 
@@ -369,85 +370,6 @@ constexpr DwFusedPlan dwconv3x3_fused_geometry(int n, int h, int w, int c, int m
     return f;
 }
 
-// The producer's BatchNorm + activation, applied to every input pixel on load (see the header comment):
-// x' = bf16(act(fmaf(x - mean, gamma * inv, beta))) per channel, inv = invstd (train: the batch
-// statistics bn_stats_train saved) or 1/sqrt(running_var + eps) (eval: `invstd` holds running_var).
-// All four vectors have C fp32 entries.
-struct DwPrologue {
-    Act act = Act::None;
-    const float* gamma = nullptr;
-    const float* beta = nullptr;
-    const float* mean = nullptr;    // train: save_mean; eval: running_mean
-    const float* invstd = nullptr;  // train: save_invstd; eval: running_var
-    bool eval = false;
-    double eps = 0;  // eval only
-};
-
-// The fused backward's BN prologue (dwconv3x3_backward_fused_cuda): the conv's output feeds a
-// BatchNorm + activation, and the dy the kernel is given is the gradient of that BN's output. The
-// conv output's gradient is formed on load, bf16(gamma*invstd * (g - mean(g) - xhat * mean(g*xhat)))
-// with g = dy * act'(z): the value bn_act_backward's dx pass would have stored, bit for bit, from the
-// BN's input x (this conv's output), its saved batch statistics and the coefficients
-// bn_act_backward_stats left in its workspace (kernels/bn_act_cuda.h). Padding stays zero.
-struct DwBnBackward {
-    Act act = Act::None;
-    const bf16* x = nullptr;         // the BN's input: this conv's output (N,H,W,C), 16-byte aligned
-    const float* gamma = nullptr;    // C
-    const float* beta = nullptr;     // C
-    const float* mean = nullptr;     // C: save_mean
-    const float* invstd = nullptr;   // C: save_invstd
-    const float* coef = nullptr;     // 2C: mean(g), then mean(g * xhat)
-};
-
-// The backward reductions of a BatchNorm + activation whose output gradient a conv's backward-data stores
-// (the BN *before* that conv: the producer's, whose output the conv reads), gathered in that kernel's
-// epilogue from the bf16 values it stores and the BN's input x at the same positions: sum g and
-// sum g * xhat per channel (g = dx * act'(z), z = gamma * xhat + beta, xhat = (x - mean) * invstd), then
-// what bn_act_backward_stats writes: dbeta += sum g, dgamma += sum g * xhat, and coef[0..C) = mean(g),
-// coef[C..2C) = mean(g * xhat), for a consumer that forms that BN's dx on load (DwBnBackward) or a dx pass
-// (bn_act_backward_dx). Not bitwise bn_act_backward_stats's sums (another order): within fp32 rounding of
-// them, deterministic (fixed chunks, fp64 merge in a fixed order). Two kernels take it: the pointwise
-// dgrad (pwconv_backward_data_cuda) and the fused depthwise backward (dwconv3x3_backward_fused_cuda, with
-// its forward prologue: the BN is the prologue's).
-struct BnGradSums {
-    Act act = Act::None;
-    const bf16* x = nullptr;         // the BN's input (N,H,W,C), 16-byte aligned
-    const float* gamma = nullptr;    // C
-    const float* beta = nullptr;     // C
-    const float* mean = nullptr;     // C: save_mean
-    const float* invstd = nullptr;   // C: save_invstd
-    float* dgamma = nullptr;         // C, +=
-    float* dbeta = nullptr;          // C, +=
-    float* coef = nullptr;           // 2C, written
-};
-
-// A byte range a launcher writes, for check_dw_prologue.
-struct DwWritten {
-    const void* p;
-    size_t bytes;
-};
-// The launchers' checks of a prologue (null: none): a known activation, its four C-vectors non-null,
-// 4-byte aligned and apart from every output in `outs`, a finite eps > 0 in eval mode. rt::Error
-// naming `op` otherwise. Shared by the depthwise and the pointwise (kernels/pwconv_cuda.h) launchers.
-void check_dw_prologue(const char* op, const DwPrologue* pro, int c, std::initializer_list<DwWritten> outs);
-// The same for a BN-backward prologue (null: none): a known activation, x non-null and 16-byte aligned,
-// the five vectors (coef: 2C) non-null and 4-byte aligned, none of them nor x (x_bytes) overlapping an
-// output in `outs` ("<op>: <outs_name> must not overlap the BN gamma vector", "... alias the BN input x").
-void check_dw_bn_backward(const char* op, const DwBnBackward* bnb, int c, size_t x_bytes,
-                          std::initializer_list<DwWritten> outs, const char* outs_name);
-// A byte range a kernel reads or writes, named for the error (check_bn_grad_sums).
-struct DwNamed {
-    const void* p;
-    size_t bytes;
-    const char* name;
-};
-// The launchers' checks of a BN-backward epilogue (null: none): rows >= 2; x non-null, 16-byte aligned and
-// apart from every range in `written` (what the kernel writes besides the three outputs); the four input
-// vectors non-null and 4-byte aligned; dgamma, dbeta (C) and coef (2C) non-null, 4-byte aligned, apart from
-// each other, from the four input vectors, from x (x_bytes) and from every range in `read` and `written`.
-// rt::Error naming `op` and the pointers ("<op>: bng->coef must not alias bng->dbeta") otherwise.
-void check_bn_grad_sums(const char* op, const BnGradSums* bng, int c, long long rows, size_t x_bytes,
-                        std::initializer_list<DwNamed> read, std::initializer_list<DwNamed> written);
 
 // k == 3, pad == 1, stride 1 or 2, groups == cin == cout, C % 8 == 0, no bias, positive dims, and
 // the launch fits (at most 2^40 input elements, the default variants' thread tiles countable in 32
@@ -483,11 +405,35 @@ DwFusedPlan dwconv3x3_fused_plan(const ConvShape& s, int max_blocks = kDwFusedMa
 // epilogue (bn_grad) (scratch, no initialisation needed).
 size_t dwconv3x3_fused_workspace_floats(const ConvShape& s, int max_blocks = kDwFusedMaxBlocks, bool bn_grad = false);
 
+// The forward's statistics epilogue (BnStatsOut, kernels/bn_fusion.h; the staged variants only): every
+// staged block writes, per channel of its channel block, its shift (its first output pixel's stored value,
+// which every thread of the block computes itself from the staged source), the shifted sum and the shifted
+// sum of squares of the values it stores (a fixed lane butterfly, then the 4 warps in order), one chunk
+// per spatial block: 3 * n * blocks_h * blocks_w * C floats. A finalize launch of
+// ceil(C / kDwStatsFinalizeX) blocks of (kDwStatsFinalizeX, kDwStatsFinalizeY) threads merges them
+// (kernels/bn_stats_chunks.cuh): narrow in channels and wide in lanes, as a spatial block is small and
+// the chunks many (4,096 per channel at batch 128 and 64 x 128).
+constexpr int kDwStatsFinalizeX = 8, kDwStatsFinalizeY = 32;
+constexpr bool dw_stats_reduction_fits() {  // 2 sums x 4 warps + the shift, 64 channels, fp32
+    for (int v = 0; v < kDwVariantCount; ++v)
+        if (dw_variant_staged(v) && (2 * (kDwThreads / 32) + 1) * 64 * 4 > 2 * dw_stage_elems(v)) return false;
+    return true;
+}
+static_assert(dw_stats_reduction_fits(), "the statistics reduction must fit in a staged block's shared memory");
+// The fp32 workspace of the statistics epilogue in staged variant v (throws rt::Error for an unsupported
+// shape or a variant without the epilogue), and the most any staged variant valid for s needs (0 if none).
+size_t dwconv3x3_stats_workspace_floats(const ConvShape& s, int variant);
+size_t dwconv3x3_stats_workspace_floats(const ConvShape& s);
+
 // x (N,H,W,C), w (C*9), y (N,P,Q,C), all bf16. y overwritten. pro: null, or the producer's BN +
 // activation applied to x on load (DwPrologue; in the variants of dw_variant_prologue, all bitwise
-// equal). variant: index into kDwVariants.
+// equal). variant: index into kDwVariants. stats: null, or (a staged variant) y's batch statistics
+// gathered in the epilogue as described above, with `workspace` of at least
+// dwconv3x3_stats_workspace_floats(s, variant) floats (a second launch: the finalize); y is bitwise the
+// same with or without it.
 void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
-                            const DwPrologue* pro = nullptr, int variant = 0);
+                            const DwPrologue* pro = nullptr, int variant = 0, const BnStatsOut* stats = nullptr,
+                            float* workspace = nullptr, size_t workspace_floats = 0);
 
 // dy (N,P,Q,C), w (C*9), dx (N,H,W,C), all bf16. dx += dwconv^T(dy, w): every dx element read once,
 // the fp32 sum added in fp32 and rounded to bf16 once. A gather for both strides: deterministic.

@@ -18,9 +18,10 @@ namespace kern {
 
 // ---- launches (no checks: the public launchers in dwconv.cu check first) ----
 
-// y = dwconv(x, w) in the plan's forward variant; pro null or the BN prologue (dw_variant_prologue variants).
+// y = dwconv(x, w) in the plan's forward variant; pro null or the BN prologue (dw_variant_prologue variants);
+// stats null or (a staged variant) the statistics epilogue, its partials in part, then its finalize.
 void dw_launch_forward(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
-                       const DwPrologue* pro);
+                       const DwPrologue* pro, const BnStatsOut* stats = nullptr, float* part = nullptr);
 // dx (+)= dwconv^T(dy, w) in the plan's dgrad variant.
 void dw_launch_backward_data(const rt::Exec& ex, const DwConvPlan& pl, const bf16* dy, const bf16* w, bf16* dx,
                              bool accumulate);

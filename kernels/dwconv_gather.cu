@@ -12,6 +12,7 @@
 // the order of the additions does not depend on V or the tile: every variant gives the same bits.
 #include <cstdint>
 
+#include "kernels/bn_stats_chunks.cuh"
 #include "kernels/dwconv_device.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/launch.cuh"
@@ -191,10 +192,17 @@ __global__ void __launch_bounds__(kDwThreads)
 // values (padding +0 included) in the same fmaf order, so the same bits. kPro: x is the producer's
 // pre-BN output, staged through its BN + activation A (stage_source): the values the direct prologue
 // kernel reads, so again the same bits.
-template <int S, int V, int TH, int TW, int E, Act A, bool kPro>
+//
+// kSt: the statistics epilogue (BnStatsOut). A thread's channel group is fixed (groups divides the block),
+// and every thread first computes its group's output at the block's first pixel (the same 9 taps in the
+// same order as the loop below, so the stored bits): the block's shift. It adds each value it stores,
+// rounded as stored, minus the shift, to per-channel sums; at the end the lanes of a group are added by a
+// fixed butterfly, the warps in order, and the block writes its spatial block's partials into part
+// (shift, shifted sum, shifted sum of squares planes of n * blocks_h * blocks_w x C floats).
+template <int S, int V, int TH, int TW, int E, Act A, bool kPro, bool kSt = false>
 __global__ void __launch_bounds__(kDwThreads)
     dwconv3x3_forward_staged_kernel(DwConvPlan pl, const bfloat* __restrict__ x, const bfloat* __restrict__ w,
-                                    bfloat* __restrict__ y, DwPrologue pro) {
+                                    bfloat* __restrict__ y, DwPrologue pro, float* __restrict__ part) {
     rt::pdl_entry();
     constexpr int IR = S * (TH - 1) + 3, IC = S * (TW - 1) + 3;
     __shared__ __align__(16) bfloat src[E];
@@ -205,6 +213,24 @@ __global__ void __launch_bounds__(kDwThreads)
     __syncthreads();
     const int groups = g.cb / V, tc = g.block_w / TW, items = groups * (g.block_h / TH) * tc;
     bfloat* yn = y + static_cast<size_t>(sb.n) * pl.p * pl.q * pl.c + sb.c0;
+    constexpr int kSV = kSt ? V : 1;
+    float sh[kSV] = {}, s1[kSV] = {}, s2[kSV] = {};
+    if constexpr (kSt) {  // the shift: output (d0, e0) of this thread's group, reads source rows and columns 0-2
+        const int gi = static_cast<int>(threadIdx.x) % groups;
+        float wt[9][V];
+        load_weights<V>(w, sb.c0 / V + gi, wt);
+        float acc[V] = {};
+#pragma unroll
+        for (int i = 0; i < 3; ++i)
+#pragma unroll
+            for (int j = 0; j < 3; ++j) {
+                float v[V];
+                loadv_rw<V>(src + (i * g.src_w + j) * g.pitch + V * gi, v);
+                fmav<V>(acc, v, wt[i * 3 + j]);
+            }
+#pragma unroll
+        for (int k = 0; k < V; ++k) sh[k] = __bfloat162float(__float2bfloat16_rn(acc[k]));
+    }
     for (int item = static_cast<int>(threadIdx.x); item < items; item += kDwThreads) {
         const int gi = item % groups, rest = item / groups, ta = (rest / tc) * TH, tb = (rest % tc) * TW;
         const int p0 = sb.d0 + ta, q0 = sb.e0 + tb;
@@ -239,9 +265,73 @@ __global__ void __launch_bounds__(kDwThreads)
             for (int b = 0; b < TW; ++b) {
                 if (q0 + b >= pl.q) break;
                 storev<V>(yn + (static_cast<size_t>(p0 + a) * pl.q + (q0 + b)) * pl.c + V * gi, acc[a][b]);
+                if constexpr (kSt) {
+#pragma unroll
+                    for (int k = 0; k < V; ++k) {
+                        const float d = __bfloat162float(__float2bfloat16_rn(acc[a][b][k])) - sh[k];
+                        s1[k] += d;
+                        s2[k] = fmaf(d, d, s2[k]);
+                    }
+                }
             }
         }
     }
+    if constexpr (kSt) {
+        constexpr int kWarps = kDwThreads / 32;
+        __syncthreads();  // every thread is done with the staged source: its memory holds the reduction now
+        float* red = reinterpret_cast<float*>(src);  // [2][kWarps][cb] sums, then [cb] shifts
+        const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+        for (int off = groups; off < 32; off *= 2)  // lanes l and l ^ off hold the same group
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                s1[k] += __shfl_xor_sync(0xffffffffu, s1[k], off);
+                s2[k] += __shfl_xor_sync(0xffffffffu, s2[k], off);
+            }
+        if (lane < groups) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                red[warp * g.cb + V * lane + k] = s1[k];
+                red[(kWarps + warp) * g.cb + V * lane + k] = s2[k];
+                if (warp == 0) red[2 * kWarps * g.cb + V * lane + k] = sh[k];
+            }
+        }
+        __syncthreads();
+        const int t = static_cast<int>(threadIdx.x);
+        if (t < g.cb) {
+            float a1 = 0.0f, a2 = 0.0f;
+#pragma unroll
+            for (int wi = 0; wi < kWarps; ++wi) {
+                a1 += red[wi * g.cb + t];
+                a2 += red[(kWarps + wi) * g.cb + t];
+            }
+            const size_t chunks = static_cast<size_t>(pl.n) * g.blocks_h * g.blocks_w;
+            const size_t chunk = blockIdx.x / static_cast<unsigned>(g.cblocks);
+            const size_t col = static_cast<size_t>(sb.c0 + t), c = static_cast<size_t>(pl.c);
+            part[chunk * c + col] = red[2 * kWarps * g.cb + t];
+            part[(chunks + chunk) * c + col] = a1;
+            part[(2 * chunks + chunk) * c + col] = a2;
+        }
+    }
+}
+
+// The statistics epilogue's finalize (kernels/bn_stats_chunks.cuh): grid ceil(C / kDwStatsFinalizeX), block
+// (kDwStatsFinalizeX, kDwStatsFinalizeY); chunk c is spatial block c (the staged grid's order: column of
+// blocks fastest, then row, then image), holding its pixels inside the output.
+__global__ void dwconv3x3_stats_finalize_kernel(DwConvPlan pl, const float* __restrict__ part,
+                                                float* __restrict__ save_mean, float* __restrict__ save_invstd,
+                                                float* __restrict__ running_mean, float* __restrict__ running_var,
+                                                double momentum, double eps) {
+    rt::pdl_entry();
+    const DwTileGrid& g = pl.fwd;
+    const int chunks = pl.n * g.blocks_h * g.blocks_w;
+    const auto count_of = [&](int c) {
+        const int bw = c % g.blocks_w, bh = (c / g.blocks_w) % g.blocks_h;
+        const int rows = pl.p - bh * g.block_h, cols = pl.q - bw * g.block_w;
+        return static_cast<double>(rows < g.block_h ? rows : g.block_h) * (cols < g.block_w ? cols : g.block_w);
+    };
+    bn_chunk_stats_finalize<kDwStatsFinalizeX, kDwStatsFinalizeY>(
+        pl.c, chunks, part, static_cast<double>(pl.n) * pl.p * pl.q, count_of, save_mean, save_invstd, running_mean,
+        running_var, momentum, eps);
 }
 
 // The dgrad of a staged variant: grid pl.dgrad.grid x kDwThreads. The dy rows (d0 - kOff)/S .. and
@@ -312,15 +402,22 @@ __global__ void __launch_bounds__(kDwThreads)
 
 template <int S, int Vi, Act A, bool kPro>
 void forward_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
-                      const DwPrologue& pro) {
+                      const DwPrologue& pro, float* part) {
     constexpr DwVariant v = kDwVariants[Vi];
     const unsigned grid = static_cast<unsigned>(pl.fwd.grid);
     if constexpr (kPro && !dw_variant_prologue(Vi)) {
         SF_FAIL("dwconv3x3: variant %d (%s) has no BN prologue", Vi, dwconv3x3_variant_name(Vi));
     } else if constexpr (v.block_h > 0) {
-        rt::launch(ex, "dwconv3x3_forward_staged_kernel",
-                   dwconv3x3_forward_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi), A, kPro>, grid,
-                   kDwThreads, 0, pl, dev(x), dev(w), dev(y), pro);
+        if (part)
+            rt::launch(ex, "dwconv3x3_forward_staged_kernel",
+                       dwconv3x3_forward_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi), A, kPro, true>,
+                       grid, kDwThreads, 0, pl, dev(x), dev(w), dev(y), pro, part);
+        else
+            rt::launch(ex, "dwconv3x3_forward_staged_kernel",
+                       dwconv3x3_forward_staged_kernel<S, v.vec, v.tile_h, v.tile_w, dw_stage_elems(Vi), A, kPro>,
+                       grid, kDwThreads, 0, pl, dev(x), dev(w), dev(y), pro, part);
+    } else if (part) {
+        SF_FAIL("dwconv3x3: variant %d (%s) has no statistics epilogue", Vi, dwconv3x3_variant_name(Vi));
     } else {
         rt::launch(ex, "dwconv3x3_forward_kernel",
                    dwconv3x3_forward_kernel<S, v.vec, v.tile_h, v.tile_w, A, kPro, v.lean>, grid, kDwThreads, 0, pl,
@@ -350,20 +447,20 @@ void backward_data_instance(const rt::Exec& ex, const DwConvPlan& pl, const bf16
 
 template <int S>
 void forward_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
-                    const DwPrologue* pro) {
+                    const DwPrologue* pro, float* part) {
     if (pro) {  // the variants of dw_variant_prologue (checked by the launcher)
         with_variant<kDwVariantCount>(pl.fwd.variant, "forward", [&](auto vi) {
             constexpr int kV = decltype(vi)::value;
             switch (pro->act) {
-                case Act::None: return forward_instance<S, kV, Act::None, true>(ex, pl, x, w, y, *pro);
-                case Act::Silu: return forward_instance<S, kV, Act::Silu, true>(ex, pl, x, w, y, *pro);
-                case Act::Relu: return forward_instance<S, kV, Act::Relu, true>(ex, pl, x, w, y, *pro);
+                case Act::None: return forward_instance<S, kV, Act::None, true>(ex, pl, x, w, y, *pro, part);
+                case Act::Silu: return forward_instance<S, kV, Act::Silu, true>(ex, pl, x, w, y, *pro, part);
+                case Act::Relu: return forward_instance<S, kV, Act::Relu, true>(ex, pl, x, w, y, *pro, part);
             }
         });
         return;
     }
     with_variant<kDwVariantCount>(pl.fwd.variant, "forward", [&](auto vi) {
-        forward_instance<S, decltype(vi)::value, Act::None, false>(ex, pl, x, w, y, DwPrologue{});
+        forward_instance<S, decltype(vi)::value, Act::None, false>(ex, pl, x, w, y, DwPrologue{}, part);
     });
 }
 
@@ -378,11 +475,17 @@ void backward_data_stride(const rt::Exec& ex, const DwConvPlan& pl, const bf16* 
 }  // namespace
 
 void dw_launch_forward(const rt::Exec& ex, const DwConvPlan& pl, const bf16* x, const bf16* w, bf16* y,
-                       const DwPrologue* pro) {
+                       const DwPrologue* pro, const BnStatsOut* stats, float* part) {
+    float* p = stats ? part : nullptr;
     if (pl.stride == 1)
-        forward_stride<1>(ex, pl, x, w, y, pro);
+        forward_stride<1>(ex, pl, x, w, y, pro, p);
     else
-        forward_stride<2>(ex, pl, x, w, y, pro);
+        forward_stride<2>(ex, pl, x, w, y, pro, p);
+    if (stats)
+        rt::launch(ex, "dwconv3x3_stats_finalize_kernel", dwconv3x3_stats_finalize_kernel,
+                   dim3(static_cast<unsigned>(dw_ceil_div(pl.c, kDwStatsFinalizeX))),
+                   dim3(kDwStatsFinalizeX, kDwStatsFinalizeY), 0, pl, static_cast<const float*>(part), stats->save_mean,
+                   stats->save_invstd, stats->running_mean, stats->running_var, stats->momentum, stats->eps);
 }
 
 void dw_launch_backward_data(const rt::Exec& ex, const DwConvPlan& pl, const bf16* dy, const bf16* w, bf16* dx,

@@ -23,6 +23,7 @@
 
 #include "kernels/bn_act_cuda.h"
 #include "kernels/bn_act_device.cuh"
+#include "kernels/bn_stats_chunks.cuh"
 #include "kernels/cuda_util.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/pwconv_cuda.h"
@@ -53,16 +54,19 @@ enum class PwEpi {
 // The row GEMM of the forward and the dgrad: y[rows][n] (=, or += with kAccum) a[rows][k] * B[k][n] with
 // B = w^T for the forward (w[n][k], kTransW false) and B = w for the dgrad (w[k][n], kTransW true: staged
 // transposed into the same shared-memory layout). Grid (n / BN, chunks), block 256 (the header comment).
-// kE == BnGrad (the dgrad only, with a plain A staging): A is then the producer BN's activation and ep its
-// per-channel inputs (gamma, beta, mean, invstd: save_*; x: its input, the layout of y).
-template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, PwEpi kE>
+// kE == BnGrad (the dgrad only): AE is then the producer BN's activation and ep its per-channel inputs
+// (gamma, beta, mean, invstd: save_*; x: its input, the layout of y); with a plain A staging AE is A, with the
+// BN-backward staging (kA == Backward: the following BN's dx formed on load, activation A) both run, each
+// with its own BN and activation.
+template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, PwEpi kE, Act AE = A>
 __global__ void __launch_bounds__(kPwThreads, 2)
     pwconv_rows_kernel(int rows, int k, int n, long long tiles, int chunks, const bfloat* __restrict__ a,
                        const bfloat* __restrict__ w, bfloat* __restrict__ y, PwStage st, PwStage ep,
                        float* __restrict__ part) {
     rt::pdl_entry();
     constexpr bool kStats = kE == PwEpi::Stats, kBnGrad = kE == PwEpi::BnGrad, kRed = kE != PwEpi::None;
-    static_assert(!kBnGrad || (kA == PwA::Plain && kTransW), "the BN-backward epilogue is the plain dgrad's");
+    static_assert(!kBnGrad || (kA != PwA::Apply && kTransW), "the BN-backward epilogue is the dgrad's");
+    static_assert(kBnGrad || AE == A, "AE is the BN-backward epilogue's activation");
     constexpr int NF = BN / 8;                        // accumulator fragments per warp (8 columns each)
     constexpr int kWVecs = BN * kPwTileK / 8;         // 16-byte w vectors per step
     constexpr int kWPer = (kWVecs + kPwThreads - 1) / kPwThreads;  // 1
@@ -290,9 +294,9 @@ __global__ void __launch_bounds__(kPwThreads, 2)
                         const long long row = h ? rb_row : ra_row;
                         if (row >= rows) continue;
                         const uint32_t xb = __ldg(reinterpret_cast<const uint32_t*>(ep.x + row * n + n0 + cl));
-                        bn_grad_add<A>(bf16x2_lo(xb), bf16x2_lo(u[f][h]), e_mean[cl], e_inv[cl], e_scale[cl],
+                        bn_grad_add<AE>(bf16x2_lo(xb), bf16x2_lo(u[f][h]), e_mean[cl], e_inv[cl], e_scale[cl],
                                        e_beta[cl], s1[f][0], s2[f][0]);
-                        bn_grad_add<A>(bf16x2_hi(xb), bf16x2_hi(u[f][h]), e_mean[cl + 1], e_inv[cl + 1],
+                        bn_grad_add<AE>(bf16x2_hi(xb), bf16x2_hi(u[f][h]), e_mean[cl + 1], e_inv[cl + 1],
                                        e_scale[cl + 1], e_beta[cl + 1], s1[f][1], s2[f][1]);
                     }
                 }
@@ -339,53 +343,20 @@ __global__ void __launch_bounds__(kPwThreads, 2)
     }
 }
 
-// The statistics finalize's last step: the 8 lanes y of column x add their fp64 sums in order; true in lane 0 of
-// a valid column (keep), which then holds the totals. Every thread of the block must call it.
-__device__ __forceinline__ bool merge_lanes(double (&sm)[2][kPwFinalizeY][kPwFinalizeX], bool keep, double& s0,
-                                            double& s1) {
-    sm[0][threadIdx.y][threadIdx.x] = s0;
-    sm[1][threadIdx.y][threadIdx.x] = s1;
-    __syncthreads();
-    if (threadIdx.y != 0 || !keep) return false;
-    s0 = 0.0;
-    s1 = 0.0;
-    for (int l = 0; l < kPwFinalizeY; ++l) {
-        s0 += sm[0][l][threadIdx.x];
-        s1 += sm[1][l][threadIdx.x];
-    }
-    return true;
-}
-
-// The statistics' second pass. Grid finalize_blocks, block (32, 8): channel blockIdx.x * 32 + x, lane y
-// merging chunks y, y + 8, ... in order in fp64 onto chunk 0's shift k0 (a chunk with shift kc, sums a1,
-// a2 over nb rows: d = kc - k0, sum(v - k0) = a1 + nb d, sum((v - k0)^2) = a2 + d (2 a1 + nb d)), then
-// lane 0 adding the 8 lane sums in order and writing the statistics (bn_stats_write).
+// The statistics' second pass (kernels/bn_stats_chunks.cuh). Grid finalize_blocks, block (32, 8): a chunk
+// holds the rows of its tiles that exist.
 __global__ void pwconv_stats_finalize_kernel(int rows, int n, long long tiles, int chunks, const float* __restrict__ part,
                                              float* __restrict__ save_mean, float* __restrict__ save_invstd,
                                              float* __restrict__ running_mean, float* __restrict__ running_var,
                                              double momentum, double eps) {
     rt::pdl_entry();
-    __shared__ double sm[2][kPwFinalizeY][kPwFinalizeX];
-    const int ch = static_cast<int>(blockIdx.x) * kPwFinalizeX + static_cast<int>(threadIdx.x);
-    double s0 = 0.0, s1 = 0.0, k0 = 0.0;
-    if (ch < n) {
-        k0 = static_cast<double>(part[ch]);
-        for (int c = static_cast<int>(threadIdx.y); c < chunks; c += kPwFinalizeY) {
-            const long long lo = pwconv_tile_begin(tiles, chunks, c) * kPwTileM;
-            const long long end = pwconv_tile_begin(tiles, chunks, c + 1) * kPwTileM;
-            const long long hi = end < rows ? end : rows;
-            const double nb = static_cast<double>(hi - lo);
-            const double d = static_cast<double>(part[static_cast<size_t>(c) * n + ch]) - k0;
-            const double a1 = static_cast<double>(part[static_cast<size_t>(chunks + c) * n + ch]);
-            const double a2 = static_cast<double>(part[static_cast<size_t>(2 * chunks + c) * n + ch]);
-            s0 += a1 + nb * d;
-            s1 += a2 + d * (2.0 * a1 + nb * d);
-        }
-    }
-    if (!merge_lanes(sm, ch < n, s0, s1)) return;
-    bn_stats_write(
-        ch, static_cast<double>(rows), [&] { return k0; }, s0, s1, save_mean, save_invstd, running_mean, running_var,
-        momentum, eps);
+    const auto count_of = [&](int c) {
+        const long long lo = pwconv_tile_begin(tiles, chunks, c) * kPwTileM;
+        const long long end = pwconv_tile_begin(tiles, chunks, c + 1) * kPwTileM;
+        return static_cast<double>((end < rows ? end : rows) - lo);
+    };
+    bn_chunk_stats_finalize<kPwFinalizeX, kPwFinalizeY>(n, chunks, part, static_cast<double>(rows), count_of, save_mean,
+                                                        save_invstd, running_mean, running_var, momentum, eps);
 }
 
 // Empty when supported, else what is not, with its value.
@@ -408,10 +379,10 @@ std::string unsupported_reason(const ConvShape& s) {
 }
 
 // pwconv_rows_kernel over the GEMM geometry g (rows, k, n: the GEMM's; for the dgrad k = cout, n = cin).
-template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, PwEpi kE>
+template <int BN, PwA kA, Act A, bool kTransW, bool kAccum, PwEpi kE, Act AE = A>
 void launch_rows(const rt::Exec& ex, const PwConvPlan& g, const bf16* a, const bf16* w, bf16* y, const PwStage& st,
                  const PwStage& ep, float* part) {
-    rt::launch(ex, "pwconv_rows_kernel", pwconv_rows_kernel<BN, kA, A, kTransW, kAccum, kE>,
+    rt::launch(ex, "pwconv_rows_kernel", pwconv_rows_kernel<BN, kA, A, kTransW, kAccum, kE, AE>,
                dim3(g.n_blocks, g.chunks), dim3(kPwThreads), 0, static_cast<int>(g.rows), g.k, g.n, g.tiles, g.chunks,
                dev(a), dev(w), dev(y), st, ep, part);
 }
@@ -436,6 +407,34 @@ void dispatch_rows(const rt::Exec& ex, const PwConvPlan& g, Act act, const bf16*
     else go(std::integral_constant<int, 32>{});
 }
 
+// The dgrad with the following BN's dx formed on load (activation act) and the producer BN's backward
+// reductions in the epilogue (activation act_e).
+template <bool kAccum>
+void dispatch_dgrad_both(const rt::Exec& ex, const PwConvPlan& g, Act act, Act act_e, const bf16* dy, const bf16* w,
+                         bf16* dx, const PwStage& st, float* part, const PwStage& ep) {
+    const auto go = [&](auto bn, auto a) {
+        constexpr int BN = decltype(bn)::value;
+        constexpr Act A = decltype(a)::value;
+        switch (act_e) {
+            case Act::Silu:
+                return launch_rows<BN, PwA::Backward, A, true, kAccum, PwEpi::BnGrad, Act::Silu>(ex, g, dy, w, dx, st, ep, part);
+            case Act::Relu:
+                return launch_rows<BN, PwA::Backward, A, true, kAccum, PwEpi::BnGrad, Act::Relu>(ex, g, dy, w, dx, st, ep, part);
+            default:
+                return launch_rows<BN, PwA::Backward, A, true, kAccum, PwEpi::BnGrad, Act::None>(ex, g, dy, w, dx, st, ep, part);
+        }
+    };
+    const auto with_bn = [&](auto a) {
+        if (g.bn == 64) go(std::integral_constant<int, 64>{}, a);
+        else go(std::integral_constant<int, 32>{}, a);
+    };
+    switch (act) {
+        case Act::Silu: return with_bn(std::integral_constant<Act, Act::Silu>{});
+        case Act::Relu: return with_bn(std::integral_constant<Act, Act::Relu>{});
+        default: return with_bn(std::integral_constant<Act, Act::None>{});
+    }
+}
+
 }  // namespace
 
 bool pwconv_supported(const ConvShape& s) { return unsupported_reason(s).empty(); }
@@ -452,7 +451,7 @@ size_t pwconv_workspace_floats(const ConvShape& s) {
 }
 
 void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
-                         const DwPrologue* pro, const PwStats* stats, float* workspace, size_t workspace_floats) {
+                         const DwPrologue* pro, const BnStatsOut* stats, float* workspace, size_t workspace_floats) {
     const char* op = "pwconv_forward_cuda";
     rt::check_cuda_exec(op, ex);
     const PwConvPlan pl = pwconv_plan(s);
@@ -467,32 +466,9 @@ void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, 
     check_dw_prologue(op, pro, pl.k, {{y, yb}});
     PwStage st{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, false, 0.0};
     if (pro) st = PwStage{pro->gamma, pro->beta, pro->mean, pro->invstd, nullptr, nullptr, pro->eval, pro->eps};
-    float* part = nullptr;
-    if (stats) {
-        SF_CHECK(pl.rows >= 2, "%s: batch statistics need at least 2 rows, got %lld", op, pl.rows);
-        const size_t need = pwconv_workspace_floats(s);
-        rt::check_device_ptr(op, "workspace", workspace, alignof(float));
-        SF_CHECK(workspace_floats >= need, "%s: workspace of %zu floats, need %zu", op, workspace_floats, need);
-        SF_CHECK(stats->momentum >= 0 && stats->momentum <= 1, "%s: momentum %g outside [0, 1]", op, stats->momentum);
-        SF_CHECK(stats->eps > 0 && stats->eps < 1e300, "%s: eps must be > 0, got %g", op, stats->eps);
-        const char* names[4] = {"save_mean", "save_invstd", "running_mean", "running_var"};
-        float* vecs[4] = {stats->save_mean, stats->save_invstd, stats->running_mean, stats->running_var};
-        const size_t vb = static_cast<size_t>(pl.n) * sizeof(float), pb = need * sizeof(float);
-        for (int i = 0; i < 4; ++i) {
-            rt::check_device_ptr(op, names[i], vecs[i], alignof(float));
-            const void* others[3] = {x, w, y};
-            const size_t sizes[3] = {xb, wb, yb};
-            for (int j = 0; j < 3; ++j)
-                SF_CHECK(!rt::overlap(vecs[i], vb, others[j], sizes[j]), "%s: %s must not alias x, w or y", op, names[i]);
-            SF_CHECK(!rt::overlap(vecs[i], vb, workspace, pb), "%s: %s must not alias the workspace", op, names[i]);
-            for (int j = 0; j < i; ++j)
-                SF_CHECK(!rt::overlap(vecs[i], vb, vecs[j], vb), "%s: %s must not alias %s", op, names[i], names[j]);
-        }
-        SF_CHECK(!rt::overlap(workspace, pb, x, xb) && !rt::overlap(workspace, pb, w, wb) &&
-                     !rt::overlap(workspace, pb, y, yb),
-                 "%s: the workspace must not alias x, w or y", op);
-        part = workspace;
-    }
+    check_bn_stats_out(op, stats, pl.n, pl.rows, workspace, workspace_floats, stats ? pwconv_workspace_floats(s) : 0,
+                       {{x, xb, "x"}, {w, wb, "w"}, {y, yb, "y"}});
+    float* part = stats ? workspace : nullptr;
     const Act act = pro ? pro->act : Act::None;
     if (pro && stats) dispatch_rows<PwA::Apply, false, false, PwEpi::Stats>(ex, pl, act, x, w, y, st, part);
     else if (pro) dispatch_rows<PwA::Apply, false, false, PwEpi::None>(ex, pl, act, x, w, y, st, part);
@@ -520,7 +496,6 @@ void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf1
     const PwConvPlan g = pwconv_geometry(fwd.rows, fwd.n, fwd.k);  // dx[rows][cin] = dy[rows][cout] * w[cout][cin]
     SF_CHECK(!bnb || g.k <= kPwMaxPrologueK, "%s: a BN-backward prologue needs cout <= %d, got %d", op,
              kPwMaxPrologueK, g.k);
-    SF_CHECK(!(bnb && bng), "%s: the BN-backward epilogue (bng) does not go with the BN-backward prologue (bnb)", op);
     rt::check_device_ptr(op, "dy", dy, 16);
     rt::check_device_ptr(op, "w", w, 16);
     rt::check_device_ptr(op, "dx", dx, 16);
@@ -536,12 +511,28 @@ void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf1
         const size_t need = pwconv_dgrad_workspace_floats(s), pb = need * sizeof(float);
         rt::check_device_ptr(op, "workspace", workspace, alignof(float));
         SF_CHECK(workspace_floats >= need, "%s: workspace of %zu floats, need %zu", op, workspace_floats, need);
-        check_bn_grad_sums(op, bng, g.n, g.rows, dxb, {{dy, dyb, "dy"}, {w, wb, "w"}},
+        // With bnb as well, its BN's input and vectors are read too (checked apart from dx by check_dw_bn_backward
+        // above; apart from the epilogue's outputs and workspace here).
+        const size_t kb = static_cast<size_t>(g.k) * sizeof(float);
+        check_bn_grad_sums(op, bng, g.n, g.rows, dxb,
+                           {{dy, dyb, "dy"},
+                            {w, wb, "w"},
+                            {bnb ? bnb->x : nullptr, bnb ? dyb : 0, "bnb->x"},
+                            {bnb ? bnb->gamma : nullptr, bnb ? kb : 0, "bnb->gamma"},
+                            {bnb ? bnb->beta : nullptr, bnb ? kb : 0, "bnb->beta"},
+                            {bnb ? bnb->mean : nullptr, bnb ? kb : 0, "bnb->mean"},
+                            {bnb ? bnb->invstd : nullptr, bnb ? kb : 0, "bnb->invstd"},
+                            {bnb ? bnb->coef : nullptr, bnb ? 2 * kb : 0, "bnb->coef"}},
                            {{dx, dxb, "dx"}, {workspace, pb, "the workspace"}});
+        if (bnb) check_dw_bn_backward(op, bnb, g.k, dyb, {{workspace, pb}}, "the workspace");
         SF_CHECK(!rt::overlap(workspace, pb, dy, dyb) && !rt::overlap(workspace, pb, w, wb),
                  "%s: the workspace must not alias dy or w", op);
         const PwStage ep{bng->gamma, bng->beta, bng->mean, bng->invstd, nullptr, dev(bng->x), false, 0.0};
-        if (accumulate)
+        if (bnb && accumulate)
+            dispatch_dgrad_both<true>(ex, g, bnb->act, bng->act, dy, w, dx, st, workspace, ep);
+        else if (bnb)
+            dispatch_dgrad_both<false>(ex, g, bnb->act, bng->act, dy, w, dx, st, workspace, ep);
+        else if (accumulate)
             dispatch_rows<PwA::Plain, true, true, PwEpi::BnGrad>(ex, g, bng->act, dy, w, dx, st, workspace, ep);
         else
             dispatch_rows<PwA::Plain, true, false, PwEpi::BnGrad>(ex, g, bng->act, dy, w, dx, st, workspace, ep);

@@ -25,7 +25,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/conv.h"
-#include "kernels/dwconv_cuda.h"  // DwPrologue: the BatchNorm + activation a consumer applies on load
+#include "kernels/bn_fusion.h"
 #include "runtime/exec.h"
 
 namespace kern {
@@ -110,31 +110,21 @@ PwConvPlan pwconv_plan(const ConvShape& s);
 // chunk's shift, its shifted sum and its shifted sum of squares). Scratch: no initialisation needed.
 size_t pwconv_workspace_floats(const ConvShape& s);
 
-// The BatchNorm whose batch statistics the epilogue gathers (train mode): outputs C-vectors.
-struct PwStats {
-    float* save_mean = nullptr;
-    float* save_invstd = nullptr;  // 1 / sqrt(biased variance + eps)
-    float* running_mean = nullptr; // updated: (1 - momentum) * old + momentum * mean
-    float* running_var = nullptr;  // updated with the unbiased variance
-    double momentum = 0.1;
-    double eps = 1e-5;
-};
-
 // y = conv1x1(x, w), overwritten. pro: null, or the producer's BN + activation applied to x on load
 // (train statistics or eval running statistics, as for the depthwise kernels; cin <= 512). stats:
-// null, or the statistics of y written as described above, with `workspace` of at least
+// null, or the statistics of y (BnStatsOut, kernels/bn_fusion.h) written as described above, with `workspace` of at least
 // pwconv_workspace_floats(s) floats (two launches: the conv, then the finalize).
 void pwconv_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* w, bf16* y,
-                         const DwPrologue* pro = nullptr, const PwStats* stats = nullptr, float* workspace = nullptr,
+                         const DwPrologue* pro = nullptr, const BnStatsOut* stats = nullptr, float* workspace = nullptr,
                          size_t workspace_floats = 0);
-
 
 // dx = dy * w (the convolution's input gradient: dx (N,H,W,cin), dy (N,H,W,cout), w as for the forward);
 // accumulate: dx += (each element read once, the fp32 sum added, one rounding), else overwritten.
 // bnb: null, or dy is the gradient of the BatchNorm that follows this conv, and the kernel forms the conv
 // output's gradient on load, bit for bit the value bn_act_backward's dx pass would have stored
 // (DwBnBackward; x there is this conv's output, (N,H,W,cout); cout <= 512).
-// bng: null, or the preceding BatchNorm's backward reductions from the dx stored (BnGradSums; not with bnb),
+// bng: null, or the preceding BatchNorm's backward reductions from the dx stored (BnGradSums; with bnb as well
+// since 2026-11-28: the dx stored, and so the sums, bitwise those of bnb alone followed by bng on its dx),
 // with `workspace` of at least pwconv_dgrad_workspace_floats(s) floats (two launches: the dgrad, then the
 // finalize). dx itself is bitwise the same with or without it.
 void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <mutex>
 #include <string>
 
@@ -17,7 +16,6 @@
 #include "runtime/device_info.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
-#include "runtime/stream_timing.h"
 
 namespace model {
 
@@ -59,65 +57,11 @@ ConvImpl pick_conv_impl(const std::vector<ConvImpl>& candidates, const std::vect
     return candidates[static_cast<size_t>(best)];
 }
 
-
 namespace {
 
 bool same_shape(const kern::ConvShape& a, const kern::ConvShape& b) {
     return a.n == b.n && a.h == b.h && a.w == b.w && a.cin == b.cin && a.cout == b.cout && a.k == b.k &&
            a.stride == b.stride && a.pad == b.pad && a.groups == b.groups && a.bias == b.bias;
-}
-
-// Zeroed device buffers for timing the kernels of one shape at plan time, freed on scope exit:
-// x, w, y (also read as dy), dx (only with_dx), dw (fp32) and a workspace of ws_floats.
-struct TimingBuffers {
-    struct Owned {  // a member, so that what was allocated is freed if a later allocation throws
-        void* p[6] = {};
-        ~Owned() {
-            for (void* q : p)
-                if (q) cudaFree(q);
-        }
-    } mem;
-    kern::bf16 *x = nullptr, *w = nullptr, *y = nullptr, *dx = nullptr;
-    float *dw = nullptr, *ws = nullptr;
-
-    TimingBuffers(const kern::ConvShape& s, size_t ws_floats, bool with_dx, cudaStream_t stream) {
-        const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel();
-        const size_t bytes[6] = {xn * sizeof(kern::bf16), wn * sizeof(kern::bf16), yn * sizeof(kern::bf16),
-                                 with_dx ? xn * sizeof(kern::bf16) : 0, wn * sizeof(float),
-                                 std::max<size_t>(ws_floats, 1) * sizeof(float)};
-        for (int i = 0; i < 6; ++i) {
-            if (bytes[i] == 0) continue;
-            SF_CUDA_CHECK(cudaMalloc(&mem.p[i], bytes[i]));
-            if (i < 5) SF_CUDA_CHECK(cudaMemsetAsync(mem.p[i], 0, bytes[i], stream));  // the workspace is scratch
-        }
-        x = static_cast<kern::bf16*>(mem.p[0]);
-        w = static_cast<kern::bf16*>(mem.p[1]);
-        y = static_cast<kern::bf16*>(mem.p[2]);
-        dx = static_cast<kern::bf16*>(mem.p[3]);
-        dw = static_cast<float*>(mem.p[4]);
-        ws = static_cast<float*>(mem.p[5]);
-    }
-};
-
-// A BN prologue of activation act whose four C-vectors (gamma, beta, mean, invstd) are zeros (`zeros`: at
-// least 4C floats, zeroed): what the timings run, every z = 0, the same instructions as real statistics
-// (no data-dependent branch in the apply).
-kern::DwPrologue zero_prologue(kern::Act act, const float* zeros, int c) {
-    kern::DwPrologue pro;
-    pro.act = act;
-    pro.gamma = zeros;
-    pro.beta = zeros + c;
-    pro.mean = zeros + 2 * c;
-    pro.invstd = zeros + 3 * c;
-    return pro;
-}
-
-// The index of the smallest non-negative time (the first on ties; 0 when none was timed).
-int fastest_variant(const std::vector<double>& ms) {
-    int best = 0;
-    for (int v = 0; v < static_cast<int>(ms.size()); ++v)
-        if (ms[v] >= 0 && (ms[best] < 0 || ms[v] < ms[best])) best = v;
-    return best;
 }
 
 }  // namespace
@@ -242,6 +186,8 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
         e.fused = custom == ConvImpl::CustomDepthwise && policy_.dw_fused_bwd && u.dgrad &&
                   kern::dwconv3x3_fused_supported(u.shape);
         if (e.fused) custom_ws_floats_ = std::max(custom_ws_floats_, kern::dwconv3x3_fused_workspace_floats(u.shape));
+        e.stats_fwd = stats_forward(e);
+        if (e.stats_fwd) e.fwd_variant = e.pro_fwd_variant = first_staged_forward(u.shape);
         if (!policy_.autotune) {
             entries_.push_back(e);
             continue;
@@ -261,7 +207,7 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
             e.ms[0] = -1;
         }
         double credit = 0;  // the passes the custom 1x1 conv's epilogues remove (time_pointwise)
-        e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e)
+        e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e, credit)
                   : custom == ConvImpl::CustomStem    ? time_stem(u.shape)
                                                       : time_pointwise(e, credit);
         if (e.ms[0] >= 0) e.ms[0] += credit;
@@ -295,175 +241,6 @@ void GpuOps::run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShap
                                                  e.wgrad_variant);
 }
 
-// Mean ms of `iters` runs of run() on the stream, after one warm-up run (plan time: synchronises).
-double GpuOps::time_runs(const std::function<void()>& run, int iters) const {
-    return rt::stream_mean_ms(ex_.stream, 1, iters, run);
-}
-
-// The custom depthwise kernels of e's shape: every valid variant of the forward, the wgrad and (when
-// the step needs it) the dgrad in each mode the step runs, timed on its own, the fastest of each kept
-// in e. Returns best forward + best wgrad + the mean over the modes of the best dgrad, comparable with
-// cudnn_ms. The variants of a pass give bitwise-identical results (kern::kDwVariants,
-// kern::kDwWgradVariants), so the choice changes speed only. With e.fused the fused backward is timed
-// in each dgrad mode too, and it replaces dgrad + wgrad in the returned total (the separate passes' times
-// stay in the variants line: the fused kernel's A/B per shape).
-double GpuOps::time_depthwise(Entry& e) const {
-    const kern::ConvShape& s = e.shape;
-    const size_t wsf =
-        std::max(kern::dwconv3x3_workspace_floats(s), e.fused ? kern::dwconv3x3_fused_workspace_floats(s) : 0);
-    const TimingBuffers b(s, wsf, e.dgrad, ex_.stream);
-    // Kernels of a fraction of a millisecond: more runs than a cuDNN candidate gets, at little cost.
-    const int iters = std::max(policy_.autotune_iters, 10);
-    e.fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
-    const bool acc_mode = e.dgrad && e.use.needs_accumulate(), ow_mode = e.dgrad && e.use.needs_overwrite();
-    if (acc_mode) e.dgrad_variant_ms.assign(kern::kDwVariantCount, -1.0);
-    if (ow_mode) e.dgrad_ow_variant_ms.assign(kern::kDwVariantCount, -1.0);
-    // policy_.dw_variants off: variant 0 only (the A/B of `bench step --no-dw-variants`).
-    const int gathers = policy_.dw_variants ? kern::kDwVariantCount : 1;
-    const int wgrads = policy_.dw_variants ? kern::kDwWgradVariantCount : 1;
-    for (int v = 0; v < gathers; ++v) {
-        if (kern::dwconv3x3_variant_supported(s, v, false))
-            e.fwd_variant_ms[v] =
-                time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, v); }, iters);
-        if (e.dgrad && kern::dwconv3x3_variant_supported(s, v, true)) {
-            if (acc_mode)
-                e.dgrad_variant_ms[v] =
-                    time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true, v); }, iters);
-            if (ow_mode)
-                e.dgrad_ow_variant_ms[v] =
-                    time_runs([&] { kern::dwconv3x3_backward_data_cuda(ex_, s, b.y, b.w, b.dx, false, v); }, iters);
-        }
-    }
-    e.wgrad_variant_ms.assign(kern::kDwWgradVariantCount, -1.0);
-    for (int v = 0; v < wgrads; ++v) {
-        if (kern::dwconv3x3_wgrad_variant_supported(s, v))
-            e.wgrad_variant_ms[v] = time_runs(
-                [&] { kern::dwconv3x3_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf, nullptr, v); }, iters);
-    }
-    e.fwd_variant = fastest_variant(e.fwd_variant_ms);
-    e.wgrad_variant = fastest_variant(e.wgrad_variant_ms);
-    const double fwd = e.fwd_variant_ms[e.fwd_variant], wgrad = e.wgrad_variant_ms[e.wgrad_variant];
-    if (!e.dgrad) return fwd + wgrad;
-    // Per dgrad mode the step runs (needs_accumulate() holds whenever overwrite does not: modes >= 1),
-    // the best dgrad and, with e.fused, the fused kernel that replaces it and the wgrad.
-    // A shape planned with a BN prologue (the fused LiteBlock) runs its fused backward with it: timed so,
-    // with zero vectors as time_prologue_forward (the prologue's instructions do not depend on them).
-    std::unique_ptr<const TimingBuffers> pro_vecs;  // dw (9C floats, zeroed) holds the 4C vectors
-    kern::DwPrologue pro;
-    if (e.use.bn_prologue) {
-        pro_vecs = std::make_unique<const TimingBuffers>(s, 1, false, ex_.stream);
-        pro = zero_prologue(e.use.prologue_act, pro_vecs->dw, s.cin);
-    }
-    auto time_fused = [&](bool acc) {
-        return time_runs(
-            [&] {
-                kern::dwconv3x3_backward_fused_cuda(ex_, s, b.x, b.y, b.w, b.dx, b.dw, b.ws, wsf, acc, nullptr,
-                                                    kern::kDwFusedMaxBlocks, e.use.bn_prologue ? &pro : nullptr);
-            },
-            iters);
-    };
-    double dgrad = 0, fused = 0;
-    int modes = 0;
-    if (acc_mode) {
-        e.dgrad_variant = fastest_variant(e.dgrad_variant_ms);
-        dgrad += e.dgrad_variant_ms[e.dgrad_variant], ++modes;
-        if (e.fused) fused += (e.fused_ms = time_fused(true));
-    }
-    if (ow_mode) {
-        e.dgrad_ow_variant = fastest_variant(e.dgrad_ow_variant_ms);
-        dgrad += e.dgrad_ow_variant_ms[e.dgrad_ow_variant], ++modes;
-        if (e.fused) fused += (e.fused_ow_ms = time_fused(false));
-    }
-    return fwd + (e.fused ? fused / modes : wgrad + dgrad / modes);
-}
-
-// The forward with e's BN prologue (activation e.use.prologue_act) in every variant that has one,
-// the fastest kept. The prologue's vectors are zeros (gamma, beta, mean, invstd: every z = 0), which
-// costs the kernels the same instructions as real statistics (no data-dependent branch in the apply).
-// Bitwise-equal variants: the choice changes speed only.
-void GpuOps::time_prologue_forward(Entry& e) const {
-    const kern::ConvShape& s = e.shape;
-    const TimingBuffers b(s, 1, false, ex_.stream);  // dw (9C floats, zeroed) holds the 4C vectors
-    const kern::DwPrologue pro = zero_prologue(e.use.prologue_act, b.dw, s.cin);
-    const int iters = std::max(policy_.autotune_iters, 10);
-    e.pro_fwd_variant_ms.assign(kern::kDwVariantCount, -1.0);
-    for (int v = 0; v < (policy_.dw_variants ? kern::kDwVariantCount : 1); ++v)
-        if (kern::dw_variant_prologue(v) && kern::dwconv3x3_variant_supported(s, v, false))
-            e.pro_fwd_variant_ms[v] =
-                time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, &pro, v); }, iters);
-    e.pro_fwd_variant = fastest_variant(e.pro_fwd_variant_ms);
-}
-
-double GpuOps::time_stem(const kern::ConvShape& s) const {
-    const size_t wsf = kern::stemconv_workspace_floats(s);
-    const TimingBuffers b(s, wsf, false, ex_.stream);
-    return time_runs(
-        [&] {
-            kern::stemconv_forward_cuda(ex_, s, b.x, b.w, b.y);
-            kern::stemconv_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf);
-        },
-        policy_.autotune_iters);
-}
-
-// The project's 1x1 conv (kernels/pwconv_cuda.h): forward + wgrad + the mean over the dgrad modes the
-// step runs, comparable with cudnn_ms. With pw_stats and a shape some ConvBN takes its statistics from
-// (use.stats_epilogue), the forward is timed with the statistics epilogue and cuDNN is credited with the
-// statistics pass it removes (bn_stats_train on the output); with pw_bn_grad and a shape whose dgrad
-// gathers its input's BN reductions (use.bn_grad_epilogue), the overwrite-mode dgrad (the mode those
-// layers run) with the BN-backward epilogue, and cuDNN credited with the reduce pass it removes
-// (bn_act_backward_stats on the input, weighted as that mode's share of the dgrad time). Zero vectors:
-// the same instructions as real statistics.
-double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
-    const kern::ConvShape& s = e.shape;
-    const size_t rows = s.in().pixels();
-    const bool stats = pw_stats() && e.use.stats_epilogue && rows >= 2;
-    const bool bn_grad = pw_bn_grad() && e.use.bn_grad_epilogue && e.use.needs_overwrite() && rows >= 2;
-    const int c = std::max(s.cin, s.cout);
-    size_t wsf = kern::pwconv_wgrad_workspace_floats(s);
-    if (stats)
-        wsf = std::max({wsf, kern::pwconv_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cout)});
-    if (bn_grad)
-        wsf = std::max({wsf, kern::pwconv_dgrad_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cin)});
-    // The workspace, then 4C zeros (the BN's vectors) and 4C outputs (statistics, or dgamma, dbeta, coef).
-    const TimingBuffers b(s, wsf + 8 * static_cast<size_t>(c), e.dgrad, ex_.stream);
-    float* zeros = b.ws + wsf;
-    float* outs = zeros + 4 * static_cast<size_t>(c);
-    SF_CUDA_CHECK(cudaMemsetAsync(zeros, 0, 8 * static_cast<size_t>(c) * sizeof(float), ex_.stream));
-    const int iters = std::max(policy_.autotune_iters, 10);
-    cudnn_credit = 0;
-    kern::PwStats st;
-    st.save_mean = outs;
-    st.save_invstd = outs + c;
-    st.running_mean = outs + 2 * c;
-    st.running_var = outs + 3 * c;
-    double ms = time_runs([&] { kern::pwconv_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, stats ? &st : nullptr,
-                                                          b.ws, wsf); }, iters) +
-                time_runs([&] { kern::pwconv_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf); }, iters);
-    if (stats)
-        cudnn_credit += time_runs([&] {
-            kern::bn_stats_train(ex_, s.out().pixels(), s.cout, b.y, st.save_mean, st.save_invstd, st.running_mean,
-                                 st.running_var, 0.1, 1e-5, b.ws, wsf);
-        }, iters);
-    if (!e.dgrad) return ms;
-    double dgrad = 0;
-    int modes = 0;
-    if (e.use.needs_accumulate())
-        dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true); }, iters), ++modes;
-    if (e.use.needs_overwrite()) {
-        const kern::BnGradSums bng{e.use.bn_grad_act, b.x, zeros, zeros + c, zeros + 2 * c, zeros + 3 * c,
-                                   outs, outs + c, outs + 2 * c};
-        dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, false, nullptr,
-                                                                 bn_grad ? &bng : nullptr, b.ws, wsf); }, iters),
-            ++modes;
-        if (bn_grad)
-            cudnn_credit += time_runs([&] {
-                kern::bn_act_backward_stats(ex_, e.use.bn_grad_act, rows, s.cin, b.x, b.dx, zeros, zeros + c,
-                                            zeros + 2 * c, zeros + 3 * c, outs, outs + c, b.ws, wsf);
-            }, iters) / modes;
-    }
-    return ms + dgrad / modes;
-}
-
 size_t GpuOps::workspace_bytes() const {
     return std::max(cudnn_->workspace_bytes(), custom_ws_floats_ * sizeof(float));
 }
@@ -478,8 +255,66 @@ void GpuOps::bind_workspace(void* device_ptr, size_t bytes) {
 
 ConvImpl GpuOps::impl_of(const kern::ConvShape& s) const { return find(s).impl; }
 
+bool GpuOps::stats_forward(const Entry& e) const {
+    return dw_stats() && e.use.stats_epilogue && kern::dwconv3x3_supported(e.shape);
+}
+
 bool GpuOps::conv_forward_stats_runs(const kern::ConvShape& s) const {
-    return pw_stats() && find(s).impl == ConvImpl::CustomPointwise;
+    const Entry& e = find(s);
+    return (pw_stats() && e.impl == ConvImpl::CustomPointwise) || (stats_forward(e) && e.impl == ConvImpl::CustomDepthwise);
+}
+
+bool GpuOps::pw_fused_bn_runs(const kern::ConvShape& s) const {
+    const Entry& e = find(s);
+    return pw_bn_bwd() && e.impl == ConvImpl::CustomPointwise && e.use.bn_bwd_prologue;
+}
+
+size_t GpuOps::pw_fused_bn_workspace_floats(const kern::ConvShape& s, bool bn_grad) {
+    return kern::bn_act_workspace_floats(s.out().pixels(), s.cout) +
+           std::max(kern::pwconv_wgrad_workspace_floats(s), bn_grad ? kern::pwconv_dgrad_workspace_floats(s) : 0);
+}
+
+// The BN half of a fused BN backward (bn_dw_backward_fused, bn_pw_backward_fused): s planned with a BN
+// prologue when the conv takes one (pro), the dgrad mode planned, ws of at least `need` floats; then the
+// statistics pass (dgamma, dbeta +=, the coefficients at the start of ws) unless b.coef already holds a
+// consumer's, and b.coef set to the coefficients. Returns the floats of ws the BN part takes (the conv
+// kernel's partials follow).
+size_t GpuOps::fused_bn_half(const char* op, const rt::Exec& ex, const kern::ConvShape& s, kern::DwBnBackward& b,
+                             const kern::bf16* dy, float* dgamma, float* dbeta, bool pro, bool accumulate, float* ws,
+                             size_t ws_floats, size_t need) const {
+    SF_CHECK(!pro || find(s).use.bn_prologue,
+             "%s: convolution %s was planned without a BN prologue, but its fused backward asks for one (the network "
+             "changed after GpuOps::prepare)",
+             op, s.describe().c_str());
+    check_dgrad_mode(find(s).use, accumulate);
+    const size_t rows = s.out().pixels(), bn_ws = kern::bn_act_workspace_floats(rows, s.cout);
+    SF_CHECK(ws_floats >= need, "%s: workspace of %zu floats, %zu needed for %s", op, ws_floats, need,
+             s.describe().c_str());
+    if (!b.coef) {
+        kern::bn_act_backward_stats(ex, b.act, rows, s.cout, b.x, dy, b.gamma, b.beta, b.mean, b.invstd, dgamma, dbeta,
+                                    ws, bn_ws, bn_row_batch());
+        b.coef = ws + kern::bn_act_backward_coef_offset(rows, s.cout);
+    }
+    return bn_ws;
+}
+
+void GpuOps::bn_pw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, kern::Act act,
+                                  const kern::bf16* conv_out, const kern::bf16* dy, const float* gamma,
+                                  const float* beta, const float* save_mean, const float* save_invstd, float* dgamma,
+                                  float* dbeta, const kern::bf16* x, const kern::bf16* w, kern::bf16* dx, float* dw,
+                                  bool accumulate, float* ws, size_t ws_floats, const kern::DwPrologue* pro,
+                                  const float* given_coef, const kern::BnGradSums* bng) const {
+    SF_CHECK(!bng || dgrad_bn_grad_runs(s), "convolution %s: the BN-backward epilogue runs only with "
+             "ConvPolicy::pw_bn_grad on the project's 1x1 dgrad", s.describe().c_str());
+    SF_CHECK(pw_fused_bn_runs(s),
+             "convolution %s does not run its BN's dx in the project's dgrad and wgrad (GpuOps::pw_bn_bwd, the "
+             "project's 1x1 kernel, a shape planned with ConvUse::bn_bwd_prologue)",
+             s.describe().c_str());
+    kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd, given_coef};
+    const size_t bn_ws = fused_bn_half("bn_pw_backward_fused", ex, s, b, dy, dgamma, dbeta, pro != nullptr, accumulate,
+                                       ws, ws_floats, pw_fused_bn_workspace_floats(s, bng != nullptr));
+    kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, accumulate, &b, bng, ws + bn_ws, ws_floats - bn_ws);
+    kern::pwconv_backward_filter_cuda(ex, s, x, dy, dw, ws + bn_ws, ws_floats - bn_ws, pro, &b);
 }
 
 bool GpuOps::dgrad_bn_grad_runs(const kern::ConvShape& s) const {
@@ -496,10 +331,13 @@ void GpuOps::conv_backward_data_bn_grad(const rt::Exec& ex, const kern::ConvShap
 }
 
 void GpuOps::conv_forward_stats(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
-                                kern::bf16* y, const kern::PwStats& stats, float* ws, size_t ws_floats) const {
+                                kern::bf16* y, const kern::BnStatsOut& stats, float* ws, size_t ws_floats) const {
     SF_CHECK(conv_forward_stats_runs(s), "%s: the statistics epilogue runs only on the project's 1x1 conv with "
-             "ConvPolicy::pw_stats", s.describe().c_str());
-    kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &stats, ws, ws_floats);
+             "ConvPolicy::pw_stats or depthwise conv with ConvPolicy::dw_stats", s.describe().c_str());
+    if (s.k == 1)
+        kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &stats, ws, ws_floats);
+    else
+        kern::dwconv3x3_forward_cuda(ex, s, x, w, y, nullptr, find(s).fwd_variant, &stats, ws, ws_floats);
 }
 
 const GpuOps::Entry& GpuOps::find(const kern::ConvShape& s) const {
@@ -529,7 +367,7 @@ void GpuOps::conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, co
 
 void GpuOps::conv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x_pre,
                                    const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro,
-                                   const kern::PwStats* stats, float* ws, size_t ws_floats) const {
+                                   const kern::BnStatsOut* stats, float* ws, size_t ws_floats) const {
     const Entry& e = find(s);
     SF_CHECK(e.use.bn_prologue,
              "convolution %s was planned without a BN prologue, but its forward asks for one (the network changed "
@@ -541,8 +379,10 @@ void GpuOps::conv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s,
         kern::pwconv_forward_cuda(ex, s, x_pre, w, y, &pro, stats, ws, ws_floats);
         return;
     }
-    SF_CHECK(!stats, "%s: the depthwise forward has no statistics epilogue", s.describe().c_str());
-    kern::dwconv3x3_forward_cuda(ex, s, x_pre, w, y, &pro, e.pro_fwd_variant);
+    SF_CHECK(!stats || stats_forward(e),
+             "%s: the depthwise forward's statistics epilogue runs only with ConvPolicy::dw_stats on a shape planned "
+             "with it (ConvUse::stats_epilogue)", s.describe().c_str());
+    kern::dwconv3x3_forward_cuda(ex, s, x_pre, w, y, &pro, e.pro_fwd_variant, stats, ws, ws_floats);
 }
 
 void GpuOps::conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
@@ -568,23 +408,11 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
     SF_CHECK(dw_fused_backward(s) && dw_fused_bn(),
              "convolution %s does not run a fused backward with its BN's dx (GpuOps::dw_fused_bn)",
              s.describe().c_str());
-    SF_CHECK(!pro || find(s).use.bn_prologue,
-             "convolution %s was planned without a BN prologue, but its fused backward asks for one (the network "
-             "changed after GpuOps::prepare)",
-             s.describe().c_str());
     SF_CHECK(!bng || dw_bn_grad(), "convolution %s: the BN-backward epilogue runs only with ConvPolicy::dw_fused_bn_grad",
              s.describe().c_str());
-    check_dgrad_mode(find(s).use, accumulate);
-    const size_t rows = s.out().pixels(), bn_ws = kern::bn_act_workspace_floats(rows, s.cout);
-    const size_t need = dw_fused_bn_workspace_floats(s, bng != nullptr);
-    SF_CHECK(ws_floats >= need,
-             "bn_dw_backward_fused: workspace of %zu floats, %zu needed for %s (GpuOps::dw_fused_bn_workspace_floats)",
-             ws_floats, need, s.describe().c_str());
-    if (!given_coef)
-        kern::bn_act_backward_stats(ex, act, rows, s.cout, conv_out, dy, gamma, beta, save_mean, save_invstd, dgamma,
-                                    dbeta, ws, bn_ws, bn_row_batch());
-    const kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd,
-                               given_coef ? given_coef : ws + kern::bn_act_backward_coef_offset(rows, s.cout)};
+    kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd, given_coef};
+    const size_t bn_ws = fused_bn_half("bn_dw_backward_fused", ex, s, b, dy, dgamma, dbeta, pro != nullptr, accumulate,
+                                       ws, ws_floats, dw_fused_bn_workspace_floats(s, bng != nullptr));
     kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, ws + bn_ws, ws_floats - bn_ws, accumulate, &b,
                                         kern::kDwFusedMaxBlocks, pro, bng);
 }

@@ -1,4 +1,5 @@
-// GpuOps: the CUDA backend's convolution dispatch for one network (model/gpu_ops.cpp).
+// GpuOps: the CUDA backend's convolution dispatch for one network (model/gpu_ops.cpp; its plan-time timing:
+// model/gpu_ops_timing.cpp).
 // At plan time (before the arena is sealed) prepare() receives every convolution the step runs
 // (Planner::convs()) and builds its cuDNN plans (kernels/conv_cudnn.h: BF16 NHWC, fp32 accumulation,
 // autotuned, cached). Depthwise 3x3 convolutions have a second implementation, the custom kernels
@@ -126,12 +127,13 @@ public:
     // The forward reading its producer's pre-BN output through the producer's BN + activation, always on
     // the project's kernels (cuDNN has no such op): a depthwise s (the fused LiteBlock) in the
     // prologue-capable forward variant autotuning found fastest for s (kern::dw_variant_prologue; variant 0
-    // without autotuning); a 1x1 s (NetShape::fuse_dw_pw) on kern::pwconv_forward_cuda, which may gather
-    // the following BN's statistics too (stats with ws of kern::pwconv_workspace_floats(s); only with
-    // pw_stats(), and never for a depthwise s). s must have been planned with ConvUse::bn_prologue.
+    // without autotuning); a 1x1 s (NetShape::fuse_dw_pw) on kern::pwconv_forward_cuda. Either may gather
+    // the following BN's statistics too (stats with ws of kern::pwconv_workspace_floats(s), only with
+    // pw_stats(); a depthwise s: kern::dwconv3x3_stats_workspace_floats(s), only with dw_stats() and s
+    // planned with ConvUse::stats_epilogue). s must have been planned with ConvUse::bn_prologue.
     void conv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x_pre,
                                const kern::bf16* w, kern::bf16* y, const kern::DwPrologue& pro,
-                               const kern::PwStats* stats = nullptr, float* ws = nullptr,
+                               const kern::BnStatsOut* stats = nullptr, float* ws = nullptr,
                                size_t ws_floats = 0) const;
 
     // The implementation that runs s (planned by prepare()).
@@ -141,12 +143,43 @@ public:
     // (conv_forward_stats_runs), take their BN statistics from it.
     bool pw_stats() const { return pw_stats(policy_); }
     static bool pw_stats(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_stats; }
+    // kern::ConvPolicy::dw_stats: the depthwise ConvBNs reserve the staged forward's statistics epilogue's
+    // workspace (kern::dwconv3x3_stats_workspace_floats) and, where the custom kernels run their conv (and
+    // always with a BN prologue), take their BN statistics from it; the forward variant of a shape planned
+    // with ConvUse::stats_epilogue is then a staged one (timed with the epilogue, or the first staged one
+    // without autotuning).
+    bool dw_stats() const { return dw_stats(policy_); }
+    static bool dw_stats(const kern::ConvPolicy& p) { return p.dw_stats; }
+    // Whether s's forward runs with the statistics epilogue: a 1x1 s on the project's kernel (pw_stats) or
+    // a depthwise s on the custom kernels (dw_stats, planned with ConvUse::stats_epilogue).
     bool conv_forward_stats_runs(const kern::ConvShape& s) const;
     // kern::ConvPolicy::pw_bn_grad (with pw_custom): a 1x1 conv's dgrad on the project's kernel gathers the
     // preceding depthwise BN's backward reductions (conv_backward_data_bn_grad) where dgrad_bn_grad_runs(s).
     bool pw_bn_grad() const { return pw_bn_grad(policy_); }
     static bool pw_bn_grad(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_bn_grad; }
     bool dgrad_bn_grad_runs(const kern::ConvShape& s) const;
+    // kern::ConvPolicy::pw_bn_bwd (with pw_custom): the 1x1 ConvBNs that declare it (ConvBN::pw_fused_bn) form
+    // their BN's dx in the project's dgrad and wgrad loads (bn_pw_backward_fused) where pw_fused_bn_runs(s):
+    // the project's kernel runs s, planned with ConvUse::bn_bwd_prologue.
+    bool pw_bn_bwd() const { return pw_bn_bwd(policy_); }
+    static bool pw_bn_bwd(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_bn_bwd; }
+    bool pw_fused_bn_runs(const kern::ConvShape& s) const;
+    // A 1x1 ConvBN's BN + activation backward with the BN's dx formed on load: kern::bn_act_backward_stats
+    // (dgamma, dbeta +=; coefficients at the start of ws) unless given_coef (the coefficients and dgamma,
+    // dbeta a consumer's epilogue already gathered), then kern::pwconv_backward_data_cuda and
+    // kern::pwconv_backward_filter_cuda with a kern::DwBnBackward (the wgrad's partials in ws after the BN's
+    // part; pro: the conv's input BN prologue, for the wgrad). conv_out: the conv's output (the BN's input);
+    // dy: the BN + activation output's gradient. dx and dw are bitwise those of bn_act_backward followed by
+    // the project's dgrad and wgrad on its dx. bng (only where dgrad_bn_grad_runs(s)): the producer BN's
+    // reductions in the same dgrad's epilogue, its partials where the wgrad's go later. Only where
+    // pw_fused_bn_runs(s); ws of at least pw_fused_bn_workspace_floats(s, bng != nullptr).
+    void bn_pw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, kern::Act act, const kern::bf16* conv_out,
+                              const kern::bf16* dy, const float* gamma, const float* beta, const float* save_mean,
+                              const float* save_invstd, float* dgamma, float* dbeta, const kern::bf16* x,
+                              const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate, float* ws,
+                              size_t ws_floats, const kern::DwPrologue* pro = nullptr,
+                              const float* given_coef = nullptr, const kern::BnGradSums* bng = nullptr) const;
+    static size_t pw_fused_bn_workspace_floats(const kern::ConvShape& s, bool bn_grad = false);
     // The backward-data with the preceding BN's backward reductions in its epilogue
     // (kern::pwconv_backward_data_cuda with kern::BnGradSums; ws of at least kern::pwconv_dgrad_workspace_floats(s)).
     // Only where dgrad_bn_grad_runs(s); accumulate as conv_backward_data.
@@ -154,9 +187,11 @@ public:
                                     const kern::bf16* w, kern::bf16* dx, bool accumulate, const kern::BnGradSums& bng,
                                     float* ws, size_t ws_floats) const;
     // The forward with the following BatchNorm's statistics gathered in its epilogue (kern::pwconv_forward_cuda
-    // with kern::PwStats; ws of at least kern::pwconv_workspace_floats(s)). Only where conv_forward_stats_runs(s).
+    // with kern::BnStatsOut, ws of at least kern::pwconv_workspace_floats(s); a depthwise s:
+    // kern::dwconv3x3_forward_cuda in its staged variant, kern::dwconv3x3_stats_workspace_floats(s)). Only
+    // where conv_forward_stats_runs(s).
     void conv_forward_stats(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
-                            kern::bf16* y, const kern::PwStats& stats, float* ws, size_t ws_floats) const;
+                            kern::bf16* y, const kern::BnStatsOut& stats, float* ws, size_t ws_floats) const;
 
     std::vector<std::string> describe() const;
     // "<shape>: dwconv variants: ..., fused backward runs, ..." for each shape whose backward runs fused
@@ -177,9 +212,16 @@ private:
     // The custom 1x1 conv: ms per fwd+dgrad+wgrad, with the epilogues the policy and e.use say the step runs;
     // cudnn_credit: the ms of the passes those epilogues remove, to add to cuDNN's time.
     double time_pointwise(const Entry& e, double& cudnn_credit) const;
-    double time_depthwise(Entry& e) const;  // picks e's gather variants; ms per fwd(+dgrad)+wgrad
+    // Picks e's gather variants; ms per fwd(+dgrad)+wgrad. With the statistics epilogue (stats_forward(e)) the
+    // forward is timed with it, and cudnn_credit is the statistics pass it removes.
+    double time_depthwise(Entry& e, double& cudnn_credit) const;
     void time_prologue_forward(Entry& e) const;  // picks e's forward variant with the BN prologue
+    // dw_stats() and a depthwise e planned with ConvUse::stats_epilogue: its forward variants are the staged ones.
+    bool stats_forward(const Entry& e) const;
     double time_runs(const std::function<void()>& run, int iters) const;
+    size_t fused_bn_half(const char* op, const rt::Exec& ex, const kern::ConvShape& s, kern::DwBnBackward& b,
+                         const kern::bf16* dy, float* dgamma, float* dbeta, bool pro, bool accumulate, float* ws,
+                         size_t ws_floats, size_t need) const;
     static std::string depthwise_variants_line(const Entry& e);
     void run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                     const kern::bf16* w, kern::bf16* y, const kern::bf16* dy, kern::bf16* dx, float* dw, bool dgrad,

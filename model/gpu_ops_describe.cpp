@@ -28,8 +28,9 @@ std::string GpuOps::depthwise_variants_line(const Entry& e) {
         }
         return l + "]";
     };
-    std::string line = rt::format("dwconv variants: fwd %d (%s)", e.fwd_variant,
-                                  kern::dwconv3x3_variant_name(e.fwd_variant));
+    std::string line = rt::format("dwconv variants: fwd %d (%s)%s", e.fwd_variant,
+                                  kern::dwconv3x3_variant_name(e.fwd_variant),
+                                  e.stats_fwd ? " with the BN statistics epilogue" : "");
     if (!e.fwd_variant_ms.empty()) line += " of " + list(e.fwd_variant_ms) + " ms";
     if (e.dgrad && e.use.needs_accumulate()) {
         line += rt::format(", dgrad %d (%s)", e.dgrad_variant, kern::dwconv3x3_variant_name(e.dgrad_variant));
@@ -70,7 +71,7 @@ std::vector<std::string> GpuOps::describe() const {
         std::snprintf(buf, sizeof(buf), "%s: %s (cudnn %.3f ms, custom %.3f ms per fwd+bwd; -1 = not timed)",
                       e.shape.describe().c_str(), conv_impl_name(e.impl), e.ms[0], e.ms[1]);
         out.push_back(buf);
-        if (e.credit_ms > 0)  // ConvPolicy::pw_stats / pw_bn_grad: cuDNN's time includes the passes they remove
+        if (e.credit_ms > 0)  // ConvPolicy::pw_stats / pw_bn_grad / dw_stats: cuDNN's time includes the passes they remove
             out.back() += rt::format("; cudnn's includes %.3f ms of BN passes the custom kernel's epilogues remove",
                                      e.credit_ms);
         // NetShape::fuse_dw_pw: a 1x1 shape whose prologue forward and wgrad run the project's kernel.

@@ -29,6 +29,9 @@ struct GpuOps::Entry {
     // when autotuned, each prologue-capable variant's time (kern::dw_variant_prologue; -1 otherwise).
     int pro_fwd_variant = 0;
     std::vector<double> pro_fwd_variant_ms;
+    // kern::ConvPolicy::dw_stats on a depthwise shape planned with ConvUse::stats_epilogue (GpuOps::stats_forward):
+    // both forward variants are staged ones, timed with the statistics epilogue.
+    bool stats_fwd = false;
     // kern::ConvPolicy::dw_fused_bwd on a stride-1 depthwise shape with a dgrad: the backward runs fused
     // (when the custom kernels run the shape), and, when autotuned, its time per dgrad mode (ms; -1 =
     // the step does not run that mode, or not timed).
@@ -39,5 +42,9 @@ struct GpuOps::Entry {
     // fused kernel replaces the prologue wgrad and the dgrad together: the fused LiteBlock).
     bool runs_fused() const { return fused && (impl == ConvImpl::CustomDepthwise || use.bn_prologue); }
 };
+
+// The first staged gather variant that can run s's forward (the depthwise statistics epilogue's variant
+// without autotuning; model/gpu_ops_timing.cpp). Throws when none can.
+int first_staged_forward(const kern::ConvShape& s);
 
 }  // namespace model

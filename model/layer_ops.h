@@ -181,6 +181,26 @@ inline void bn_dw_backward_fused(const GpuOps* gpu, const rt::Exec& ex, kern::Ac
         gpu->bn_dw_backward_fused(ex, s, a, conv_out, dy, gamma, beta, mean, invstd, dgamma, dbeta, x, w, dx, dw, acc, ws,
                                   ws_floats, pro, bng, given_coef);
 }
+// CUDA: a 1x1 ConvBN's BN + activation backward with the BN's dx formed in the project's dgrad and wgrad loads
+// (GpuOps::bn_pw_backward_fused); conv_grad is never written. Reported to the tape as bn_act_backward,
+// conv_backward_data and conv_backward_filter, the calls it replaces (the same writes), with dy also read by
+// the second: the dgrad reads it while it writes dx. pro: the 1x1 conv's input BN prologue (x is then the
+// producer's pre-BN output; NetShape::fuse_dw_pw), for the wgrad; bng: the producer BN's reductions gathered
+// in the same dgrad's epilogue (GpuOps::pw_bn_grad).
+inline void bn_pw_backward_fused(const GpuOps* gpu, const rt::Exec& ex, kern::Act a, const kern::ConvShape& s,
+                                 const bf16* conv_out, const bf16* dy, const float* gamma, const float* beta,
+                                 const float* mean, const float* invstd, float* dgamma, float* dbeta,
+                                 const bf16* conv_grad, const bf16* x, const bf16* w, bf16* dx, float* dw, float* ws,
+                                 size_t ws_floats, const kern::DwPrologue* pro = nullptr,
+                                 const float* given_coef = nullptr, const kern::BnGradSums* bng = nullptr) {
+    bool acc_bn, acc, none;
+    const bool run_bn = grad_op({dy}, {conv_grad}, &acc_bn);
+    const bool run = grad_op({conv_grad, dy}, {dx}, &acc, &s);
+    const bool run_w = grad_op({conv_grad, dy}, {}, &none);
+    if (run_bn && run && run_w)
+        gpu->bn_pw_backward_fused(ex, s, a, conv_out, dy, gamma, beta, mean, invstd, dgamma, dbeta, x, w, dx, dw, acc, ws,
+                                  ws_floats, pro, given_coef, bng);
+}
 // CUDA: the backward-filter of a conv with its input's BN prologue (x_pre: the producer's pre-BN output),
 // the project's kernel whatever GpuOps picked for the shape's other passes: the depthwise conv of the
 // fused LiteBlock (NetShape::fuse_expand_dw) or a 1x1 conv after a depthwise one (NetShape::fuse_dw_pw).

@@ -104,10 +104,19 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         pw_stats = p.pw_stats() && upsample == 1 && !with_bias && kern::pwconv_supported(cs) &&
                    (!prologue || cs.cin <= kern::kPwMaxPrologueK);
         if (pw_stats) ws_floats = std::max(ws_floats, kern::pwconv_workspace_floats(cs));
+        dw_stats = p.dw_stats() && upsample == 1 && !with_bias && kern::dwconv3x3_supported(cs);
+        if (dw_stats) ws_floats = std::max(ws_floats, kern::dwconv3x3_stats_workspace_floats(cs));
+        // A consumer of its producer's grad sums (pw_bn_grad) runs the dgrad with both the prologue and that
+        // epilogue, whose partials then share the wgrad's place in the workspace.
+        pw_fused_bn = p.pw_bn_bwd() && input_grad && upsample == 1 && !with_bias && kern::pwconv_supported(cs) &&
+                      cs.cout <= kern::kPwMaxPrologueK && (!prologue || cs.cin <= kern::kPwMaxPrologueK);
+        if (pw_fused_bn) ws_floats = std::max(ws_floats, GpuOps::pw_fused_bn_workspace_floats(cs, bn_grad));
         ws = p.workspace(ws_floats);
         p.conv(cs, input_grad, prologue != nullptr, prologue ? prologue->act : kern::Act::None);
-        if (pw_stats || (bn_grad && cs.k == 1))
-            p.conv_epilogues(cs, pw_stats, bn_grad && cs.k == 1, grad_sums_of ? grad_sums_of->act : kern::Act::None);
+        if (pw_stats || dw_stats || (bn_grad && cs.k == 1))
+            p.conv_epilogues(cs, pw_stats || dw_stats, bn_grad && cs.k == 1,
+                             grad_sums_of ? grad_sums_of->act : kern::Act::None);
+        if (pw_fused_bn) p.conv_bn_backward(cs, act);
     }
 }
 
@@ -132,11 +141,12 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
         if (act != kern::Act::None) kern::act_forward(ex, act, bn.numel(), bn.v, out.v);
         if (sums) ops::add(ex, sum.numel(), residual, out.v, sum.v);
     } else {
-        // A 1x1 conv with its producer's BN prologue runs the project's kernel, so its statistics epilogue
-        // always can (with GpuOps::pw_stats); without a prologue where GpuOps picked that kernel.
-        if (train && pw_stats && (prologue || ops->conv_forward_stats_runs(cs))) {
-            // The BN statistics from the conv's epilogue (GpuOps::pw_stats): then only the apply pass.
-            kern::PwStats st;
+        // A conv with its producer's BN prologue runs the project's kernel, so its statistics epilogue always
+        // can (a 1x1 conv with GpuOps::pw_stats, a depthwise one with GpuOps::dw_stats); without a prologue
+        // where GpuOps picked that kernel (conv_forward_stats_runs).
+        if (train && (pw_stats || dw_stats) && (prologue || ops->conv_forward_stats_runs(cs))) {
+            // The BN statistics from the conv's epilogue: then only the apply pass.
+            kern::BnStatsOut st;
             st.save_mean = save_mean;
             st.save_invstd = save_invstd;
             st.running_mean = running_mean;
@@ -222,6 +232,14 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
             ops::bn_dw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, gamma.g,
                                       beta.g, conv.g, fused_x, weight.h, x.g, weight.g, ws, ws_floats, fused_pro, bng,
                                       sums_ran ? bn_coef : nullptr);
+            return;
+        }
+        // A 1x1 ConvBN with its BN's dx formed in the project's dgrad and wgrad loads (GpuOps::pw_bn_bwd): traced
+        // as that op wherever it is declared; at run time the separate passes where cuDNN runs the shape.
+        if (pw_fused_bn && x.g && (!ex.is_cuda() || ops->pw_fused_bn_runs(cs))) {
+            ops::bn_pw_backward_fused(ops, ex, act, cs, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd, gamma.g,
+                                      beta.g, conv.g, fused_x, weight.h, x.g, weight.g, ws, ws_floats, fused_pro,
+                                      sums_ran ? bn_coef : nullptr, bng);
             return;
         }
         if (sums_ran) {  // the consumer's backward-data gathered the reductions: the dx pass only

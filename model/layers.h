@@ -80,6 +80,13 @@ struct ConvBN {
     // CUDA, GpuOps::pw_stats: a 1x1 ConvBN (no bias, upsample or prologue) whose BN statistics may come
     // from the project's 1x1 conv's epilogue (its ws holds that kernel's partials too).
     bool pw_stats = false;
+    // CUDA, GpuOps::dw_stats: a depthwise ConvBN whose BN statistics may come from the staged depthwise
+    // forward's epilogue (its ws holds that kernel's partials too).
+    bool dw_stats = false;
+    // CUDA, GpuOps::pw_bn_bwd: a 1x1 ConvBN whose BN backward dx may be formed in its conv's dgrad and wgrad
+    // loads (its ws holds the BN's coefficients and the wgrad's partials; its traced backward reports that
+    // op's reads).
+    bool pw_fused_bn = false;
     ActT<T> conv_lo;        // upsample > 1: the conv output at the input's resolution
     ActT<T> conv;           // conv output (BN input), upsampled when upsample > 1; its g lives only inside backward()
     ActT<T> bn;             // BN output (activation input); CPU only

@@ -155,6 +155,8 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     plan_.set_gpu_ops(ops_.get());
     plan_.set_dw_fused_bn(ops_->dw_fused_bn());
     plan_.set_pw_stats(ops_->pw_stats());
+    plan_.set_dw_stats(ops_->dw_stats());
+    plan_.set_pw_bn_bwd(ops_->pw_bn_bwd());
     plan_.set_dw_bn_grad(ops_->dw_bn_grad());
     plan_.set_pw_bn_grad(ops_->pw_bn_grad());
     declare(plan_);  // sizing pass: records every conv and workspace request
@@ -174,6 +176,8 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
     if (!kIsCpu<T> && dry.policy) {
         plan_.set_dw_fused_bn(GpuOps::dw_fused_bn(*dry.policy));
         plan_.set_pw_stats(GpuOps::pw_stats(*dry.policy));
+        plan_.set_dw_stats(GpuOps::dw_stats(*dry.policy));
+        plan_.set_pw_bn_bwd(GpuOps::pw_bn_bwd(*dry.policy));
         plan_.set_dw_bn_grad(GpuOps::dw_bn_grad(*dry.policy));
         plan_.set_pw_bn_grad(GpuOps::pw_bn_grad(*dry.policy));
     }

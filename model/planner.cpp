@@ -113,6 +113,17 @@ void Planner::conv(const kern::ConvShape& s, bool dgrad, bool bn_prologue, kern:
     convs_.push_back(u);
 }
 
+void Planner::conv_bn_backward(const kern::ConvShape& s, kern::Act act) {
+    if (binding_) return;
+    for (ConvUse& u : convs_) {
+        if (!same_conv_shape(u.shape, s)) continue;
+        if (!u.bn_bwd_prologue) u.bn_bwd_act = act;
+        u.bn_bwd_prologue = true;
+        return;
+    }
+    SF_FAIL("conv_bn_backward: convolution %s was not declared (Planner::conv first)", s.describe().c_str());
+}
+
 void Planner::conv_epilogues(const kern::ConvShape& s, bool stats, bool bn_grad, kern::Act bn_grad_act) {
     if (binding_) return;
     for (ConvUse& u : convs_) {

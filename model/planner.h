@@ -74,14 +74,20 @@ struct ConvUse {
     // one, whose prologue forward and wgrad are the project's kernels).
     bool bn_prologue = false;
     kern::Act prologue_act = kern::Act::None;
-    // The 1x1 epilogues some layer of this shape may run (Planner::conv_epilogues): the following BN's
-    // statistics in the forward (ConvBN::pw_stats, GpuOps::pw_stats), the preceding BN's backward
+    // The epilogues some layer of this shape may run (Planner::conv_epilogues): the following BN's
+    // statistics in the forward (a 1x1 conv: ConvBN::pw_stats, GpuOps::pw_stats; a depthwise conv:
+    // ConvBN::dw_stats, GpuOps::dw_stats), the preceding BN's backward
     // reductions in the dgrad (ConvBN::grad_sums_of, GpuOps::pw_bn_grad; that BN's activation
     // bn_grad_act). GpuOps times the project's kernel with them and credits cuDNN's time with the passes
     // they remove, so that the choice compares what the step would run.
     bool stats_epilogue = false;
     bool bn_grad_epilogue = false;
     kern::Act bn_grad_act = kern::Act::None;
+    // Some 1x1 layer of this shape forms its BN's dx in the dgrad's and wgrad's loads (ConvBN::pw_fused_bn,
+    // GpuOps::pw_bn_bwd; that BN's activation bn_bwd_act): GpuOps times the project's dgrad and wgrad so and
+    // credits cuDNN with the dx pass.
+    bool bn_bwd_prologue = false;
+    kern::Act bn_bwd_act = kern::Act::None;
     bool needs_overwrite() const { return dgrad && dgrad_overwrite; }
     bool needs_accumulate() const { return dgrad && (dgrad_accumulate || !dgrad_overwrite); }
 };
@@ -191,6 +197,8 @@ public:
               kern::Act prologue_act = kern::Act::None);
     // Marks the epilogues a layer of shape s (already declared by conv()) may run (ConvUse).
     void conv_epilogues(const kern::ConvShape& s, bool stats, bool bn_grad, kern::Act bn_grad_act);
+    // Marks a shape (already declared) whose dgrad and wgrad some layer runs with its BN's dx formed on load.
+    void conv_bn_backward(const kern::ConvShape& s, kern::Act act);
     const std::vector<ConvUse>& convs() const { return convs_; }
     void layer(const LayerUse& l);
     const std::vector<LayerUse>& layers() const { return layers_; }
@@ -222,6 +230,13 @@ public:
     void set_pw_bn_grad(bool on) { pw_bn_grad_ = on; }
     bool pw_bn_grad() const { return pw_bn_grad_; }
     bool pw_stats() const { return pw_stats_; }
+    // GpuOps::dw_stats of that policy: which depthwise ConvBNs reserve the statistics epilogue's workspace.
+    void set_dw_stats(bool on) { dw_stats_ = on; }
+    bool dw_stats() const { return dw_stats_; }
+    // GpuOps::pw_bn_bwd of that policy: which 1x1 ConvBNs declare the fused BN backward (ConvBN::pw_fused_bn),
+    // whose trace keeps dy alive while dx is written and whose layer workspace holds the wgrad's partials.
+    void set_pw_bn_bwd(bool on) { pw_bn_bwd_ = on; }
+    bool pw_bn_bwd() const { return pw_bn_bwd_; }
     // NetShape::fuse_dw_pw of a CUDA network (set by the network before each pass; false on the CPU):
     // the depthwise -> 1x1 pairs (LiteBlock, DSConv) fuse the depthwise BN + activation into the 1x1 conv.
     void set_fuse_dw_pw(bool on) { fuse_dw_pw_ = on; }
@@ -267,6 +282,8 @@ private:
     bool dry_run_ = false;
     bool dw_fused_bn_ = false;
     bool pw_stats_ = false;
+    bool dw_stats_ = false;
+    bool pw_bn_bwd_ = false;
     bool dw_bn_grad_ = false;
     bool pw_bn_grad_ = false;
     bool fuse_dw_pw_ = false;

@@ -25,7 +25,9 @@
 #             upsampling backward's window rows loaded together), with `--pw-custom` (the project's
 #             tensor-core 1x1 conv against cuDNN per shape), `--pw-stats` (with the 1x1 ConvBNs' BN
 #             statistics from its epilogue) and `--pw-bn-grad` (the depthwise BNs' backward reductions in
-#             its dgrad's epilogue), with `--fuse-dw-pw` (each depthwise BN + SiLU inside the
+#             its dgrad's epilogue) and `--pw-bn-bwd` (the 1x1 ConvBNs' BN dx formed in its dgrad and
+#             wgrad loads), with `--dw-stats` (the depthwise BNs' statistics from the staged
+#             depthwise forward's epilogue), with `--fuse-dw-pw` (each depthwise BN + SiLU inside the
 #             following 1x1 conv) and `--fuse-dw-pw --pw-stats` (against `--pw-stats`), and with
 #             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
 #             per-layer run's step by tools/bench_ab.py (bench_ab.md); then, with the time left,
@@ -127,10 +129,10 @@ if [ "$(left)" -gt 60 ]; then
       --json "$W/$name.json" >"$W/$name.log" 2>&1
     say "bench $*: rc $? -- $(grep -m1 -E 'batch +128:' "$W/$name.log" | sed 's/^ *//' | cut -c1-120)"
   }
-  # Every switch built since the H200 run at once (OPTIMIZATION_LOG entries 11-22), first, so that the
+  # Every switch built since the H200 run at once (OPTIMIZATION_LOG entries 11-24), first, so that the
   # deadline never cuts it: what the step runs if they all pay (the A/Bs below say which of them do).
   ab bench_all --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad --bn-row-batch 4 --pdl \
-    --upsample-row-loads --pw-stats --pw-bn-grad
+    --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd
   pack
   # The stride-1 depthwise dgrad + wgrad fused (one pass over dy and x): the fused kernel's time per shape
   # (its variants lines) beside the separate passes'.
@@ -178,6 +180,18 @@ if [ "$(left)" -gt 60 ]; then
   # bench_pwcustom: the chain).
   ab bench_pwbngrad --pw-bn-grad
   pack
+  # With the 1x1 ConvBNs' BN dx formed in that kernel's dgrad and wgrad loads (entry 24; bitwise the same
+  # step; against bench_pwcustom: the chain).
+  ab bench_pwbnbwd --pw-bn-bwd
+  pack
+  # Both 1x1 dgrad fusions at once (the BN3 dx prologue with the BN2 reduce epilogue in the project dgrad;
+  # against bench_pwbngrad: the chain).
+  ab bench_pwbnboth --pw-bn-grad --pw-bn-bwd
+  pack
+  # The depthwise BNs' statistics from the staged depthwise forward's epilogue (entry 23): against the
+  # per-layer run.
+  ab bench_dwstats --dw-stats
+  pack
   # Each depthwise ConvBN's BN + SiLU inside the following 1x1 conv, the depthwise activation never stored
   # (entry 20): against the per-layer run, and with the statistics epilogue against bench_pwstats.
   ab bench_fusedwpw --fuse-dw-pw
@@ -189,7 +203,8 @@ if [ "$(left)" -gt 60 ]; then
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
   for f in bench_all bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
-           bench_pwcustom bench_pwstats bench_pwbngrad bench_fusedwpw bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+           bench_pwcustom bench_pwstats bench_pwbngrad bench_pwbnbwd bench_pwbnboth bench_dwstats bench_fusedwpw \
+           bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1
@@ -201,7 +216,9 @@ if [ "$(left)" -gt 60 ]; then
   : >"$W/bench_ab_chain.md"
   for pair in bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
               bench_fuseexpbn:bench_fuseexpbg \
-              bench_pwcustom:bench_pwstats bench_pwcustom:bench_pwbngrad bench_pwstats:bench_fusedwpwst; do
+              bench_pwcustom:bench_pwstats bench_pwcustom:bench_pwbngrad bench_pwcustom:bench_pwbnbwd \
+              bench_pwbngrad:bench_pwbnboth \
+              bench_pwstats:bench_fusedwpwst; do
     base=${pair%%:*} other=${pair##*:}
     [ -s "$W/$base.json" ] && [ -s "$W/$other.json" ] || continue
     python3 tools/bench_ab.py "$W/$base.json" "$W/$other.json" --md "$W/ab_pair.md" >>"$W/bench_ab.log" 2>&1 &&

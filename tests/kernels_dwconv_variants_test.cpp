@@ -266,3 +266,56 @@ TEST(KernelsDwconvLaunch, WgradVariants) {
 }
 
 }  // namespace
+
+// The staged forward's statistics epilogue (BnStatsOut): its workspace is 3 floats per channel per staged
+// spatial block (8 x 32 outputs at stride 1, 4 x 16 at stride 2, partial blocks counted), only the staged
+// variants have it, and the launcher refuses what it cannot run before any launch (no device needed).
+TEST(KernelsDwconvLaunch, StatsEpilogueWorkspaceAndRefusals) {
+    // The network's 1/4 LiteBlock shape at batch 128: 8 x 4 blocks per image.
+    const kern::ConvShape s1 = dw_shape(128, 64, 128, 64, 1);
+    // Its stride-2 down path: 32 x 64 outputs, 8 x 4 blocks of 4 x 16 per image.
+    const kern::ConvShape s2 = dw_shape(128, 64, 128, 32, 2);
+    // Partial blocks: 19 x 45 outputs -> 3 x 2 blocks; at stride 2, 10 x 23 outputs -> 3 x 2.
+    const kern::ConvShape p1 = dw_shape(2, 19, 45, 40, 1), p2 = dw_shape(2, 19, 45, 40, 2);
+    for (int v = 0; v < kern::kDwVariantCount; ++v) {
+        if (!kern::dw_variant_staged(v)) {
+            SF_EXPECT_ERROR((void)kern::dwconv3x3_stats_workspace_floats(s1, v), "has no statistics epilogue");
+            continue;
+        }
+        EXPECT_EQ(kern::dwconv3x3_stats_workspace_floats(s1, v), 3u * 128 * 32 * 64) << v;
+        EXPECT_EQ(kern::dwconv3x3_stats_workspace_floats(s2, v), 3u * 128 * 32 * 32) << v;
+        EXPECT_EQ(kern::dwconv3x3_stats_workspace_floats(p1, v), 3u * 2 * 6 * 40) << v;
+        EXPECT_EQ(kern::dwconv3x3_stats_workspace_floats(p2, v), 3u * 2 * 6 * 40) << v;
+    }
+    EXPECT_EQ(kern::dwconv3x3_stats_workspace_floats(s1), 3u * 128 * 32 * 64);
+    static_assert(kern::dw_stats_reduction_fits(), "the reduction's shared memory");
+
+    rt::Exec cuda;
+    cuda.backend = rt::Backend::Cuda;  // every call below throws before a launch
+    auto bptr = [](uintptr_t a) { return reinterpret_cast<kern::bf16*>(a); };
+    auto fptr = [](uintptr_t a) { return reinterpret_cast<float*>(a); };
+    kern::bf16 *x = bptr(0x1000000), *w = bptr(0x2000000), *y = bptr(0x3000000);
+    float* ws = fptr(0x4000000);
+    kern::BnStatsOut st;
+    st.save_mean = fptr(0x5000000);
+    st.save_invstd = fptr(0x5001000);
+    st.running_mean = fptr(0x5002000);
+    st.running_var = fptr(0x5003000);
+    const kern::ConvShape s = dw_shape(2, 16, 32, 32, 1);
+    const size_t need = kern::dwconv3x3_stats_workspace_floats(s, 6);
+    EXPECT_EQ(need, 3u * 2 * 2 * 32);
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 0, &st, ws, need),
+                    "variant 0 (8ch 2x4) has no statistics epilogue");
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 6, &st, ws, need - 1), "workspace of",
+                    "need 384");
+    kern::BnStatsOut bad = st;
+    bad.save_invstd = fptr(0x3000000);  // y
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 6, &bad, ws, need),
+                    "save_invstd must not alias y");
+    bad = st;
+    bad.running_mean = fptr(0x5000010);  // inside save_mean
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 6, &bad, ws, need),
+                    "running_mean must not alias save_mean");
+    SF_EXPECT_ERROR(kern::dwconv3x3_forward_cuda(cuda, s, x, w, y, nullptr, 6, &st, fptr(0x2000000), need),
+                    "the workspace must not alias w");
+}

@@ -179,6 +179,64 @@ TEST(GradPlan, DryRunPlansTheFusedBnBackwardOfItsPolicy) {
     std::printf("[grad plan] %zu of %zu gradient lifetimes differ with the fused BN backward\n", differing, ga.size());
 }
 
+// The same for the 1x1 ConvBNs' BN dx formed in the project's dgrad and wgrad loads (GpuOps::pw_bn_bwd:
+// `bench step --pw-bn-bwd`): the dry run traces the fused op (dy read while dx is written) for exactly the
+// eligible 1x1 ConvBNs (a BN, an input gradient, no bias, upsample or producer's BN-backward epilogue, cout
+// and, with a prologue, cin at most 512), marks their shapes (ConvUse::bn_bwd_prologue with the BN's
+// activation), reserves the BN's coefficients and the wgrad's partials in their workspace, and without
+// pw_custom plans nothing of it. On the fused network too (the expand's BN is then the depthwise prologue's).
+// (ConvUse::bn_bwd_act is what GpuOps times with; the activation a layer runs is its own.)
+TEST(GradPlan, DryRunPlansThePwBnBwdOfItsPolicy) {
+    for (const bool fused : {false, true}) {
+        model::NetShape s = kSmall;
+        s.fuse_expand_dw = s.fuse_dw_pw = fused;
+        const std::string what = fused ? "pw_bn_bwd, fused network" : "pw_bn_bwd";
+        kern::ConvPolicy base;
+        base.pw_custom = true;
+        kern::ConvPolicy with = base, off;
+        with.pw_bn_bwd = off.pw_bn_bwd = true;
+        const model::SiderNetCuda a(s, model::DryRun{&base}), b(s, model::DryRun{&with}), c(s, model::DryRun{&off});
+        EXPECT_FALSE(a.plan().pw_bn_bwd());
+        EXPECT_TRUE(b.plan().pw_bn_bwd());
+        EXPECT_FALSE(c.plan().pw_bn_bwd()) << "pw_bn_bwd needs pw_custom";
+        expect_disjoint_when_live(b.plan(), what.c_str());
+        size_t layers = 0, most = 0;
+        for (const model::LayerUse& l : b.plan().layers()) {
+            const kern::ConvShape& cs = l.shape;
+            const bool want = l.batchnorm && l.input_grad && l.upsample == 1 && !cs.bias &&
+                              kern::pwconv_supported(cs) && cs.cout <= kern::kPwMaxPrologueK &&
+                              (!l.input_bn_prologue || cs.cin <= kern::kPwMaxPrologueK);
+            if (!want) continue;
+            ++layers;
+            most = std::max(most, model::GpuOps::pw_fused_bn_workspace_floats(cs) * sizeof(float));
+            for (const model::ConvUse& u : b.plan().convs()) {
+                if (model::same_conv_shape(u.shape, cs)) {
+                    EXPECT_TRUE(u.bn_bwd_prologue) << what << " " << l.name;
+                }
+            }
+        }
+        // Every LiteBlock's expand and project, every DSConv's pointwise conv and the other 1x1 ConvBNs.
+        EXPECT_GE(layers, 23u * 2 + 18) << what;
+        for (const model::ConvUse& u : a.plan().convs()) EXPECT_FALSE(u.bn_bwd_prologue) << u.shape.describe();
+        for (const model::ConvUse& u : c.plan().convs()) EXPECT_FALSE(u.bn_bwd_prologue) << u.shape.describe();
+        const model::MemoryPlan ma = a.plan().memory(), mb = b.plan().memory();
+        EXPECT_GE(mb.workspace, std::max(ma.workspace, most)) << what;
+        EXPECT_GE(mb.activation_grads, ma.activation_grads) << what;
+        EXPECT_EQ(mb.activations, ma.activations) << what;
+        EXPECT_EQ(mb.grad_tensors, ma.grad_tensors) << what;
+        size_t differing = 0;
+        const std::vector<model::GradSlot>& ga = a.plan().grad_slots();
+        const std::vector<model::GradSlot>& gb = b.plan().grad_slots();
+        ASSERT_EQ(ga.size(), gb.size()) << what;
+        for (size_t i = 0; i < ga.size(); ++i) differing += ga[i].first != gb[i].first || ga[i].last != gb[i].last;
+        EXPECT_GT(differing, 0u) << what << ": no gradient's lifetime changed: the dry run did not plan the fused op";
+        std::printf("[grad plan] %s: %zu layers; activation grads %zu -> %zu B, workspace %zu -> %zu B, %zu lifetimes "
+                    "differ\n",
+                    what.c_str(), layers, ma.activation_grads, mb.activation_grads, ma.workspace, mb.workspace,
+                    differing);
+    }
+}
+
 // A BN-backward epilogue switch (the BN's reductions gathered by its consumer's backward-data) changes no
 // gradient's memory or lifetime (the epilogue and the dx pass report the passes they replace): the dry run
 // of `with` plans the gradients of `base`'s; each producer layer keeps its 2 * C coefficients
@@ -293,6 +351,28 @@ TEST(GradPlan, DryRunMarksTheStatisticsEpilogueShapes) {
         marked += u.stats_epilogue;
     }
     EXPECT_GT(marked, 0u);
+    for (const model::ConvUse& u : a.plan().convs()) EXPECT_FALSE(u.stats_epilogue) << u.shape.describe();
+}
+
+// ConvPolicy::dw_stats: the depthwise shapes of BN layers (every depthwise conv of the network) are marked
+// for the staged forward's statistics epilogue, and only they; their layers' workspace holds its partials.
+TEST(GradPlan, DryRunMarksTheDepthwiseStatisticsEpilogueShapes) {
+    kern::ConvPolicy with, without;
+    with.dw_stats = true;
+    const model::SiderNetCuda a(kSmall, model::DryRun{&without}), b(kSmall, model::DryRun{&with});
+    size_t marked = 0, most = 0;
+    for (const model::ConvUse& u : b.plan().convs()) {
+        bool want = false;
+        for (const model::LayerUse& l : b.plan().layers())
+            want = want || (model::same_conv_shape(l.shape, u.shape) && l.batchnorm && l.upsample == 1 &&
+                            !l.shape.bias && kern::dwconv3x3_supported(l.shape));
+        EXPECT_EQ(u.stats_epilogue, want) << u.shape.describe();
+        EXPECT_EQ(u.stats_epilogue, u.shape.groups > 1) << u.shape.describe() << ": every depthwise conv, no other";
+        marked += u.stats_epilogue;
+        if (u.stats_epilogue) most = std::max(most, kern::dwconv3x3_stats_workspace_floats(u.shape));
+    }
+    EXPECT_GT(marked, 0u);
+    EXPECT_GE(b.plan().workspace_floats(), most);
     for (const model::ConvUse& u : a.plan().convs()) EXPECT_FALSE(u.stats_epilogue) << u.shape.describe();
 }
 

@@ -50,6 +50,12 @@ TEST(BenchStep, ParsesEveryOption) {
     const tools::StepBenchOptions pg = tools::parse_step_bench_args({"--pw-bn-grad"});
     EXPECT_TRUE(pg.pw_bn_grad && pg.pw_custom);  // implies the project's 1x1 conv, whose dgrad gathers them
     EXPECT_FALSE(pg.pw_stats);
+    const tools::StepBenchOptions ds = tools::parse_step_bench_args({"--dw-stats"});
+    EXPECT_TRUE(ds.dw_stats);  // on its own: the depthwise kernels are candidates whatever the other switches
+    EXPECT_FALSE(ds.pw_custom || ds.dw_fused_bwd || ds.fuse_dw_pw);
+    const tools::StepBenchOptions pb = tools::parse_step_bench_args({"--pw-bn-bwd"});
+    EXPECT_TRUE(pb.pw_bn_bwd && pb.pw_custom);  // implies the project's 1x1 conv, whose loads form the dx
+    EXPECT_FALSE(pb.pw_stats || pb.pw_bn_grad);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);
@@ -68,6 +74,8 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(d.dw_fused_bn_bwd);
     EXPECT_FALSE(d.dw_fused_bn_grad);
     EXPECT_FALSE(d.pw_bn_grad);
+    EXPECT_FALSE(d.dw_stats);  // the statistics pass until a GPU says the epilogue pays
+    EXPECT_FALSE(d.pw_bn_bwd);
     EXPECT_FALSE(d.upsample_row_loads);  // the measured upsampling backward until a GPU says the row loads pay
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);

@@ -186,6 +186,8 @@ kern::ConvPolicy policy_of(const StepBenchOptions& o) {
     p.pw_custom = o.pw_custom;
     p.pw_stats = o.pw_stats;
     p.pw_bn_grad = o.pw_bn_grad;
+    p.dw_stats = o.dw_stats;
+    p.pw_bn_bwd = o.pw_bn_bwd;
     return p;
 }
 
@@ -295,7 +297,9 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"dw_fused_bn_grad", o.dw_fused_bn_grad},
                    {"pw_custom", o.pw_custom},
                    {"pw_stats", o.pw_stats},
-                   {"pw_bn_grad", o.pw_bn_grad}};
+                   {"pw_bn_grad", o.pw_bn_grad},
+                   {"dw_stats", o.dw_stats},
+                   {"pw_bn_bwd", o.pw_bn_bwd}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());

@@ -45,6 +45,12 @@ struct StepBenchOptions {
     // --pw-bn-grad: with it, the depthwise BNs' backward reductions in their 1x1 consumer's dgrad epilogue
     // (ConvPolicy::pw_bn_grad; implies --pw-custom)
     bool pw_bn_grad = false;
+    // --dw-stats: the depthwise ConvBNs' BN statistics from the staged depthwise forward's epilogue
+    // (ConvPolicy::dw_stats)
+    bool dw_stats = false;
+    // --pw-bn-bwd: the 1x1 ConvBNs' BN dx formed in the project's dgrad and wgrad loads (ConvPolicy::pw_bn_bwd;
+    // implies --pw-custom)
+    bool pw_bn_bwd = false;
     std::string json;                       // output file ("" = none)
 };
 

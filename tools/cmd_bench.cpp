@@ -51,7 +51,7 @@ const char* kBenchUsage =
     "                                [--no-dw-variants]\n"
     "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
     "                                [--dw-fused-bn-grad] [--upsample-row-loads] [--pw-custom] [--pw-stats]\n"
-    "                                [--pw-bn-grad]\n"
+    "                                [--pw-bn-grad] [--dw-stats] [--pw-bn-bwd]\n"
     "                                [--json OUT]\n"
     "           --ceilings FILE: the roofline's peaks from `bench ceilings --json FILE` (measured GEMM\n"
     "           TFLOP/s and copy GB/s) instead of the datasheet\n"
@@ -83,6 +83,11 @@ const char* kBenchUsage =
     "           from its epilogue (no statistics pass; the statistics summed in another order)\n"
     "           --pw-bn-grad: --pw-custom, and the 1x1 convs after a depthwise ConvBN whose dgrad it runs gather\n"
     "           that BN's backward reductions in the dgrad's epilogue (no reduce pass; summed in another order)\n"
+    "           --dw-stats: the depthwise ConvBNs whose conv the custom kernels run take their BatchNorm\n"
+    "           statistics from the staged depthwise forward's epilogue (no statistics pass; summed in another\n"
+    "           order; docs/KERNELS_DWCONV.md)\n"
+    "           --pw-bn-bwd: --pw-custom, and the 1x1 ConvBNs whose conv it runs form their BN's dx in its dgrad\n"
+    "           and wgrad loads (no dx pass; bitwise the same step; docs/KERNELS_PWCONV.md)\n"
     "  ceilings device-to-device copy GB/s and bf16 GEMM TFLOP/s measured on the GPU (the roofline's\n"
     "           measured ceilings): slidefuse bench ceilings [--copy-mib 1024] [--gemm-n 8192] [--json OUT]\n"
     "  loader   the data loader alone:\n"
@@ -356,6 +361,14 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
         if (s == "--pw-bn-grad") {
             o.pw_custom = o.pw_bn_grad = true;
+            continue;
+        }
+        if (s == "--pw-bn-bwd") {
+            o.pw_custom = o.pw_bn_bwd = true;
+            continue;
+        }
+        if (s == "--dw-stats") {
+            o.dw_stats = true;
             continue;
         }
         if (s == "--dw-fused-bwd-bn") {

@@ -272,7 +272,7 @@ nlohmann::json FusionTimer::time_custom(bool prologue, kern::Act act, bool stats
         pro.invstd = static_cast<const float*>(b.ones_in.p);
         pro.eval = true;
         pro.eps = kEps;
-        kern::PwStats st;
+        kern::BnStatsOut st;
         st.save_mean = static_cast<float*>(b.stat_mean.p);
         st.save_invstd = static_cast<float*>(b.stat_invstd.p);
         st.running_mean = static_cast<float*>(b.stat_rm.p);

@@ -284,9 +284,6 @@ TEST(KernelsPwconvGpu, DgradBnGradEpilogueMatchesTheStatisticsPass) {
         }
         // Refusals (before any launch).
         const kern::BnGradSums bng = make_bng(Act::None);
-        kern::DwBnBackward bnb;
-        SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, &bnb, &bng, ws, wsn),
-                        "does not go with the BN-backward prologue");
         SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, nullptr, &bng, ws,
                                                         kern::pwconv_dgrad_workspace_floats(s) - 1),
                         "workspace of", "need");
@@ -347,6 +344,105 @@ TEST(KernelsPwconvGpu, DgradBadInputsAreRefused) {
     wide.cout = 1024;
     SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, wide, dy, w, dx, false, &good),
                     "a BN-backward prologue needs cout <= 512, got 1024");
+}
+
+// The dgrad with both: the following BN's dx formed on load (DwBnBackward, activation act_b) and the
+// producer BN's reductions in the epilogue (BnGradSums, act_e): the project conv of a LiteBlock under
+// `--pw-bn-bwd --pw-bn-grad` (BN3 after it, BN2 before it). dx, dgamma, dbeta and the coefficients are
+// bitwise those of the two alone in turn: bn_act_backward storing the conv output's gradient, then the dgrad
+// with the epilogue on it. Both dgrad modes, three activation pairs; the refusal of an epilogue output
+// aliasing the prologue's BN input.
+TEST(KernelsPwconvGpu, DgradBnPrologueAndEpilogueTogetherAreTheirBitsInTurn) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    uint64_t seed = 9800;
+    for (const Case& k : kCases) {
+        const size_t rows = rows_of(k), co = static_cast<size_t>(k.cout), ci = static_cast<size_t>(k.cin);
+        if (rows < 2) continue;
+        const kern::ConvShape s = shape_of(k);
+        rt::Arena arena{"pwconv_both_test", rt::MemKind::Device};
+        const size_t wsa = kern::bn_act_workspace_floats(rows, k.cout);
+        const size_t wse = std::max(kern::pwconv_dgrad_workspace_floats(s), kern::bn_act_workspace_floats(rows, k.cin));
+        auto bf = [&](size_t n, const char* what) { return arena.reserve(n * 2, 256, what); };
+        // (x before ahead of x after: the refusal below aliases x after with a vector that may run past its end)
+        const size_t o_dy = bf(rows * co, "dy"), o_w = bf(co * ci, "w"), o_xb = bf(rows * ci, "x before");
+        const size_t o_xa = bf(rows * co, "x after"), o_dyx = bf(rows * co, "conv grad");
+        const size_t o_dx = bf((rows + 1) * ci, "dx"), o_dx2 = bf((rows + 1) * ci, "dx2");
+        const size_t c = std::max(ci, co);
+        const size_t o_v = arena.reserve(20 * c * 4, 256, "BN vectors");
+        const size_t o_wa = arena.reserve(wsa * 4, 256, "ws after"), o_we = arena.reserve(wse * 4, 256, "ws epilogue");
+        arena.allocate();
+        arena.seal();
+        auto B = [&](size_t o) { return arena.ptr<kern::bf16>(o); };
+        auto V = [&](int i) { return arena.ptr<float>(o_v) + static_cast<size_t>(i) * c; };
+        float* ws_a = arena.ptr<float>(o_wa);
+        float* ws_e = arena.ptr<float>(o_we);
+        // The BN after the conv (its input x after, vectors V(0..3), dgamma/dbeta V(4), V(5)) and the BN
+        // before it (x before, V(8..11); the epilogue's dgamma, dbeta V(12), V(13), coef V(14..15); the
+        // reference run's V(16), V(17), coef V(18..19)).
+        upload_bf16(B(o_xa), sftest::bn_input(rows, co, seed));
+        upload_bf16(B(o_xb), sftest::bn_input(rows, ci, seed + 2));
+        seed += 4;
+        upload_bf16(B(o_dy), bf16_exact(sftest::random_uniform(rows * co, seed++, -1, 1)));
+        upload_bf16(B(o_w), bf16_exact(sftest::random_uniform(co * ci, seed++, -0.5, 0.5)));
+        for (int base : {0, 8}) {
+            const size_t n = base ? ci : co;
+            upload(V(base), to_floats(sftest::random_uniform(n, seed++, 0.5, 1.5)));
+            upload(V(base + 1), to_floats(sftest::random_uniform(n, seed++, -0.8, 0.8)));
+            upload(V(base + 6), std::vector<float>(n, 0.0f));  // running mean (scratch)
+            upload(V(base + 7), std::vector<float>(n, 1.0f));  // running var (scratch)
+            kern::bn_stats_train(ex, rows, static_cast<int>(n), B(base ? o_xb : o_xa), V(base + 2), V(base + 3),
+                                 V(base + 6), V(base + 7), kMomentum, kEps, base ? ws_e : ws_a, base ? wse : wsa);
+        }
+        const std::vector<float> d0 = to_floats(sftest::random_uniform(ci, seed++, -3, 3));
+        const std::vector<float> dx0 = bf16_exact(sftest::random_uniform(rows * ci, seed++, -2, 2));
+        const std::pair<Act, Act> pairs[] = {{Act::None, Act::Silu}, {Act::Silu, Act::Silu}, {Act::Relu, Act::None}};
+        for (const auto& [act_b, act_e] : pairs) {
+            for (const bool acc : {false, true}) {
+                const std::string what = name_of(k) + " bnb " + kern::act_name(act_b) + ", bng " +
+                                         kern::act_name(act_e) + (acc ? " accumulate" : " overwrite");
+                auto set_dx = [&](size_t o) {
+                    std::vector<float> v = acc ? dx0 : std::vector<float>(rows * ci, kSentinel);
+                    v.resize((rows + 1) * ci, kSentinel);
+                    upload_bf16(B(o), v);
+                };
+                for (int i : {12, 13, 16, 17}) upload(V(i), d0);
+                // A: the BN after stored (bn_act_backward), then the dgrad with the epilogue on it.
+                kern::bn_act_backward(ex, act_b, rows, k.cout, B(o_xa), B(o_dy), V(0), V(1), V(2), V(3), B(o_dyx),
+                                      V(4), V(5), ws_a, wsa);
+                set_dx(o_dx);
+                const kern::BnGradSums ref{act_e, B(o_xb), V(8), V(9), V(10), V(11), V(16), V(17), V(18)};
+                kern::pwconv_backward_data_cuda(ex, s, B(o_dyx), B(o_w), B(o_dx), acc, nullptr, &ref, ws_e, wse);
+                // B: the coefficients of the BN after (left in ws_a by its statistics pass), then both at once.
+                kern::bn_act_backward_stats(ex, act_b, rows, k.cout, B(o_xa), B(o_dy), V(0), V(1), V(2), V(3), V(4),
+                                            V(5), ws_a, wsa);
+                const kern::DwBnBackward bnb{act_b, B(o_xa), V(0), V(1), V(2), V(3),
+                                             ws_a + kern::bn_act_backward_coef_offset(rows, k.cout)};
+                const kern::BnGradSums bng{act_e, B(o_xb), V(8), V(9), V(10), V(11), V(12), V(13), V(14)};
+                set_dx(o_dx2);
+                kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), acc, &bnb, &bng, ws_e, wse);
+                ctx.synchronize();
+                bool intact = true, intact2 = true;
+                const std::vector<float> dx =
+                    sftest::strip_guard(download_bf16(B(o_dx), (rows + 1) * ci), rows * ci, kSentinel, intact);
+                const std::vector<float> dx2 =
+                    sftest::strip_guard(download_bf16(B(o_dx2), (rows + 1) * ci), rows * ci, kSentinel, intact2);
+                EXPECT_TRUE(intact && intact2) << what << ": a dgrad wrote past the last row";
+                EXPECT_TRUE(bitwise(dx2, dx, what + ": dx"));
+                std::vector<float> both = download(V(12), 2 * ci), alone = download(V(16), 2 * ci);
+                const std::vector<float> cb = download(V(14), 2 * ci), ca = download(V(18), 2 * ci);
+                both.insert(both.end(), cb.begin(), cb.end());
+                alone.insert(alone.end(), ca.begin(), ca.end());
+                EXPECT_TRUE(bitwise(both, alone, what + ": dgamma, dbeta, coefficients"));
+            }
+        }
+        const kern::DwBnBackward bnb{Act::None, B(o_xa), V(0), V(1), V(2), V(3), ws_a};
+        const kern::BnGradSums bad{Act::None, B(o_xb), V(8), V(9), V(10), V(11), V(12), V(13),
+                                   reinterpret_cast<float*>(B(o_xa))};
+        SF_EXPECT_ERROR(kern::pwconv_backward_data_cuda(ex, s, B(o_dy), B(o_w), B(o_dx2), false, &bnb, &bad, ws_e, wse),
+                        "bng->coef must not alias bnb->x");
+    }
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
+#include "tests/support/bn_stats_ref.h"
 #include "tests/support/compare.h"
 #include "tests/support/gpu_buffers.h"
 #include "tests/gpu/pwconv_test_util.h"
@@ -233,7 +234,7 @@ TEST(KernelsPwconvGpu, StatisticsEpilogueMatchesTheReference) {
         kern::pwconv_forward_cuda(ex, shape_of(k), rig.B(rig.o_x), rig.B(rig.o_w), rig.B(rig.o_y));
         kern::bn_stats_train(ex, rows, k.cout, rig.B(rig.o_y), rig.F(rig.o_stat[0]), rig.F(rig.o_stat[1]),
                              rig.F(rig.o_stat[2]), rig.F(rig.o_stat[3]), kMomentum, kEps, rig.F(rig.o_ws), rig.wsn);
-        kern::PwStats st;
+        kern::BnStatsOut st;
         st.save_mean = rig.F(rig.o_stat[4]);
         st.save_invstd = rig.F(rig.o_stat[5]);
         st.running_mean = rig.F(rig.o_stat[6]);
@@ -247,30 +248,9 @@ TEST(KernelsPwconvGpu, StatisticsEpilogueMatchesTheReference) {
         EXPECT_TRUE(bitwise(y2, y, what + " y with the statistics epilogue"));
         std::vector<std::vector<float>> got(8);
         for (int i = 0; i < 8; ++i) got[i] = download(rig.F(rig.o_stat[i]), co);
-        // fp64 two-pass statistics of y.
-        std::vector<double> mean(co, 0), var(co, 0);
-        for (size_t i = 0; i < y.size(); ++i) mean[i % co] += y[i];
-        for (double& m : mean) m /= static_cast<double>(rows);
-        for (size_t i = 0; i < y.size(); ++i) var[i % co] += (y[i] - mean[i % co]) * (y[i] - mean[i % co]);
-        double spread = 0;
-        for (size_t j = 0; j < co; ++j) {
-            var[j] /= static_cast<double>(rows);
-            spread = std::max(spread, std::fabs(mean[j]) / std::sqrt(var[j]));
-        }
+        const std::vector<std::vector<float>> epi(got.begin() + 4, got.end()), ref(got.begin(), got.begin() + 4);
+        const double spread = sftest::expect_bn_stats_of(y, co, rows, epi, ref, rm0, rv0, kMomentum, kEps, what);
         EXPECT_GT(spread, 5.0) << what << ": the test wants means far from 0 in units of the std";
-        for (size_t j = 0; j < co; ++j) {
-            const double sd = std::sqrt(var[j]), invstd = 1.0 / std::sqrt(var[j] + kEps);
-            const double rm = 0.9 * 0.25 + 0.1 * mean[j], rv = 0.9 * 1.5 + 0.1 * var[j] * rows / (rows - 1.0);
-            const std::string c = what + " channel " + std::to_string(j);
-            // The mean to fp32 rounding of itself and of a small fraction of the std (the shifted sums).
-            EXPECT_NEAR(got[4][j], mean[j], 1e-6 * std::fabs(mean[j]) + 1e-5 * sd) << c << " mean";
-            EXPECT_NEAR(got[5][j], invstd, 1e-5 * invstd) << c << " invstd";
-            EXPECT_NEAR(got[6][j], rm, 1e-6 * std::fabs(rm) + 1e-5 * sd) << c << " running_mean";
-            EXPECT_NEAR(got[7][j], rv, 1e-5 * rv) << c << " running_var";
-            // and against the statistics kernel on the same y
-            EXPECT_NEAR(got[4][j], got[0][j], 1e-6 * std::fabs(mean[j]) + 1e-5 * sd) << c << " mean vs bn_stats_train";
-            EXPECT_NEAR(got[5][j], got[1][j], 2e-5 * invstd) << c << " invstd vs bn_stats_train";
-        }
         // Deterministic: a second run gives the same bits (the running statistics restored first).
         upload(rig.F(rig.o_stat[6]), rm0);
         upload(rig.F(rig.o_stat[7]), rv0);
@@ -344,7 +324,7 @@ TEST(KernelsPwconvGpu, BadInputsAreRefused) {
     wide.cin = 1024;  // within x's allocation (4 rows of 1024 = 64 rows of 64)
     SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, wide, x, w, y, &good), "a prologue needs cin <= 512, got 1024");
 
-    kern::PwStats st;
+    kern::BnStatsOut st;
     st.save_mean = rig.F(rig.o_stat[4]);
     st.save_invstd = rig.F(rig.o_stat[5]);
     st.running_mean = rig.F(rig.o_stat[6]);
@@ -355,7 +335,7 @@ TEST(KernelsPwconvGpu, BadInputsAreRefused) {
     SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &st, ws, need - 1), "workspace of",
                     need_text.c_str());
     SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &st, nullptr, need), "workspace must be a non-null");
-    kern::PwStats sb = st;
+    kern::BnStatsOut sb = st;
     sb.running_var = nullptr;
     SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "running_var must be a non-null");
     sb = st;
@@ -363,7 +343,7 @@ TEST(KernelsPwconvGpu, BadInputsAreRefused) {
     SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "save_invstd must not alias save_mean");
     sb = st;
     sb.save_mean = reinterpret_cast<float*>(y);
-    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "save_mean must not alias x, w or y");
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "save_mean must not alias y");
     sb = st;
     sb.eps = 0;
     SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "eps must be > 0");
@@ -371,11 +351,11 @@ TEST(KernelsPwconvGpu, BadInputsAreRefused) {
     sb.momentum = 1.5;
     SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &sb, ws, need), "momentum 1.5");
     SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &st, reinterpret_cast<float*>(y), need),
-                    "the workspace must not alias x, w or y");
+                    "the workspace must not alias y");
     kern::ConvShape one = s;
     one.h = 1;
     one.w = 1;
-    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, one, x, w, y, nullptr, &st, ws, need), "at least 2 rows, got 1");
+    SF_EXPECT_ERROR(kern::pwconv_forward_cuda(ex, one, x, w, y, nullptr, &st, ws, need), "at least 2 values per channel, got 1");
 }
 
 }  // namespace

@@ -129,10 +129,10 @@ struct GradErrors {
 // chaotic enough that one rounding realisation sits near the floor bound (docs/MODEL.md).
 GradErrors one_micro_step_matches_the_cpu_reference(const CpuReference& r, model::UpOrder order,
                                                     const GradErrors* baseline = nullptr, int pw_custom = 0,
-                                                    int fuse = 0, int dw_fused = 0) {
+                                                    int fuse = 0, int dw_fused = 0, bool dw_stats = false) {
     const HostBatches& b = r.b;
     const model::SiderNet& cpu = r.cpu;
-    GpuRig gpu(r.init, true, 1, order, fuse, 1, false, dw_fused, pw_custom);
+    GpuRig gpu(r.init, true, 1, order, fuse, 1, false, dw_fused, pw_custom, dw_stats);
     const model::LossTerms& ct = r.loss;
 
     gpu.load(b.pixels[0], b.labels[0]);
@@ -260,20 +260,31 @@ TEST(CudaStep, PwStatsMicroStepMatchesTheCpuReference) {
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 2);
 }
 
+// The same oracle for the depthwise ConvBNs' BN statistics from the staged depthwise forward's epilogue
+// (ConvPolicy::dw_stats, `bench step --dw-stats`).
+TEST(CudaStep, DwStatsMicroStepMatchesTheCpuReference) {
+    SF_REQUIRE_GPU();
+    const CpuReference r;
+    const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
+    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, 0, 0, true);
+}
+
 // Every BatchNorm fusion of the step at once, with cuDNN for the passes the fusions leave to it: the fused
 // LiteBlock (NetShape::fuse_expand_dw), the depthwise BN inside the following 1x1 conv (fuse_dw_pw: its
 // forward and wgrad on the project's kernel, its dgrad cuDNN's), the fused depthwise backward with the BN's
 // dx inside it and the expand BN's backward reductions in its epilogue (ConvPolicy::dw_fused_bwd,
-// dw_fused_bn_bwd, dw_fused_bn_grad). The same oracle and baseline as above.
-// Under the emulation the loss equals the default step's to the last printed digit (measured 2026-11-28:
-// 416.044033 both): there the emulated mma adds each exact bf16 product with fmaf in k order from the
-// accumulator, as the emulated cuDNN adds them, so the fused forward is the default forward bit for bit
-// and only the gradients' summation orders differ; on a GPU the tensor cores' sums differ too.
+// dw_fused_bn_bwd, dw_fused_bn_grad), and the depthwise BNs' statistics from the depthwise forward's
+// epilogue, through the expand's BN prologue (ConvPolicy::dw_stats). The same oracle and baseline as above.
+// Under the emulation the loss equals that of the step with only dw_stats to the last printed digit (measured
+// 2026-11-28: 416.074241 both; the default step 416.044033, the statistics epilogue's other summation order
+// the one forward difference): there the emulated mma adds each exact bf16 product with fmaf in k order from
+// the accumulator, as the emulated cuDNN adds them, so the fused forward is otherwise the default forward
+// bit for bit and only the gradients' summation orders differ; on a GPU the tensor cores' sums differ too.
 TEST(CudaStep, AllFusionsMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
     const CpuReference r;
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
-    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kFuseExpandDw | kFuseDwPw, 4);
+    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kFuseExpandDw | kFuseDwPw, 4, true);
 }
 
 

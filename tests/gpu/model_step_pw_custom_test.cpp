@@ -172,3 +172,43 @@ TEST(CudaStep, PwBnGradGathersTheDepthwiseBnGradientSums) {
 }
 
 }  // namespace
+
+// The 1x1 ConvBNs' BN dx formed in the project's dgrad and wgrad loads (ConvPolicy::pw_bn_bwd, `bench step
+// --pw-bn-bwd`): the formed values are the dx pass's bits and the kernels' sums are the same, so training
+// steps are bitwise those of the network with the dx pass (expect_rigs_bitwise_equal: weights, moments,
+// statistics, loss, gradient norm, eval logits), on the plain network (two steps, one eager) and with every
+// fusion (the fused LiteBlock, fuse_dw_pw, the fused depthwise backward with the expand BN's reductions in
+// its epilogue: the expand's fused BN backward then takes those coefficients, no statistics pass; and
+// pw_bn_grad: the project and DSConv pointwise dgrads run the prologue and the depthwise BN's epilogue at
+// once). Exactly the 1x1 shapes the plan marked run it (GpuOps::pw_fused_bn_runs; the deterministic policy
+// runs the project's kernel on every supported 1x1 shape).
+TEST(CudaStep, PwBnBwdIsBitwiseTheDxPass) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(2);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    const model::UpOrder order = model::UpOrder::ConvFirst;
+    for (const bool all : {false, true}) {
+        const std::string what = all ? "pw_bn_bwd with every fusion" : "pw_bn_bwd";
+        const int fuse = all ? kFuseExpandDw | kFuseDwPw : 0;
+        const kern::ConvPolicy base = GpuRig::policy(true, 1, all ? 4 : 0, all ? 3 : 1);
+        kern::ConvPolicy with = base;
+        with.pw_bn_bwd = true;
+        GpuRig plain(cpu, base, 1, order, fuse), fused(cpu, with, 1, order, fuse);
+        EXPECT_FALSE(plain.net.gpu_ops()->pw_bn_bwd());
+        EXPECT_TRUE(fused.net.gpu_ops()->pw_bn_bwd());
+        int runs = 0;
+        for (const model::ConvUse& u : fused.net.plan().convs()) {
+            const bool r = fused.net.gpu_ops()->pw_fused_bn_runs(u.shape);
+            EXPECT_EQ(r, u.bn_bwd_prologue && kern::pwconv_supported(u.shape)) << what << " " << u.shape.describe();
+            EXPECT_FALSE(plain.net.gpu_ops()->pw_fused_bn_runs(u.shape)) << what << " " << u.shape.describe();
+            runs += r;
+        }
+        EXPECT_GT(runs, 0) << what;
+        plain.step.set_use_graphs(false);  // eager against captured
+        for (int k = 0; k < (all ? 1 : 2); ++k)
+            for (GpuRig* r : {&plain, &fused})
+                r->train_step(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
+        expect_rigs_bitwise_equal(plain, fused);
+    }
+}

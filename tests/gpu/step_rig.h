@@ -101,13 +101,18 @@ struct GpuRig {
     // (1: kern::ConvPolicy::dw_fused_bwd; 2: also dw_fused_bn_bwd, the BN's dx inside it; 3: 1 with
     // dw_fused_bn_grad, the fused LiteBlock's expand BN reductions in it; 4: 2 with that); pw_custom: the
     // project's 1x1 conv as a candidate (1: kern::ConvPolicy::pw_custom; 2: also pw_stats; 3: 1 with
-    // pw_bn_grad, the depthwise BN reductions in its dgrad's epilogue; 4: 2 with that).
+    // pw_bn_grad, the depthwise BN reductions in its dgrad's epilogue; 4: 2 with that); dw_stats: the
+    // depthwise ConvBNs' BN statistics from the staged depthwise forward's epilogue (kern::ConvPolicy::dw_stats).
     explicit GpuRig(const model::SiderNet& init, bool deterministic = true, int accum = 1,
                     model::UpOrder order = model::UpOrder::UpsampleFirst, int fuse = 0,
-                    int bn_row_batch = 1, bool pdl = false, int dw_fused = 0, int pw_custom = 0)
+                    int bn_row_batch = 1, bool pdl = false, int dw_fused = 0, int pw_custom = 0,
+                    bool dw_stats = false)
+        : GpuRig(init, policy(deterministic, bn_row_batch, dw_fused, pw_custom, dw_stats), accum, order, fuse, pdl) {}
+    // With an explicit policy (the switches the parameters above do not name: start from policy(...)).
+    GpuRig(const model::SiderNet& init, const kern::ConvPolicy& conv_policy, int accum, model::UpOrder order, int fuse,
+           bool pdl = false)
         : exec(with_pdl(ctx.exec(), pdl)),
-          net(with_order(init.shape(), order, fuse), exec,
-              policy(deterministic, bn_row_batch, dw_fused, pw_custom)),
+          net(with_order(init.shape(), order, fuse), exec, conv_policy),
           step(net, exec, model::LossConfig{}, optim(), constant_lr(1e-3), accum) {
         const model::NetShape& sh = init.shape();
         const size_t po = slots.reserve(static_cast<size_t>(sh.batch) * sh.height * sh.width, 256, "pixels");
@@ -123,7 +128,8 @@ struct GpuRig {
     }
     // Deterministic engines and no autotuning (as train.deterministic): two rigs then pick the same
     // cuDNN engines and custom kernels, which the bitwise comparison of two rigs needs.
-    static kern::ConvPolicy policy(bool deterministic, int bn_row_batch, int dw_fused, int pw_custom) {
+    static kern::ConvPolicy policy(bool deterministic, int bn_row_batch, int dw_fused, int pw_custom,
+                                   bool dw_stats = false) {
         kern::ConvPolicy p = kern::run_conv_policy(deterministic);
         p.bn_row_batch = bn_row_batch;
         p.dw_fused_bwd = dw_fused >= 1;
@@ -132,6 +138,7 @@ struct GpuRig {
         p.pw_custom = pw_custom >= 1;
         p.pw_stats = pw_custom == 2 || pw_custom == 4;
         p.pw_bn_grad = pw_custom >= 3;
+        p.dw_stats = dw_stats;
         return p;
     }
     static rt::Exec with_pdl(rt::Exec ex, bool pdl) {

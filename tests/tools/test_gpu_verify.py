@@ -372,7 +372,8 @@ class GpuVerifyTest(unittest.TestCase):
                          "bench_variants.json", "bench_all.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
                          "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json", "bench_fuseexpbg.json",
                          "bench_upsrow.json",
-                         "bench_pwcustom.json", "bench_pwstats.json", "bench_pwbngrad.json", "bench_fusedwpw.json",
+                         "bench_pwcustom.json", "bench_pwstats.json", "bench_pwbngrad.json", "bench_pwbnbwd.json", "bench_pwbnboth.json", "bench_dwstats.json",
+                         "bench_fusedwpw.json",
                          "bench_fusedwpwst.json", "bench_dw0.json", "session.log"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
@@ -386,7 +387,7 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"sanitize: rc 1")  # SF_SANITIZER=none: no sanitizer to run
             self.assertIn("] done", log)
             self.assertRegex(log, r"bench --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad "
-                                  r"--bn-row-batch 4 --pdl --upsample-row-loads --pw-stats --pw-bn-grad: rc 0")
+                                  r"--bn-row-batch 4 --pdl --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd: rc 0")
             self.assertRegex(log, r"A/B: ### bench_all.json against bench_variants.json")
             self.assertRegex(log, r"bench --dw-fused-bwd: rc 0")
             self.assertIn("bench --dw-fused-bwd: n128 64x128 c64->64 k3 s1 g64, fused backward runs, "
@@ -406,6 +407,12 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"A/B chain: ### bench_pwstats.json against bench_pwcustom.json")
             self.assertRegex(log, r"bench --pw-bn-grad: rc 0")
             self.assertRegex(log, r"A/B chain: ### bench_pwbngrad.json against bench_pwcustom.json")
+            self.assertRegex(log, r"bench --pw-bn-bwd: rc 0")
+            self.assertRegex(log, r"A/B chain: ### bench_pwbnbwd.json against bench_pwcustom.json")
+            self.assertRegex(log, r"bench --pw-bn-grad --pw-bn-bwd: rc 0")
+            self.assertRegex(log, r"A/B chain: ### bench_pwbnboth.json against bench_pwbngrad.json")
+            self.assertRegex(log, r"bench --dw-stats: rc 0")
+            self.assertRegex(log, r"A/B: ### bench_dwstats.json against bench_variants.json")
             self.assertRegex(log, r"bench --fuse-dw-pw: rc 0")
             self.assertRegex(log, r"A/B: ### bench_fusedwpw.json against bench_variants.json")
             self.assertRegex(log, r"bench --fuse-dw-pw --pw-stats: rc 0")
