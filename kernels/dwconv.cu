@@ -253,17 +253,14 @@ void dwconv3x3_forward_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* 
     SF_CHECK(!rt::overlap(y, out_bytes(pl), x, in_bytes(pl)) && !rt::overlap(y, out_bytes(pl), w, w_bytes(pl)),
              "%s: y must not alias x or w", op);
     check_dw_prologue(op, pro, pl.c, {{y, out_bytes(pl)}});
-    if (stats) {
-        const size_t vb = static_cast<size_t>(pl.c) * sizeof(float);
+    if (stats) {  // the prologue's vectors are read too (empty ranges without one)
+        const DwPrologue np = pro ? *pro : DwPrologue{};
+        const size_t vb = pro ? static_cast<size_t>(pl.c) * sizeof(float) : 0;
         check_bn_stats_out(op, stats, pl.c, static_cast<long long>(pl.n) * pl.p * pl.q, workspace, workspace_floats,
                            dwconv3x3_stats_workspace_floats(s, variant),
-                           {{x, in_bytes(pl), "x"},
-                            {w, w_bytes(pl), "w"},
-                            {y, out_bytes(pl), "y"},
-                            {pro ? pro->gamma : nullptr, pro ? vb : 0, "the prologue gamma"},
-                            {pro ? pro->beta : nullptr, pro ? vb : 0, "the prologue beta"},
-                            {pro ? pro->mean : nullptr, pro ? vb : 0, "the prologue mean"},
-                            {pro ? pro->invstd : nullptr, pro ? vb : 0, "the prologue invstd"}});
+                           {{x, in_bytes(pl), "x"}, {w, w_bytes(pl), "w"}, {y, out_bytes(pl), "y"},
+                            {np.gamma, vb, "the prologue gamma"}, {np.beta, vb, "the prologue beta"},
+                            {np.mean, vb, "the prologue mean"}, {np.invstd, vb, "the prologue invstd"}});
     }
     dw_launch_forward(ex, pl, x, w, y, pro, stats, workspace);
 }

@@ -512,17 +512,14 @@ void pwconv_backward_data_cuda(const rt::Exec& ex, const ConvShape& s, const bf1
         rt::check_device_ptr(op, "workspace", workspace, alignof(float));
         SF_CHECK(workspace_floats >= need, "%s: workspace of %zu floats, need %zu", op, workspace_floats, need);
         // With bnb as well, its BN's input and vectors are read too (checked apart from dx by check_dw_bn_backward
-        // above; apart from the epilogue's outputs and workspace here).
-        const size_t kb = static_cast<size_t>(g.k) * sizeof(float);
+        // above; apart from the epilogue's outputs and workspace here; empty ranges without it), as the fused
+        // depthwise launcher lists them.
+        const DwBnBackward nb = bnb ? *bnb : DwBnBackward{};
+        const size_t kb = bnb ? static_cast<size_t>(g.k) * sizeof(float) : 0;
         check_bn_grad_sums(op, bng, g.n, g.rows, dxb,
-                           {{dy, dyb, "dy"},
-                            {w, wb, "w"},
-                            {bnb ? bnb->x : nullptr, bnb ? dyb : 0, "bnb->x"},
-                            {bnb ? bnb->gamma : nullptr, bnb ? kb : 0, "bnb->gamma"},
-                            {bnb ? bnb->beta : nullptr, bnb ? kb : 0, "bnb->beta"},
-                            {bnb ? bnb->mean : nullptr, bnb ? kb : 0, "bnb->mean"},
-                            {bnb ? bnb->invstd : nullptr, bnb ? kb : 0, "bnb->invstd"},
-                            {bnb ? bnb->coef : nullptr, bnb ? 2 * kb : 0, "bnb->coef"}},
+                           {{dy, dyb, "dy"}, {w, wb, "w"}, {nb.x, bnb ? dyb : 0, "bnb->x"}, {nb.gamma, kb, "bnb->gamma"},
+                            {nb.beta, kb, "bnb->beta"}, {nb.mean, kb, "bnb->mean"}, {nb.invstd, kb, "bnb->invstd"},
+                            {nb.coef, 2 * kb, "bnb->coef"}},
                            {{dx, dxb, "dx"}, {workspace, pb, "the workspace"}});
         if (bnb) check_dw_bn_backward(op, bnb, g.k, dyb, {{workspace, pb}}, "the workspace");
         SF_CHECK(!rt::overlap(workspace, pb, dy, dyb) && !rt::overlap(workspace, pb, w, wb),

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,21 +38,38 @@ model::ConvUse pointwise_use(bool epilogues) {
     return u;
 }
 
-// describe()'s line of the shape after an autotuned prepare with pw_custom (+ pw_stats and pw_bn_grad).
-std::string autotuned_line(const rt::CudaContext& ctx, const model::ConvUse& u, bool epilogue_policy,
-                           bool* bn_grad_runs, bool* stats_runs) {
+// The timing policy of these tests: autotuned, one run per candidate, one cuDNN candidate.
+kern::ConvPolicy autotuned() {
     kern::ConvPolicy p;
     p.autotune = true;
     p.autotune_iters = 1;
     p.max_candidates = 1;
+    return p;
+}
+
+// GpuOps prepared for one shape under a policy, its workspace bound; `lines` is describe(), printed.
+struct Prepared {
+    model::GpuOps ops;
+    std::unique_ptr<sftest::DeviceBuffer> ws;
+    std::vector<std::string> lines;
+    Prepared(const rt::Exec& ex, const kern::ConvPolicy& p, const model::ConvUse& u) : ops(ex, p) {
+        ops.prepare({u});
+        ws = std::make_unique<sftest::DeviceBuffer>(ops.workspace_bytes());
+        ops.bind_workspace(ws->p, ops.workspace_bytes());
+        lines = ops.describe();
+        for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
+    }
+};
+
+// describe()'s line of the shape after an autotuned prepare with pw_custom (+ pw_stats and pw_bn_grad).
+std::string autotuned_line(const rt::CudaContext& ctx, const model::ConvUse& u, bool epilogue_policy,
+                           bool* bn_grad_runs, bool* stats_runs) {
+    kern::ConvPolicy p = autotuned();
     p.pw_custom = true;
     p.pw_stats = p.pw_bn_grad = epilogue_policy;
-    model::GpuOps ops(ctx.exec(), p);
-    ops.prepare({u});
-    sftest::DeviceBuffer ws(ops.workspace_bytes());
-    ops.bind_workspace(ws.p, ops.workspace_bytes());
-    const std::vector<std::string> lines = ops.describe();
-    for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
+    const Prepared pr(ctx.exec(), p, u);
+    const model::GpuOps& ops = pr.ops;
+    const std::vector<std::string>& lines = pr.lines;
     *bn_grad_runs = ops.dgrad_bn_grad_runs(u.shape);
     *stats_runs = ops.conv_forward_stats_runs(u.shape);
     const bool custom = ops.impl_of(u.shape) == model::ConvImpl::CustomPointwise;
@@ -83,17 +101,11 @@ TEST(ModelGpuOpsGpu, PointwiseBnBackwardPrologueTimedAndCredited) {
         u.dgrad_accumulate = true;  // both dgrad modes
         u.bn_bwd_prologue = marked;
         u.bn_bwd_act = marked ? kern::Act::Silu : kern::Act::None;
-        kern::ConvPolicy p;
-        p.autotune = true;
-        p.autotune_iters = 1;
-        p.max_candidates = 1;
+        kern::ConvPolicy p = autotuned();
         p.pw_custom = p.pw_bn_bwd = true;
-        model::GpuOps ops(ctx.exec(), p);
-        ops.prepare({u});
-        sftest::DeviceBuffer ws(ops.workspace_bytes());
-        ops.bind_workspace(ws.p, ops.workspace_bytes());
-        const std::vector<std::string> lines = ops.describe();
-        for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
+        const Prepared pr(ctx.exec(), p, u);
+        const model::GpuOps& ops = pr.ops;
+        const std::vector<std::string>& lines = pr.lines;
         ASSERT_FALSE(lines.empty());
         EXPECT_EQ(lines[0].find("BN passes the custom kernel's epilogues remove") != std::string::npos, marked)
             << lines[0];
@@ -124,17 +136,11 @@ TEST(ModelGpuOpsGpu, DepthwiseStatisticsEpilogueTimedCreditedAndRun) {
             const std::string what = std::string(dw_stats ? "dw_stats" : "no dw_stats") + (prologue ? ", prologue" : "");
             const model::ConvUse u = depthwise_use(prologue);
             const kern::ConvShape& s = u.shape;
-            kern::ConvPolicy p;
-            p.autotune = true;
-            p.autotune_iters = 1;
-            p.max_candidates = 1;
+            kern::ConvPolicy p = autotuned();
             p.dw_stats = dw_stats;
-            model::GpuOps ops(ex, p);
-            ops.prepare({u});
-            sftest::DeviceBuffer cws(ops.workspace_bytes());
-            ops.bind_workspace(cws.p, ops.workspace_bytes());
-            const std::vector<std::string> lines = ops.describe();
-            for (const std::string& l : lines) std::printf("  %s\n", l.c_str());
+            const Prepared pr(ex, p, u);
+            const model::GpuOps& ops = pr.ops;
+            const std::vector<std::string>& lines = pr.lines;
             ASSERT_GE(lines.size(), 2u) << what;
             const std::string& head = lines[0];
             const std::string& variants = lines[1];
