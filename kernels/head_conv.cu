@@ -4,8 +4,9 @@
 // Geometry of both kernels: a block is 32 rows x 8 lanes; lane l owns channels [8l, 8l + 8) of its
 // row (one 128-bit load of 8 bf16; lanes at or past Cin/8 idle), so a warp reads 4 whole 128-byte
 // rows (Cin = 64) and holds that group's weights for all Cout outputs in registers (Cout*8 floats),
-// loaded once per thread. Cout is a template parameter (1..8), so every per-output array is in
-// registers.
+// loaded once per thread. Rows of x and dx lie `pitch` elements apart (a multiple of 8, at least Cin: a
+// head's 64-channel slice of a wider tensor, NetShape::merge_heads). Cout is a template parameter (1..8),
+// so every per-output array is in registers.
 // Forward: per row, each lane forms Cout partial dot products over its 8 channels in fp32 (FMA), a
 // fixed xor-butterfly over the row's 8 lanes adds them, lane k writes y[r, k] = sum + b[k].
 // Backward: one kernel walks each row chunk once: dx[r, group] += sum_k dy[r, k] * w[k, group]
@@ -48,7 +49,7 @@ __device__ __forceinline__ void load_lane_weights(const float* __restrict__ w, i
 // y (rows, K) = x (rows, Cin) w^T + b. Grid forward_blocks x 256, grid-stride over 32-row tiles
 // (the tile loop is block-uniform, so every lane reaches the shuffles).
 template <int K>
-__global__ void head_conv_forward_kernel(size_t rows, int cin, const bfloat* __restrict__ x,
+__global__ void head_conv_forward_kernel(size_t rows, int cin, size_t pitch, const bfloat* __restrict__ x,
                                          const float* __restrict__ w, const float* __restrict__ b,
                                          float* __restrict__ y) {
     rt::pdl_entry();
@@ -63,7 +64,7 @@ __global__ void head_conv_forward_kernel(size_t rows, int cin, const bfloat* __r
         float acc[K] = {};
         if (has && r < rows) {
             float v[8];
-            load8(x + r * cin + 8 * lane, v);
+            load8(x + r * pitch + 8 * lane, v);
 #pragma unroll
             for (int k = 0; k < K; ++k)
 #pragma unroll
@@ -88,7 +89,7 @@ __global__ void head_conv_forward_kernel(size_t rows, int cin, const bfloat* __r
 // dx updated (accumulate false: overwritten, never read); part[k] = this chunk's (dw (K, Cin)
 // row-major, then db (K)).
 template <int K>
-__global__ void head_conv_backward_kernel(size_t rows, int cin, int chunks, const bfloat* __restrict__ x,
+__global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, int chunks, const bfloat* __restrict__ x,
                                           const float* __restrict__ dy, const float* __restrict__ w, bfloat* dx,
                                           float* __restrict__ part, bool accumulate) {
     rt::pdl_entry();
@@ -108,7 +109,7 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, int chunks, cons
             accb[k] += g[k];
         }
         if (!has) continue;
-        const size_t off = r * cin + 8 * lane;
+        const size_t off = r * pitch + 8 * lane;
         float v[8], d[8] = {};
         load8(x + off, v);
         if (accumulate) load8_rw(dx + off, d);  // dx is read and written by this thread only
@@ -189,14 +190,14 @@ template <int K>
 void launch_forward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* w, const float* b,
                     float* y) {
     rt::launch(ex, "head_conv_forward_kernel", head_conv_forward_kernel<K>, pl.forward_blocks, kHeadConvThreads, 0,
-               pl.rows, pl.cin, dev(x), w, b, y);
+               pl.rows, pl.cin, static_cast<size_t>(pl.pitch), dev(x), w, b, y);
 }
 
 template <int K>
 void launch_backward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* dy, const float* w,
                      bf16* dx, float* dw, float* db, float* ws, bool accumulate) {
     rt::launch(ex, "head_conv_backward_kernel", head_conv_backward_kernel<K>, pl.chunks, kHeadConvThreads, 0, pl.rows,
-               pl.cin, pl.chunks, dev(x), dy, w, dev(dx), ws, accumulate);
+               pl.cin, static_cast<size_t>(pl.pitch), pl.chunks, dev(x), dy, w, dev(dx), ws, accumulate);
     const int wn = K * pl.cin;
     rt::launch(ex, "head_conv_finalize_kernel", head_conv_finalize_kernel, pl.finalize_blocks,
                dim3(kFinalizeX, kFinalizeY), 0, wn, wn + K, pl.chunks, ws, dw, db);
@@ -206,16 +207,22 @@ void launch_backward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, 
 
 // ---- launchers ----
 
-HeadConvPlan head_conv_plan(size_t rows, int cin, int cout) {
+HeadConvPlan head_conv_plan(size_t rows, int cin, int cout, int pitch) {
     SF_CHECK(cin >= 8 && cin <= kHeadConvMaxCin && cin % 8 == 0,
              "head_conv: cin must be a multiple of 8 in [8, %d] (one 8-channel group per lane), got cin=%d",
              kHeadConvMaxCin, cin);
     SF_CHECK(cout >= 1 && cout <= kHeadConvMaxCout, "head_conv: cout must lie in [1, %d], got cout=%d",
              kHeadConvMaxCout, cout);
+    if (pitch == 0) pitch = cin;
+    SF_CHECK(pitch >= cin && pitch % 8 == 0,
+             "head_conv: the row pitch of x and dx must be a multiple of 8 (16-byte rows) and at least cin=%d, got "
+             "pitch=%d",
+             cin, pitch);
     HeadConvPlan p;
     p.rows = rows;
     p.cin = cin;
     p.cout = cout;
+    p.pitch = pitch;
     p.groups = cin / 8;
     if (rows == 0) return p;
     const size_t tiles = (rows + kHeadConvRowsPerBlock - 1) / kHeadConvRowsPerBlock;
@@ -228,14 +235,14 @@ HeadConvPlan head_conv_plan(size_t rows, int cin, int cout) {
 }
 
 size_t head_conv_workspace_floats(size_t rows, int cin, int cout) {
-    return head_conv_plan(rows, cin, cout).workspace_floats;
+    return head_conv_plan(rows, cin, cout, 0).workspace_floats;
 }
 
 void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* w,
-                            const float* b, float* y) {
+                            const float* b, float* y, int pitch) {
     const char* op = "head_conv_forward_cuda";
     rt::check_cuda_exec(op, ex);
-    const HeadConvPlan pl = head_conv_plan(rows, cin, cout);
+    const HeadConvPlan pl = head_conv_plan(rows, cin, cout, pitch);
     if (rows == 0) return;
     check_bf16(op, "x", x);
     check_f32(op, "w", w);
@@ -255,10 +262,10 @@ void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, 
 
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                              const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
-                             bool accumulate) {
+                             bool accumulate, int pitch) {
     const char* op = "head_conv_backward_cuda";
     rt::check_cuda_exec(op, ex);
-    const HeadConvPlan pl = head_conv_plan(rows, cin, cout);
+    const HeadConvPlan pl = head_conv_plan(rows, cin, cout, pitch);
     if (rows == 0) return;
     check_bf16(op, "x", x);
     check_bf16(op, "dx", dx);

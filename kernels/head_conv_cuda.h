@@ -8,10 +8,13 @@
 //   forward:  y[r, k] = b[k] + sum_j x[r, j] * w[k, j]                     (y overwritten)
 //   backward: dx[r, j] += sum_k dy[r, k] * w[k, j]   (bf16)
 //             dw[k, j] += sum_r dy[r, k] * x[r, j],  db[k] += sum_r dy[r, k]   (fp32, deterministic)
+// x and dx may be a Cin-channel slice of wider rows: `pitch` elements from one row's start to the next
+// (0: Cin), so that a head reads and writes its 64 channels of the four heads' merged conv1 output
+// (NetShape::merge_heads) in place.
 // Preconditions (rt::Error naming the value): CUDA Exec; Cin a multiple of 8 in [8, 64]; Cout in
-// [1, 8]; x and dx 16-byte aligned; w, b, y, dy, dw, db, ws non-null and 4-byte aligned; dx not
-// aliasing x; workspace at least head_conv_workspace_floats. rows == 0 is a no-op. Launchers
-// enqueue on ex.stream, never allocate and never synchronise (CUDA-graph capturable).
+// [1, 8]; pitch 0 or a multiple of 8 >= Cin; x and dx 16-byte aligned; w, b, y, dy, dw, db, ws non-null and 4-byte
+// aligned; dx not aliasing x; workspace at least head_conv_workspace_floats. rows == 0 is a no-op. Launchers enqueue on
+// ex.stream, never allocate and never synchronise (CUDA-graph capturable).
 #pragma once
 #include <cstddef>
 
@@ -32,6 +35,7 @@ constexpr int kHeadConvChunks = 1024;        // most row chunks of the backward 
 struct HeadConvPlan {
     size_t rows = 0;
     int cin = 0, cout = 0;
+    int pitch = 0;                // elements between rows of x and dx (Cin when asked for 0)
     int groups = 0;               // Cin / 8
     int forward_blocks = 0;       // min(ceil(rows / 32), kHeadConvMaxBlocks); 0 when rows == 0
     int chunks = 0;               // backward blocks: min(ceil(rows / 32), kHeadConvChunks), row chunks
@@ -39,21 +43,23 @@ struct HeadConvPlan {
     size_t workspace_floats = 0;  // chunks * (Cout*Cin + Cout): per-chunk partial dw then db
 };
 
-// Throws rt::Error for Cin not a multiple of 8 in [8, 64] (naming cin) or Cout outside [1, 8]
-// (naming cout). rows == 0 gives an empty plan.
-HeadConvPlan head_conv_plan(size_t rows, int cin, int cout);
+// Throws rt::Error for Cin not a multiple of 8 in [8, 64] (naming cin), Cout outside [1, 8] (naming
+// cout) or a pitch below Cin or not a multiple of 8 (naming pitch). rows == 0 gives an empty plan.
+HeadConvPlan head_conv_plan(size_t rows, int cin, int cout, int pitch = 0);
 
-// x (rows, Cin) bf16; w (Cout, Cin) fp32 master weights; b (Cout) fp32; y (rows, Cout) fp32 overwritten.
+// x (rows, Cin; rows pitch apart) bf16; w (Cout, Cin) fp32 master weights; b (Cout) fp32; y (rows, Cout)
+// fp32 overwritten.
 void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* w,
-                            const float* b, float* y);
+                            const float* b, float* y, int pitch = 0);
 
 // fp32 scratch the backward needs (no initialisation): head_conv_plan(rows, cin, cout).workspace_floats.
 size_t head_conv_workspace_floats(size_t rows, int cin, int cout);
 
 // x (rows, Cin) bf16 (the forward input); dy (rows, Cout) fp32; w (Cout, Cin) fp32;
 // dx (rows, Cin) bf16 += (accumulate = false: overwritten, never read); dw (Cout, Cin) +=; db (Cout) +=.
+// x and dx rows pitch apart (the channels between the slices untouched).
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                              const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
-                             bool accumulate = true);
+                             bool accumulate = true, int pitch = 0);
 
 }  // namespace kern

@@ -1,5 +1,9 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
 #include "kernels/adamw_cuda.h"
 #include "model/device_util.h"
 #include "model/train_step_cuda.h"
@@ -14,6 +18,19 @@ __global__ void increment_kernel(int64_t* __restrict__ c, size_t n) {
     rt::pdl_entry();
     for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x)
         c[i] += 1;
+}
+struct CopySegments {
+    CopySegment seg[kMaxCopySegments];
+};
+// Block row y copies segment y, grid-stride over its words.
+__global__ void copy_segments_kernel(CopySegments s) {
+    rt::pdl_entry();
+    const CopySegment& g = s.seg[blockIdx.y];
+    const auto* __restrict__ src = static_cast<const uint32_t*>(g.src);
+    auto* __restrict__ dst = static_cast<uint32_t*>(g.dst);
+    for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < g.words;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        dst[i] = src[i];
 }
 // model::warmup_cosine_lr on the device (same double expression).
 __global__ void warmup_cosine_kernel(double base, double eta_min, int64_t warmup, int64_t total,
@@ -90,6 +107,42 @@ void increment_counters_cuda(const rt::Exec& ex, int64_t* counters, size_t n) {
     SF_CHECK(counters != nullptr, "increment_counters_cuda: null counters");
     const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
     rt::launch(ex, "increment_kernel", increment_kernel, blocks, 256, 0, counters, n);
+}
+
+void copy_segments_cuda(const rt::Exec& ex, const CopySegment* segs, int n) {
+    const char* op = "copy_segments_cuda";
+    SF_CHECK(ex.is_cuda(), "%s needs a CUDA Exec", op);
+    SF_CHECK(n >= 0 && n <= kMaxCopySegments, "%s: %d segments, at most %d per launch", op, n, kMaxCopySegments);
+    CopySegments s;
+    int used = 0;
+    size_t most = 0;
+    auto range = [](const void* p, size_t words) {
+        const auto a = reinterpret_cast<uintptr_t>(p);
+        return std::make_pair(a, a + 4 * words);
+    };
+    for (int i = 0; i < n; ++i) {
+        const CopySegment& g = segs[i];
+        if (g.words == 0) continue;
+        SF_CHECK(g.src && g.dst && reinterpret_cast<uintptr_t>(g.src) % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(g.dst) % 4 == 0,
+                 "%s: segment %d needs non-null, 4-byte aligned src and dst (got %p -> %p)", op, i, g.src, g.dst);
+        const auto d = range(g.dst, g.words);
+        for (int j = 0; j < n; ++j) {
+            if (segs[j].words == 0) continue;
+            for (const void* q : {segs[j].src, static_cast<const void*>(segs[j].dst)}) {
+                if (j == i && q == g.dst) continue;
+                const auto r = range(q, segs[j].words);
+                SF_CHECK(d.second <= r.first || r.second <= d.first,
+                         "%s: segment %d's destination overlaps segment %d's %s", op, i, j,
+                         q == segs[j].src ? "source" : "destination");
+            }
+        }
+        s.seg[used++] = g;
+        most = std::max(most, g.words);
+    }
+    if (used == 0) return;
+    const unsigned bx = static_cast<unsigned>(std::min<size_t>((most + 255) / 256, 64));
+    rt::launch(ex, "copy_segments_kernel", copy_segments_kernel, dim3(bx, static_cast<unsigned>(used)), 256, 0, s);
 }
 
 }  // namespace model

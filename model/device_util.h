@@ -17,6 +17,19 @@ void zero_device_async(const rt::Exec& ex, void* p, size_t bytes);
 // counters[i] += 1 for i < n (every BatchNorm's num_batches_tracked after a train forward).
 void increment_counters_cuda(const rt::Exec& ex, int64_t* counters, size_t n);
 
+// One range of copy_segments_cuda: `words` 32-bit words from src to dst.
+struct CopySegment {
+    const void* src = nullptr;
+    void* dst = nullptr;
+    size_t words = 0;
+};
+constexpr int kMaxCopySegments = 32;
+// Copies n <= kMaxCopySegments ranges in one launch (the merged heads' gathers of the four heads' parameters
+// and scatters of their gradients and running statistics, NetShape::merge_heads). Every src and dst a
+// non-null, 4-byte aligned device pointer; no destination may overlap another segment's source or
+// destination (rt::Error naming the segment). Segments of 0 words are skipped; n == 0 launches nothing.
+void copy_segments_cuda(const rt::Exec& ex, const CopySegment* segs, int n);
+
 // state->lr for the coming optimizer step from the steps attempted so far (state->step +
 // state->skipped), exactly model::sgdr_lr (epoch = attempted / steps_per_epoch, written to
 // *epoch_scratch) or model::warmup_cosine_lr (step = attempted). One tiny launch.

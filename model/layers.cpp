@@ -48,13 +48,17 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
     use.bn_applied_by_consumer = apply_in_consumer;
     use.input_bn_prologue = prologue != nullptr;
     p.layer(use);
-    weight = p.param(name + ".conv.weight", {cout, in.c / groups, k, k}, true);
-    if (with_bias) bias = p.param(name + ".conv.bias", {cout}, false);
-    gamma = p.param(name + ".bn.weight", {cout}, false);
-    beta = p.param(name + ".bn.bias", {cout}, false);
-    running_mean = p.buffer(name + ".bn.running_mean", {cout});
-    running_var = p.buffer(name + ".bn.running_var", {cout});
-    num_batches_tracked = p.counter(name + ".bn.num_batches_tracked");
+    SF_CHECK(!external_params || !kIsCpu<T>, "%s: only a CUDA layer takes its parameters from its caller",
+             name.c_str());
+    if (!external_params) {
+        weight = p.param(name + ".conv.weight", {cout, in.c / groups, k, k}, true);
+        if (with_bias) bias = p.param(name + ".conv.bias", {cout}, false);
+        gamma = p.param(name + ".bn.weight", {cout}, false);
+        beta = p.param(name + ".bn.bias", {cout}, false);
+        running_mean = p.buffer(name + ".bn.running_mean", {cout});
+        running_var = p.buffer(name + ".bn.running_var", {cout});
+        num_batches_tracked = p.counter(name + ".bn.num_batches_tracked");
+    }
     save_mean = p.scratch(static_cast<size_t>(cout), "bn mean");
     save_invstd = p.scratch(static_cast<size_t>(cout), "bn invstd");
     // conv.g lives only inside backward() (BN backward writes it, the conv's backward reads it);
@@ -310,7 +314,12 @@ void Conv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& i
     cs.validate();
     fwd_scope = name + " fwd";
     bwd_scope = name + " bwd";
-    p.layer({name, cs, false, kern::Act::None, true});
+    LayerUse use{name, cs, false, kern::Act::None, true};
+    // A slice of the merged heads' output: MergedHeads::backward writes the four slices of that gradient as
+    // one op, which the trace records in the last head's scope only; the op is the gradient's first write,
+    // so every slice overwrites (the cost model's input-gradient mode for the heads without the record).
+    if (in_pitch != 0) use.input_grad_accumulates = false;
+    p.layer(use);
     weight = p.param(name + ".weight", {cout, in.c, 1, 1}, true);
     bias = p.param(name + ".bias", {cout}, false);
     out = p.act<float>(cs.out(), "head logits");
@@ -326,7 +335,7 @@ void Conv<T>::forward(const rt::Exec& ex, const ActT<T>& x) const {
     if constexpr (kIsCpu<T>)
         kern::conv_forward(ex, cs, x.v, weight.w, bias.w, out.v);
     else
-        kern::head_conv_forward_cuda(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, weight.w, bias.w, out.v);
+        kern::head_conv_forward_cuda(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, weight.w, bias.w, out.v, in_pitch);
 }
 
 template <class T>
@@ -336,6 +345,8 @@ void Conv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         ops::conv_backward_data(ex, cs, out.g, weight.w, x.g);
         ops::conv_backward_filter(ex, cs, x.v, out.g, weight.g, bias.g);
     } else {
+        SF_CHECK(in_pitch == 0, "%s: a slice of the merged heads' output runs its backward through MergedHeads",
+                 bwd_scope.c_str());
         ops::head_conv_backward(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, out.g, weight.w, x.g, weight.g, bias.g, ws,
                                 ws_floats);
     }

@@ -65,6 +65,10 @@ struct ConvBN {
     const ConvBN* grad_sums_by = nullptr;
     const ConvBN* grad_sums_of = nullptr;
     float* bn_coef = nullptr;
+    // Set before declare(): the caller binds weight, bias, gamma, beta and the running statistics after each
+    // declare() (CUDA: the merged heads' conv1, whose parameters are copies of four layers'; MergedHeads) and
+    // declare() asks the planner for none of them (nor a counter: the CUDA network counts every BN at once).
+    bool external_params = false;
     Param weight, bias, gamma, beta;
     float* running_mean = nullptr;
     float* running_var = nullptr;
@@ -124,6 +128,9 @@ struct Conv {
     float* ws = nullptr;
     size_t ws_floats = 0;
     ActT<float> out;
+    // CUDA: elements between the input's rows (0: Cin): a head's slice of the merged conv1 output
+    // (NetShape::merge_heads, MergedHeads). Its backward then runs through MergedHeads, one op for the four.
+    int in_pitch = 0;
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout);
     void forward(const rt::Exec& ex, const ActT<T>& x) const;

@@ -251,11 +251,20 @@ void SiderNetT<T>::declare(Planner& p) {
     p.op_use({kFpnUp[2], OpUse::Kind::Upsample, fpn_shape(1), 2});
     fpn_.fuse4.declare(p, "lite_fpn.fuse_1_4", fpn_shape(0));
 
-    // Dual head: four independent heads on Hf.
-    for (int h = 0; h < 4; ++h) {
+    // Dual head: four independent heads on Hf (CUDA with merge_heads: their conv1 as one layer, each conv2 on
+    // its slice of that layer's output).
+    merged_heads_ = s.merge_heads && !kIsCpu<T>;
+    if (merged_heads_) merged_.declare(p, fpn_.out().shape, kHeadMid);
+    for (int h = 0; h < kHeads; ++h) {
         const std::string name = std::string("dual_head.") + kHeadNames[h];
-        heads_[h].conv1.declare(p, name + ".conv1", fpn_.out().shape, kHeadMid, 3, 1, 1, kern::Act::Relu, true);
-        heads_[h].conv2.declare(p, name + ".conv2", heads_[h].conv1.out.shape, kHeadChannels[h]);
+        if (merged_heads_)
+            merged_.declare_head(p, h, name + ".conv1");
+        else
+            heads_[h].conv1.declare(p, name + ".conv1", fpn_.out().shape, kHeadMid, 3, 1, 1, kern::Act::Relu, true);
+        kern::Shape4 mid = fpn_.out().shape;
+        mid.c = kHeadMid;
+        heads_[h].conv2.in_pitch = merged_heads_ ? kHeads * kHeadMid : 0;
+        heads_[h].conv2.declare(p, name + ".conv2", mid, kHeadChannels[h]);
     }
 }
 
@@ -287,9 +296,14 @@ void SiderNetT<T>::forward(const rt::Exec& ex, bool train) {
     fpn_upsample_forward(ex, 2, fpn_.fuse8.smooth.out, fpn_.up_p3);
     fpn_.fuse4.forward(ex, fpn_.lateral[0].out, fpn_.up_p3, train);
     // Heads
-    for (const Head<T>& h : heads_) {
-        h.conv1.forward(ex, fpn_.out(), train);
-        h.conv2.forward(ex, h.conv1.out);
+    if (merged_heads_) {
+        merged_.forward(ex, fpn_.out(), train);
+        for (int h = 0; h < kHeads; ++h) heads_[h].conv2.forward(ex, merged_.slice(h));
+    } else {
+        for (const Head<T>& h : heads_) {
+            h.conv1.forward(ex, fpn_.out(), train);
+            h.conv2.forward(ex, h.conv1.out);
+        }
     }
     // CUDA: every BatchNorm's num_batches_tracked advances in one launch (the CPU layers count
     // their own).
@@ -301,9 +315,13 @@ template <class T>
 void SiderNetT<T>::backward(const rt::Exec& ex) {
     GradTape::Active tape(plan_.tape());  // replays the traced overwrite/accumulate flags
     const bool row_loads = ops_ && ops_->upsample_row_loads();
-    for (int i = 3; i >= 0; --i) {
-        heads_[i].conv2.backward(ex, heads_[i].conv1.out);
-        heads_[i].conv1.backward(ex, fpn_.out());
+    if (merged_heads_) {
+        merged_.backward(ex, fpn_.out(), heads_);
+    } else {
+        for (int i = kHeads - 1; i >= 0; --i) {
+            heads_[i].conv2.backward(ex, heads_[i].conv1.out);
+            heads_[i].conv1.backward(ex, fpn_.out());
+        }
     }
     fpn_.fuse4.backward(ex, fpn_.lateral[0].out, fpn_.up_p3);
     fpn_upsample_backward(ex, 2, fpn_.fuse8.smooth.out, fpn_.up_p3, row_loads);
@@ -436,8 +454,9 @@ std::vector<LayerOutput<T>> SiderNetT<T>::layer_outputs() const {
     for (int level = 3; level >= 0; --level) collect_layers(v, fpn_.lateral[level]);
     collect_layers(v, fpn_.smooth_p5);
     for (const WeightedFuse<T>* f : {&fpn_.fuse16, &fpn_.fuse8, &fpn_.fuse4}) collect_layers(v, f->smooth);
+    if (merged_heads_) collect_layers(v, merged_.conv1);  // "dual_head.conv1": the four heads' channels
     for (const Head<T>& h : heads_) {
-        collect_layers(v, h.conv1);
+        if (!merged_heads_) collect_layers(v, h.conv1);
         collect_layers(v, h.conv2);
     }
     return v;

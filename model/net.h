@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/heads.h"
 #include "model/layers.h"
 #include "model/loss.h"
 #include "model/up_order.h"
@@ -33,6 +34,10 @@ struct NetShape {
     // activation is never stored (model.fuse_dw_pw). Same parameters and checkpoints; the 1x1 conv's
     // forward and wgrad always run the project's kernel. The CPU reference ignores it.
     bool fuse_dw_pw = false;
+    // CUDA only: the four heads' conv1 (3x3 128 -> 64 on Hf, bias, BN, ReLU) as one 128 -> 256 ConvBN
+    // (model.merge_heads; model/heads.h, MergedHeads). Same parameters and checkpoints; the CPU reference
+    // ignores it.
+    bool merge_heads = false;
     void validate() const;  // throws naming the offending value
     // validate() and: train-mode BatchNorm has >= 2 values per channel at the coarsest level.
     void validate_for_training() const;
@@ -82,12 +87,6 @@ struct LiteFpn {
     ActT<T> up_p5, up_p4, up_p3;  // Up2 of P5s, P4td, P3td
     WeightedFuse<T> fuse16, fuse8, fuse4;
     const ActT<T>& out() const { return fuse4.smooth.out; }
-};
-
-template <class T>
-struct Head {
-    ConvBN<T> conv1;  // 3x3 128 -> 64, bias, BN, ReLU
-    Conv<T> conv2;    // 1x1 64 -> c, bias; fp32 logits
 };
 
 // A layer's output for per-layer diagnostics. name is the layer's parameter prefix (its profiling
@@ -167,7 +166,10 @@ private:
     DSConv<T> t2_down_, t3_new_, t4_new_;
     Stage<T> stage2_, stage3_, stage4_;
     LiteFpn<T> fpn_;
-    Head<T> heads_[4];  // heatmap_gap, heatmap_piece, offset, angle
+    Head<T> heads_[kHeads];  // heatmap_gap, heatmap_piece, offset, angle
+    // NetShape::merge_heads on CUDA: the heads' conv1 merged (heads_[h].conv1 then unused).
+    bool merged_heads_ = false;
+    MergedHeads<T> merged_;
 };
 
 using SiderNet = SiderNetT<float>;

@@ -13,7 +13,8 @@
 #             checkpoints on its validation split with running and with batch BatchNorm statistics)
 #   then      with the GPU to itself and the time left: `bench step --layers` at batch 128 (the
 #             depthwise variants' times; issue "GPU speed"), the same step with every switch built since
-#             the H200 run at once (bench_all), with `--dw-fused-bwd` (the
+#             the H200 run at once (bench_all), with `--merge-heads` (the four heads' conv1 as one
+#             128 -> 256 ConvBN), with `--dw-fused-bwd` (the
 #             stride-1 depthwise dgrad + wgrad in one kernel) and `--dw-fused-bwd-bn` (with the depthwise
 #             ConvBN's BN backward dx inside it), with `--bn-row-batch 4`
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
@@ -132,7 +133,10 @@ if [ "$(left)" -gt 60 ]; then
   # Every switch built since the H200 run at once (OPTIMIZATION_LOG entries 11-24), first, so that the
   # deadline never cuts it: what the step runs if they all pay (the A/Bs below say which of them do).
   ab bench_all --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad --bn-row-batch 4 --pdl \
-    --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd
+    --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd --merge-heads
+  pack
+  # The four heads' conv1 as one 3x3 128 -> 256 ConvBN (entry 25): against the per-layer run.
+  ab bench_mergeheads --merge-heads
   pack
   # The stride-1 depthwise dgrad + wgrad fused (one pass over dy and x): the fused kernel's time per shape
   # (its variants lines) beside the separate passes'.
@@ -202,7 +206,7 @@ if [ "$(left)" -gt 60 ]; then
   ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_all bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
+  for f in bench_all bench_mergeheads bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
            bench_pwcustom bench_pwstats bench_pwbngrad bench_pwbnbwd bench_pwbnboth bench_dwstats bench_fusedwpw \
            bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then

@@ -450,6 +450,13 @@ TEST(KernelsHeadConvLaunch, BadArgumentsRejected) {
     SF_EXPECT_ERROR(kern::head_conv_plan(10, 128, 1), "cin=128", "[8, 64]");
     SF_EXPECT_ERROR(kern::head_conv_plan(10, 0, 1), "cin=0");
     SF_EXPECT_ERROR(kern::head_conv_workspace_floats(10, 64, 9), "cout=9");
+    // A slice of wider rows: the pitch a multiple of 8, at least cin (0: cin).
+    EXPECT_EQ(kern::head_conv_plan(10, 64, 1).pitch, 64);
+    EXPECT_EQ(kern::head_conv_plan(10, 64, 1, 256).pitch, 256);
+    EXPECT_EQ(kern::head_conv_plan(10, 64, 1, 256).workspace_floats, kern::head_conv_plan(10, 64, 1).workspace_floats);
+    SF_EXPECT_ERROR(kern::head_conv_plan(10, 64, 1, 32), "pitch=32", "at least cin=64");
+    SF_EXPECT_ERROR(kern::head_conv_plan(10, 64, 1, 68), "pitch=68", "multiple of 8");
+    SF_EXPECT_ERROR(kern::head_conv_plan(10, 64, 1, -8), "pitch=-8");
 
     const rt::Exec cuda = cuda_exec();
     bf16* x = fake<bf16>(0x10000);
@@ -468,6 +475,9 @@ TEST(KernelsHeadConvLaunch, BadArgumentsRejected) {
     SF_EXPECT_ERROR(kern::head_conv_forward_cuda(rt::Exec::cpu(), rows, 64, 2, x, w, b, y), fwd, "cpu");
     SF_EXPECT_ERROR(kern::head_conv_forward_cuda(cuda, rows, 64, 9, x, w, b, y), "cout=9");
     SF_EXPECT_ERROR(kern::head_conv_forward_cuda(cuda, rows, 60, 2, x, w, b, y), "cin=60");
+    SF_EXPECT_ERROR(kern::head_conv_forward_cuda(cuda, rows, 64, 2, x, w, b, y, 60), "pitch=60");
+    SF_EXPECT_ERROR(kern::head_conv_backward_cuda(cuda, rows, 64, 2, x, dy, w, dx, dw, db, ws, wsn, false, 70),
+                    "pitch=70");
     SF_EXPECT_ERROR(kern::head_conv_forward_cuda(cuda, rows, 64, 2, fake<bf16>(0x10008), w, b, y), fwd, "x must be",
                     "16-byte");
     SF_EXPECT_ERROR(kern::head_conv_forward_cuda(cuda, rows, 64, 2, x, nullptr, b, y), "w must be");

@@ -191,6 +191,82 @@ TEST(PlanCommand, FuseDwPwStoresNoDepthwiseActivation) {
                     "--backend cpu");
 }
 
+// --merge-heads: the four heads' conv1 (3x3 128 -> 64 with bias, all reading Hf) as one 128 -> 256 layer
+// named dual_head.conv1 whose backward-data is Hf's gradient's first write (overwrite); the parameter
+// table unchanged (the merged layer gathers copies of the heads' own), the activations larger by exactly
+// those copies (bf16 weight, fp32 weight gradient, eight 256-vectors), the same 4 conv2 layers.
+TEST(PlanCommand, MergeHeadsPlansOneConvForTheFourHeads) {
+    const std::vector<std::string> base = {"--height", "128", "--width", "256", "--batch", "4"};
+    std::vector<std::string> with = base;
+    with.push_back("--merge-heads");
+    const nlohmann::json plain = tools::plan_json(parse(base)), d = tools::plan_json(parse(with));
+    EXPECT_EQ(d["shape"]["merge_heads"], true);
+    EXPECT_EQ(plain["shape"]["merge_heads"], false);
+    EXPECT_NE(tools::plan_text(d).find("the heads' conv1 merged"), std::string::npos);
+    model::NetShape s{4, 2, 128, 256};
+    const model::SiderNetCuda four(s, model::DryRun{});
+    s.merge_heads = true;
+    const model::SiderNetCuda one(s, model::DryRun{});
+    const model::ParamTable& ta = four.table();
+    const model::ParamTable& tb = one.table();
+    ASSERT_EQ(ta.params.size(), tb.params.size());
+    for (size_t i = 0; i < ta.params.size(); ++i) {
+        EXPECT_EQ(ta.params[i].name, tb.params[i].name);
+        EXPECT_EQ(ta.params[i].offset, tb.params[i].offset);
+        EXPECT_EQ(ta.params[i].torch_shape, tb.params[i].torch_shape);
+    }
+    ASSERT_EQ(ta.buffers.size(), tb.buffers.size());
+    for (size_t i = 0; i < ta.buffers.size(); ++i) {
+        EXPECT_EQ(ta.buffers[i].name, tb.buffers[i].name);
+        EXPECT_EQ(ta.buffers[i].offset, tb.buffers[i].offset);
+    }
+    int heads_conv1 = 0, merged = 0, conv2 = 0;
+    for (const model::LayerUse& l : one.plan().layers()) {
+        if (l.name.rfind("dual_head.", 0) == 0 && l.name.find(".conv2") != std::string::npos) {
+            ++conv2;  // each writes its slice of the merged gradient once: no read-add in the cost model
+            EXPECT_FALSE(l.input_grad_accumulates) << l.name;
+        }
+        const bool head = l.name.rfind("dual_head.", 0) == 0 && l.name.size() > 6 &&
+                          l.name.compare(l.name.size() - 6, 6, ".conv1") == 0;
+        if (head && l.name != "dual_head.conv1") ++heads_conv1;
+        if (l.name == "dual_head.conv1") {
+            ++merged;
+            EXPECT_EQ(l.shape.cin, 128);
+            EXPECT_EQ(l.shape.cout, 256);
+            EXPECT_EQ(l.shape.k, 3);
+            EXPECT_TRUE(l.shape.bias);
+            EXPECT_FALSE(l.input_grad_accumulates);  // Hf's gradient: written once, by this layer
+        }
+    }
+    EXPECT_EQ(heads_conv1, 0);
+    EXPECT_EQ(merged, 1);
+    EXPECT_EQ(conv2, 4);
+    int convs_256 = 0, convs_64 = 0;
+    for (const model::ConvUse& u : one.plan().convs()) {
+        if (u.shape.k != 3 || u.shape.cin != 128 || !u.shape.bias) continue;
+        convs_256 += u.shape.cout == 256;
+        convs_64 += u.shape.cout == 64;
+        if (u.shape.cout == 256) {
+            EXPECT_TRUE(u.needs_overwrite() && !u.needs_accumulate());
+        }
+    }
+    EXPECT_EQ(convs_256, 1);
+    EXPECT_EQ(convs_64, 0);
+    // The weight's fp32 gradient and bf16 copy; bias, gamma, beta and their gradients, the running statistics.
+    const size_t wn = 256 * 9 * 128, copies = wn * 4 + wn * 2 + 8 * 256 * 4;
+    const auto act = [](const nlohmann::json& j) { return j["regions"]["activations"]["bytes"].get<size_t>(); };
+    EXPECT_EQ(act(d), act(plain) + copies);
+    // The CPU reference network ignores the switch; the plan command refuses it there.
+    const model::SiderNet cpu(s, model::DryRun{});
+    int cpu_heads = 0;
+    for (const model::LayerUse& l : cpu.plan().layers())
+        cpu_heads += l.name.find(".conv1") != std::string::npos && l.name.rfind("dual_head.", 0) == 0;
+    EXPECT_EQ(cpu_heads, 4);
+    bool help = false;
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--backend", "cpu", "--merge-heads"}, &help), "--merge-heads",
+                    "--backend cpu");
+}
+
 TEST(PlanCommand, BadArgumentsAreNamed) {
     bool help = false;
     SF_EXPECT_ERROR(tools::parse_plan_args({"--batch", "0"}, &help), "--batch", "positive integer", "'0'");

@@ -48,7 +48,7 @@ const char* kBenchUsage =
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw]\n"
-    "                                [--no-dw-variants]\n"
+    "                                [--merge-heads] [--no-dw-variants]\n"
     "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
     "                                [--dw-fused-bn-grad] [--upsample-row-loads] [--pw-custom] [--pw-stats]\n"
     "                                [--pw-bn-grad] [--dw-stats] [--pw-bn-bwd]\n"
@@ -62,6 +62,8 @@ const char* kBenchUsage =
     "           --fuse-expand-dw: the fused LiteBlock (model.fuse_expand_dw; docs/GPU_STEP.md)\n"
     "           --fuse-dw-pw: each depthwise ConvBN's BN + SiLU applied inside the following 1x1 conv's loads\n"
     "           (model.fuse_dw_pw; the depthwise activation never stored; docs/GPU_STEP.md)\n"
+    "           --merge-heads: the four heads' conv1 (3x3 128 -> 64 each, all on Hf) as one 128 -> 256 ConvBN\n"
+    "           (model.merge_heads; the same parameters; docs/GPU_STEP.md)\n"
     "           --no-dw-variants: the custom depthwise kernels in variant 0 only, not the fastest of\n"
     "           their bitwise-equal variants (the step-level A/B of docs/KERNELS_DWCONV.md's variants)\n"
     "           --bn-row-batch N: rows per loop turn of the BatchNorm + activation kernels (1, the default,\n"
@@ -333,6 +335,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
         }
         if (s == "--fuse-expand-dw" || s == "--fuse-dw-pw") {
             (s == "--fuse-expand-dw" ? o.fuse_expand_dw : o.fuse_dw_pw) = true;
+            continue;
+        }
+        if (s == "--merge-heads") {
+            o.merge_heads = true;
             continue;
         }
         if (s == "--no-dw-variants") {

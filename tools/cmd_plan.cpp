@@ -18,7 +18,8 @@ namespace tools {
 
 const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
-           "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw] [--json FILE]\n"
+           "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw] [--merge-heads]\n"
+           "                      [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]\n"
            "                       [--fusion-graphs [--time]]]\n"
            "                      [--roofline [--device NAME] [--ceilings FILE] [--peak-tflops T] [--peak-gbps G]]\n"
@@ -38,6 +39,7 @@ const char* plan_usage() {
            "  --up-order: the fusion up paths' order (model.fusion_up_order, docs/MODEL.md)\n"
            "  --fuse-expand-dw: the fused LiteBlock (model.fuse_expand_dw, CUDA only; docs/GPU_STEP.md)\n"
            "  --fuse-dw-pw: depthwise BN + SiLU inside the following 1x1 conv (model.fuse_dw_pw, CUDA only)\n"
+           "  --merge-heads: the four heads' conv1 as one 128 -> 256 ConvBN (model.merge_heads, CUDA only)\n"
            "  --roofline: the training step's modelled floor (bytes and FLOPs of every pass, by class and by pass)\n"
            "  at the peaks of --device NAME (datasheet table, default \"H100 SXM\"), or of a `bench ceilings --json`\n"
            "  FILE measured on the GPU, or --peak-tflops/--peak-gbps; no GPU needed (docs/BENCH.md)\n"
@@ -60,6 +62,10 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
         }
         if (s == "--roofline" || s == "--time") {
             (s == "--roofline" ? a.roofline : a.fusion_time) = true;
+            continue;
+        }
+        if (s == "--merge-heads") {
+            a.merge_heads = true;
             continue;
         }
         if (s == "--fuse-expand-dw" || s == "--fuse-dw-pw" || s == "--fusion-graphs") {
@@ -101,6 +107,9 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
     SF_CHECK(!a.fuse_expand_dw || a.cuda, "plan: --fuse-expand-dw fuses CUDA kernels; the CPU reference has no such "
              "variant (it does not go with --backend cpu)");
     SF_CHECK(!a.fuse_dw_pw || a.cuda, "plan: --fuse-dw-pw fuses CUDA kernels; the CPU reference has no such "
+             "variant (it does not go with --backend cpu)");
+    SF_CHECK(!a.merge_heads || a.cuda,
+             "plan: --merge-heads merges CUDA layers; the CPU reference has no such "
              "variant (it does not go with --backend cpu)");
     SF_CHECK(a.roofline || !peaks_given, "plan: --device, --ceilings, --peak-tflops and --peak-gbps set the peaks of "
              "--roofline: give --roofline too");

@@ -52,6 +52,9 @@ struct ModelSection {
     // (LiteBlock project, DSConv pointwise), the depthwise activation never stored
     // (model::NetShape::fuse_dw_pw). The CPU backend ignores it.
     bool fuse_dw_pw = false;
+    // slidefuse, CUDA only: the four heads' conv1 as one 3x3 128 -> 256 ConvBN (model::NetShape::merge_heads;
+    // the same parameters and checkpoints). The CPU backend ignores it.
+    bool merge_heads = false;
 };
 
 struct OptimizerSection {

@@ -40,6 +40,7 @@ void read_model(Section s, ModelSection& m) {
                               {"conv_first", UpOrderSetting::ConvFirst}});
     s.boolean("fuse_expand_dw", m.fuse_expand_dw);
     s.boolean("fuse_dw_pw", m.fuse_dw_pw);
+    s.boolean("merge_heads", m.merge_heads);
     s.ignore("model_path");
     s.finish();
 }

@@ -8,9 +8,12 @@
 //     non-zero; two runs bitwise identical.
 // Shapes: the model's heads (rows = N*64*128, Cin 64, Cout 1/2/4), a large batch (the backward's
 // chunk cap), and small ones (Cin 8, 24; Cout 3, 5, 8; rows fewer than a block).
+// A slice of wider rows (pitch > Cin, NetShape::merge_heads): the same bits as the contiguous run, the
+// other channels of x's and dx's rows untouched (bad pitches: tests/kernels_eltwise_cuda_launch_test.cpp).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -153,6 +156,56 @@ Outputs run_gpu(const rt::CudaContext& ctx, const Inputs& in) {
     return o;
 }
 
+// run_gpu on a Cin-channel slice at channel `at` of rows `pitch` wide: x's and dx's other channels hold
+// values of their own (dx's: sentinels), which must come back unchanged (foreign_intact).
+Outputs run_gpu_pitched(const rt::CudaContext& ctx, const Inputs& in, int pitch, int at, bool accumulate,
+                        bool* foreign_intact) {
+    const size_t nx = in.rows * in.cin, ny = in.rows * in.cout, nw = static_cast<size_t>(in.cout) * in.cin;
+    const size_t nxw = in.rows * static_cast<size_t>(pitch);
+    const size_t wsn = kern::head_conv_workspace_floats(in.rows, in.cin, in.cout);
+    std::vector<float> xw = values(sftest::random_uniform(nxw, 4242, 0, 3), true), dxw(nxw, kSentinel);
+    for (size_t r = 0; r < in.rows; ++r)
+        for (int j = 0; j < in.cin; ++j) {
+            xw[r * pitch + at + j] = in.x[r * in.cin + j];
+            dxw[r * pitch + at + j] = in.dx0[r * in.cin + j];
+        }
+    DevMem x(nxw * 2), dx(nxw * 2), y(ny * 4), dy(ny * 4), w(nw * 4), b(in.cout * 4), dw(nw * 4), db(in.cout * 4),
+        ws(wsn * 4);
+    upload(x.p, xw, true);
+    upload(dx.p, dxw, true);
+    upload(dy.p, in.dy, false);
+    upload(w.p, in.w, false);
+    upload(b.p, in.b, false);
+    upload(dw.p, in.dw0, false);
+    upload(db.p, in.db0, false);
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
+    const rt::Exec& ex = ctx.exec();
+    auto* xb = static_cast<const bf16*>(x.p) + at;
+    kern::head_conv_forward_cuda(ex, in.rows, in.cin, in.cout, xb, static_cast<float*>(w.p), static_cast<float*>(b.p),
+                                 static_cast<float*>(y.p), pitch);
+    kern::head_conv_backward_cuda(ex, in.rows, in.cin, in.cout, xb, static_cast<float*>(dy.p), static_cast<float*>(w.p),
+                                  static_cast<bf16*>(dx.p) + at, static_cast<float*>(dw.p), static_cast<float*>(db.p),
+                                  static_cast<float*>(ws.p), wsn, accumulate, pitch);
+    ctx.synchronize();
+    Outputs o;
+    o.y = download(y.p, ny, false);
+    o.dw = download(dw.p, nw, false);
+    o.db = download(db.p, in.cout, false);
+    const std::vector<float> xb_back = download(x.p, nxw, true), dx_back = download(dx.p, nxw, true);
+    o.dx.resize(nx);
+    *foreign_intact = true;
+    for (size_t r = 0; r < in.rows; ++r)
+        for (int j = 0; j < pitch; ++j) {
+            const size_t i = r * pitch + j;
+            if (j >= at && j < at + in.cin)
+                o.dx[r * in.cin + (j - at)] = dx_back[i];
+            else
+                *foreign_intact &= dx_back[i] == kSentinel;
+            *foreign_intact &= xb_back[i] == xw[i];
+        }
+    return o;
+}
+
 // fp32 references: dx and dw, db accumulate into copies of the initial values.
 Outputs run_ref(const Inputs& in) {
     kern::ConvShape s;
@@ -237,6 +290,47 @@ TEST(KernelsHeadConvGpu, ExactOnSmallIntegers) {
         EXPECT_TRUE(close_elementwise(to_double(got.dx), to_double(ref.dx), 0, 0, what + " dx"));
         EXPECT_TRUE(close_elementwise(to_double(got.dw), to_double(ref.dw), 0, 0, what + " dw"));
         EXPECT_TRUE(close_elementwise(to_double(got.db), to_double(ref.db), 0, 0, what + " db"));
+    }
+}
+
+// A head's slice of the merged conv1 output (rows 256 wide, the slice at 64 * head) and odd ones: bitwise
+// the contiguous run (each row's arithmetic is the same), in both dx modes, and nothing else touched.
+TEST(KernelsHeadConvGpu, SliceOfWiderRowsIsTheContiguousRun) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    struct Case {
+        Shape s;
+        int pitch, at;
+    };
+    // The model's shape once (2 x 64 x 128 rows; the emulation runs it in seconds), the other slices on
+    // fewer rows.
+    const Case cases[] = {{{2 * 64 * 128, 64, 4}, 256, 128},
+                          {{1000, 64, 1}, 256, 0},
+                          {{1000, 64, 2}, 256, 192},
+                          {{1000, 64, 8}, 72, 8},
+                          {{37, 8, 3}, 40, 24},
+                          {{33, 16, 8}, 16, 0}};
+    uint64_t seed = 500;
+    for (const Case& c : cases) {
+        const std::string what = label(c.s) + " pitch=" + std::to_string(c.pitch) + " at=" + std::to_string(c.at);
+        const Inputs in = random_inputs(c.s.rows, c.s.cin, c.s.cout, seed += 10);
+        const Outputs flat = run_gpu(ctx, in);
+        for (bool accumulate : {true, false}) {
+            bool intact = false;
+            const Outputs got = run_gpu_pitched(ctx, in, c.pitch, c.at, accumulate, &intact);
+            const std::string w = what + (accumulate ? " accumulate" : " overwrite");
+            EXPECT_TRUE(intact) << w << ": touched a channel outside its slice";
+            EXPECT_TRUE(bitwise_equal(got.y, flat.y)) << w << " y";
+            EXPECT_TRUE(bitwise_equal(got.dw, flat.dw)) << w << " dw";
+            EXPECT_TRUE(bitwise_equal(got.db, flat.db)) << w << " db";
+            if (accumulate) {
+                EXPECT_TRUE(bitwise_equal(got.dx, flat.dx)) << w << " dx";
+            } else {  // overwritten: the reference's dx from zero
+                Inputs zero = in;
+                std::fill(zero.dx0.begin(), zero.dx0.end(), 0.0f);
+                EXPECT_TRUE(bitwise_equal(got.dx, run_gpu(ctx, zero).dx)) << w << " dx";
+            }
+        }
     }
 }
 

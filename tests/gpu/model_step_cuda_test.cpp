@@ -143,7 +143,7 @@ GradErrors one_micro_step_matches_the_cpu_reference(const CpuReference& r, model
     const model::LossTerms& ft = r.floor_loss;
     int fused_layers = 0;  // the layers that leave their BN to their consumer (NetShape fusions)
     for (const model::LayerUse& l : gpu.net.plan().layers()) fused_layers += l.bn_applied_by_consumer;
-    EXPECT_EQ(fused_layers > 0, fuse != 0);
+    EXPECT_EQ(fused_layers > 0, (fuse & (kFuseExpandDw | kFuseDwPw)) != 0);
     std::printf("[step] %s: loss cpu %.6f gpu %.6f (bf16-weights floor %.6f), %d layers' BN applied by their "
                 "consumer, %.1f MB of activations\n",
                 model::up_order_name(order), ct.total, gt.total, ft.total, fused_layers,
@@ -273,8 +273,9 @@ TEST(CudaStep, DwStatsMicroStepMatchesTheCpuReference) {
 // LiteBlock (NetShape::fuse_expand_dw), the depthwise BN inside the following 1x1 conv (fuse_dw_pw: its
 // forward and wgrad on the project's kernel, its dgrad cuDNN's), the fused depthwise backward with the BN's
 // dx inside it and the expand BN's backward reductions in its epilogue (ConvPolicy::dw_fused_bwd,
-// dw_fused_bn_bwd, dw_fused_bn_grad), and the depthwise BNs' statistics from the depthwise forward's
-// epilogue, through the expand's BN prologue (ConvPolicy::dw_stats). The same oracle and baseline as above.
+// dw_fused_bn_bwd, dw_fused_bn_grad), the depthwise BNs' statistics from the depthwise forward's
+// epilogue, through the expand's BN prologue (ConvPolicy::dw_stats), and the heads' conv1 merged
+// (NetShape::merge_heads). The same oracle and baseline as above.
 // Under the emulation the loss equals that of the step with only dw_stats to the last printed digit (measured
 // 2026-11-28: 416.074241 both; the default step 416.044033, the statistics epilogue's other summation order
 // the one forward difference): there the emulated mma adds each exact bf16 product with fmaf in k order from
@@ -284,9 +285,19 @@ TEST(CudaStep, AllFusionsMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
     const CpuReference r;
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
-    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kFuseExpandDw | kFuseDwPw, 4, true);
+    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0,
+                                             kFuseExpandDw | kFuseDwPw | kMergeHeads, 4, true);
 }
 
+// The same oracle for the heads' conv1 merged into one 128 -> 256 ConvBN alone (NetShape::merge_heads,
+// `bench step --merge-heads`): its gathers and scatters keep every head's parameters, gradients and running
+// statistics where the CPU reference has them.
+TEST(CudaStep, MergeHeadsMicroStepMatchesTheCpuReference) {
+    SF_REQUIRE_GPU();
+    const CpuReference r;
+    const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
+    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kMergeHeads);
+}
 
 // The loss of 50 steps (lr 1e-3, five batches of 4 in turn) against the CPU reference's. At batch 4
 // the trajectory is chaotic: the CPU reference started from its own conv weights rounded to bf16 (the

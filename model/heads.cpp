@@ -1,0 +1,166 @@
+#include "model/heads.h"
+
+#include "kernels/head_conv_cuda.h"
+#include "model/device_util.h"
+#include "model/grad_tape.h"
+#include "runtime/error.h"
+#include "runtime/profile.h"
+
+namespace model {
+
+namespace {
+
+constexpr const char* kMergedName = "dual_head.conv1";
+// The gathers and scatters' own profiling scopes (no per-layer row: a few microseconds a step).
+constexpr const char* kCopiesFwd = "dual_head.conv1.copies fwd";
+constexpr const char* kCopiesBwd = "dual_head.conv1.copies bwd";
+
+// Segment list builder: `words` 32-bit words of each head's range, merged copy at head h * per_head.
+struct Segments {
+    CopySegment s[kMaxCopySegments];
+    int n = 0;
+    void add(const void* src, void* dst, size_t words) {
+        SF_CHECK(n < kMaxCopySegments, "merged heads: more than %d copy segments", kMaxCopySegments);
+        s[n++] = {src, dst, words};
+    }
+    void run(const rt::Exec& ex) const { copy_segments_cuda(ex, s, n); }
+};
+
+}  // namespace
+
+template <class T>
+void MergedHeads<T>::declare_head(Planner& p, int h, const std::string& name) {
+    SF_CHECK(mid > 0, "%s: MergedHeads::declare first", name.c_str());
+    SF_CHECK(h >= 0 && h < kHeads, "merged heads: head %d of %d", h, kHeads);
+    const int cin = conv1.cs.cin;
+    Own& o = own[h];
+    o.weight = p.param(name + ".conv.weight", {mid, cin, 3, 3}, true);
+    o.bias = p.param(name + ".conv.bias", {mid}, false);
+    o.gamma = p.param(name + ".bn.weight", {mid}, false);
+    o.beta = p.param(name + ".bn.bias", {mid}, false);
+    o.running_mean = p.buffer(name + ".bn.running_mean", {mid});
+    o.running_var = p.buffer(name + ".bn.running_var", {mid});
+    p.counter(name + ".bn.num_batches_tracked");  // advanced with every other BN's (increment_counters_cuda)
+}
+
+template <class T>
+void MergedHeads<T>::declare(Planner& p, const kern::Shape4& in, int mid_channels) {
+    SF_CHECK(!kIsCpu<T>, "the merged heads are CUDA only (the CPU reference keeps four layers)");
+    SF_CHECK(mid_channels > 0 && (in.c * 9 * mid_channels) % 2 == 0,
+             "merged heads: %d -> %d channels per head (the bf16 weight copies move whole 32-bit words)", in.c,
+             mid_channels);
+    mid = mid_channels;
+    const int cout = kHeads * mid;
+    conv1.external_params = true;
+    conv1.declare(p, kMergedName, in, cout, 3, 1, 1, kern::Act::Relu, true);
+    const size_t wn = static_cast<size_t>(cout) * 9 * in.c, c = static_cast<size_t>(cout);
+    conv1.weight = {nullptr, p.scratch(wn, "merged heads weight grad"),
+                    p.scratch_as<kern::bf16>(wn, "merged heads weight"), wn};
+    for (Param* q : {&conv1.bias, &conv1.gamma, &conv1.beta})
+        *q = {p.scratch(c, "merged heads vector"), p.scratch(c, "merged heads vector grad"), nullptr, c};
+    conv1.running_mean = p.scratch(c, "merged heads running mean");
+    conv1.running_var = p.scratch(c, "merged heads running var");
+}
+
+template <class T>
+ActT<T> MergedHeads<T>::slice(int h) const {
+    SF_CHECK(h >= 0 && h < kHeads, "merged heads: head %d of %d", h, kHeads);
+    const ActT<T>& z = conv1.out;
+    ActT<T> v;
+    v.shape = {z.shape.n, z.shape.h, z.shape.w, mid};
+    const size_t at = static_cast<size_t>(h) * static_cast<size_t>(mid);
+    v.v = z.v ? z.v + at : nullptr;
+    v.g = nullptr;  // written only through backward(), one op for the four slices
+    return v;
+}
+
+template <class T>
+void MergedHeads<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
+    if constexpr (kIsCpu<T>) {
+        SF_FAIL("the merged heads are CUDA only");
+    } else {
+        const size_t m = static_cast<size_t>(mid), wh = conv1.weight.numel / kHeads;
+        {
+            const rt::Scope scope(ex, kCopiesFwd);
+            Segments g;
+            for (int h = 0; h < kHeads; ++h) {
+                const Own& o = own[h];
+                const size_t at = static_cast<size_t>(h) * m;
+                g.add(o.weight.h, conv1.weight.h + h * wh, wh / 2);  // bf16 pairs
+                g.add(o.bias.w, conv1.bias.w + at, m);
+                g.add(o.gamma.w, conv1.gamma.w + at, m);
+                g.add(o.beta.w, conv1.beta.w + at, m);
+                g.add(o.running_mean, conv1.running_mean + at, m);
+                g.add(o.running_var, conv1.running_var + at, m);
+            }
+            g.run(ex);
+        }
+        conv1.forward(ex, x, train);
+        if (!train) return;
+        const rt::Scope scope(ex, kCopiesFwd);
+        Segments s;  // the running statistics the train forward updated
+        for (int h = 0; h < kHeads; ++h) {
+            const size_t at = static_cast<size_t>(h) * m;
+            s.add(conv1.running_mean + at, own[h].running_mean, m);
+            s.add(conv1.running_var + at, own[h].running_var, m);
+        }
+        s.run(ex);
+    }
+}
+
+template <class T>
+void MergedHeads<T>::backward(const rt::Exec& ex, const ActT<T>& x, const Head<T> (&heads)[kHeads]) const {
+    if constexpr (kIsCpu<T>) {
+        SF_FAIL("the merged heads are CUDA only");
+    } else {
+        const ActT<T>& z = conv1.out;
+        const size_t rows = z.shape.pixels(), m = static_cast<size_t>(mid);
+        // The four conv2 backwards write the four slices of z.g: one write for the tape, reported in the
+        // first head's scope; each head's launches in its own scope (its per-layer row).
+        bool acc = false, run = false;
+        for (int h = kHeads - 1; h >= 0; --h) {
+            const Conv<T>& c2 = heads[h].conv2;
+            SF_CHECK(c2.in_pitch == kHeads * mid && c2.cs.cin == mid, "%s: not a slice of the merged heads' output",
+                     c2.bwd_scope.c_str());
+            const rt::Scope scope(ex, c2.bwd_scope);
+            if (h == kHeads - 1)
+                run = grad_op({heads[0].conv2.out.g, heads[1].conv2.out.g, heads[2].conv2.out.g, heads[3].conv2.out.g},
+                              {z.g}, &acc);
+            if (!run) continue;
+            const size_t at = static_cast<size_t>(h) * m;
+            kern::head_conv_backward_cuda(ex, rows, mid, c2.cs.cout, z.v + at, c2.out.g, c2.weight.w, z.g + at,
+                                          c2.weight.g, c2.bias.g, c2.ws, c2.ws_floats, acc, kHeads * mid);
+        }
+        // conv1's parameter gradients accumulate into the heads' own: gathered before, scattered after (the
+        // traced backward, on a CPU Exec, launches nothing).
+        const size_t wh = conv1.weight.numel / kHeads;
+        Segments in, out;
+        for (int h = 0; h < kHeads; ++h) {
+            const Own& o = own[h];
+            const size_t at = static_cast<size_t>(h) * m;
+            const std::pair<float*, float*> pairs[4] = {{o.weight.g, conv1.weight.g + h * wh},
+                                                        {o.bias.g, conv1.bias.g + at},
+                                                        {o.gamma.g, conv1.gamma.g + at},
+                                                        {o.beta.g, conv1.beta.g + at}};
+            for (int k = 0; k < 4; ++k) {
+                const size_t words = k == 0 ? wh : m;
+                in.add(pairs[k].first, pairs[k].second, words);
+                out.add(pairs[k].second, pairs[k].first, words);
+            }
+        }
+        if (ex.is_cuda()) {
+            const rt::Scope scope(ex, kCopiesBwd);
+            in.run(ex);
+        }
+        conv1.backward(ex, x);
+        if (ex.is_cuda()) {
+            const rt::Scope scope(ex, kCopiesBwd);
+            out.run(ex);
+        }
+    }
+}
+
+template struct MergedHeads<float>;
+template struct MergedHeads<kern::bf16>;
+
+}  // namespace model

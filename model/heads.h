@@ -1,0 +1,52 @@
+// The dual head's four heads (MODEL_SPEC §1.3 stage 6) and, CUDA only, their conv1 merged into one layer.
+#pragma once
+#include <string>
+
+#include "model/layers.h"
+
+namespace model {
+
+constexpr int kHeads = 4;  // heatmap_gap, heatmap_piece, offset, angle
+
+template <class T>
+struct Head {
+    ConvBN<T> conv1;  // 3x3 128 -> 64, bias, BN, ReLU
+    Conv<T> conv2;    // 1x1 64 -> c, bias; fp32 logits
+};
+
+// NetShape::merge_heads (CUDA): the four heads' conv1, which all read Hf, as one ConvBN 3x3 Cin -> 4 x mid
+// with bias, BN and ReLU over the concatenated output channels. A BatchNorm is per channel, so that is the
+// four layers side by side; Hf is read once by the forward and by the wgrad instead of four times, its
+// gradient written by one backward-data instead of written once and added into three times, and the GEMMs
+// are four times wider (docs/perf/OPTIMIZATION_LOG.md 25).
+// The parameters and buffers stay the heads' own (names, places in the flat table, checkpoints, AdamW):
+// before each pass the layer gathers what the pass reads into its merged copies and afterwards scatters
+// back what it wrote (model::copy_segments_cuda: 2.4 MB a step). Each head's conv2 reads its mid-channel
+// slice of the merged output in place (Conv::in_pitch) and writes its slice of the merged gradient; the
+// four conv2 backwards are one op for the gradient tape (the slices make up one gradient, written once).
+template <class T>
+struct MergedHeads {
+    struct Own {  // one head's conv1 parameters and buffers, as the table holds them
+        Param weight, bias, gamma, beta;
+        float* running_mean = nullptr;
+        float* running_var = nullptr;
+    };
+    Own own[kHeads];
+    ConvBN<T> conv1;  // external_params: bound to the merged copies
+    int mid = 0;      // output channels per head
+
+    // The merged layer: its activations, merged copies and conv plan (no parameters of its own), where the
+    // first head's conv1 would be declared (the forward order of the per-layer rows).
+    void declare(Planner& p, const kern::Shape4& in, int mid_channels);
+    // Head h's conv1 parameters, buffers and counter under `name` (".conv.weight", ...), in the order and
+    // with the shapes ConvBN::declare gives them (the state_dict's): call where the head's conv1 would be
+    // declared, after declare().
+    void declare_head(Planner& p, int h, const std::string& name);
+    void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
+    // The heads' conv2 backward (their logits' gradients -> the merged output's gradient), then conv1's.
+    void backward(const rt::Exec& ex, const ActT<T>& x, const Head<T> (&heads)[kHeads]) const;
+    // Head h's slice of the merged output: a view whose rows lie kHeads * mid apart (conv2's in_pitch).
+    ActT<T> slice(int h) const;
+};
+
+}  // namespace model
