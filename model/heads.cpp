@@ -1,8 +1,10 @@
 #include "model/heads.h"
 
+#include "kernels/conv.h"
 #include "kernels/head_conv_cuda.h"
 #include "model/device_util.h"
 #include "model/grad_tape.h"
+#include "model/layer_ops.h"
 #include "runtime/error.h"
 #include "runtime/profile.h"
 
@@ -28,20 +30,53 @@ struct Segments {
 
 }  // namespace
 
+// ---- Conv (heads' last 1x1, fp32 logits) ----
+
 template <class T>
-void MergedHeads<T>::declare_head(Planner& p, int h, const std::string& name) {
-    SF_CHECK(mid > 0, "%s: MergedHeads::declare first", name.c_str());
-    SF_CHECK(h >= 0 && h < kHeads, "merged heads: head %d of %d", h, kHeads);
-    const int cin = conv1.cs.cin;
-    Own& o = own[h];
-    o.weight = p.param(name + ".conv.weight", {mid, cin, 3, 3}, true);
-    o.bias = p.param(name + ".conv.bias", {mid}, false);
-    o.gamma = p.param(name + ".bn.weight", {mid}, false);
-    o.beta = p.param(name + ".bn.bias", {mid}, false);
-    o.running_mean = p.buffer(name + ".bn.running_mean", {mid});
-    o.running_var = p.buffer(name + ".bn.running_var", {mid});
-    p.counter(name + ".bn.num_batches_tracked");  // advanced with every other BN's (increment_counters_cuda)
+void Conv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout) {
+    cs = kern::ConvShape{in.n, in.h, in.w, in.c, cout, 1, 1, 0, 1, true};
+    cs.validate();
+    fwd_scope = name + " fwd";
+    bwd_scope = name + " bwd";
+    LayerUse use{name, cs, false, kern::Act::None, true};
+    // A slice of the merged heads' output: MergedHeads::backward writes the four slices of that gradient as
+    // one op, which the trace records in the last head's scope only; the op is the gradient's first write,
+    // so every slice overwrites (the cost model's input-gradient mode for the heads without the record).
+    if (in_pitch != 0) use.input_grad_accumulates = false;
+    p.layer(use);
+    weight = p.param(name + ".weight", {cout, in.c, 1, 1}, true);
+    bias = p.param(name + ".bias", {cout}, false);
+    out = p.act<float>(cs.out(), "head logits");
+    if constexpr (!kIsCpu<T>) {
+        ws_floats = kern::head_conv_workspace_floats(cs.in().pixels(), cs.cin, cout);
+        ws = p.workspace(ws_floats);
+    }
 }
+
+template <class T>
+void Conv<T>::forward(const rt::Exec& ex, const ActT<T>& x) const {
+    const rt::Scope scope(ex, fwd_scope);
+    if constexpr (kIsCpu<T>)
+        kern::conv_forward(ex, cs, x.v, weight.w, bias.w, out.v);
+    else
+        kern::head_conv_forward_cuda(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, weight.w, bias.w, out.v, in_pitch);
+}
+
+template <class T>
+void Conv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
+    const rt::Scope scope(ex, bwd_scope);
+    if constexpr (kIsCpu<T>) {
+        ops::conv_backward_data(ex, cs, out.g, weight.w, x.g);
+        ops::conv_backward_filter(ex, cs, x.v, out.g, weight.g, bias.g);
+    } else {
+        SF_CHECK(in_pitch == 0, "%s: a slice of the merged heads' output runs its backward through MergedHeads",
+                 bwd_scope.c_str());
+        ops::head_conv_backward(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, out.g, weight.w, x.g, weight.g, bias.g, ws,
+                                ws_floats);
+    }
+}
+
+// ---- MergedHeads ----
 
 template <class T>
 void MergedHeads<T>::declare(Planner& p, const kern::Shape4& in, int mid_channels) {
@@ -60,6 +95,21 @@ void MergedHeads<T>::declare(Planner& p, const kern::Shape4& in, int mid_channel
         *q = {p.scratch(c, "merged heads vector"), p.scratch(c, "merged heads vector grad"), nullptr, c};
     conv1.running_mean = p.scratch(c, "merged heads running mean");
     conv1.running_var = p.scratch(c, "merged heads running var");
+}
+
+template <class T>
+void MergedHeads<T>::declare_head(Planner& p, int h, const std::string& name) {
+    SF_CHECK(mid > 0, "%s: MergedHeads::declare first", name.c_str());
+    SF_CHECK(h >= 0 && h < kHeads, "merged heads: head %d of %d", h, kHeads);
+    const int cin = conv1.cs.cin;
+    Own& o = own[h];
+    o.weight = p.param(name + ".conv.weight", {mid, cin, 3, 3}, true);
+    o.bias = p.param(name + ".conv.bias", {mid}, false);
+    o.gamma = p.param(name + ".bn.weight", {mid}, false);
+    o.beta = p.param(name + ".bn.bias", {mid}, false);
+    o.running_mean = p.buffer(name + ".bn.running_mean", {mid});
+    o.running_var = p.buffer(name + ".bn.running_var", {mid});
+    p.counter(name + ".bn.num_batches_tracked");  // advanced with every other BN's (increment_counters_cuda)
 }
 
 template <class T>
@@ -160,6 +210,8 @@ void MergedHeads<T>::backward(const rt::Exec& ex, const ActT<T>& x, const Head<T
     }
 }
 
+template struct Conv<float>;
+template struct Conv<kern::bf16>;
 template struct MergedHeads<float>;
 template struct MergedHeads<kern::bf16>;
 

@@ -8,6 +8,25 @@ namespace model {
 
 constexpr int kHeads = 4;  // heatmap_gap, heatmap_piece, offset, angle
 
+// Plain 1x1 conv with bias (the heads' final conv); its output (the logits) is fp32 on both
+// backends. Names: <name>.weight, <name>.bias
+template <class T>
+struct Conv {
+    kern::ConvShape cs;
+    std::string fwd_scope, bwd_scope;
+    Param weight, bias;
+    float* ws = nullptr;
+    size_t ws_floats = 0;
+    ActT<float> out;
+    // CUDA: elements between the input's rows (0: Cin): a head's slice of the merged conv1 output
+    // (NetShape::merge_heads, MergedHeads). Its backward then runs through MergedHeads, one op for the four.
+    int in_pitch = 0;
+
+    void declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout);
+    void forward(const rt::Exec& ex, const ActT<T>& x) const;
+    void backward(const rt::Exec& ex, const ActT<T>& x) const;
+};
+
 template <class T>
 struct Head {
     ConvBN<T> conv1;  // 3x3 128 -> 64, bias, BN, ReLU

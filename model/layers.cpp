@@ -8,7 +8,6 @@
 #include "kernels/dwconv_cuda.h"
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
-#include "kernels/head_conv_cuda.h"
 #include "kernels/pwconv_cuda.h"
 #include "model/gpu_ops.h"
 #include "model/layer_ops.h"
@@ -306,52 +305,6 @@ bool ConvBN<T>::gathers_grad_sums(const rt::Exec& ex) const {
     return cs.k == 1 ? ops->dgrad_bn_grad_runs(cs) : ops->dw_fused_backward(cs);
 }
 
-// ---- Conv (heads' last 1x1, fp32 logits) ----
-
-template <class T>
-void Conv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout) {
-    cs = kern::ConvShape{in.n, in.h, in.w, in.c, cout, 1, 1, 0, 1, true};
-    cs.validate();
-    fwd_scope = name + " fwd";
-    bwd_scope = name + " bwd";
-    LayerUse use{name, cs, false, kern::Act::None, true};
-    // A slice of the merged heads' output: MergedHeads::backward writes the four slices of that gradient as
-    // one op, which the trace records in the last head's scope only; the op is the gradient's first write,
-    // so every slice overwrites (the cost model's input-gradient mode for the heads without the record).
-    if (in_pitch != 0) use.input_grad_accumulates = false;
-    p.layer(use);
-    weight = p.param(name + ".weight", {cout, in.c, 1, 1}, true);
-    bias = p.param(name + ".bias", {cout}, false);
-    out = p.act<float>(cs.out(), "head logits");
-    if constexpr (!kIsCpu<T>) {
-        ws_floats = kern::head_conv_workspace_floats(cs.in().pixels(), cs.cin, cout);
-        ws = p.workspace(ws_floats);
-    }
-}
-
-template <class T>
-void Conv<T>::forward(const rt::Exec& ex, const ActT<T>& x) const {
-    const rt::Scope scope(ex, fwd_scope);
-    if constexpr (kIsCpu<T>)
-        kern::conv_forward(ex, cs, x.v, weight.w, bias.w, out.v);
-    else
-        kern::head_conv_forward_cuda(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, weight.w, bias.w, out.v, in_pitch);
-}
-
-template <class T>
-void Conv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
-    const rt::Scope scope(ex, bwd_scope);
-    if constexpr (kIsCpu<T>) {
-        ops::conv_backward_data(ex, cs, out.g, weight.w, x.g);
-        ops::conv_backward_filter(ex, cs, x.v, out.g, weight.g, bias.g);
-    } else {
-        SF_CHECK(in_pitch == 0, "%s: a slice of the merged heads' output runs its backward through MergedHeads",
-                 bwd_scope.c_str());
-        ops::head_conv_backward(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, out.g, weight.w, x.g, weight.g, bias.g, ws,
-                                ws_floats);
-    }
-}
-
 // ---- LiteBlock ----
 
 template <class T>
@@ -541,7 +494,6 @@ void Fusion<T>::backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& 
 
 #define SF_INSTANTIATE_LAYERS(T) \
     template struct ConvBN<T>;   \
-    template struct Conv<T>;     \
     template struct LiteBlock<T>; \
     template struct DSConv<T>;   \
     template struct FusePath<T>; \

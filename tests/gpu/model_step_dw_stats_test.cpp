@@ -6,7 +6,7 @@
 // first such layer's running statistics agree with the statistics pass's to fp32 rounding. The step against
 // the CPU reference: CudaStep.DwStatsMicroStepMatchesTheCpuReference and, with every fusion (the forward
 // through the expand's BN prologue, the depthwise BN applied by its consumer),
-// CudaStep.AllFusionsMicroStepMatchesTheCpuReference (model_step_cuda_test.cpp). The kernel:
+// CudaStep.AllFusionsMicroStepMatchesTheCpuReference (model_step_fusions_reference_test.cpp). The kernel:
 // tests/gpu/kernels_dwconv_stats_test.cpp.
 #include <gtest/gtest.h>
 
@@ -29,7 +29,7 @@ using namespace steprig;
 
 // At this size and at initialisation the step is chaotic (docs/MODEL.md): the last-bit differences of the
 // statistics (another summation order) grow through the network, so the gradients are judged against the
-// CPU reference (model_step_cuda_test.cpp), not against the statistics pass's step.
+// CPU reference (step_reference.h), not against the statistics pass's step.
 TEST(CudaStep, DwStatsTakesTheBnStatisticsFromTheDepthwiseEpilogue) {
     SF_REQUIRE_GPU();
     const HostBatches b = make_batches(1);

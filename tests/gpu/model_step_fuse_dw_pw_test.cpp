@@ -7,7 +7,7 @@
 // deterministic policy and the project's 1x1 kernels running every supported 1x1 shape in both networks
 // (ConvPolicy::pw_custom), the fused step is bitwise the unfused one. With cuDNN running the other 1x1
 // passes (no pw_custom) the fused network is judged against the CPU reference instead
-// (CudaStep.AllFusionsMicroStepMatchesTheCpuReference, model_step_cuda_test.cpp).
+// (CudaStep.AllFusionsMicroStepMatchesTheCpuReference, model_step_fusions_reference_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -8,7 +8,7 @@
 // in the heads' own; without the scatter the heads' own stay zero), running statistics and counters, and
 // the eval logits. The
 // step against the CPU reference: CudaStep.MergeHeadsMicroStepMatchesTheCpuReference and, with every
-// fusion, CudaStep.AllFusionsMicroStepMatchesTheCpuReference (model_step_cuda_test.cpp).
+// fusion, CudaStep.AllFusionsMicroStepMatchesTheCpuReference (model_step_fusions_reference_test.cpp).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

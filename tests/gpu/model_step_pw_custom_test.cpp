@@ -85,7 +85,7 @@ TEST(CudaStep, PwCustomRunsThePointwiseConvsOnTheProjectKernels) {
 // runs every supported 1x1 conv there), two networks give the same bits, and the dry run for that policy
 // reserves the epilogue's partials in the layers' workspace. The statistics themselves are checked against
 // fp64 and bn_stats_train in tests/gpu/kernels_pwconv_test.cpp; the step against the CPU reference in
-// CudaStep.PwStatsMicroStepMatchesTheCpuReference (model_step_cuda_test.cpp): at this size and at
+// CudaStep.PwStatsMicroStepMatchesTheCpuReference (model_step_fusions_reference_test.cpp): at this size and at
 // initialisation the step is chaotic (docs/MODEL.md), so the last-bit differences of the statistics
 // (another summation order) grow through the network and a direct comparison with the statistics pass
 // says nothing (measured under the emulation: gradients 0.86 rel L2 apart, loss 0.29%, the first
