@@ -190,21 +190,10 @@ TEST(CudaStep, MergeHeadsKeepsEachHeadsGradientsAndStatistics) {
     for (int64_t c : cm) EXPECT_EQ(c, 4);
 
     // The eval forward (the running statistics gathered): the logits close.
-    for (GpuRig* r : {&plain, &merged}) {
-        r->net.forward(r->ctx.exec(), false);
-        r->ctx.synchronize();
-    }
-    const model::HeadLogits<float> lp = plain.net.logits(), lm = merged.net.logits();
-    const size_t cells = static_cast<size_t>(lp.n) * lp.h * lp.w;
-    const std::pair<const float*, const float*> heads[] = {
-        {lp.gap, lm.gap}, {lp.slider, lm.slider}, {lp.offset, lm.offset}, {lp.angle, lm.angle}};
-    const size_t widths[] = {1, 1, 4, 2};
-    for (int h = 0; h < 4; ++h) {
-        const size_t m = cells * widths[h];
-        const std::vector<float> x = plain.fetch(heads[h].first, m), y = merged.fetch(heads[h].second, m);
+    compare_eval_logits(plain, merged, [](int h, const std::vector<float>& x, const std::vector<float>& y) {
         EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(y), sftest::to_double(x), 2e-2,
                                          "eval logits of head " + std::to_string(h)));
-    }
+    });
 }
 
 }  // namespace

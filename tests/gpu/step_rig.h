@@ -178,6 +178,25 @@ struct GpuRig {
     }
 };
 
+// An eval forward of each rig on its current input, then check(head, a's logits, b's logits) for each of
+// the four heads (heatmap_gap, heatmap_piece, offset, angle).
+template <class Check>
+inline void compare_eval_logits(GpuRig& a, GpuRig& b, Check check) {
+    for (GpuRig* r : {&a, &b}) {
+        r->net.forward(r->ctx.exec(), false);
+        r->ctx.synchronize();
+    }
+    const model::HeadLogits<float> la = a.net.logits(), lb = b.net.logits();
+    const size_t cells = static_cast<size_t>(la.n) * la.h * la.w;
+    const std::pair<const float*, const float*> heads[] = {
+        {la.gap, lb.gap}, {la.slider, lb.slider}, {la.offset, lb.offset}, {la.angle, lb.angle}};
+    const size_t widths[] = {1, 1, 4, 2};
+    for (int h = 0; h < 4; ++h) {
+        const size_t m = cells * widths[h];
+        check(h, a.fetch(heads[h].first, m), b.fetch(heads[h].second, m));
+    }
+}
+
 // Two rigs after the same steps: master weights, AdamW moments, running statistics, counters, loss,
 // gradient norm and applied-step count the same bits; then an eval forward of each on its current
 // input gives the same logits of every head (gtest failures otherwise).
@@ -200,21 +219,9 @@ inline void expect_rigs_bitwise_equal(GpuRig& a, GpuRig& b) {
     EXPECT_EQ(sa.loss.total, sb.loss.total);
     EXPECT_EQ(sa.grad_norm, sb.grad_norm);
     EXPECT_EQ(sa.steps_applied, sb.steps_applied);
-
-    for (GpuRig* r : {&a, &b}) {
-        r->net.forward(r->ctx.exec(), false);
-        r->ctx.synchronize();
-    }
-    const model::HeadLogits<float> la = a.net.logits(), lb = b.net.logits();
-    const size_t cells = static_cast<size_t>(la.n) * la.h * la.w;
-    const std::pair<const float*, const float*> heads[] = {
-        {la.gap, lb.gap}, {la.slider, lb.slider}, {la.offset, lb.offset}, {la.angle, lb.angle}};
-    const size_t widths[] = {1, 1, 4, 2};
-    for (int h = 0; h < 4; ++h) {
-        const size_t m = cells * widths[h];
-        const std::vector<float> x = a.fetch(heads[h].first, m), y = b.fetch(heads[h].second, m);
-        EXPECT_EQ(0, std::memcmp(x.data(), y.data(), m * sizeof(float))) << "eval logits of head " << h;
-    }
+    compare_eval_logits(a, b, [](int h, const std::vector<float>& x, const std::vector<float>& y) {
+        EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float))) << "eval logits of head " << h;
+    });
 }
 
 // Relative L2 distance of a from b (absolute when b is zero).
