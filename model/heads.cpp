@@ -1,5 +1,7 @@
 #include "model/heads.h"
 
+#include <utility>
+
 #include "kernels/conv.h"
 #include "kernels/head_conv_cuda.h"
 #include "model/device_util.h"
@@ -165,8 +167,9 @@ void MergedHeads<T>::backward(const rt::Exec& ex, const ActT<T>& x, const Head<T
     } else {
         const ActT<T>& z = conv1.out;
         const size_t rows = z.shape.pixels(), m = static_cast<size_t>(mid);
-        // The four conv2 backwards write the four slices of z.g: one write for the tape, reported in the
-        // first head's scope; each head's launches in its own scope (its per-layer row).
+        // The four conv2 backwards write the four slices of z.g: one write for the tape, reported in the scope
+        // of the head the backward runs first (the last, as in the unmerged network); each head's launch in its
+        // own scope (its per-layer row).
         bool acc = false, run = false;
         for (int h = kHeads - 1; h >= 0; --h) {
             const Conv<T>& c2 = heads[h].conv2;
