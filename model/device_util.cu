@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <utility>
 
 #include "kernels/adamw_cuda.h"
 #include "model/device_util.h"
@@ -10,6 +9,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/launch.cuh"
+#include "runtime/launch_check.h"
 
 namespace model {
 
@@ -116,23 +116,16 @@ void copy_segments_cuda(const rt::Exec& ex, const CopySegment* segs, int n) {
     CopySegments s;
     int used = 0;
     size_t most = 0;
-    auto range = [](const void* p, size_t words) {
-        const auto a = reinterpret_cast<uintptr_t>(p);
-        return std::make_pair(a, a + 4 * words);
-    };
     for (int i = 0; i < n; ++i) {
         const CopySegment& g = segs[i];
         if (g.words == 0) continue;
-        SF_CHECK(g.src && g.dst && reinterpret_cast<uintptr_t>(g.src) % 4 == 0 &&
-                     reinterpret_cast<uintptr_t>(g.dst) % 4 == 0,
+        SF_CHECK(rt::aligned(g.src, 4) && rt::aligned(g.dst, 4),
                  "%s: segment %d needs non-null, 4-byte aligned src and dst (got %p -> %p)", op, i, g.src, g.dst);
-        const auto d = range(g.dst, g.words);
         for (int j = 0; j < n; ++j) {
             if (segs[j].words == 0) continue;
             for (const void* q : {segs[j].src, static_cast<const void*>(segs[j].dst)}) {
                 if (j == i && q == g.dst) continue;
-                const auto r = range(q, segs[j].words);
-                SF_CHECK(d.second <= r.first || r.second <= d.first,
+                SF_CHECK(!rt::overlap(g.dst, 4 * g.words, q, 4 * segs[j].words),
                          "%s: segment %d's destination overlaps segment %d's %s", op, i, j,
                          q == segs[j].src ? "source" : "destination");
             }

@@ -19,7 +19,7 @@ constexpr const char* kMergedName = "dual_head.conv1";
 constexpr const char* kCopiesFwd = "dual_head.conv1.copies fwd";
 constexpr const char* kCopiesBwd = "dual_head.conv1.copies bwd";
 
-// Segment list builder: `words` 32-bit words of each head's range, merged copy at head h * per_head.
+// The ranges of one copy_segments_cuda launch, added one by one (at most kMaxCopySegments).
 struct Segments {
     CopySegment s[kMaxCopySegments];
     int n = 0;

@@ -253,17 +253,16 @@ void SiderNetT<T>::declare(Planner& p) {
 
     // Dual head: four independent heads on Hf (CUDA with merge_heads: their conv1 as one layer, each conv2 on
     // its slice of that layer's output).
-    merged_heads_ = s.merge_heads && !kIsCpu<T>;
-    if (merged_heads_) merged_.declare(p, fpn_.out().shape, kHeadMid);
+    if (merged_heads()) merged_.declare(p, fpn_.out().shape, kHeadMid);
     for (int h = 0; h < kHeads; ++h) {
         const std::string name = std::string("dual_head.") + kHeadNames[h];
-        if (merged_heads_)
+        if (merged_heads())
             merged_.declare_head(p, h, name + ".conv1");
         else
             heads_[h].conv1.declare(p, name + ".conv1", fpn_.out().shape, kHeadMid, 3, 1, 1, kern::Act::Relu, true);
         kern::Shape4 mid = fpn_.out().shape;
         mid.c = kHeadMid;
-        heads_[h].conv2.in_pitch = merged_heads_ ? kHeads * kHeadMid : 0;
+        heads_[h].conv2.in_pitch = merged_heads() ? kHeads * kHeadMid : 0;
         heads_[h].conv2.declare(p, name + ".conv2", mid, kHeadChannels[h]);
     }
 }
@@ -296,7 +295,7 @@ void SiderNetT<T>::forward(const rt::Exec& ex, bool train) {
     fpn_upsample_forward(ex, 2, fpn_.fuse8.smooth.out, fpn_.up_p3);
     fpn_.fuse4.forward(ex, fpn_.lateral[0].out, fpn_.up_p3, train);
     // Heads
-    if (merged_heads_) {
+    if (merged_heads()) {
         merged_.forward(ex, fpn_.out(), train);
         for (int h = 0; h < kHeads; ++h) heads_[h].conv2.forward(ex, merged_.slice(h));
     } else {
@@ -315,7 +314,7 @@ template <class T>
 void SiderNetT<T>::backward(const rt::Exec& ex) {
     GradTape::Active tape(plan_.tape());  // replays the traced overwrite/accumulate flags
     const bool row_loads = ops_ && ops_->upsample_row_loads();
-    if (merged_heads_) {
+    if (merged_heads()) {
         merged_.backward(ex, fpn_.out(), heads_);
     } else {
         for (int i = kHeads - 1; i >= 0; --i) {
@@ -454,9 +453,9 @@ std::vector<LayerOutput<T>> SiderNetT<T>::layer_outputs() const {
     for (int level = 3; level >= 0; --level) collect_layers(v, fpn_.lateral[level]);
     collect_layers(v, fpn_.smooth_p5);
     for (const WeightedFuse<T>* f : {&fpn_.fuse16, &fpn_.fuse8, &fpn_.fuse4}) collect_layers(v, f->smooth);
-    if (merged_heads_) collect_layers(v, merged_.conv1);  // "dual_head.conv1": the four heads' channels
+    if (merged_heads()) collect_layers(v, merged_.conv1);  // "dual_head.conv1": the four heads' channels
     for (const Head<T>& h : heads_) {
-        if (!merged_heads_) collect_layers(v, h.conv1);
+        if (!merged_heads()) collect_layers(v, h.conv1);
         collect_layers(v, h.conv2);
     }
     return v;

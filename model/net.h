@@ -168,7 +168,7 @@ private:
     LiteFpn<T> fpn_;
     Head<T> heads_[kHeads];  // heatmap_gap, heatmap_piece, offset, angle
     // NetShape::merge_heads on CUDA: the heads' conv1 merged (heads_[h].conv1 then unused).
-    bool merged_heads_ = false;
+    bool merged_heads() const { return shape_.merge_heads && !kIsCpu<T>; }
     MergedHeads<T> merged_;
 };
 
