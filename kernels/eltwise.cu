@@ -117,6 +117,21 @@ struct ConvertOp {
     __device__ void one(size_t i) { st(y, i, x[i]); }
 };
 
+// y = a + alpha * b in fp32 (one FMA; y may alias a or b exactly).
+struct AxpyOp {
+    const float *a, *b;
+    float alpha;
+    float* y;
+    __device__ void vec(size_t i) {
+        float va[8], vb[8];
+        load8f(a + i, va);
+        load8f(b + i, vb);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) y[i + k] = fmaf(alpha, vb[k], va[k]);
+    }
+    __device__ void one(size_t i) { y[i] = fmaf(alpha, b[i], a[i]); }
+};
+
 struct FillOp {
     float value;
     bfloat* y;
@@ -363,6 +378,17 @@ void convert_f32_to_bf16_cuda(const rt::Exec& ex, size_t n, const float* x, bf16
     if (n == 0) return;
     check_ptrs(op, {{"x", x, 4}, {"y", y, 2}});
     launch_elt(ex, elt_split(n, {{addr(y), 2}, {addr(x), 4}}), ConvertOp{x, dev(y)});
+}
+
+void axpy_f32_cuda(const rt::Exec& ex, size_t n, const float* a, float alpha, const float* b, float* y) {
+    const char* op = "axpy_f32_cuda";
+    rt::check_cuda_exec(op, ex);
+    if (n == 0) return;
+    check_ptrs(op, {{"a", a, 4}, {"b", b, 4}, {"y", y, 4}});
+    const size_t bytes = n * sizeof(float);
+    SF_CHECK((y == a || !rt::overlap(y, bytes, a, bytes)) && (y == b || !rt::overlap(y, bytes, b, bytes)),
+             "%s: y must be a or b exactly, or apart from both", op);
+    launch_elt(ex, elt_split(n, {{addr(y), 4}, {addr(a), 4}, {addr(b), 4}}), AxpyOp{a, b, alpha, y});
 }
 
 void fill_bf16_cuda(const rt::Exec& ex, size_t n, float value, bf16* y) {

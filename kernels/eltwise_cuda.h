@@ -119,6 +119,9 @@ void accumulate_bf16_cuda(const rt::Exec& ex, size_t n, const bf16* x, bf16* y, 
 void accumulate_bf16_to_f32_cuda(const rt::Exec& ex, size_t n, const bf16* x, float* y);
 // y = bf16(x), round to nearest even.
 void convert_f32_to_bf16_cuda(const rt::Exec& ex, size_t n, const float* x, bf16* y);
+// y = a + alpha * b in fp32, one fmaf per element (the BN running mean's and eval mean's bias shift of a
+// layer whose conv bias folds into its BN, model::ConvBN). y may be a or b exactly, not partially.
+void axpy_f32_cuda(const rt::Exec& ex, size_t n, const float* a, float alpha, const float* b, float* y);
 // y = bf16(value).
 void fill_bf16_cuda(const rt::Exec& ex, size_t n, float value, bf16* y);
 // y (rows, C) bf16: y[r*C + j] += bias[j]; bias (C) fp32.

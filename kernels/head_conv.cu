@@ -14,9 +14,15 @@
 // (db) in fp32. The block combines its 32 row lanes with fixed shuffle/shared-memory trees and writes
 // the chunk's partials to the workspace; a finalize kernel adds the chunks in a fixed order in fp64
 // and accumulates into dw and db. No atomics: bitwise reproducible.
+// With a BN prologue (kPro: NetShape::fuse_head_bn) x holds the producer's pre-BN output and each lane
+// forms its 8 channels' bf16(act(bn(x))) after the load (kernels/bn_act_device.cuh), in the forward and
+// in the backward's dw sums: the values the apply pass would have stored, so the results are those of
+// the plain kernel on that pass's output, bit for bit.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
+#include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
 #include "kernels/head_conv_cuda.h"
 #include "runtime/cuda_check.h"
@@ -44,19 +50,39 @@ __device__ __forceinline__ void load_lane_weights(const float* __restrict__ w, i
         for (int j = 0; j < 8; ++j) wr[k][j] = has ? __ldg(w + k * cin + 8 * lane + j) : 0.0f;
 }
 
+// The prologue's constants of this lane's 8 channels (kPro and a lane with channels), else unused.
+template <bool kPro>
+__device__ __forceinline__ BnApply8 lane_prologue(const DwPrologue& pro, int lane, bool has) {
+    BnApply8 p{};
+    if constexpr (kPro)
+        if (has) p = load_bn_apply8(lane, pro.gamma, pro.beta, pro.mean, pro.invstd, pro.eval, pro.eps);
+    return p;
+}
+
+// x's 8 channels of this lane at p, through the prologue when kPro.
+template <bool kPro, Act A>
+__device__ __forceinline__ void load_x8(const bfloat* p, const BnApply8& bn, float (&v)[8]) {
+    load8(p, v);
+    if constexpr (kPro) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = bn_act_value_bf16<A>(bn, j, v[j]);
+    }
+}
+
 // ---- kernels ----
 
 // y (rows, K) = x (rows, Cin) w^T + b. Grid forward_blocks x 256, grid-stride over 32-row tiles
 // (the tile loop is block-uniform, so every lane reaches the shuffles).
-template <int K>
+template <int K, bool kPro, Act A>
 __global__ void head_conv_forward_kernel(size_t rows, int cin, size_t pitch, const bfloat* __restrict__ x,
                                          const float* __restrict__ w, const float* __restrict__ b,
-                                         float* __restrict__ y) {
+                                         float* __restrict__ y, DwPrologue pro) {
     rt::pdl_entry();
     const int lane = threadIdx.x % kHeadConvLanes, ry = threadIdx.x / kHeadConvLanes;
     const bool has = lane < cin / 8;
     float wr[K][8];
     load_lane_weights<K>(w, cin, lane, has, wr);
+    const BnApply8 bn = lane_prologue<kPro>(pro, lane, has);
     const float bias = lane < K ? __ldg(b + lane) : 0.0f;
     for (size_t r0 = static_cast<size_t>(blockIdx.x) * kHeadConvRowsPerBlock; r0 < rows;
          r0 += static_cast<size_t>(gridDim.x) * kHeadConvRowsPerBlock) {
@@ -64,7 +90,7 @@ __global__ void head_conv_forward_kernel(size_t rows, int cin, size_t pitch, con
         float acc[K] = {};
         if (has && r < rows) {
             float v[8];
-            load8(x + r * pitch + 8 * lane, v);
+            load_x8<kPro, A>(x + r * pitch + 8 * lane, bn, v);
 #pragma unroll
             for (int k = 0; k < K; ++k)
 #pragma unroll
@@ -88,10 +114,10 @@ __global__ void head_conv_forward_kernel(size_t rows, int cin, size_t pitch, con
 // Backward, pass 1. Grid chunks x 256: block k owns rows [chunk_begin(k), chunk_begin(k+1)).
 // dx updated (accumulate false: overwritten, never read); part[k] = this chunk's (dw (K, Cin)
 // row-major, then db (K)).
-template <int K>
+template <int K, bool kPro, Act A>
 __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, int chunks, const bfloat* __restrict__ x,
                                           const float* __restrict__ dy, const float* __restrict__ w, bfloat* dx,
-                                          float* __restrict__ part, bool accumulate) {
+                                          float* __restrict__ part, bool accumulate, DwPrologue pro) {
     rt::pdl_entry();
     constexpr int kVals = 9 * K;  // per lane: dw[k][0..8) then db[k]
     __shared__ float sm[kWarps][kHeadConvLanes][kVals];
@@ -99,6 +125,7 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, in
     const bool has = lane < cin / 8;
     float wr[K][8];
     load_lane_weights<K>(w, cin, lane, has, wr);
+    const BnApply8 bn = lane_prologue<kPro>(pro, lane, has);
     float acc[K][8] = {}, accb[K] = {};
     const size_t end = chunk_begin(rows, chunks, blockIdx.x + 1);
     for (size_t r = chunk_begin(rows, chunks, blockIdx.x) + ry; r < end; r += kHeadConvRowsPerBlock) {
@@ -111,7 +138,7 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, in
         if (!has) continue;
         const size_t off = r * pitch + 8 * lane;
         float v[8], d[8] = {};
-        load8(x + off, v);
+        load_x8<kPro, A>(x + off, bn, v);
         if (accumulate) load8_rw(dx + off, d);  // dx is read and written by this thread only
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -186,21 +213,61 @@ __global__ void head_conv_finalize_kernel(int wn, int entries, int chunks, const
 void check_bf16(const char* op, const char* name, const bf16* p) { rt::check_device_ptr(op, name, p, 16); }
 void check_f32(const char* op, const char* name, const float* p) { rt::check_device_ptr(op, name, p, alignof(float)); }
 
-template <int K>
-void launch_forward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* w, const float* b,
-                    float* y) {
-    rt::launch(ex, "head_conv_forward_kernel", head_conv_forward_kernel<K>, pl.forward_blocks, kHeadConvThreads, 0,
-               pl.rows, pl.cin, static_cast<size_t>(pl.pitch), dev(x), w, b, y);
+// Calls f(std::integral_constant<bool, kPro>, std::integral_constant<Act, A>) for the prologue (none: kPro
+// false, A None).
+template <class F>
+void with_prologue(const DwPrologue* pro, F&& f) {
+    using kern::Act;
+    if (!pro) return f(std::false_type{}, std::integral_constant<Act, Act::None>{});
+    switch (pro->act) {
+        case Act::None: return f(std::true_type{}, std::integral_constant<Act, Act::None>{});
+        case Act::Silu: return f(std::true_type{}, std::integral_constant<Act, Act::Silu>{});
+        case Act::Relu: return f(std::true_type{}, std::integral_constant<Act, Act::Relu>{});
+    }
 }
 
-template <int K>
+// Calls f(std::integral_constant<int, K>) for K = cout in [1, kHeadConvMaxCout] (checked by the plan).
+template <class F>
+void with_cout(int cout, F&& f) {
+    switch (cout) {
+        case 1: return f(std::integral_constant<int, 1>{});
+        case 2: return f(std::integral_constant<int, 2>{});
+        case 3: return f(std::integral_constant<int, 3>{});
+        case 4: return f(std::integral_constant<int, 4>{});
+        case 5: return f(std::integral_constant<int, 5>{});
+        case 6: return f(std::integral_constant<int, 6>{});
+        case 7: return f(std::integral_constant<int, 7>{});
+        default: return f(std::integral_constant<int, 8>{});
+    }
+}
+
+void launch_forward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* w, const float* b, float* y,
+                    const DwPrologue* pro) {
+    const DwPrologue p = pro ? *pro : DwPrologue{};
+    with_cout(pl.cout, [&](auto k) {
+        with_prologue(pro, [&](auto kpro, auto act) {
+            rt::launch(ex, "head_conv_forward_kernel",
+                       head_conv_forward_kernel<decltype(k)::value, decltype(kpro)::value, decltype(act)::value>,
+                       pl.forward_blocks, kHeadConvThreads, 0, pl.rows, pl.cin, static_cast<size_t>(pl.pitch), dev(x),
+                       w, b, y, p);
+        });
+    });
+}
+
 void launch_backward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* dy, const float* w,
-                     bf16* dx, float* dw, float* db, float* ws, bool accumulate) {
-    rt::launch(ex, "head_conv_backward_kernel", head_conv_backward_kernel<K>, pl.chunks, kHeadConvThreads, 0, pl.rows,
-               pl.cin, static_cast<size_t>(pl.pitch), pl.chunks, dev(x), dy, w, dev(dx), ws, accumulate);
-    const int wn = K * pl.cin;
+                     bf16* dx, float* dw, float* db, float* ws, bool accumulate, const DwPrologue* pro) {
+    const DwPrologue p = pro ? *pro : DwPrologue{};
+    with_cout(pl.cout, [&](auto k) {
+        with_prologue(pro, [&](auto kpro, auto act) {
+            rt::launch(ex, "head_conv_backward_kernel",
+                       head_conv_backward_kernel<decltype(k)::value, decltype(kpro)::value, decltype(act)::value>,
+                       pl.chunks, kHeadConvThreads, 0, pl.rows, pl.cin, static_cast<size_t>(pl.pitch), pl.chunks,
+                       dev(x), dy, w, dev(dx), ws, accumulate, p);
+        });
+    });
+    const int wn = pl.cout * pl.cin;
     rt::launch(ex, "head_conv_finalize_kernel", head_conv_finalize_kernel, pl.finalize_blocks,
-               dim3(kFinalizeX, kFinalizeY), 0, wn, wn + K, pl.chunks, ws, dw, db);
+               dim3(kFinalizeX, kFinalizeY), 0, wn, wn + pl.cout, pl.chunks, ws, dw, db);
 }
 
 }  // namespace
@@ -239,7 +306,7 @@ size_t head_conv_workspace_floats(size_t rows, int cin, int cout) {
 }
 
 void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* w,
-                            const float* b, float* y, int pitch) {
+                            const float* b, float* y, int pitch, const DwPrologue* pro) {
     const char* op = "head_conv_forward_cuda";
     rt::check_cuda_exec(op, ex);
     const HeadConvPlan pl = head_conv_plan(rows, cin, cout, pitch);
@@ -248,21 +315,13 @@ void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, 
     check_f32(op, "w", w);
     check_f32(op, "b", b);
     check_f32(op, "y", y);
-    switch (cout) {
-        case 1: launch_forward<1>(ex, pl, x, w, b, y); break;
-        case 2: launch_forward<2>(ex, pl, x, w, b, y); break;
-        case 3: launch_forward<3>(ex, pl, x, w, b, y); break;
-        case 4: launch_forward<4>(ex, pl, x, w, b, y); break;
-        case 5: launch_forward<5>(ex, pl, x, w, b, y); break;
-        case 6: launch_forward<6>(ex, pl, x, w, b, y); break;
-        case 7: launch_forward<7>(ex, pl, x, w, b, y); break;
-        default: launch_forward<8>(ex, pl, x, w, b, y); break;
-    }
+    check_dw_prologue(op, pro, cin, {{y, rows * cout * sizeof(float)}});
+    launch_forward(ex, pl, x, w, b, y, pro);
 }
 
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                              const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
-                             bool accumulate, int pitch) {
+                             bool accumulate, int pitch, const DwPrologue* pro) {
     const char* op = "head_conv_backward_cuda";
     rt::check_cuda_exec(op, ex);
     const HeadConvPlan pl = head_conv_plan(rows, cin, cout, pitch);
@@ -279,16 +338,14 @@ void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout,
              "%s: workspace of %zu floats is too small for rows=%zu cin=%d cout=%d (need head_conv_workspace_floats "
              "= %zu)",
              op, ws_floats, rows, cin, cout, pl.workspace_floats);
-    switch (cout) {
-        case 1: launch_backward<1>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
-        case 2: launch_backward<2>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
-        case 3: launch_backward<3>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
-        case 4: launch_backward<4>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
-        case 5: launch_backward<5>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
-        case 6: launch_backward<6>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
-        case 7: launch_backward<7>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
-        default: launch_backward<8>(ex, pl, x, dy, w, dx, dw, db, ws, accumulate); break;
-    }
+    // dx's rows: the last one ends cin elements past its start.
+    const size_t dx_bytes = ((rows - 1) * static_cast<size_t>(pl.pitch) + cin) * sizeof(bf16);
+    check_dw_prologue(op, pro, cin,
+                      {{dx, dx_bytes},
+                       {dw, static_cast<size_t>(cout) * cin * sizeof(float)},
+                       {db, cout * sizeof(float)},
+                       {ws, pl.workspace_floats * sizeof(float)}});
+    launch_backward(ex, pl, x, dy, w, dx, dw, db, ws, accumulate, pro);
 }
 
 }  // namespace kern

@@ -11,14 +11,21 @@
 // x and dx may be a Cin-channel slice of wider rows: `pitch` elements from one row's start to the next
 // (0: Cin), so that a head reads and writes its 64 channels of the four heads' merged conv1 output
 // (NetShape::merge_heads) in place.
+// pro (null: none; NetShape::fuse_head_bn): x is the producer's pre-BN output and both kernels read it
+// through that BN + activation, bf16(act(bn(x))) per element (kernels/bn_fusion.h, DwPrologue; its
+// vectors hold Cin entries, x's channels), as the apply pass would have stored it: the results are the
+// plain kernels' on that pass's output, bit for bit. dx is then the gradient of the BN + activation's
+// output, as without.
 // Preconditions (rt::Error naming the value): CUDA Exec; Cin a multiple of 8 in [8, 64]; Cout in
 // [1, 8]; pitch 0 or a multiple of 8 >= Cin; x and dx 16-byte aligned; w, b, y, dy, dw, db, ws non-null and 4-byte
-// aligned; dx not aliasing x; workspace at least head_conv_workspace_floats. rows == 0 is a no-op. Launchers enqueue on
-// ex.stream, never allocate and never synchronise (CUDA-graph capturable).
+// aligned; dx not aliasing x; workspace at least head_conv_workspace_floats; a prologue as
+// check_dw_prologue (kernels/bn_fusion.h) wants it, its vectors apart from every output. rows == 0 is a no-op.
+// Launchers enqueue on ex.stream, never allocate and never synchronise (CUDA-graph capturable).
 #pragma once
 #include <cstddef>
 
 #include "kernels/bf16.h"
+#include "kernels/bn_fusion.h"
 #include "runtime/exec.h"
 
 namespace kern {
@@ -50,7 +57,7 @@ HeadConvPlan head_conv_plan(size_t rows, int cin, int cout, int pitch = 0);
 // x (rows, Cin; rows pitch apart) bf16; w (Cout, Cin) fp32 master weights; b (Cout) fp32; y (rows, Cout)
 // fp32 overwritten.
 void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* w,
-                            const float* b, float* y, int pitch = 0);
+                            const float* b, float* y, int pitch = 0, const DwPrologue* pro = nullptr);
 
 // fp32 scratch the backward needs (no initialisation): head_conv_plan(rows, cin, cout).workspace_floats.
 size_t head_conv_workspace_floats(size_t rows, int cin, int cout);
@@ -60,6 +67,6 @@ size_t head_conv_workspace_floats(size_t rows, int cin, int cout);
 // x and dx rows pitch apart (the channels between the slices untouched).
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                              const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
-                             bool accumulate = true, int pitch = 0);
+                             bool accumulate = true, int pitch = 0, const DwPrologue* pro = nullptr);
 
 }  // namespace kern

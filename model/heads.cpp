@@ -45,6 +45,12 @@ void Conv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& i
     // one op, which the trace records in the last head's scope only; the op is the gradient's first write,
     // so every slice overwrites (the cost model's input-gradient mode for the heads without the record).
     if (in_pitch != 0) use.input_grad_accumulates = false;
+    SF_CHECK(
+        !prologue || (!kIsCpu<T> && prologue->apply_in_consumer && prologue_channel >= 0 &&
+                      prologue_channel + in.c <= prologue->cs.cout && prologue->conv.shape.pixels() == in.pixels()),
+        "%s: a BN prologue needs a CUDA layer reading channels [%d, %d) of a layer that leaves its BN to it",
+        name.c_str(), prologue_channel, prologue_channel + in.c);
+    use.input_bn_prologue = prologue != nullptr;
     p.layer(use);
     weight = p.param(name + ".weight", {cout, in.c, 1, 1}, true);
     bias = p.param(name + ".bias", {cout}, false);
@@ -56,12 +62,32 @@ void Conv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& i
 }
 
 template <class T>
-void Conv<T>::forward(const rt::Exec& ex, const ActT<T>& x) const {
+const T* Conv<T>::prologue_input() const {
+    SF_CHECK(prologue, "%s: no BN prologue", fwd_scope.c_str());
+    return prologue->conv.v ? prologue->conv.v + prologue_channel : nullptr;  // null while sizing
+}
+
+template <class T>
+kern::DwPrologue Conv<T>::input_prologue(bool train) const {
+    SF_CHECK(prologue, "%s: no BN prologue", fwd_scope.c_str());
+    kern::DwPrologue pro = prologue->dw_prologue(train);
+    for (const float** v : {&pro.gamma, &pro.beta, &pro.mean, &pro.invstd})
+        if (*v) *v += prologue_channel;  // null while sizing
+    return pro;
+}
+
+template <class T>
+void Conv<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train) const {
     const rt::Scope scope(ex, fwd_scope);
-    if constexpr (kIsCpu<T>)
+    if constexpr (kIsCpu<T>) {
         kern::conv_forward(ex, cs, x.v, weight.w, bias.w, out.v);
-    else
+    } else if (prologue) {
+        const kern::DwPrologue pro = input_prologue(train);
+        kern::head_conv_forward_cuda(ex, cs.in().pixels(), cs.cin, cs.cout, prologue_input(), weight.w, bias.w, out.v,
+                                     in_pitch, &pro);
+    } else {
         kern::head_conv_forward_cuda(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, weight.w, bias.w, out.v, in_pitch);
+    }
 }
 
 template <class T>
@@ -73,8 +99,9 @@ void Conv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
     } else {
         SF_CHECK(in_pitch == 0, "%s: a slice of the merged heads' output runs its backward through MergedHeads",
                  bwd_scope.c_str());
-        ops::head_conv_backward(ex, cs.in().pixels(), cs.cin, cs.cout, x.v, out.g, weight.w, x.g, weight.g, bias.g, ws,
-                                ws_floats);
+        const kern::DwPrologue pro = prologue ? input_prologue(true) : kern::DwPrologue{};
+        ops::head_conv_backward(ex, cs.in().pixels(), cs.cin, cs.cout, prologue ? prologue_input() : x.v, out.g,
+                                weight.w, x.g, weight.g, bias.g, ws, ws_floats, prologue ? &pro : nullptr);
     }
 }
 
@@ -165,7 +192,7 @@ void MergedHeads<T>::backward(const rt::Exec& ex, const ActT<T>& x, const Head<T
     if constexpr (kIsCpu<T>) {
         SF_FAIL("the merged heads are CUDA only");
     } else {
-        const ActT<T>& z = conv1.out;
+        const ActT<T>& z = conv1.out;  // with the BN prologue (fuse_head_bn) only its gradient: conv2 reads conv1.conv
         const size_t rows = z.shape.pixels(), m = static_cast<size_t>(mid);
         // The four conv2 backwards write the four slices of z.g: one write for the tape, reported in the scope
         // of the head the backward runs first (the last, as in the unmerged network); each head's launch in its
@@ -181,8 +208,12 @@ void MergedHeads<T>::backward(const rt::Exec& ex, const ActT<T>& x, const Head<T
                               {z.g}, &acc);
             if (!run) continue;
             const size_t at = static_cast<size_t>(h) * m;
-            kern::head_conv_backward_cuda(ex, rows, mid, c2.cs.cout, z.v + at, c2.out.g, c2.weight.w, z.g + at,
-                                          c2.weight.g, c2.bias.g, c2.ws, c2.ws_floats, acc, kHeads * mid);
+            SF_CHECK(!c2.prologue || (c2.prologue == &conv1 && c2.prologue_channel == static_cast<int>(at)),
+                     "%s: its BN prologue is not its slice of the merged heads' conv1", c2.bwd_scope.c_str());
+            const kern::DwPrologue pro = c2.prologue ? c2.input_prologue(true) : kern::DwPrologue{};
+            kern::head_conv_backward_cuda(ex, rows, mid, c2.cs.cout, c2.prologue ? c2.prologue_input() : z.v + at,
+                                          c2.out.g, c2.weight.w, z.g + at, c2.weight.g, c2.bias.g, c2.ws, c2.ws_floats,
+                                          acc, kHeads * mid, c2.prologue ? &pro : nullptr);
         }
         // conv1's parameter gradients accumulate into the heads' own: gathered before, scattered after (the
         // traced backward, on a CPU Exec, launches nothing).

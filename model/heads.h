@@ -21,10 +21,20 @@ struct Conv {
     // CUDA: elements between the input's rows (0: Cin): a head's slice of the merged conv1 output
     // (NetShape::merge_heads, MergedHeads). Its backward then runs through MergedHeads, one op for the four.
     int in_pitch = 0;
+    // CUDA, NetShape::fuse_head_bn (set before declare()): the conv1 whose BN + ReLU this conv applies as it loads
+    // that layer's pre-BN output (ConvBN::apply_in_consumer; kernels/head_conv_cuda.h, DwPrologue), in the
+    // forward and in the backward's weight sums; x.v is then never read. prologue_channel: the first of that
+    // layer's channels this conv reads (a head's slice of the merged conv1, else 0).
+    const ConvBN<T>* prologue = nullptr;
+    int prologue_channel = 0;
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout);
-    void forward(const rt::Exec& ex, const ActT<T>& x) const;
+    void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;
     void backward(const rt::Exec& ex, const ActT<T>& x) const;
+    // CUDA with a prologue: its input (the producer's pre-BN output at prologue_channel) and its DwPrologue
+    // (batch statistics when train, else the running ones, the vectors from prologue_channel on).
+    const T* prologue_input() const;
+    kern::DwPrologue input_prologue(bool train) const;
 };
 
 template <class T>

@@ -52,8 +52,11 @@ struct ConvBN {
     //   gradient is planned as usual: the consumer's backward-data writes it).
     // prologue: this (depthwise) conv applies that layer's BN + activation to its input on load: it
     //   reads prologue->conv, never x.v (kernels/dwconv_cuda.h, DwPrologue); custom kernel only.
+    // A layer with a conv bias may leave its BN to its consumer (the heads' conv1, NetShape::fuse_head_bn): the
+    // bias then folds into the BN (forward), and eval_mean, running_mean - bias, is the eval prologue's mean.
     bool apply_in_consumer = false;
     const ConvBN* prologue = nullptr;
+    float* eval_mean = nullptr;
     // A BN's backward reductions gathered by its consumer's backward-data epilogue (CUDA; both set before
     // declare(), by link_grad_sums): grad_sums_by, on the producer, is the consumer whose kernel gathers
     // them from the gradient it stores (kern::BnGradSums: dgamma, dbeta += and the dx coefficients into

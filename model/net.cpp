@@ -253,17 +253,28 @@ void SiderNetT<T>::declare(Planner& p) {
 
     // Dual head: four independent heads on Hf (CUDA with merge_heads: their conv1 as one layer, each conv2 on
     // its slice of that layer's output).
-    if (merged_heads()) merged_.declare(p, fpn_.out().shape, kHeadMid);
+    // With fuse_head_bn each conv2 applies its conv1's BN + ReLU as it loads conv1's pre-BN output, the conv1 bias
+    // folded into that BN (ConvBN::apply_in_consumer, Conv::prologue).
+    const bool fuse_bn = fused_head_bn();
+    if (merged_heads()) {
+        merged_.conv1.apply_in_consumer = fuse_bn;
+        merged_.declare(p, fpn_.out().shape, kHeadMid);
+    }
     for (int h = 0; h < kHeads; ++h) {
         const std::string name = std::string("dual_head.") + kHeadNames[h];
-        if (merged_heads())
+        Head<T>& head = heads_[h];
+        if (merged_heads()) {
             merged_.declare_head(p, h, name + ".conv1");
-        else
-            heads_[h].conv1.declare(p, name + ".conv1", fpn_.out().shape, kHeadMid, 3, 1, 1, kern::Act::Relu, true);
+        } else {
+            head.conv1.apply_in_consumer = fuse_bn;
+            head.conv1.declare(p, name + ".conv1", fpn_.out().shape, kHeadMid, 3, 1, 1, kern::Act::Relu, true);
+        }
         kern::Shape4 mid = fpn_.out().shape;
         mid.c = kHeadMid;
-        heads_[h].conv2.in_pitch = merged_heads() ? kHeads * kHeadMid : 0;
-        heads_[h].conv2.declare(p, name + ".conv2", mid, kHeadChannels[h]);
+        head.conv2.in_pitch = merged_heads() ? kHeads * kHeadMid : 0;
+        head.conv2.prologue = fuse_bn ? (merged_heads() ? &merged_.conv1 : &head.conv1) : nullptr;
+        head.conv2.prologue_channel = fuse_bn && merged_heads() ? h * kHeadMid : 0;
+        head.conv2.declare(p, name + ".conv2", mid, kHeadChannels[h]);
     }
 }
 
@@ -297,11 +308,11 @@ void SiderNetT<T>::forward(const rt::Exec& ex, bool train) {
     // Heads
     if (merged_heads()) {
         merged_.forward(ex, fpn_.out(), train);
-        for (int h = 0; h < kHeads; ++h) heads_[h].conv2.forward(ex, merged_.slice(h));
+        for (int h = 0; h < kHeads; ++h) heads_[h].conv2.forward(ex, merged_.slice(h), train);
     } else {
         for (const Head<T>& h : heads_) {
             h.conv1.forward(ex, fpn_.out(), train);
-            h.conv2.forward(ex, h.conv1.out);
+            h.conv2.forward(ex, h.conv1.out, train);
         }
     }
     // CUDA: every BatchNorm's num_batches_tracked advances in one launch (the CPU layers count

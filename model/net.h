@@ -38,6 +38,11 @@ struct NetShape {
     // (model.merge_heads; model/heads.h, MergedHeads). Same parameters and checkpoints; the CPU reference
     // ignores it.
     bool merge_heads = false;
+    // CUDA only: each head's conv2 applies its conv1's BN + ReLU as it loads conv1's pre-BN output (forward and
+    // backward), and conv1's bias folds into that BN (its own pass gone): the heads' activation z and the bias
+    // pass never run (model.fuse_head_bn; model/heads.h). Same parameters and checkpoints; with merge_heads too,
+    // on the merged layer. The CPU reference ignores it.
+    bool fuse_head_bn = false;
     void validate() const;  // throws naming the offending value
     // validate() and: train-mode BatchNorm has >= 2 values per channel at the coarsest level.
     void validate_for_training() const;
@@ -169,6 +174,8 @@ private:
     Head<T> heads_[kHeads];  // heatmap_gap, heatmap_piece, offset, angle
     // NetShape::merge_heads on CUDA: the heads' conv1 merged (heads_[h].conv1 then unused).
     bool merged_heads() const { return shape_.merge_heads && !kIsCpu<T>; }
+    // NetShape::fuse_head_bn on CUDA: the heads' conv1 BN + ReLU inside their conv2.
+    bool fused_head_bn() const { return shape_.fuse_head_bn && !kIsCpu<T>; }
     MergedHeads<T> merged_;
 };
 

@@ -14,7 +14,8 @@
 #   then      with the GPU to itself and the time left: `bench step --layers` at batch 128 (the
 #             depthwise variants' times; issue "GPU speed"), the same step with every switch built since
 #             the H200 run at once (bench_all), with `--merge-heads` (the four heads' conv1 as one
-#             128 -> 256 ConvBN), with `--dw-fused-bwd` (the
+#             128 -> 256 ConvBN), with `--fuse-head-bn` (their BN inside their conv2, alone and with
+#             `--merge-heads`), with `--dw-fused-bwd` (the
 #             stride-1 depthwise dgrad + wgrad in one kernel) and `--dw-fused-bwd-bn` (with the depthwise
 #             ConvBN's BN backward dx inside it), with `--bn-row-batch 4`
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
@@ -133,7 +134,7 @@ if [ "$(left)" -gt 60 ]; then
   # Every switch built since the H200 run at once (OPTIMIZATION_LOG entries 11-24), first, so that the
   # deadline never cuts it: what the step runs if they all pay (the A/Bs below say which of them do).
   ab bench_all --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad --bn-row-batch 4 --pdl \
-    --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd --merge-heads
+    --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd --merge-heads --fuse-head-bn
   pack
   # The four heads' conv1 as one 3x3 128 -> 256 ConvBN (entry 25): against the per-layer run.
   ab bench_mergeheads --merge-heads
@@ -202,11 +203,17 @@ if [ "$(left)" -gt 60 ]; then
   pack
   ab bench_fusedwpwst --fuse-dw-pw --pw-stats
   pack
+  # The heads' conv1 BN + ReLU inside their conv2, the bias folded (entry 26; predicted 0.5-0.85 ms, so after
+  # the larger predictions): alone against the per-layer run, and with the merged heads against
+  # bench_mergeheads (the chain).
+  ab bench_fuseheadbn --fuse-head-bn
+  ab bench_mergefusehead --merge-heads --fuse-head-bn
+  pack
   # The depthwise kernels in variant 0 only: the step-level A/B of the variants.
   ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_all bench_mergeheads bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
+  for f in bench_all bench_mergeheads bench_fuseheadbn bench_mergefusehead bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
            bench_pwcustom bench_pwstats bench_pwbngrad bench_pwbnbwd bench_pwbnboth bench_dwstats bench_fusedwpw \
            bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
@@ -218,7 +225,7 @@ if [ "$(left)" -gt 60 ]; then
   # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17, 19-22):
   # each OTHER against its BASE, one after another into bench_ab_chain.md.
   : >"$W/bench_ab_chain.md"
-  for pair in bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
+  for pair in bench_mergeheads:bench_mergefusehead bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
               bench_fuseexpbn:bench_fuseexpbg \
               bench_pwcustom:bench_pwstats bench_pwcustom:bench_pwbngrad bench_pwcustom:bench_pwbnbwd \
               bench_pwbngrad:bench_pwbnboth \

@@ -13,12 +13,42 @@
 namespace {
 
 TEST(BenchStep, ParsesEveryOption) {
-    const tools::StepBenchOptions o = tools::parse_step_bench_args(
-        {"--batch-sizes", "32,64,512", "--size", "160x320", "--channels", "4", "--steps", "60", "--warmup", "5",
-         "--eager", "--deterministic", "--search", "--memory-budget-gb", "40", "--layers", "--layers-batch", "16",
-         "--peak-tflops", "900", "--peak-gbps", "3000", "--up-order", "upsample_first", "--fuse-expand-dw",
-         "--fuse-dw-pw", "--merge-heads", "--no-dw-variants", "--bn-row-batch", "4", "--pdl", "--dw-fused-bwd",
-         "--upsample-row-loads", "--json", "out.json"});
+    const tools::StepBenchOptions o = tools::parse_step_bench_args({"--batch-sizes",
+                                                                    "32,64,512",
+                                                                    "--size",
+                                                                    "160x320",
+                                                                    "--channels",
+                                                                    "4",
+                                                                    "--steps",
+                                                                    "60",
+                                                                    "--warmup",
+                                                                    "5",
+                                                                    "--eager",
+                                                                    "--deterministic",
+                                                                    "--search",
+                                                                    "--memory-budget-gb",
+                                                                    "40",
+                                                                    "--layers",
+                                                                    "--layers-batch",
+                                                                    "16",
+                                                                    "--peak-tflops",
+                                                                    "900",
+                                                                    "--peak-gbps",
+                                                                    "3000",
+                                                                    "--up-order",
+                                                                    "upsample_first",
+                                                                    "--fuse-expand-dw",
+                                                                    "--fuse-dw-pw",
+                                                                    "--merge-heads",
+                                                                    "--fuse-head-bn",
+                                                                    "--no-dw-variants",
+                                                                    "--bn-row-batch",
+                                                                    "4",
+                                                                    "--pdl",
+                                                                    "--dw-fused-bwd",
+                                                                    "--upsample-row-loads",
+                                                                    "--json",
+                                                                    "out.json"});
     EXPECT_EQ(o.batch_sizes, (std::vector<int>{32, 64, 512}));
     EXPECT_EQ(o.height, 160);
     EXPECT_EQ(o.width, 320);
@@ -35,6 +65,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_TRUE(o.fuse_expand_dw);
     EXPECT_TRUE(o.fuse_dw_pw);
     EXPECT_TRUE(o.merge_heads);
+    EXPECT_TRUE(o.fuse_head_bn);
     EXPECT_FALSE(o.dw_variants);
     EXPECT_EQ(o.bn_row_batch, 4);
     EXPECT_TRUE(o.pdl);
@@ -68,6 +99,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(d.fuse_expand_dw);
     EXPECT_FALSE(d.fuse_dw_pw);
     EXPECT_FALSE(d.merge_heads);  // four heads' conv1 until a GPU says the merged one pays
+    EXPECT_FALSE(d.fuse_head_bn);
     EXPECT_EQ(d.up_order, model::UpOrder::ConvFirst);  // what training on CUDA runs by default
     EXPECT_TRUE(d.dw_variants);
     EXPECT_EQ(d.bn_row_batch, 1);  // the measured kernels until a GPU says 4 pays

@@ -267,6 +267,48 @@ TEST(PlanCommand, MergeHeadsPlansOneConvForTheFourHeads) {
                     "--backend cpu");
 }
 
+// --fuse-head-bn: the heads' conv1 (four, or merged) leave their BN + ReLU to their conv2, which read the
+// pre-BN output through it: the activations smaller by exactly the heads' activation (N,H/4,W/4,4 x 64 bf16)
+// less the eval means the fold adds (64 floats a head); the same parameter table; conv2 planned with its
+// prologue. The CPU reference ignores it; the command refuses it there.
+TEST(PlanCommand, FuseHeadBnStoresNoHeadActivation) {
+    const std::vector<std::string> base = {"--height", "128", "--width", "256", "--batch", "4"};
+    const auto act = [](const nlohmann::json& j) { return j["regions"]["activations"]["bytes"].get<size_t>(); };
+    const size_t z = 4ull * 32 * 64 * 4 * 64 * 2, eval_means = 4 * 64 * 4;
+    for (bool merge : {false, true}) {
+        std::vector<std::string> plain_args = base;
+        if (merge) plain_args.push_back("--merge-heads");
+        std::vector<std::string> with = plain_args;
+        with.push_back("--fuse-head-bn");
+        const nlohmann::json plain = tools::plan_json(parse(plain_args)), d = tools::plan_json(parse(with));
+        EXPECT_EQ(d["shape"]["fuse_head_bn"], true);
+        EXPECT_EQ(plain["shape"]["fuse_head_bn"], false);
+        EXPECT_NE(tools::plan_text(d).find("the heads' conv1 BN inside conv2"), std::string::npos);
+        EXPECT_EQ(act(plain) - act(d), z - eval_means) << "merge " << merge;
+        model::NetShape s{4, 2, 128, 256};
+        s.merge_heads = merge;
+        s.fuse_head_bn = true;
+        const model::SiderNetCuda net(s, model::DryRun{});
+        int producers = 0, consumers = 0;
+        for (const model::LayerUse& l : net.plan().layers()) {
+            if (l.name.rfind("dual_head.", 0) != 0) {
+                EXPECT_FALSE(l.input_bn_prologue && l.shape.k == 1 && !l.batchnorm) << l.name;
+                continue;
+            }
+            producers += l.bn_applied_by_consumer;
+            consumers += l.input_bn_prologue;
+            EXPECT_EQ(l.input_bn_prologue, l.name.find(".conv2") != std::string::npos) << l.name;
+        }
+        EXPECT_EQ(producers, merge ? 1 : 4);
+        EXPECT_EQ(consumers, 4);
+        EXPECT_EQ(net.table().flat_size,
+                  model::SiderNetCuda(model::NetShape{4, 2, 128, 256}, model::DryRun{}).table().flat_size);
+    }
+    bool help = false;
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--backend", "cpu", "--fuse-head-bn"}, &help), "--fuse-head-bn",
+                    "--backend cpu");
+}
+
 TEST(PlanCommand, BadArgumentsAreNamed) {
     bool help = false;
     SF_EXPECT_ERROR(tools::parse_plan_args({"--batch", "0"}, &help), "--batch", "positive integer", "'0'");

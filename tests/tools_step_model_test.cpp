@@ -119,12 +119,14 @@ TEST(StepModel, HandCountedDepthwiseRow) {
     EXPECT_DOUBLE_EQ(u.at(StepPart::OtherBwd).bytes, (131072.0 + 32768.0) * 2);
 }
 
-// A consumer that applies its producer's BN + SiLU on load (n input elements): the same bytes as the
-// unfused row in every conv pass, and the apply's FLOPs added to its forward and its backward-filter.
-void expect_prologue_row(const StepModelRow& plain, const StepModelRow& fused, double n) {
+// A consumer that applies its producer's BN + activation (SiLU unless said) on load (n input elements): the
+// same bytes as the unfused row in every conv pass, and the apply's FLOPs added to its forward and its
+// backward-filter.
+void expect_prologue_row(const StepModelRow& plain, const StepModelRow& fused, double n,
+                         kern::Act act = kern::Act::Silu) {
     for (StepPart part : {StepPart::ConvFwd, StepPart::ConvDgrad, StepPart::ConvWgrad})
         EXPECT_DOUBLE_EQ(fused.at(part).bytes, plain.at(part).bytes);
-    const double apply = n * tools::bn_apply_flops(kern::Act::Silu);
+    const double apply = n * tools::bn_apply_flops(act);
     EXPECT_GT(apply, 0);
     EXPECT_DOUBLE_EQ(fused.at(StepPart::ConvFwd).simt_flops, plain.at(StepPart::ConvFwd).simt_flops + apply);
     EXPECT_DOUBLE_EQ(fused.at(StepPart::ConvWgrad).simt_flops, plain.at(StepPart::ConvWgrad).simt_flops + apply);
@@ -185,6 +187,32 @@ TEST(StepModel, FuseDwPwRows) {
     EXPECT_DOUBLE_EQ(dp.at(StepPart::NormFwd).bytes - df.at(StepPart::NormFwd).bytes, 2 * n * 2);
     expect_prologue_row(row(plain, "stage2.branch_1_4.0.pw_project"), row(fused, "stage2.branch_1_4.0.pw_project"), n);
     expect_only_the_apply_passes_go(plain, fused, fs);  // every depthwise output, twice
+}
+
+// NetShape::fuse_head_bn: each head's conv1 (or the merged one) keeps only its statistics pass and each
+// conv2 applies its BN + ReLU to every input element it loads, its producer the conv1 (merged: the one
+// layer before the four conv2 rows). Over the step exactly 2 x the heads' activation less, in the BN forward
+// pass only (the conv bias add the fold removes is not charged by the model on either side: rows keep it in
+// the conv's epilogue).
+TEST(StepModel, FuseHeadBnRows) {
+    const double n = 2.0 * 32 * 64 * 64;  // one head's activation: (2,32,64,64)
+    for (bool merge : {false, true}) {
+        model::NetShape ps = small(), fs = small();
+        ps.merge_heads = fs.merge_heads = merge;
+        fs.fuse_head_bn = true;
+        const std::vector<StepModelRow> plain = tools::step_model(ps), fused = tools::step_model(fs);
+        ASSERT_EQ(plain.size(), fused.size());
+        const std::string c1 = merge ? "dual_head.conv1" : "dual_head.offset.conv1";
+        const double c1_out = merge ? 4 * n : n;
+        EXPECT_DOUBLE_EQ(row(plain, c1).at(StepPart::NormFwd).bytes - row(fused, c1).at(StepPart::NormFwd).bytes,
+                         2 * c1_out * 2)
+            << c1;
+        for (const char* h : {"heatmap_gap", "heatmap_piece", "offset", "angle"}) {
+            const std::string c2 = std::string("dual_head.") + h + ".conv2";
+            expect_prologue_row(row(plain, c2), row(fused, c2), n, kern::Act::Relu);
+        }
+        expect_only_the_apply_passes_go(plain, fused, fs);
+    }
 }
 
 TEST(StepModel, FloorSumsEveryPassBoundOnItsOwn) {

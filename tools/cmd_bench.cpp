@@ -48,7 +48,7 @@ const char* kBenchUsage =
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw]\n"
-    "                                [--merge-heads] [--no-dw-variants]\n"
+    "                                [--merge-heads] [--fuse-head-bn] [--no-dw-variants]\n"
     "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
     "                                [--dw-fused-bn-grad] [--upsample-row-loads] [--pw-custom] [--pw-stats]\n"
     "                                [--pw-bn-grad] [--dw-stats] [--pw-bn-bwd]\n"
@@ -64,6 +64,8 @@ const char* kBenchUsage =
     "           (model.fuse_dw_pw; the depthwise activation never stored; docs/GPU_STEP.md)\n"
     "           --merge-heads: the four heads' conv1 (3x3 128 -> 64 each, all on Hf) as one 128 -> 256 ConvBN\n"
     "           (model.merge_heads; the same parameters; docs/GPU_STEP.md)\n"
+    "           --fuse-head-bn: each head's conv1 BN + ReLU applied inside its conv2's loads, conv1's bias folded\n"
+    "           into that BN (model.fuse_head_bn; the heads' activation and bias pass gone; docs/GPU_STEP.md)\n"
     "           --no-dw-variants: the custom depthwise kernels in variant 0 only, not the fastest of\n"
     "           their bitwise-equal variants (the step-level A/B of docs/KERNELS_DWCONV.md's variants)\n"
     "           --bn-row-batch N: rows per loop turn of the BatchNorm + activation kernels (1, the default,\n"
@@ -337,8 +339,8 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             (s == "--fuse-expand-dw" ? o.fuse_expand_dw : o.fuse_dw_pw) = true;
             continue;
         }
-        if (s == "--merge-heads") {
-            o.merge_heads = true;
+        if (s == "--merge-heads" || s == "--fuse-head-bn") {
+            (s == "--merge-heads" ? o.merge_heads : o.fuse_head_bn) = true;
             continue;
         }
         if (s == "--no-dw-variants") {

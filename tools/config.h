@@ -55,6 +55,9 @@ struct ModelSection {
     // slidefuse, CUDA only: the four heads' conv1 as one 3x3 128 -> 256 ConvBN (model::NetShape::merge_heads;
     // the same parameters and checkpoints). The CPU backend ignores it.
     bool merge_heads = false;
+    // slidefuse, CUDA only: each head's conv2 applies its conv1's BN + ReLU on load, conv1's bias folded into
+    // that BN (model::NetShape::fuse_head_bn; the same parameters and checkpoints). The CPU backend ignores it.
+    bool fuse_head_bn = false;
 };
 
 struct OptimizerSection {

@@ -236,7 +236,8 @@ InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const Checkpoi
                                 resolve_up_order(cfg.model.fusion_up_order, cuda ? Backend::Cuda : Backend::Cpu),
                                 cfg.model.fuse_expand_dw,
                                 cfg.model.fuse_dw_pw,
-                                cfg.model.merge_heads};
+                                cfg.model.merge_heads,
+                                cfg.model.fuse_head_bn};
     const bool batch_stats = opt.bn_stats == BnStats::Batch;
     if (batch_stats)
         shape.validate_for_training();  // names the batch when it leaves one value per channel

@@ -23,7 +23,21 @@ const char* conv_kind(const model::LayerUse& l) {
     return l.shape.k == 1 ? "conv 1x1" : "conv 3x3 dense";
 }
 
-// producer: the layer before l, whose BN + activation l applies on load when l.input_bn_prologue.
+// The BN + activation applied on load when l.input_bn_prologue: its FLOPs on every input element, in the
+// forward and again in the backward-filter. producer: the layer whose BN that is.
+void add_prologue_flops(StepModelRow& r, const model::LayerUse& l, const model::LayerUse* producer) {
+    if (!l.input_bn_prologue) return;
+    SF_CHECK(producer && producer->bn_applied_by_consumer,
+             "step model: layer %s applies its producer's BN on load, but no layer before it leaves its BN to it",
+             l.name.c_str());
+    const double extra = dbl(l.shape.in().numel()) * bn_apply_flops(producer->act);
+    r.at(StepPart::ConvFwd).simt_flops += extra;
+    r.at(StepPart::ConvWgrad).simt_flops += extra;
+}
+
+// producer: the last layer before l that leaves its BN to its consumer (the layer before l in a fused
+// LiteBlock or DSConv; a head's conv1, or the merged heads' conv1, for a head's conv2), whose BN + activation
+// l applies on load when l.input_bn_prologue.
 StepModelRow layer_row_model(const model::LayerUse& l, const model::LayerUse* producer, const Precision& p) {
     const kern::ConvShape& s = l.shape;
     StepModelRow r;
@@ -39,6 +53,7 @@ StepModelRow layer_row_model(const model::LayerUse& l, const model::LayerUse* pr
         r.at(StepPart::ConvFwd).bytes += extra;
         if (l.input_grad) r.at(StepPart::ConvDgrad).bytes += extra;
         r.at(StepPart::ConvWgrad).bytes += extra;
+        add_prologue_flops(r, l, producer);
         return r;
     }
     // With upsample > 1 the upsample's backward is the only write of conv_lo.g: no read of it.
@@ -55,15 +70,7 @@ StepModelRow layer_row_model(const model::LayerUse& l, const model::LayerUse* pr
     // written nor read back); its consumer reads the pre-BN tensor (the same bytes) and applies BN +
     // activation to every input element it loads, in the forward and again in the backward-filter.
     if (l.bn_applied_by_consumer) r.at(StepPart::NormFwd) = bn_stats_forward_cost(s.out().pixels(), s.cout, p);
-    if (l.input_bn_prologue) {
-        SF_CHECK(producer && producer->bn_applied_by_consumer,
-                 "step model: layer %s applies its producer's BN on load, but the layer before it (%s) does not "
-                 "leave its BN to it",
-                 l.name.c_str(), producer ? producer->name.c_str() : "none");
-        const double extra = dbl(s.in().numel()) * bn_apply_flops(producer->act);
-        r.at(StepPart::ConvFwd).simt_flops += extra;
-        r.at(StepPart::ConvWgrad).simt_flops += extra;
-    }
+    add_prologue_flops(r, l, producer);
     return r;
 }
 
@@ -141,8 +148,11 @@ const std::vector<std::string>& step_kinds() {
 std::vector<StepModelRow> step_model(const model::Planner& plan, const model::NetShape& shape, const Precision& p) {
     std::vector<StepModelRow> rows;
     const std::vector<model::LayerUse>& layers = plan.layers();
-    for (size_t i = 0; i < layers.size(); ++i)
-        rows.push_back(layer_row_model(layers[i], i > 0 ? &layers[i - 1] : nullptr, p));
+    const model::LayerUse* producer = nullptr;  // the last layer so far that leaves its BN to its consumer
+    for (const model::LayerUse& l : layers) {
+        rows.push_back(layer_row_model(l, producer, p));
+        if (l.bn_applied_by_consumer) producer = &l;
+    }
     for (const model::OpUse& o : plan.op_uses()) rows.push_back(op_row_model(o, p));
     const size_t n = plan.table().flat_size;
     rows.push_back(step_row("loss", "loss", loss_cost(shape.batch, shape.height / 4, shape.width / 4)));

@@ -245,6 +245,43 @@ TEST(KernelsEltwiseGpu, BiasAddExact) {
     }
 }
 
+// axpy_f32_cuda (the folded conv bias's running-mean and eval-mean shifts, model::ConvBN): y = fmaf(alpha, b, a)
+// exactly, into a third buffer and in place (y = a, y = b), aligned and not, nothing written past y; a y
+// partly over an operand refused.
+TEST(KernelsEltwiseGpu, AxpyF32IsOneFmaPerElement) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    for (size_t n : {size_t(1), size_t(64), size_t(256), size_t(1000)}) {
+        for (size_t shift : {size_t(0), size_t(1), size_t(3)}) {
+            const std::vector<float> a0 = random_f32(n, 90 + n, -1, 1), b0 = random_f32(n, 91 + n, -1, 1);
+            for (float alpha : {0.1f, -1.0f}) {
+                std::vector<float> want(n);
+                for (size_t i = 0; i < n; ++i) want[i] = std::fma(alpha, b0[i], a0[i]);
+                const std::string what =
+                    "n=" + std::to_string(n) + " shift=" + std::to_string(shift) + " alpha=" + std::to_string(alpha);
+                for (int into = 0; into < 3; ++into) {  // y apart, y = a, y = b
+                    Guarded<float> a(n, shift), b(n, 0), y(n, shift);
+                    a.set(a0);
+                    b.set(b0);
+                    y.set(std::vector<float>(n, 7.0f));
+                    float* out = into == 0 ? y.ptr() : into == 1 ? a.ptr() : b.ptr();
+                    kern::axpy_f32_cuda(ex, n, a.ptr(), alpha, b.ptr(), out);
+                    ctx.synchronize();
+                    const std::vector<float> got = into == 0 ? y.get() : into == 1 ? a.get() : b.get();
+                    EXPECT_TRUE(close_elementwise(to_double(got), to_double(want), 0, 0, what)) << into;
+                    EXPECT_TRUE(a.guards_intact() && b.guards_intact() && y.guards_intact()) << what << " " << into;
+                }
+            }
+        }
+    }
+    Guarded<float> a(64, 0);
+    SF_EXPECT_ERROR(kern::axpy_f32_cuda(ex, 32, a.ptr(), 1.0f, a.ptr() + 32, a.ptr() + 16), "axpy_f32_cuda",
+                    "y must be a or b exactly");
+    SF_EXPECT_ERROR(kern::axpy_f32_cuda(ex, 8, nullptr, 1.0f, a.ptr(), a.ptr()), "axpy_f32_cuda", "a");
+    kern::axpy_f32_cuda(ex, 0, nullptr, 1.0f, nullptr, nullptr);  // n == 0: nothing to check or do
+}
+
 // column_sum on the GPU: out0 + column sums of x; returns out.
 std::vector<float> run_column_sum(const rt::CudaContext& ctx, size_t rows, int c, size_t shift,
                                   const std::vector<float>& x, const std::vector<float>& out0) {

@@ -36,18 +36,21 @@ TEST(CudaStep, DwStatsMicroStepMatchesTheCpuReference) {
 // dx inside it and the expand BN's backward reductions in its epilogue (ConvPolicy::dw_fused_bwd,
 // dw_fused_bn_bwd, dw_fused_bn_grad), the depthwise BNs' statistics from the depthwise forward's
 // epilogue, through the expand's BN prologue (ConvPolicy::dw_stats), and the heads' conv1 merged
-// (NetShape::merge_heads). The same oracle and baseline as above.
+// (NetShape::merge_heads) with its BN + ReLU inside the heads' conv2 (fuse_head_bn). The same oracle and
+// baseline as above.
 // Under the emulation the loss equals that of the step with only dw_stats to the last printed digit (measured
 // 2026-11-28: 416.074241 both; the default step 416.044033, the statistics epilogue's other summation order
 // the one forward difference): there the emulated mma adds each exact bf16 product with fmaf in k order from
 // the accumulator, as the emulated cuDNN adds them, so the fused forward is otherwise the default forward
 // bit for bit and only the gradients' summation orders differ; on a GPU the tensor cores' sums differ too.
+// (The heads' conv1 biases start at zero, where fuse_head_bn's fold changes no forward value: 416.074241 with
+// it too, measured 2026-11-29; tests/gpu/model_step_fuse_head_bn_test.cpp sets them far from zero.)
 TEST(CudaStep, AllFusionsMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
     const CpuReference r;
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0,
-                                             kFuseExpandDw | kFuseDwPw | kMergeHeads, 4, true);
+                                             kFuseExpandDw | kFuseDwPw | kMergeHeads | kFuseHeadBn, 4, true);
 }
 
 // The same oracle for the heads' conv1 merged into one 128 -> 256 ConvBN alone (NetShape::merge_heads,
@@ -58,6 +61,16 @@ TEST(CudaStep, MergeHeadsMicroStepMatchesTheCpuReference) {
     const CpuReference r;
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kMergeHeads);
+}
+
+// The same oracle for the heads' conv1 BN + ReLU inside their conv2 with the conv1 bias folded into the BN
+// (NetShape::fuse_head_bn, `bench step --fuse-head-bn`), on the four heads and on the merged ones.
+TEST(CudaStep, FuseHeadBnMicroStepMatchesTheCpuReference) {
+    SF_REQUIRE_GPU();
+    const CpuReference r;
+    const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
+    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kFuseHeadBn);
+    one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kFuseHeadBn | kMergeHeads);
 }
 
 }  // namespace

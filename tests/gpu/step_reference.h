@@ -120,7 +120,7 @@ inline GradErrors one_micro_step_matches_the_cpu_reference(const CpuReference& r
     const model::LossTerms& ft = r.floor_loss;
     int fused_layers = 0;  // the layers that leave their BN to their consumer (NetShape fusions)
     for (const model::LayerUse& l : gpu.net.plan().layers()) fused_layers += l.bn_applied_by_consumer;
-    EXPECT_EQ(fused_layers > 0, (fuse & (kFuseExpandDw | kFuseDwPw)) != 0);
+    EXPECT_EQ(fused_layers > 0, (fuse & (kFuseExpandDw | kFuseDwPw | kFuseHeadBn)) != 0);
     std::printf(
         "[step] %s: loss cpu %.6f gpu %.6f (bf16-weights floor %.6f), %d layers' BN applied by their "
         "consumer, %.1f MB of activations\n",

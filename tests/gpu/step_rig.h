@@ -30,6 +30,7 @@ constexpr uint64_t kInitSeed = 1234;
 constexpr int kFuseExpandDw = 1;  // fuse_expand_dw: the expand's BN + SiLU inside the depthwise conv
 constexpr int kFuseDwPw = 2;      // fuse_dw_pw: the depthwise BN + SiLU inside the following 1x1 conv
 constexpr int kMergeHeads = 4;    // merge_heads: the four heads' conv1 as one ConvBN (model/heads.h)
+constexpr int kFuseHeadBn = 8;    // fuse_head_bn: the heads' conv1 BN + ReLU inside their conv2, the bias folded
 
 // The one-micro-step comparison's shape (CudaStep.OneMicroStep): batch 4 at 64x128.
 inline model::NetShape full_shape() { return {4, 2, 64, 128}; }
@@ -96,7 +97,8 @@ struct GpuRig {
 
     // order: the CUDA network's fusion up-path order (the CPU network's own may differ: same weights);
     // fuse: the network's BN fusions, kFuseExpandDw (NetShape::fuse_expand_dw, the fused LiteBlock; `true`
-    // converts to it), kFuseDwPw (NetShape::fuse_dw_pw) and/or kMergeHeads (NetShape::merge_heads); bn_row_batch: the
+    // converts to it), kFuseDwPw (NetShape::fuse_dw_pw), kMergeHeads (NetShape::merge_heads) and/or kFuseHeadBn
+    // (NetShape::fuse_head_bn); bn_row_batch: the
     // BatchNorm row kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch); pdl: the project's kernels with
     // programmatic dependent launch (rt::Exec::pdl); dw_fused: the stride-1 depthwise backward fused
     // (1: kern::ConvPolicy::dw_fused_bwd; 2: also dw_fused_bn_bwd, the BN's dx inside it; 3: 1 with
@@ -151,6 +153,7 @@ struct GpuRig {
         s.fuse_expand_dw = (fuse & kFuseExpandDw) != 0;
         s.fuse_dw_pw = (fuse & kFuseDwPw) != 0;
         s.merge_heads = (fuse & kMergeHeads) != 0;
+        s.fuse_head_bn = (fuse & kFuseHeadBn) != 0;
         return s;
     }
     // On the compute stream (non-blocking: a legacy-stream cudaMemcpy would not be ordered against

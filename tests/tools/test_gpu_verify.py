@@ -369,7 +369,8 @@ class GpuVerifyTest(unittest.TestCase):
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
-                         "bench_variants.json", "bench_all.json", "bench_mergeheads.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
+                         "bench_variants.json", "bench_all.json", "bench_mergeheads.json", "bench_fuseheadbn.json",
+                         "bench_mergefusehead.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
                          "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json", "bench_fuseexpbg.json",
                          "bench_upsrow.json",
                          "bench_pwcustom.json", "bench_pwstats.json", "bench_pwbngrad.json", "bench_pwbnbwd.json", "bench_pwbnboth.json", "bench_dwstats.json",
@@ -388,10 +389,14 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertIn("] done", log)
             self.assertRegex(log, r"bench --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad "
                                   r"--bn-row-batch 4 --pdl --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd "
-                                  r"--merge-heads: rc 0")
+                                  r"--merge-heads --fuse-head-bn: rc 0")
             self.assertRegex(log, r"A/B: ### bench_all.json against bench_variants.json")
             self.assertRegex(log, r"bench --merge-heads: rc 0")
             self.assertRegex(log, r"A/B: ### bench_mergeheads.json against bench_variants.json")
+            self.assertRegex(log, r"bench --fuse-head-bn: rc 0")
+            self.assertRegex(log, r"A/B: ### bench_fuseheadbn.json against bench_variants.json")
+            self.assertRegex(log, r"bench --merge-heads --fuse-head-bn: rc 0")
+            self.assertRegex(log, r"A/B chain: ### bench_mergefusehead.json against bench_mergeheads.json")
             self.assertRegex(log, r"bench --dw-fused-bwd: rc 0")
             self.assertIn("bench --dw-fused-bwd: n128 64x128 c64->64 k3 s1 g64, fused backward runs, "
                           "fused overwrite 0.1500 ms", log)

@@ -1,0 +1,239 @@
+// The heads' 1x1 conv with its producer's BatchNorm prologue (kernels/head_conv_cuda.h, DwPrologue;
+// NetShape::fuse_head_bn): the forward and the backward reading the pre-BN tensor through the prologue
+// equal, bit for bit, the same kernels reading the activation the apply pass stored
+// (bn_act_apply_train with batch statistics, bn_act_forward_eval with running ones): y, dx (accumulating
+// and overwriting), dw and db, for ReLU (the model's), SiLU and none, Cout 1, 2, 3 and 4, Cin 64 and 24,
+// a contiguous tensor and a head's 64-channel slice of four heads' rows (the prologue's vectors from the
+// slice's first channel on, the other channels untouched), rows not a multiple of a block; the forward
+// also against an fp64 host computation of act(bn(x)) rounded to bf16 and the fp64 dot products; bad
+// prologues refused with their documented errors.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/bn_act_cuda.h"
+#include "kernels/head_conv_cuda.h"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+#include "runtime/exec.h"
+#include "tests/support/compare.h"
+#include "tests/support/gpu_buffers.h"
+
+namespace {
+
+using kern::Act;
+using sftest::bitwise;
+using sftest::DeviceBuffer;
+using sftest::download;
+using sftest::download_bf16;
+using sftest::upload;
+using sftest::upload_bf16;
+
+constexpr double kEps = 1e-5;
+
+struct Case {
+    size_t rows;
+    int cin, cout, pitch, at;  // x's rows pitch apart, the conv reading channels [at, at + cin)
+    Act act;
+    bool eval;
+};
+
+std::string name_of(const Case& k) {
+    return "rows " + std::to_string(k.rows) + " cin " + std::to_string(k.cin) + " cout " + std::to_string(k.cout) +
+           " pitch " + std::to_string(k.pitch) + " at " + std::to_string(k.at) + " " + kern::act_name(k.act) +
+           (k.eval ? " eval" : " train");
+}
+
+struct Inputs {
+    std::vector<float> x;                  // (rows, pitch) the producer's pre-BN output, bf16-exact
+    std::vector<float> gamma, beta, m, v;  // (pitch): m, v = batch mean / invstd (train) or running mean / var
+    std::vector<float> w, b, dy, dx0, dw0, db0;
+};
+
+Inputs make_inputs(const Case& k, uint64_t seed) {
+    Inputs in;
+    const size_t c = static_cast<size_t>(k.pitch), nx = k.rows * c, nw = static_cast<size_t>(k.cout) * k.cin;
+    const std::vector<double> u = sftest::random_uniform(nx, seed, -1, 1);
+    const std::vector<double> off = sftest::random_uniform(c, seed + 1, -2, 2);
+    std::vector<double> x(nx);
+    for (size_t i = 0; i < nx; ++i) x[i] = off[i % c] + 1.5 * u[i];
+    in.x = sftest::bf16_exact(x);
+    using sftest::to_floats;
+    in.gamma = to_floats(sftest::random_uniform(c, seed + 2, 0.5, 1.5));
+    in.beta = to_floats(sftest::random_uniform(c, seed + 3, -0.8, 0.8));
+    in.m = to_floats(sftest::random_uniform(c, seed + 4, -2, 2));
+    in.v = to_floats(sftest::random_uniform(c, seed + 5, 0.4, 2.5));
+    in.w = to_floats(sftest::random_uniform(nw, seed + 6, -0.2, 0.2));
+    in.b = to_floats(sftest::random_uniform(k.cout, seed + 7, -1, 1));
+    in.dy = to_floats(sftest::random_uniform(k.rows * k.cout, seed + 8, -1e-2, 1e-2));
+    in.dx0 = sftest::bf16_exact(sftest::random_uniform(nx, seed + 9, -1e-2, 1e-2));
+    in.dw0 = to_floats(sftest::random_uniform(nw, seed + 10, -1, 1));
+    in.db0 = to_floats(sftest::random_uniform(k.cout, seed + 11, -1, 1));
+    return in;
+}
+
+struct Outputs {
+    std::vector<float> y, dx, dw, db, dx_over;  // dx_over: the backward with accumulate = false
+};
+
+// One path: the kernels reading `src` (prologue: the pre-BN x through it; else the stored activation).
+Outputs run_path(const rt::Exec& ex, const Case& k, const Inputs& in, const kern::bf16* src,
+                 const kern::DwPrologue* pro) {
+    const size_t nx = k.rows * k.pitch, nw = static_cast<size_t>(k.cout) * k.cin, ny = k.rows * k.cout;
+    const size_t wsn = kern::head_conv_workspace_floats(k.rows, k.cin, k.cout);
+    DeviceBuffer y(ny * 4), dy(ny * 4), w(nw * 4), b(k.cout * 4), dx(nx * 2), dx2(nx * 2), dw(nw * 4), db(k.cout * 4),
+        dw2(nw * 4), db2(k.cout * 4), ws(wsn * 4);
+    upload(dy.f(), in.dy);
+    upload(w.f(), in.w);
+    upload(b.f(), in.b);
+    upload_bf16(dx.h(), in.dx0);
+    upload_bf16(dx2.h(), in.dx0);
+    upload(dw.f(), in.dw0);
+    upload(db.f(), in.db0);
+    upload(dw2.f(), in.dw0);
+    upload(db2.f(), in.db0);
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
+    const kern::bf16* x = src + k.at;
+    kern::head_conv_forward_cuda(ex, k.rows, k.cin, k.cout, x, w.f(), b.f(), y.f(), k.pitch, pro);
+    kern::head_conv_backward_cuda(ex, k.rows, k.cin, k.cout, x, dy.f(), w.f(), dx.h() + k.at, dw.f(), db.f(), ws.f(),
+                                  wsn, true, k.pitch, pro);
+    kern::head_conv_backward_cuda(ex, k.rows, k.cin, k.cout, x, dy.f(), w.f(), dx2.h() + k.at, dw2.f(), db2.f(), ws.f(),
+                                  wsn, false, k.pitch, pro);
+    SF_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
+    Outputs o;
+    o.y = download(y.f(), ny);
+    o.dx = download_bf16(dx.h(), nx);
+    o.dx_over = download_bf16(dx2.h(), nx);
+    o.dw = download(dw.f(), nw);
+    o.db = download(db.f(), k.cout);
+    EXPECT_TRUE(bitwise(o.dw, download(dw2.f(), nw), "dw, accumulating dx or not")) << name_of(k);
+    EXPECT_TRUE(bitwise(o.db, download(db2.f(), k.cout), "db, accumulating dx or not")) << name_of(k);
+    return o;
+}
+
+// fp64 host reference of the forward: z = bf16(act((x - m) * gamma * inv + beta)), y = b + z . w.
+std::vector<double> host_forward(const Case& k, const Inputs& in) {
+    std::vector<double> y(k.rows * k.cout);
+    for (size_t r = 0; r < k.rows; ++r) {
+        for (int o = 0; o < k.cout; ++o) {
+            double s = in.b[o];
+            for (int j = 0; j < k.cin; ++j) {
+                const size_t ch = static_cast<size_t>(k.at + j);
+                const double inv = k.eval ? 1.0 / std::sqrt(static_cast<double>(in.v[ch]) + kEps) : in.v[ch];
+                double z = (in.x[r * k.pitch + ch] - in.m[ch]) * in.gamma[ch] * inv + in.beta[ch];
+                if (k.act == Act::Relu) z = z > 0 ? z : 0;
+                if (k.act == Act::Silu) z = z / (1 + std::exp(-z));
+                s += kern::round_bf16(static_cast<float>(z)) * static_cast<double>(in.w[o * k.cin + j]);
+            }
+            y[r * k.cout + o] = s;
+        }
+    }
+    return y;
+}
+
+void check_case(const rt::CudaContext& ctx, const Case& k, uint64_t seed) {
+    SCOPED_TRACE(name_of(k));
+    const Inputs in = make_inputs(k, seed);
+    const size_t nx = k.rows * k.pitch, c = static_cast<size_t>(k.pitch);
+    DeviceBuffer x(nx * 2), z(nx * 2), vec(4 * c * 4);
+    upload_bf16(x.h(), in.x);
+    upload(vec.f(), in.gamma);
+    upload(vec.f() + c, in.beta);
+    upload(vec.f() + 2 * c, in.m);
+    upload(vec.f() + 3 * c, in.v);
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
+    const rt::Exec& ex = ctx.exec();
+    const float *gamma = vec.f(), *beta = vec.f() + c, *m = vec.f() + 2 * c, *v = vec.f() + 3 * c;
+    // A: the apply pass over the whole rows, then the plain kernels on its output.
+    if (k.eval)
+        kern::bn_act_forward_eval(ex, k.act, k.rows, k.pitch, x.h(), gamma, beta, m, v, kEps, z.h());
+    else
+        kern::bn_act_apply_train(ex, k.act, k.rows, k.pitch, x.h(), gamma, beta, m, v, z.h());
+    const Outputs a = run_path(ex, k, in, z.h(), nullptr);
+    // B: the prologue, its vectors from the slice's first channel on.
+    kern::DwPrologue pro;
+    pro.act = k.act;
+    pro.gamma = gamma + k.at;
+    pro.beta = beta + k.at;
+    pro.mean = m + k.at;
+    pro.invstd = v + k.at;
+    pro.eval = k.eval;
+    pro.eps = kEps;
+    const Outputs b = run_path(ex, k, in, x.h(), &pro);
+    EXPECT_TRUE(bitwise(a.y, b.y, "y"));
+    EXPECT_TRUE(bitwise(a.dx, b.dx, "dx (accumulated)"));
+    EXPECT_TRUE(bitwise(a.dx_over, b.dx_over, "dx (overwritten)"));
+    EXPECT_TRUE(bitwise(a.dw, b.dw, "dw"));
+    EXPECT_TRUE(bitwise(a.db, b.db, "db"));
+    // The channels outside the slice untouched by the backward (B's dx still holds dx0 there).
+    bool foreign = true;
+    for (size_t r = 0; r < k.rows; ++r)
+        for (int j = 0; j < k.pitch; ++j)
+            if (j < k.at || j >= k.at + k.cin) foreign = foreign && b.dx_over[r * c + j] == in.dx0[r * c + j];
+    EXPECT_TRUE(foreign) << "dx outside the slice changed";
+    // Independent: the fp64 forward of bf16(act(bn(x))).
+    const std::vector<double> ref = host_forward(k, in);
+    EXPECT_TRUE(sftest::close_rel_l2(sftest::to_double(b.y), ref, 1e-5, "y against the fp64 host forward"));
+}
+
+TEST(KernelsHeadConvPrologueGpu, EqualsTheKernelsOnTheStoredActivation) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    uint64_t seed = 100;
+    for (bool eval : {false, true}) {
+        // The model's heads: rows of 64 channels, and a head's slice of the merged heads' 256.
+        check_case(ctx, {2 * 16 * 32, 64, 1, 64, 0, Act::Relu, eval}, seed++);
+        check_case(ctx, {2 * 16 * 32, 64, 4, 256, 128, Act::Relu, eval}, seed++);
+        check_case(ctx, {2 * 16 * 32, 64, 2, 256, 192, Act::Relu, eval}, seed++);
+        // Other activations, Cin and Cout; rows not a multiple of 32.
+        check_case(ctx, {77, 24, 3, 24, 0, Act::Silu, eval}, seed++);
+        check_case(ctx, {77, 24, 2, 40, 16, Act::None, eval}, seed++);
+    }
+}
+
+TEST(KernelsHeadConvPrologueGpu, BadProloguesAreRefused) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    const size_t rows = 64;
+    const int cin = 16, cout = 2;
+    const size_t wsn = kern::head_conv_workspace_floats(rows, cin, cout);
+    DeviceBuffer x(rows * cin * 2), dx(rows * cin * 2), w(cout * cin * 4), b(cout * 4), y(rows * cout * 4),
+        dy(rows * cout * 4), dw(cout * cin * 4), db(cout * 4), ws(wsn * 4), vec(4 * cin * 4);
+    kern::DwPrologue pro;
+    pro.act = Act::Relu;
+    pro.gamma = vec.f();
+    pro.beta = vec.f() + cin;
+    pro.mean = vec.f() + 2 * cin;
+    pro.invstd = vec.f() + 3 * cin;
+    kern::DwPrologue bad = pro;
+    bad.gamma = nullptr;
+    SF_EXPECT_ERROR(kern::head_conv_forward_cuda(ex, rows, cin, cout, x.h(), w.f(), b.f(), y.f(), 0, &bad),
+                    "head_conv_forward_cuda", "prologue gamma");
+    bad = pro;
+    bad.act = static_cast<Act>(7);
+    SF_EXPECT_ERROR(kern::head_conv_backward_cuda(ex, rows, cin, cout, x.h(), dy.f(), w.f(), dx.h(), dw.f(), db.f(),
+                                                  ws.f(), wsn, true, 0, &bad),
+                    "head_conv_backward_cuda", "prologue activation");
+    bad = pro;
+    bad.eval = true;
+    bad.eps = 0;
+    SF_EXPECT_ERROR(kern::head_conv_forward_cuda(ex, rows, cin, cout, x.h(), w.f(), b.f(), y.f(), 0, &bad),
+                    "head_conv_forward_cuda", "eps > 0");
+    // An output over a prologue vector: y over gamma (forward), db over mean (backward).
+    bad = pro;
+    bad.gamma = y.f();
+    SF_EXPECT_ERROR(kern::head_conv_forward_cuda(ex, rows, cin, cout, x.h(), w.f(), b.f(), y.f(), 0, &bad),
+                    "head_conv_forward_cuda", "must not alias the prologue gamma");
+    bad = pro;
+    bad.mean = db.f();
+    SF_EXPECT_ERROR(kern::head_conv_backward_cuda(ex, rows, cin, cout, x.h(), dy.f(), w.f(), dx.h(), dw.f(), db.f(),
+                                                  ws.f(), wsn, true, 0, &bad),
+                    "head_conv_backward_cuda", "must not alias the prologue mean");
+}
+
+}  // namespace
