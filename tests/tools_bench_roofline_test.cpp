@@ -80,6 +80,17 @@ TEST(ToolsBench, RooflineBatchNormAndOthersHandChecked) {
     EXPECT_EQ(cb.bwd.flops(), want_bwd.flops());
     EXPECT_EQ(conv_bn_act_cost(s, kern::Act::Silu, false).bwd.bytes,
               want_bwd.bytes - conv_backward_data_cost(s, true).bytes);
+    // With a conv bias (the heads' conv1): its own add pass (128 x 32 read and written) and the gradient's
+    // column-sum pass (read), each one FLOP an element.
+    kern::ConvShape sb = s;
+    sb.bias = true;
+    const FwdBwd cbb = conv_bn_act_cost(sb, kern::Act::Silu, true);
+    EXPECT_EQ(cbb.fwd.bytes,
+              cb.fwd.bytes + conv_forward_cost(sb).bytes - conv_forward_cost(s).bytes + 2 * 128 * 32 * 2);
+    EXPECT_EQ(cbb.bwd.bytes, cb.bwd.bytes + conv_backward_filter_cost(sb, true).bytes -
+                                 conv_backward_filter_cost(s, true).bytes + 128 * 32 * 2);
+    EXPECT_EQ(cbb.fwd.simt_flops,
+              cb.fwd.simt_flops + conv_forward_cost(sb).simt_flops - conv_forward_cost(s).simt_flops + 128 * 32);
     // Adding into a sum (ConvBN::sum_into): the apply pass reads the residual (128 x 32 bf16) and adds.
     const FwdBwd cr = conv_bn_act_cost(s, kern::Act::Silu, true, 1, true);
     EXPECT_EQ(cr.fwd.bytes, cb.fwd.bytes + 128 * 32 * 2);

@@ -134,13 +134,14 @@ void expect_prologue_row(const StepModelRow& plain, const StepModelRow& fused, d
 }
 
 // Over the step: exactly 2 x the output of every layer that leaves its BN to its consumer (in the fused
-// network fs) less, in the BN forward pass only; every other byte the same.
+// network fs; 4 x with a conv bias, whose add pass goes too) less, in the BN forward pass only; every other
+// byte the same.
 void expect_only_the_apply_passes_go(const std::vector<StepModelRow>& plain, const std::vector<StepModelRow>& fused,
                                      const model::NetShape& fs) {
     const model::SiderNetCuda net(fs, model::DryRun{});
     double applied_bytes = 0;
-    for (const model::LayerUse& l : net.plan().layers())
-        if (l.bn_applied_by_consumer) applied_bytes += 2.0 * l.shape.out().numel() * 2;
+    for (const model::LayerUse& l : net.plan().layers())  // the apply pass; with a conv bias, its add pass too
+        if (l.bn_applied_by_consumer) applied_bytes += (l.shape.bias ? 4.0 : 2.0) * l.shape.out().numel() * 2;
     EXPECT_GT(applied_bytes, 0);
     double bp = 0, bf = 0, other_p = 0, other_f = 0;
     for (size_t i = 0; i < plain.size(); ++i) {
@@ -189,11 +190,10 @@ TEST(StepModel, FuseDwPwRows) {
     expect_only_the_apply_passes_go(plain, fused, fs);  // every depthwise output, twice
 }
 
-// NetShape::fuse_head_bn: each head's conv1 (or the merged one) keeps only its statistics pass and each
-// conv2 applies its BN + ReLU to every input element it loads, its producer the conv1 (merged: the one
-// layer before the four conv2 rows). Over the step exactly 2 x the heads' activation less, in the BN forward
-// pass only (the conv bias add the fold removes is not charged by the model on either side: rows keep it in
-// the conv's epilogue).
+// NetShape::fuse_head_bn: each head's conv1 (or the merged one) keeps only its statistics pass (its bias add
+// pass folded away too) and each conv2 applies its BN + ReLU to every input element it loads, its producer
+// the conv1 (merged: the one layer before the four conv2 rows). Over the step exactly 4 x the heads'
+// activation less (apply and bias passes), in the BN forward pass only.
 TEST(StepModel, FuseHeadBnRows) {
     const double n = 2.0 * 32 * 64 * 64;  // one head's activation: (2,32,64,64)
     for (bool merge : {false, true}) {
@@ -205,7 +205,7 @@ TEST(StepModel, FuseHeadBnRows) {
         const std::string c1 = merge ? "dual_head.conv1" : "dual_head.offset.conv1";
         const double c1_out = merge ? 4 * n : n;
         EXPECT_DOUBLE_EQ(row(plain, c1).at(StepPart::NormFwd).bytes - row(fused, c1).at(StepPart::NormFwd).bytes,
-                         2 * c1_out * 2)
+                         4 * c1_out * 2)
             << c1;
         for (const char* h : {"heatmap_gap", "heatmap_piece", "offset", "angle"}) {
             const std::string c2 = std::string("dual_head.") + h + ".conv2";

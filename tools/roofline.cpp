@@ -202,6 +202,14 @@ ConvBnParts conv_bn_act_parts(const kern::ConvShape& s, kern::Act act, bool inpu
     r.norm_fwd = bn_act_forward_cost(rows, s.cout, act, p);
     if (residual) r.norm_fwd += eltwise_cost(rows * static_cast<size_t>(s.cout), 1, 0, 1, p.act);
     r.norm_bwd = bn_act_backward_cost(rows, s.cout, act, p);
+    if (s.bias) {
+        // A conv bias before a BatchNorm (the heads' conv1): the CUDA step adds it in a pass of its own
+        // (bias_add_bf16_cuda: the conv output read and written) and sums its gradient in another
+        // (column_sum_bf16_cuda: the BN's input gradient read), not in the conv's epilogues, where
+        // conv_forward_cost and conv_backward_filter_cost count the bias of a plain conv.
+        r.norm_fwd += eltwise_cost(conv_out, 1, 1, 1, p.act);
+        r.norm_bwd += eltwise_cost(conv_out, 1, 0, 1, p.act);
+    }
     if (upsample > 1) {
         r.resample_fwd = upsample_forward_cost(conv_out, upsample, p.act);
         r.resample_bwd = upsample_backward_cost(conv_out, upsample, p.act, upsample_bwd_accumulates);
