@@ -90,19 +90,19 @@ __device__ __forceinline__ void finalize_sums(int c, int chunks, const float* __
 
 // Forward statistics, pass 2. grid finalize_blocks, block (32, 8). Writes mean, invstd (biased
 // variance) and updates the running statistics (unbiased variance), all from fp64.
-template <int R>
-__global__ void bn_act_stats_finalize_kernel(size_t rows, int c, int chunks, const bfloat* __restrict__ x,
-                                             const float* __restrict__ part, float* __restrict__ save_mean,
-                                             float* __restrict__ save_invstd, float* __restrict__ running_mean,
-                                             float* __restrict__ running_var, double momentum, double eps) {
+template <int R, class Src>
+__global__ void bn_act_stats_finalize_kernel(size_t rows, int c, int chunks, Src x, const float* __restrict__ part,
+                                             float* __restrict__ save_mean, float* __restrict__ save_invstd,
+                                             float* __restrict__ running_mean, float* __restrict__ running_var,
+                                             double momentum, double eps) {
     rt::pdl_entry();
     double s0, s1;
     finalize_sums<R>(c, chunks, part, s0, s1);
     const int ch = blockIdx.x * kFinalizeX + threadIdx.x;
     if (threadIdx.y != 0 || ch >= c) return;
     bn_stats_write(
-        ch, static_cast<double>(rows), [&] { return static_cast<double>(__bfloat162float(x[ch])); }, s0, s1, save_mean,
-        save_invstd, running_mean, running_var, momentum, eps);
+        ch, static_cast<double>(rows), [&] { return static_cast<double>(x.first(ch)); }, s0, s1, save_mean, save_invstd,
+        running_mean, running_var, momentum, eps);
 }
 
 // Backward, pass 2. grid finalize_blocks, block (32, 8). dbeta += sum g, dgamma += sum g*xhat;
@@ -124,15 +124,36 @@ __global__ void bn_act_backward_finalize_kernel(size_t rows, int c, int chunks, 
 
 // ---- launch helpers ----
 
-// Checks shared by the launchers; returns the plan.
-BnActPlan check_common(const char* op, const rt::Exec& ex, size_t rows, int c, bool train, int row_batch,
-                       const bf16* x, const void* out) {
+// An upsampled source (BnUpsampled, or none): x null then, the shape (rows, C) its upsampling's, its
+// low-resolution tensor aligned and apart from the output.
+void check_upsampled(const char* op, size_t rows, int c, const bf16* x, const BnUpsampled* up, const void* out,
+                     size_t out_bytes) {
+    if (!up) return;
+    SF_CHECK(x == nullptr, "%s: x must be null when the BN input is formed by upsampling (up given)", op);
+    const Shape4& s = up->lo_shape;
+    SF_CHECK(up->factor == 2 || up->factor == 4 || up->factor == 8, "%s: upsampling factor %d is not 2, 4 or 8", op,
+             up->factor);
+    SF_CHECK(s.n > 0 && s.h > 0 && s.w > 0 && s.c == c, "%s: the upsampled source (%d,%d,%d,%d) must have C=%d", op,
+             s.n, s.h, s.w, s.c, c);
+    const size_t want = static_cast<size_t>(s.n) * (up->factor * s.h) * (up->factor * s.w);
+    SF_CHECK(rows == want, "%s: rows=%zu, but x%d upsampling of (%d,%d,%d,%d) gives %zu", op, rows, up->factor, s.n,
+             s.h, s.w, s.c, want);
+    SF_CHECK(rt::aligned(up->lo, 16), "%s: the upsampled source must be non-null and 16-byte aligned (%p)", op,
+             static_cast<const void*>(up->lo));
+    SF_CHECK(!rt::overlap(out, out_bytes, up->lo, s.numel() * sizeof(bf16)),
+             "%s: the output must not alias the upsampled source", op);
+}
+
+// Checks shared by the launchers; returns the plan. With an upsampled source (up), x is null.
+BnActPlan check_common(const char* op, const rt::Exec& ex, size_t rows, int c, bool train, int row_batch, const bf16* x,
+                       const void* out, const BnUpsampled* up = nullptr) {
     rt::check_cuda_exec(op, ex);
     const BnActPlan plan = bn_act_plan(rows, c, train, row_batch);
-    SF_CHECK(rt::aligned(x, 16) && rt::aligned(out, 16),
+    SF_CHECK((up || rt::aligned(x, 16)) && rt::aligned(out, 16),
              "%s: bf16 tensors must be non-null and 16-byte aligned (x=%p out=%p)", op, static_cast<const void*>(x),
              out);
     SF_CHECK(static_cast<const void*>(x) != out, "%s: the output must not alias x", op);
+    check_upsampled(op, rows, c, x, up, out, rows * static_cast<size_t>(c) * sizeof(bf16));
     return plan;
 }
 
@@ -155,34 +176,58 @@ void with_row_batch(const BnActPlan& pl, F&& f) {
     SF_FAIL("bn_act: row_batch %d has no kernel (valid: 1, 4)", pl.row_batch);
 }
 
+// Calls f(src, std::integral_constant<int, R>{}) for the BN input's source: the stored x in the plan's rows per
+// loop turn, or (up) the upsampling of up->lo, one row per turn (the batched loops load stored rows only).
+template <class F>
+void with_source(const BnActPlan& pl, const bf16* x, const BnUpsampled* up, F&& f) {
+    if (up) {
+        const Shape4& s = up->lo_shape;
+        return f(RowsUpsampled{dev(up->lo), s.h, s.w, up->factor, s.c}, std::integral_constant<int, 1>{});
+    }
+    with_row_batch(pl, [&](auto rb) { f(RowsStored{dev(x)}, rb); });
+}
+
 template <Act A, bool kEval>
 void launch_apply(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, const float* gamma, const float* beta,
-                  const float* mean, const float* invstd_or_var, double eps, const bf16* res, bf16* y) {
+                  const float* mean, const float* invstd_or_var, double eps, const bf16* res, bf16* y,
+                  const BnUpsampled* up) {
     const dim3 grid(pl.grid_x, pl.apply_grid_y), block(pl.block_x, pl.block_y);
-    with_row_batch(pl, [&](auto rb) {
+    with_source(pl, x, up, [&](auto src, auto rb) {
         constexpr int R = decltype(rb)::value;
+        using Src = decltype(src);
         if (res)
-            rt::launch(ex, "bn_act_apply_kernel", bn_act_apply_kernel<A, kEval, true, R>, grid, block, 0, pl.rows, pl.c,
-                       dev(x), gamma, beta, mean, invstd_or_var, eps, dev(res), dev(y));
+            rt::launch(ex, "bn_act_apply_kernel", bn_act_apply_kernel<A, kEval, true, R, Src>, grid, block, 0, pl.rows,
+                       pl.c, src, gamma, beta, mean, invstd_or_var, eps, dev(res), dev(y));
         else
-            rt::launch(ex, "bn_act_apply_kernel", bn_act_apply_kernel<A, kEval, false, R>, grid, block, 0, pl.rows,
-                       pl.c, dev(x), gamma, beta, mean, invstd_or_var, eps, nullptr, dev(y));
+            rt::launch(ex, "bn_act_apply_kernel", bn_act_apply_kernel<A, kEval, false, R, Src>, grid, block, 0, pl.rows,
+                       pl.c, src, gamma, beta, mean, invstd_or_var, eps, nullptr, dev(y));
     });
 }
 
 template <bool kEval>
 void apply(const rt::Exec& ex, Act act, const BnActPlan& pl, const bf16* x, const float* gamma, const float* beta,
-           const float* mean, const float* invstd_or_var, double eps, const bf16* res, bf16* y) {
+           const float* mean, const float* invstd_or_var, double eps, const bf16* res, bf16* y,
+           const BnUpsampled* up = nullptr) {
     switch (act) {
-        case Act::None: launch_apply<Act::None, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, res, y); break;
-        case Act::Silu: launch_apply<Act::Silu, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, res, y); break;
-        case Act::Relu: launch_apply<Act::Relu, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, res, y); break;
+        case Act::None:
+            launch_apply<Act::None, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, res, y, up);
+            break;
+        case Act::Silu:
+            launch_apply<Act::Silu, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, res, y, up);
+            break;
+        case Act::Relu:
+            launch_apply<Act::Relu, kEval>(ex, pl, x, gamma, beta, mean, invstd_or_var, eps, res, y, up);
+            break;
     }
 }
 
 // The residual of a forward: null, or 16-byte aligned, not x, and either y itself or disjoint from it.
-void check_residual(const char* op, size_t rows, int c, const bf16* x, const bf16* res, const bf16* y) {
+void check_residual(const char* op, size_t rows, int c, const bf16* x, const bf16* res, const bf16* y,
+                    const BnUpsampled* up = nullptr) {
     if (!res) return;
+    SF_CHECK(!up || !rt::overlap(res, rows * static_cast<size_t>(c) * sizeof(bf16), up->lo,
+                                 up->lo_shape.numel() * sizeof(bf16)),
+             "%s: the residual must not alias the upsampled source", op);
     SF_CHECK(rt::aligned(res, 16), "%s: the residual must be 16-byte aligned (%p)", op, static_cast<const void*>(res));
     const size_t n = rows * static_cast<size_t>(c);
     SF_CHECK(res != x, "%s: the residual must not alias x", op);
@@ -194,16 +239,16 @@ void check_residual(const char* op, size_t rows, int c, const bf16* x, const bf1
 template <Act A>
 void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, const bf16* dy, const float* gamma,
                      const float* beta, const float* mean, const float* invstd, bf16* dx, float* dgamma, float* dbeta,
-                     float* ws, const float* given_coef) {
+                     float* ws, const float* given_coef, const BnUpsampled* up) {
     const dim3 block(pl.block_x, pl.block_y);
     const float* coef = given_coef;
     if (!given_coef) {
         float* part = ws;                                           // 2 * chunks * C
         float* wcoef = ws + 2 * static_cast<size_t>(pl.chunks) * pl.c;  // 2 * C (bn_act_backward_coef_offset)
-        with_row_batch(pl, [&](auto rb) {
-            rt::launch(ex, "bn_act_backward_reduce_kernel", bn_act_backward_reduce_kernel<A, decltype(rb)::value>,
-                       dim3(pl.grid_x, pl.chunks), block, 0, pl.rows, pl.c, pl.chunks, dev(x), dev(dy), gamma, beta,
-                       mean, invstd, part);
+        with_source(pl, x, up, [&](auto src, auto rb) {
+            rt::launch(ex, "bn_act_backward_reduce_kernel",
+                       bn_act_backward_reduce_kernel<A, decltype(rb)::value, decltype(src)>, dim3(pl.grid_x, pl.chunks),
+                       block, 0, pl.rows, pl.c, pl.chunks, src, dev(dy), gamma, beta, mean, invstd, part);
         });
         with_row_batch(pl, [&](auto rb) {
             rt::launch(ex, "bn_act_backward_finalize_kernel", bn_act_backward_finalize_kernel<decltype(rb)::value>,
@@ -213,10 +258,10 @@ void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, con
         coef = wcoef;
     }
     if (!dx) return;  // bn_act_backward_stats: the coefficients stay in the workspace
-    with_row_batch(pl, [&](auto rb) {
-        rt::launch(ex, "bn_act_backward_dx_kernel", bn_act_backward_dx_kernel<A, decltype(rb)::value>,
-                   dim3(pl.grid_x, pl.apply_grid_y), block, 0, pl.rows, pl.c, dev(x), dev(dy), gamma, beta, mean,
-                   invstd, coef, dev(dx));
+    with_source(pl, x, up, [&](auto src, auto rb) {
+        rt::launch(ex, "bn_act_backward_dx_kernel", bn_act_backward_dx_kernel<A, decltype(rb)::value, decltype(src)>,
+                   dim3(pl.grid_x, pl.apply_grid_y), block, 0, pl.rows, pl.c, src, dev(dy), gamma, beta, mean, invstd,
+                   coef, dev(dx));
     });
 }
 
@@ -255,14 +300,16 @@ namespace {
 
 // Batch statistics of x into save_mean/save_invstd and the running statistics (two launches).
 void launch_stats(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, float* save_mean, float* save_invstd,
-                  float* running_mean, float* running_var, double momentum, double eps, float* workspace) {
-    with_row_batch(pl, [&](auto rb) {
-        rt::launch(ex, "bn_act_stats_kernel", bn_act_stats_kernel<decltype(rb)::value>, dim3(pl.grid_x, pl.chunks),
-                   dim3(pl.block_x, pl.block_y), 0, pl.rows, pl.c, pl.chunks, dev(x), workspace);
+                  float* running_mean, float* running_var, double momentum, double eps, float* workspace,
+                  const BnUpsampled* up = nullptr) {
+    with_source(pl, x, up, [&](auto src, auto rb) {
+        rt::launch(ex, "bn_act_stats_kernel", bn_act_stats_kernel<decltype(rb)::value, decltype(src)>,
+                   dim3(pl.grid_x, pl.chunks), dim3(pl.block_x, pl.block_y), 0, pl.rows, pl.c, pl.chunks, src,
+                   workspace);
     });
-    with_row_batch(pl, [&](auto rb) {
-        rt::launch(ex, "bn_act_stats_finalize_kernel", bn_act_stats_finalize_kernel<decltype(rb)::value>,
-                   pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, dev(x), workspace,
+    with_source(pl, x, up, [&](auto src, auto rb) {
+        rt::launch(ex, "bn_act_stats_finalize_kernel", bn_act_stats_finalize_kernel<decltype(rb)::value, decltype(src)>,
+                   pl.finalize_blocks, dim3(kFinalizeX, kFinalizeY), 0, pl.rows, pl.c, pl.chunks, src, workspace,
                    save_mean, save_invstd, running_mean, running_var, momentum, eps);
     });
 }
@@ -280,16 +327,16 @@ void check_stats_vectors(const char* op, const float* save_mean, const float* sa
 void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                           const float* beta, bf16* y, float* save_mean, float* save_invstd, float* running_mean,
                           float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats,
-                          const bf16* residual, int row_batch) {
+                          const bf16* residual, int row_batch, const BnUpsampled* up) {
     const char* op = "bn_act_forward_train";
-    const BnActPlan pl = check_common(op, ex, rows, c, true, row_batch, x, y);
-    check_residual(op, rows, c, x, residual, y);
+    const BnActPlan pl = check_common(op, ex, rows, c, true, row_batch, x, y, up);
+    check_residual(op, rows, c, x, residual, y, up);
     check_vec(op, "gamma", gamma);
     check_vec(op, "beta", beta);
     check_stats_vectors(op, save_mean, save_invstd, running_mean, running_var);
     check_workspace(op, pl, workspace, workspace_floats);
-    launch_stats(ex, pl, x, save_mean, save_invstd, running_mean, running_var, momentum, eps, workspace);
-    apply<false>(ex, act, pl, x, gamma, beta, save_mean, save_invstd, eps, residual, y);
+    launch_stats(ex, pl, x, save_mean, save_invstd, running_mean, running_var, momentum, eps, workspace, up);
+    apply<false>(ex, act, pl, x, gamma, beta, save_mean, save_invstd, eps, residual, y, up);
 }
 
 void bn_stats_train(const rt::Exec& ex, size_t rows, int c, const bf16* x, float* save_mean, float* save_invstd,
@@ -320,15 +367,15 @@ void bn_act_apply_train(const rt::Exec& ex, Act act, size_t rows, int c, const b
 
 void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                          const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y,
-                         const bf16* residual, int row_batch) {
+                         const bf16* residual, int row_batch, const BnUpsampled* up) {
     const char* op = "bn_act_forward_eval";
-    const BnActPlan pl = check_common(op, ex, rows, c, false, row_batch, x, y);
-    check_residual(op, rows, c, x, residual, y);
+    const BnActPlan pl = check_common(op, ex, rows, c, false, row_batch, x, y, up);
+    check_residual(op, rows, c, x, residual, y, up);
     check_vec(op, "gamma", gamma);
     check_vec(op, "beta", beta);
     check_vec(op, "running_mean", running_mean);
     check_vec(op, "running_var", running_var);
-    apply<true>(ex, act, pl, x, gamma, beta, running_mean, running_var, eps, residual, y);
+    apply<true>(ex, act, pl, x, gamma, beta, running_mean, running_var, eps, residual, y, up);
 }
 
 namespace {
@@ -337,12 +384,12 @@ namespace {
 // then the launches.
 // bn_act_backward_dx (coef non-null): the dx pass alone with the given coefficients, no workspace.
 void backward_checked(const char* op, const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
-                      const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
-                      bf16* dx, float* dgamma, float* dbeta, float* workspace, size_t workspace_floats,
-                      int row_batch, const float* coef = nullptr) {
+                      const float* gamma, const float* beta, const float* save_mean, const float* save_invstd, bf16* dx,
+                      float* dgamma, float* dbeta, float* workspace, size_t workspace_floats, int row_batch,
+                      const float* coef = nullptr, const BnUpsampled* up = nullptr) {
     BnActPlan pl;
     if (dx) {
-        pl = check_common(op, ex, rows, c, true, row_batch, x, dx);
+        pl = check_common(op, ex, rows, c, true, row_batch, x, dx, up);
     } else {
         rt::check_cuda_exec(op, ex);
         pl = bn_act_plan(rows, c, true, row_batch);
@@ -369,13 +416,13 @@ void backward_checked(const char* op, const rt::Exec& ex, Act act, size_t rows, 
     switch (act) {
         case Act::None:
             return launch_backward<Act::None>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                                              workspace, coef);
+                                              workspace, coef, up);
         case Act::Silu:
             return launch_backward<Act::Silu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                                              workspace, coef);
+                                              workspace, coef, up);
         case Act::Relu:
             return launch_backward<Act::Relu>(ex, pl, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                                              workspace, coef);
+                                              workspace, coef, up);
     }
     SF_FAIL("%s: activation %d is not one of none, silu, relu", op, static_cast<int>(act));
 }
@@ -384,9 +431,14 @@ void backward_checked(const char* op, const rt::Exec& ex, Act act, size_t rows, 
 
 void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy, const float* gamma,
                      const float* beta, const float* save_mean, const float* save_invstd, bf16* dx, float* dgamma,
-                     float* dbeta, float* workspace, size_t workspace_floats, int row_batch) {
-    backward_checked("bn_act_backward", ex, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta,
-                     workspace, workspace_floats, row_batch);
+                     float* dbeta, float* workspace, size_t workspace_floats, int row_batch, const BnUpsampled* up) {
+    const char* op = "bn_act_backward";
+    SF_CHECK(!up || dx, "%s: dx is required", op);
+    SF_CHECK(!up || !rt::overlap(dy, rows * static_cast<size_t>(c) * sizeof(bf16), up->lo,
+                                 up->lo_shape.numel() * sizeof(bf16)),
+             "%s: dy must not alias the upsampled source", op);
+    backward_checked(op, ex, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, workspace,
+                     workspace_floats, row_batch, nullptr, up);
 }
 
 size_t bn_act_backward_coef_offset(size_t rows, int c) {

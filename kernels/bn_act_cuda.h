@@ -23,6 +23,18 @@
 
 namespace kern {
 
+// The BN input formed on load instead of read (NetShape::up_in_bn): the bilinear upsampling by `factor`
+// (2, 4 or 8; kernels/upsample_cuda.h) of lo (lo_shape, bf16, 16-byte aligned), each element the bf16 value
+// upsample_bilinear_forward_bf16_cuda would have stored, so that a forward or backward given `up` (x null,
+// rows = N * factor*H * factor*W, C = lo_shape.c) computes, bit for bit, what it computes on that stored
+// tensor, which then need not exist: a fusion up path's conv output in UpOrder::ConvFirst. The row kernels
+// read lo instead of x (a quarter of the bytes and less), one row per loop turn whatever row_batch says.
+struct BnUpsampled {
+    const bf16* lo = nullptr;
+    Shape4 lo_shape;
+    int factor = 0;
+};
+
 // Row chunks of every reduction: fixed, independent of the device, so the summation order (and the
 // result, bit for bit) depends only on (rows, C).
 constexpr int kBnActChunks = 512;
@@ -68,7 +80,7 @@ size_t bn_act_workspace_floats(size_t rows, int c);
 void bn_act_forward_train(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                           const float* beta, bf16* y, float* save_mean, float* save_invstd, float* running_mean,
                           float* running_var, double momentum, double eps, float* workspace, size_t workspace_floats,
-                          const bf16* residual = nullptr, int row_batch = 1);
+                          const bf16* residual = nullptr, int row_batch = 1, const BnUpsampled* up = nullptr);
 
 // The statistics half of bn_act_forward_train alone: save_mean, save_invstd written and the running
 // statistics updated exactly as bn_act_forward_train does (bitwise), no output written. For a BN
@@ -87,14 +99,15 @@ void bn_act_apply_train(const rt::Exec& ex, Act act, size_t rows, int c, const b
 // x (rows, C) bf16; gamma, beta, running_mean, running_var (C); y (rows, C) bf16. No workspace.
 void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const float* gamma,
                          const float* beta, const float* running_mean, const float* running_var, double eps, bf16* y,
-                         const bf16* residual = nullptr, int row_batch = 1);
+                         const bf16* residual = nullptr, int row_batch = 1, const BnUpsampled* up = nullptr);
 
 // x (rows, C) bf16 conv output; dy (rows, C) bf16 gradient of the activation output; gamma, beta,
 // save_mean, save_invstd (C) from the forward; dx (rows, C) bf16 overwritten; dgamma, dbeta (C) fp32
 // accumulated (+=).
 void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy, const float* gamma,
                      const float* beta, const float* save_mean, const float* save_invstd, bf16* dx, float* dgamma,
-                     float* dbeta, float* workspace, size_t workspace_floats, int row_batch = 1);
+                     float* dbeta, float* workspace, size_t workspace_floats, int row_batch = 1,
+                     const BnUpsampled* up = nullptr);
 
 // bn_act_backward without its dx pass: dgamma, dbeta += (bitwise as bn_act_backward), and the dx pass's
 // per-channel coefficients left in the workspace at bn_act_backward_coef(workspace, rows, c):

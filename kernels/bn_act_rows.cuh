@@ -11,6 +11,7 @@
 #include "kernels/bn_act_cuda.h"
 #include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
+#include "kernels/upsample_cuda.h"
 #include "runtime/launch.cuh"
 
 namespace kern {
@@ -60,6 +61,64 @@ __device__ __forceinline__ void store_partials(const float (&acc)[16], int g, in
 // may be the output). The batched row loops (R > 1) issue R rows' loads with these before unpacking any.
 __device__ __forceinline__ uint4 ldg8_raw(const bfloat* __restrict__ p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ uint4 ld8_raw(const bfloat* p) { return *reinterpret_cast<const uint4*>(p); }
+
+// Where a row kernel's BN input x comes from (Src). RowsStored: the stored (rows, C) tensor, the only source
+// of the batched loops (R > 1). RowsUpsampled: formed on load as the bilinear upsampling of a low-resolution
+// tensor (BnUpsampled, kernels/bn_act_cuda.h), the bf16 value upsample_forward_kernel stores for that pixel
+// (the same taps, the same fp32 expression, whose products are exact, one rounding): the row kernels then
+// compute what they compute on the stored upsampled tensor, bit for bit, reading its quarter (x2) or less.
+struct RowsStored {
+    const bfloat* x;
+    __device__ __forceinline__ void load(size_t r, int c, int g, float (&v)[8]) const { load8(x + r * c + 8 * g, v); }
+    __device__ __forceinline__ float first(int ch) const { return __bfloat162float(x[ch]); }  // row 0, channel ch
+};
+
+struct RowsUpsampled {
+    const bfloat* lo;  // (N, h, w, c)
+    int h, w, f, c;    // output rows: N * f*h * f*w, of c channels
+    // Upsampled pixel r's 4 source offsets (element offsets of their channel 0) and weights: the forward
+    // kernel's taps and weight products.
+    __device__ __forceinline__ void taps(size_t r, size_t (&at)[4], float (&wt)[4]) const {
+        const int oh_n = f * h, ow_n = f * w;
+        const int ow = static_cast<int>(r % static_cast<size_t>(ow_n));
+        const size_t q = r / static_cast<size_t>(ow_n);
+        const int oh = static_cast<int>(q % static_cast<size_t>(oh_n));
+        const size_t b = q / static_cast<size_t>(oh_n);
+        const UpsampleTap th = upsample_tap(oh, h, f), tw = upsample_tap(ow, w, f);
+        wt[0] = th.l0 * tw.l0;
+        wt[1] = th.l0 * tw.l1;
+        wt[2] = th.l1 * tw.l0;
+        wt[3] = th.l1 * tw.l1;
+        const size_t row0 = (b * h + th.i0) * static_cast<size_t>(w), row1 = (b * h + th.i1) * static_cast<size_t>(w);
+        at[0] = (row0 + tw.i0) * c;
+        at[1] = (row0 + tw.i1) * c;
+        at[2] = (row1 + tw.i0) * c;
+        at[3] = (row1 + tw.i1) * c;
+    }
+    // The forward kernel's expression a0*w00 + (a1*w01 + (b0*w10 + b1*w11)), rounded to bf16 as stored.
+    __device__ __forceinline__ static float value(float a0, float a1, float b0, float b1, const float (&wt)[4]) {
+        return __bfloat162float(__float2bfloat16_rn(a0 * wt[0] + (a1 * wt[1] + (b0 * wt[2] + b1 * wt[3]))));
+    }
+    __device__ __forceinline__ void load(size_t r, int, int g, float (&v)[8]) const {
+        size_t at[4];
+        float wt[4];
+        taps(r, at, wt);
+        float a0[8], a1[8], b0[8], b1[8];
+        load8(lo + at[0] + 8 * g, a0);
+        load8(lo + at[1] + 8 * g, a1);
+        load8(lo + at[2] + 8 * g, b0);
+        load8(lo + at[3] + 8 * g, b1);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = value(a0[j], a1[j], b0[j], b1[j], wt);
+    }
+    __device__ __forceinline__ float first(int ch) const {
+        size_t at[4];
+        float wt[4];
+        taps(0, at, wt);
+        const auto ld = [&](size_t p) { return __bfloat162float(lo[p + ch]); };
+        return value(ld(at[0]), ld(at[1]), ld(at[2]), ld(at[3]), wt);
+    }
+};
 
 // rows_in_turns' tie (kernels/cuda_util.cuh, "issuing a batch of loads together"): every word of a[0]
 // (and of b[0] when with_b) ^= (a[1].x ^ ... ^ a[N-1].x [^ b[1].x ^ ...]) & zero. One chain over both
@@ -113,28 +172,28 @@ __device__ __forceinline__ void stats_add(const float (&k)[8], const float (&v)[
 // part: sum(x - K), sum((x - K)^2) per (chunk, channel), K = x[0][channel].
 // R: rows per loop turn (BnActPlan::row_batch). R > 1 issues the loads of R of the thread's rows before
 // adding the first; the rows are added in the same order as with R = 1 (the tail, fewer than R rows,
-// one at a time), so the sums are the same bits.
-template <int R>
-__global__ void bn_act_stats_kernel(size_t rows, int c, int chunks, const bfloat* __restrict__ x,
-                                    float* __restrict__ part) {
+// one at a time), so the sums are the same bits. Src: where x comes from (RowsUpsampled: R = 1 only).
+template <int R, class Src>
+__global__ void bn_act_stats_kernel(size_t rows, int c, int chunks, Src x, float* __restrict__ part) {
     rt::pdl_entry();
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = g < c / 8;
     float acc[16] = {};
     if (active) {
         float k[8], v[8];
-        load8(x + 8 * g, k);
+        x.load(0, c, g, k);
         const size_t end = chunk_begin(rows, chunks, blockIdx.y + 1);
         if constexpr (R == 1) {  // the measured kernel's loop, unchanged
             for (size_t r = chunk_begin(rows, chunks, blockIdx.y) + threadIdx.y; r < end; r += blockDim.y) {
-                load8(x + r * c + 8 * g, v);
+                x.load(r, c, g, v);
                 stats_add(k, v, acc);
             }
         } else {
             uint4 raw[R];
             rows_in_turns<R>(
                 chunk_begin(rows, chunks, blockIdx.y) + threadIdx.y, end, blockDim.y,
-                [&](size_t r, int u) { raw[u] = ldg8_raw(x + r * c + 8 * g); }, [&] { tie_slots(raw, raw, false, hidden_zero(c)); },
+                [&](size_t r, int u) { raw[u] = ldg8_raw(x.x + r * c + 8 * g); },
+                [&] { tie_slots(raw, raw, false, hidden_zero(c)); },
                 [&](size_t, int u) {
                     unpack8(raw[u], v);
                     stats_add(k, v, acc);
@@ -160,8 +219,8 @@ __device__ __forceinline__ void apply_row(const BnApply8& p, float (&v)[8], cons
 // kRes: the residual `res` (which may be y itself: each thread reads its 8 values before writing
 // them, with a coherent load) is added in fp32 before the one rounding to bf16.
 // R: rows per loop turn, as in the statistics (the loads of R rows first, then each row as with R = 1).
-template <Act A, bool kEval, bool kRes, int R>
-__global__ void bn_act_apply_kernel(size_t rows, int c, const bfloat* __restrict__ x, const float* __restrict__ gamma,
+template <Act A, bool kEval, bool kRes, int R, class Src>
+__global__ void bn_act_apply_kernel(size_t rows, int c, Src x, const float* __restrict__ gamma,
                                     const float* __restrict__ beta, const float* __restrict__ mean,
                                     const float* __restrict__ invstd, double eps, const bfloat* res, bfloat* y) {
     rt::pdl_entry();
@@ -172,7 +231,7 @@ __global__ void bn_act_apply_kernel(size_t rows, int c, const bfloat* __restrict
     if constexpr (R == 1) {  // the measured kernel's loop, unchanged
         for (size_t r = static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
              r += static_cast<size_t>(gridDim.y) * blockDim.y) {
-            load8(x + r * c + 8 * g, v);
+            x.load(r, c, g, v);
             if constexpr (kRes) load8_rw(res + r * c + 8 * g, rv);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
@@ -185,9 +244,10 @@ __global__ void bn_act_apply_kernel(size_t rows, int c, const bfloat* __restrict
         // A residual that is y itself: each thread reads its R rows' values before writing any of them.
         uint4 raw[R], rraw[R];
         rows_in_turns<R>(
-            static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y, rows, static_cast<size_t>(gridDim.y) * blockDim.y,
+            static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y, rows,
+            static_cast<size_t>(gridDim.y) * blockDim.y,
             [&](size_t r, int u) {
-                raw[u] = ldg8_raw(x + r * c + 8 * g);
+                raw[u] = ldg8_raw(x.x + r * c + 8 * g);
                 if constexpr (kRes) rraw[u] = ld8_raw(res + r * c + 8 * g);
             },
             [&] { tie_slots(raw, rraw, kRes, hidden_zero(c)); },
@@ -213,11 +273,11 @@ __device__ __forceinline__ void reduce_add(const Chan8& p, const float (&v)[8], 
 }
 
 // R: rows per loop turn, as in the statistics (the same sums, bit for bit).
-template <Act A, int R>
-__global__ void bn_act_backward_reduce_kernel(size_t rows, int c, int chunks, const bfloat* __restrict__ x,
-                                              const bfloat* __restrict__ dy, const float* __restrict__ gamma,
-                                              const float* __restrict__ beta, const float* __restrict__ mean,
-                                              const float* __restrict__ invstd, float* __restrict__ part) {
+template <Act A, int R, class Src>
+__global__ void bn_act_backward_reduce_kernel(size_t rows, int c, int chunks, Src x, const bfloat* __restrict__ dy,
+                                              const float* __restrict__ gamma, const float* __restrict__ beta,
+                                              const float* __restrict__ mean, const float* __restrict__ invstd,
+                                              float* __restrict__ part) {
     rt::pdl_entry();
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = g < c / 8;
@@ -228,7 +288,7 @@ __global__ void bn_act_backward_reduce_kernel(size_t rows, int c, int chunks, co
         const size_t end = chunk_begin(rows, chunks, blockIdx.y + 1);
         if constexpr (R == 1) {  // the measured kernel's loop, unchanged
             for (size_t r = chunk_begin(rows, chunks, blockIdx.y) + threadIdx.y; r < end; r += blockDim.y) {
-                load8(x + r * c + 8 * g, v);
+                x.load(r, c, g, v);
                 load8(dy + r * c + 8 * g, d);
                 reduce_add<A>(p, v, d, acc);
             }
@@ -237,7 +297,7 @@ __global__ void bn_act_backward_reduce_kernel(size_t rows, int c, int chunks, co
             rows_in_turns<R>(
                 chunk_begin(rows, chunks, blockIdx.y) + threadIdx.y, end, blockDim.y,
                 [&](size_t r, int u) {
-                    xr[u] = ldg8_raw(x + r * c + 8 * g);
+                    xr[u] = ldg8_raw(x.x + r * c + 8 * g);
                     dr[u] = ldg8_raw(dy + r * c + 8 * g);
                 },
                 [&] { tie_slots(xr, dr, true, hidden_zero(c)); },
@@ -263,12 +323,11 @@ __device__ __forceinline__ void dx_row(const Chan8& p, const float (&mg)[8], con
 // Backward, pass 3: dx = gamma*invstd * (g - mean(g) - xhat * mean(g*xhat)), overwriting dx.
 // grid (grid_x, apply_grid_y), block (block_x, block_y), grid-stride over rows.
 // R: rows per loop turn, as in the apply pass.
-template <Act A, int R>
-__global__ void bn_act_backward_dx_kernel(size_t rows, int c, const bfloat* __restrict__ x,
-                                          const bfloat* __restrict__ dy, const float* __restrict__ gamma,
-                                          const float* __restrict__ beta, const float* __restrict__ mean,
-                                          const float* __restrict__ invstd, const float* __restrict__ coef,
-                                          bfloat* __restrict__ dx) {
+template <Act A, int R, class Src>
+__global__ void bn_act_backward_dx_kernel(size_t rows, int c, Src x, const bfloat* __restrict__ dy,
+                                          const float* __restrict__ gamma, const float* __restrict__ beta,
+                                          const float* __restrict__ mean, const float* __restrict__ invstd,
+                                          const float* __restrict__ coef, bfloat* __restrict__ dx) {
     rt::pdl_entry();
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= c / 8) return;  // no block-wide synchronisation in this kernel
@@ -283,7 +342,7 @@ __global__ void bn_act_backward_dx_kernel(size_t rows, int c, const bfloat* __re
     if constexpr (R == 1) {  // the measured kernel's loop, unchanged
         for (size_t r = static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
              r += static_cast<size_t>(gridDim.y) * blockDim.y) {
-            load8(x + r * c + 8 * g, v);
+            x.load(r, c, g, v);
             load8(dy + r * c + 8 * g, d);
 #pragma unroll
             for (int j = 0; j < 8; ++j) v[j] = bn_act_dx_value<A>(p, j, v[j], d[j], mg[j], mgx[j]);
@@ -292,9 +351,10 @@ __global__ void bn_act_backward_dx_kernel(size_t rows, int c, const bfloat* __re
     } else {
         uint4 xr[R], dr[R];
         rows_in_turns<R>(
-            static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y, rows, static_cast<size_t>(gridDim.y) * blockDim.y,
+            static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y, rows,
+            static_cast<size_t>(gridDim.y) * blockDim.y,
             [&](size_t r, int u) {
-                xr[u] = ldg8_raw(x + r * c + 8 * g);
+                xr[u] = ldg8_raw(x.x + r * c + 8 * g);
                 dr[u] = ldg8_raw(dy + r * c + 8 * g);
             },
             [&] { tie_slots(xr, dr, true, hidden_zero(c)); },

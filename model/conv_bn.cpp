@@ -41,7 +41,11 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
              name.c_str(), cs.describe().c_str());
     fwd_scope = name + " fwd";
     bwd_scope = name + " bwd";
+    // NetShape::fuse_up_bn (CUDA): the BN passes form the upsampled conv output on load from conv_lo
+    // (kern::BnUpsampled), so only its gradient is stored.
+    if constexpr (!kIsCpu<T>) up_in_bn = upsample > 1 && p.fuse_up_bn();
     LayerUse use{name, cs, true, a, input_grad, upsample, sum_into != nullptr};
+    use.up_in_bn = up_in_bn;
     use.bn_applied_by_consumer = apply_in_consumer;
     use.input_bn_prologue = prologue != nullptr;
     p.layer(use);
@@ -68,7 +72,8 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         bn_shape.h *= upsample;
         bn_shape.w *= upsample;
     }
-    conv = p.act<T>(bn_shape, upsample > 1 ? "conv upsampled" : "conv");
+    conv = up_in_bn ? p.grad_only<T>(bn_shape, "conv upsampled (formed in the BN's loads)")
+                    : p.act<T>(bn_shape, upsample > 1 ? "conv upsampled" : "conv");
     sums = sum_into != nullptr;
     if (sums) {
         const kern::Shape4& t = sum_into->shape;
@@ -188,17 +193,19 @@ void ConvBN<T>::forward(const rt::Exec& ex, const ActT<T>& x, bool train, const 
             return;
         }
         if (cs.bias) kern::bias_add_bf16_cuda(ex, rows, cs.cout, bias.w, conv.v);  // never with upsample > 1
-        if (upsample > 1) ops::upsample_forward(ex, conv_lo.shape, upsample, conv_lo.v, conv.v);
+        // fuse_up_bn: the BN passes upsample conv_lo as they load it (conv holds no values).
+        const kern::BnUpsampled up = upsampled();
+        if (upsample > 1 && !up_in_bn) ops::upsample_forward(ex, conv_lo.shape, upsample, conv_lo.v, conv.v);
         // num_batches_tracked: every counter of the network is advanced by one launch per
         // train forward (SiderNetT::forward), not per layer.
         // With sum_into, out is the sum: out = residual + act(bn(conv)) in the same pass.
         if (train)
             kern::bn_act_forward_train(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, out.v, save_mean, save_invstd,
                                        running_mean, running_var, kBnMomentum, kBnEps, ws, ws_floats, residual,
-                                       ops->bn_row_batch());
+                                       ops->bn_row_batch(), up_in_bn ? &up : nullptr);
         else
             kern::bn_act_forward_eval(ex, act, rows, cs.cout, conv.v, gamma.w, beta.w, running_mean, running_var,
-                                      kBnEps, out.v, residual, ops->bn_row_batch());
+                                      kBnEps, out.v, residual, ops->bn_row_batch(), up_in_bn ? &up : nullptr);
     }
 }
 
@@ -258,8 +265,9 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
             ops::bn_act_backward_dx(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
                                     bn_coef, conv.g);
         } else {
+            const kern::BnUpsampled up = upsampled();
             ops::bn_act_backward(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
-                                 conv.g, gamma.g, beta.g, ws, ws_floats);
+                                 conv.g, gamma.g, beta.g, ws, ws_floats, up_in_bn ? &up : nullptr);
         }
         if (cs.bias) ops::column_sum(ex, rows, cs.cout, conv.g, bias.g, ws, ws_floats);
         if (upsample > 1)
@@ -278,6 +286,19 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
             ops::conv_backward_filter(ops, ex, cs, x.v, conv_out().g, weight.g);
         }
     }
+}
+
+template <class T>
+kern::BnUpsampled ConvBN<T>::upsampled() const {
+    kern::BnUpsampled up;
+    if constexpr (!kIsCpu<T>) {
+        if (up_in_bn) {
+            up.lo = conv_lo.v;
+            up.lo_shape = conv_lo.shape;
+            up.factor = upsample;
+        }
+    }
+    return up;
 }
 
 template <class T>

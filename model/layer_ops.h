@@ -104,11 +104,12 @@ inline void batchnorm_backward(const rt::Exec& ex, size_t rows, int c, const flo
 // turn (GpuOps::bn_row_batch), read only when the op runs (a traced backward may have no GpuOps).
 inline void bn_act_backward(const GpuOps* gpu, const rt::Exec& ex, kern::Act a, size_t rows, int c, const bf16* x,
                             const bf16* dy, const float* gamma, const float* beta, const float* mean,
-                            const float* invstd, bf16* dx, float* dgamma, float* dbeta, float* ws, size_t ws_floats) {
+                            const float* invstd, bf16* dx, float* dgamma, float* dbeta, float* ws, size_t ws_floats,
+                            const kern::BnUpsampled* up = nullptr) {
     bool acc;
     if (!grad_op({dy}, {dx}, &acc)) return;
     kern::bn_act_backward(ex, a, rows, c, x, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta, ws, ws_floats,
-                          gpu->bn_row_batch());
+                          gpu->bn_row_batch(), up);
 }
 // CUDA: the dx pass of the BN + activation backward alone, with the coefficients a consumer's fused
 // backward gathered (ConvBN::grad_sums_by; dgamma, dbeta were added there). Reported as bn_act_backward.

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/bn_act_cuda.h"
 #include "kernels/conv.h"
 #include "kernels/dwconv_cuda.h"
 #include "model/planner.h"
@@ -94,6 +95,9 @@ struct ConvBN {
     // loads (its ws holds the BN's coefficients and the wgrad's partials; its traced backward reports that
     // op's reads).
     bool pw_fused_bn = false;
+    // CUDA, NetShape::fuse_up_bn (upsample > 1): the BN passes form the upsampled conv output from conv_lo on
+    // load (kern::BnUpsampled); `conv` then holds only its gradient.
+    bool up_in_bn = false;
     ActT<T> conv_lo;        // upsample > 1: the conv output at the input's resolution
     ActT<T> conv;           // conv output (BN input), upsampled when upsample > 1; its g lives only inside backward()
     ActT<T> bn;             // BN output (activation input); CPU only
@@ -109,6 +113,8 @@ struct ConvBN {
     // The DwPrologue a consumer applies (apply_in_consumer; CUDA): batch statistics when train, else
     // the running ones. Declared for both element types; the CPU backend never fuses.
     kern::DwPrologue dw_prologue(bool train) const;
+    // The BN input's upsampled source when up_in_bn (conv_lo, its shape, the factor); empty otherwise.
+    kern::BnUpsampled upsampled() const;
     // The epilogue a depthwise consumer runs for this layer's BN (grad_sums_by): its input, vectors and
     // outputs (dgamma, dbeta into the parameter gradients, the coefficients into bn_coef).
     kern::BnGradSums bn_grad_sums() const;

@@ -207,6 +207,7 @@ template <class T>
 void SiderNetT<T>::declare(Planner& p) {
     const NetShape& s = shape_;
     p.set_fuse_dw_pw(s.fuse_dw_pw && !kIsCpu<T>);  // the CPU reference never fuses
+    p.set_fuse_up_bn(s.fuse_up_bn && !kIsCpu<T>);
     input_.shape = {s.batch, s.height, s.width, s.channels};
     input_.v = p.scratch_as<T>(input_.shape.numel(), "input");
     input_.g = nullptr;

@@ -43,6 +43,10 @@ struct NetShape {
     // pass never run (model.fuse_head_bn; model/heads.h). Same parameters and checkpoints; with merge_heads too,
     // on the merged layer. The CPU reference ignores it.
     bool fuse_head_bn = false;
+    // CUDA only: each fusion up path in UpOrder::ConvFirst forms its bilinear upsample inside its BN's loads
+    // (forward statistics and apply, backward reduce and dx: kern::BnUpsampled) instead of storing the
+    // upsampled conv output; bitwise the same step (model.fuse_up_bn). The CPU reference ignores it.
+    bool fuse_up_bn = false;
     void validate() const;  // throws naming the offending value
     // validate() and: train-mode BatchNorm has >= 2 values per channel at the coarsest level.
     void validate_for_training() const;

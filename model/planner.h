@@ -118,6 +118,8 @@ struct LayerUse {
     // an expand, a 1x1 conv after a depthwise conv) applies its producer's.
     bool bn_applied_by_consumer = false;
     bool input_bn_prologue = false;
+    // ConvBN::up_in_bn (NetShape::fuse_up_bn, upsample > 1): the BN passes form the upsampled tensor on load.
+    bool up_in_bn = false;
 };
 
 // An op of the step outside the convolution layers, in execution order (sizing pass), for the
@@ -241,6 +243,10 @@ public:
     // the depthwise -> 1x1 pairs (LiteBlock, DSConv) fuse the depthwise BN + activation into the 1x1 conv.
     void set_fuse_dw_pw(bool on) { fuse_dw_pw_ = on; }
     bool fuse_dw_pw() const { return fuse_dw_pw_; }
+    // NetShape::fuse_up_bn of a CUDA network (set like fuse_dw_pw): a fusion up path's upsample in ConvFirst
+    // order formed inside its BN passes' loads (kern::BnUpsampled), the upsampled conv output never stored.
+    void set_fuse_up_bn(bool on) { fuse_up_bn_ = on; }
+    bool fuse_up_bn() const { return fuse_up_bn_; }
 
     // Between the sizing pass and finish_sizing(): the network traces its backward on tape() (or
     // the dry run does) and plan_grads() assigns lifetimes and offsets.
@@ -287,6 +293,7 @@ private:
     bool dw_bn_grad_ = false;
     bool pw_bn_grad_ = false;
     bool fuse_dw_pw_ = false;
+    bool fuse_up_bn_ = false;
     bool binding_ = false;
     ParamTable table_;
     size_t act_bytes_ = 0, act_grad_bytes_ = 0;

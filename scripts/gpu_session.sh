@@ -15,7 +15,8 @@
 #             depthwise variants' times; issue "GPU speed"), the same step with every switch built since
 #             the H200 run at once (bench_all), with `--merge-heads` (the four heads' conv1 as one
 #             128 -> 256 ConvBN), with `--fuse-head-bn` (their BN inside their conv2, alone and with
-#             `--merge-heads`), with `--dw-fused-bwd` (the
+#             `--merge-heads`), with `--fuse-up-bn` (the up paths' upsample inside their BN passes), with
+#             `--dw-fused-bwd` (the
 #             stride-1 depthwise dgrad + wgrad in one kernel) and `--dw-fused-bwd-bn` (with the depthwise
 #             ConvBN's BN backward dx inside it), with `--bn-row-batch 4`
 #             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
@@ -134,7 +135,7 @@ if [ "$(left)" -gt 60 ]; then
   # Every switch built since the H200 run at once (OPTIMIZATION_LOG entries 11-24), first, so that the
   # deadline never cuts it: what the step runs if they all pay (the A/Bs below say which of them do).
   ab bench_all --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad --bn-row-batch 4 --pdl \
-    --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd --merge-heads --fuse-head-bn
+    --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd --merge-heads --fuse-head-bn --fuse-up-bn
   pack
   # The four heads' conv1 as one 3x3 128 -> 256 ConvBN (entry 25): against the per-layer run.
   ab bench_mergeheads --merge-heads
@@ -203,6 +204,10 @@ if [ "$(left)" -gt 60 ]; then
   pack
   ab bench_fusedwpwst --fuse-dw-pw --pw-stats
   pack
+  # The up paths' upsample inside their BN passes (entry 27; predicted 0.5-0.9 ms; bitwise the same step):
+  # against the per-layer run.
+  ab bench_fuseupbn --fuse-up-bn
+  pack
   # The heads' conv1 BN + ReLU inside their conv2, the bias folded (entry 26; predicted 0.5-0.85 ms, so after
   # the larger predictions): alone against the per-layer run, and with the merged heads against
   # bench_mergeheads (the chain).
@@ -215,7 +220,7 @@ if [ "$(left)" -gt 60 ]; then
   ab=()
   for f in bench_all bench_mergeheads bench_fuseheadbn bench_mergefusehead bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
            bench_pwcustom bench_pwstats bench_pwbngrad bench_pwbnbwd bench_pwbnboth bench_dwstats bench_fusedwpw \
-           bench_fusedwpwst bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
+           bench_fusedwpwst bench_fuseupbn bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
   if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
     python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1

@@ -41,6 +41,7 @@ TEST(BenchStep, ParsesEveryOption) {
                                                                     "--fuse-dw-pw",
                                                                     "--merge-heads",
                                                                     "--fuse-head-bn",
+                                                                    "--fuse-up-bn",
                                                                     "--no-dw-variants",
                                                                     "--bn-row-batch",
                                                                     "4",
@@ -66,6 +67,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_TRUE(o.fuse_dw_pw);
     EXPECT_TRUE(o.merge_heads);
     EXPECT_TRUE(o.fuse_head_bn);
+    EXPECT_TRUE(o.fuse_up_bn);
     EXPECT_FALSE(o.dw_variants);
     EXPECT_EQ(o.bn_row_batch, 4);
     EXPECT_TRUE(o.pdl);
@@ -100,6 +102,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(d.fuse_dw_pw);
     EXPECT_FALSE(d.merge_heads);  // four heads' conv1 until a GPU says the merged one pays
     EXPECT_FALSE(d.fuse_head_bn);
+    EXPECT_FALSE(d.fuse_up_bn);
     EXPECT_EQ(d.up_order, model::UpOrder::ConvFirst);  // what training on CUDA runs by default
     EXPECT_TRUE(d.dw_variants);
     EXPECT_EQ(d.bn_row_batch, 1);  // the measured kernels until a GPU says 4 pays

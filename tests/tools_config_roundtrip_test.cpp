@@ -20,6 +20,7 @@ std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> field_cha
         {"model.fuse_dw_pw", [](TrainConfig& c) { c.model.fuse_dw_pw = true; }},
         {"model.merge_heads", [](TrainConfig& c) { c.model.merge_heads = true; }},
         {"model.fuse_head_bn", [](TrainConfig& c) { c.model.fuse_head_bn = true; }},
+        {"model.fuse_up_bn", [](TrainConfig& c) { c.model.fuse_up_bn = true; }},
         {"optimizer.lr", [](TrainConfig& c) { c.optimizer.lr = 0.1 + 0.2; }},  // 0.30000000000000004
         {"optimizer.betas[0]", [](TrainConfig& c) { c.optimizer.betas[0] = 0.8; }},
         {"optimizer.betas[1]", [](TrainConfig& c) { c.optimizer.betas[1] = 0.95; }},

@@ -242,6 +242,9 @@ TEST(ToolsConfig, OutOfRangeNamesPathAndBound) {
     EXPECT_TRUE(parse("model:\n  fuse_head_bn: true\n").model.fuse_head_bn);
     EXPECT_FALSE(parse("model: {}\n").model.fuse_head_bn);
     EXPECT_TRUE(contains(parse_error("model:\n  fuse_head_bn: yes please\n"), "config key 'model.fuse_head_bn'"));
+    EXPECT_TRUE(parse("model:\n  fuse_up_bn: true\n").model.fuse_up_bn);
+    EXPECT_FALSE(parse("model: {}\n").model.fuse_up_bn);
+    EXPECT_TRUE(contains(parse_error("model:\n  fuse_up_bn: 3\n"), "config key 'model.fuse_up_bn'"));
     EXPECT_TRUE(contains(parse_error("model:\n  fuse_expand_dw: sometimes\n"), "config key 'model.fuse_expand_dw'"));
     EXPECT_TRUE(contains(parse_error("model:\n  input_channels: 3\n"),
                          "config key 'model.input_channels': expected 2 or 4, got 3"));

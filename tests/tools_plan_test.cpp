@@ -309,6 +309,38 @@ TEST(PlanCommand, FuseHeadBnStoresNoHeadActivation) {
                     "--backend cpu");
 }
 
+// --fuse-up-bn: the up paths' BN passes form the upsampled conv output on load (conv_first), so the activations
+// are smaller by exactly the 10 up paths' upsampled tensors (each its own 256-byte aligned region); the
+// gradients the same. The CPU reference ignores it; the command refuses it there.
+TEST(PlanCommand, FuseUpBnStoresNoUpsampledConvOutputs) {
+    const std::vector<std::string> base = {"--height", "128", "--width",    "256",
+                                           "--batch",  "4",   "--up-order", "conv_first"};
+    std::vector<std::string> with = base;
+    with.push_back("--fuse-up-bn");
+    const nlohmann::json plain = tools::plan_json(parse(base)), d = tools::plan_json(parse(with));
+    EXPECT_EQ(d["shape"]["fuse_up_bn"], true);
+    EXPECT_EQ(plain["shape"]["fuse_up_bn"], false);
+    EXPECT_NE(tools::plan_text(d).find("the up paths' upsample inside their BN"), std::string::npos);
+    model::NetShape s{4, 2, 128, 256, model::UpOrder::ConvFirst};
+    s.fuse_up_bn = true;
+    const model::SiderNetCuda net(s, model::DryRun{});
+    size_t up_bytes = 0;
+    int paths = 0;
+    for (const model::LayerUse& l : net.plan().layers()) {
+        EXPECT_EQ(l.up_in_bn, l.upsample > 1) << l.name;
+        if (!l.up_in_bn) continue;
+        ++paths;
+        up_bytes += (l.shape.out().numel() * l.upsample * l.upsample * 2 + 255) / 256 * 256;
+    }
+    EXPECT_EQ(paths, 10);
+    const auto bytes = [](const nlohmann::json& j, const char* r) { return j["regions"][r]["bytes"].get<size_t>(); };
+    EXPECT_EQ(bytes(plain, "activations") - bytes(d, "activations"), up_bytes);
+    EXPECT_EQ(bytes(plain, "activation_grads"), bytes(d, "activation_grads"));
+    bool help = false;
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--backend", "cpu", "--fuse-up-bn"}, &help), "--fuse-up-bn",
+                    "--backend cpu");
+}
+
 TEST(PlanCommand, BadArgumentsAreNamed) {
     bool help = false;
     SF_EXPECT_ERROR(tools::parse_plan_args({"--batch", "0"}, &help), "--batch", "positive integer", "'0'");

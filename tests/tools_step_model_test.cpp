@@ -215,6 +215,38 @@ TEST(StepModel, FuseHeadBnRows) {
     }
 }
 
+// NetShape::fuse_up_bn: each up path (conv_first) loses its upsample forward pass, and its four BN passes that
+// read the upsampled tensor read the conv output instead (2 x (hi - lo) elements less forward and backward),
+// doing the upsample's 7 FLOPs an element each time; nothing else changes.
+TEST(StepModel, FuseUpBnRows) {
+    const model::NetShape ps = small(model::UpOrder::ConvFirst);
+    model::NetShape fs = ps;
+    fs.fuse_up_bn = true;
+    const std::vector<StepModelRow> plain = tools::step_model(ps), fused = tools::step_model(fs);
+    ASSERT_EQ(plain.size(), fused.size());
+    int paths = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+        const StepModelRow &p = plain[i], &f = fused[i];
+        EXPECT_EQ(p.name, f.name);
+        const bool up = p.kind == "conv 1x1 up path" && p.at(StepPart::OtherFwd).bytes > 0;
+        if (!up) {
+            for (int k = 0; k < static_cast<int>(StepPart::kCount); ++k)
+                EXPECT_DOUBLE_EQ(f.at(static_cast<StepPart>(k)).bytes, p.at(static_cast<StepPart>(k)).bytes) << p.name;
+            continue;
+        }
+        ++paths;
+        // The upsample forward's bytes: lo read, hi written (upsample_forward_cost: 7 FLOPs an output element).
+        const double ub = p.at(StepPart::OtherFwd).bytes, uf = p.at(StepPart::OtherFwd).simt_flops;
+        const double hi = uf / 7, lo = ub / 2 - hi;  // bf16 elements
+        EXPECT_DOUBLE_EQ(f.at(StepPart::OtherFwd).bytes, 0) << p.name;
+        EXPECT_DOUBLE_EQ(p.at(StepPart::NormFwd).bytes - f.at(StepPart::NormFwd).bytes, 2 * (hi - lo) * 2) << p.name;
+        EXPECT_DOUBLE_EQ(p.at(StepPart::NormBwd).bytes - f.at(StepPart::NormBwd).bytes, 2 * (hi - lo) * 2) << p.name;
+        EXPECT_DOUBLE_EQ(f.at(StepPart::NormFwd).simt_flops, p.at(StepPart::NormFwd).simt_flops + 2 * uf) << p.name;
+        EXPECT_DOUBLE_EQ(f.at(StepPart::OtherBwd).bytes, p.at(StepPart::OtherBwd).bytes) << p.name;
+    }
+    EXPECT_EQ(paths, 10);
+}
+
 TEST(StepModel, FloorSumsEveryPassBoundOnItsOwn) {
     tools::DevicePeaks pk;
     pk.device = "test";

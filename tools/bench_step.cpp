@@ -163,8 +163,8 @@ struct Events {
 };
 
 model::NetShape shape_of(int batch, const StepBenchOptions& o) {
-    return {batch,        o.channels,    o.height,      o.width, o.up_order, o.fuse_expand_dw,
-            o.fuse_dw_pw, o.merge_heads, o.fuse_head_bn};
+    return {batch,        o.channels,    o.height,       o.width,     o.up_order, o.fuse_expand_dw,
+            o.fuse_dw_pw, o.merge_heads, o.fuse_head_bn, o.fuse_up_bn};
 }
 
 model::LrSchedule bench_schedule() {
@@ -291,6 +291,7 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"fuse_dw_pw", o.fuse_dw_pw},
                    {"merge_heads", o.merge_heads},
                    {"fuse_head_bn", o.fuse_head_bn},
+                   {"fuse_up_bn", o.fuse_up_bn},
                    {"dw_variants", o.dw_variants},
                    {"bn_row_batch", o.bn_row_batch},
                    {"upsample_row_loads", o.upsample_row_loads},

@@ -33,6 +33,7 @@ struct StepBenchOptions {
     bool fuse_dw_pw = false;      // --fuse-dw-pw (model.fuse_dw_pw: depthwise BN + SiLU inside the next 1x1 conv)
     bool merge_heads = false;     // --merge-heads (model.merge_heads: the heads' conv1 as one 128 -> 256 ConvBN)
     bool fuse_head_bn = false;    // --fuse-head-bn (model.fuse_head_bn: the heads' conv1 BN + ReLU inside conv2)
+    bool fuse_up_bn = false;      // --fuse-up-bn (model.fuse_up_bn: the up paths' upsample inside their BN's loads)
     bool dw_variants = true;      // --no-dw-variants: the custom depthwise kernels in variant 0 only
     int bn_row_batch = 1;         // --bn-row-batch N: the BN + activation kernels' rows per loop turn
     bool upsample_row_loads = false;  // --upsample-row-loads: the upsampling backward's row-batched loads

@@ -48,7 +48,7 @@ const char* kBenchUsage =
     "                                [--search] [--memory-budget-gb G] [--layers] [--layers-batch B]\n"
     "                                [--peak-tflops T] [--peak-gbps G] [--ceilings FILE] [--world N]\n"
     "                                [--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw]\n"
-    "                                [--merge-heads] [--fuse-head-bn] [--no-dw-variants]\n"
+    "                                [--merge-heads] [--fuse-head-bn] [--fuse-up-bn] [--no-dw-variants]\n"
     "                                [--bn-row-batch 1|4] [--pdl] [--dw-fused-bwd] [--dw-fused-bwd-bn]\n"
     "                                [--dw-fused-bn-grad] [--upsample-row-loads] [--pw-custom] [--pw-stats]\n"
     "                                [--pw-bn-grad] [--dw-stats] [--pw-bn-bwd]\n"
@@ -66,6 +66,8 @@ const char* kBenchUsage =
     "           (model.merge_heads; the same parameters; docs/GPU_STEP.md)\n"
     "           --fuse-head-bn: each head's conv1 BN + ReLU applied inside its conv2's loads, conv1's bias folded\n"
     "           into that BN (model.fuse_head_bn; the heads' activation and bias pass gone; docs/GPU_STEP.md)\n"
+    "           --fuse-up-bn: each fusion up path's bilinear upsample (conv_first) formed inside its BN passes'\n"
+    "           loads, the upsampled conv output never stored (model.fuse_up_bn; bitwise the same step)\n"
     "           --no-dw-variants: the custom depthwise kernels in variant 0 only, not the fastest of\n"
     "           their bitwise-equal variants (the step-level A/B of docs/KERNELS_DWCONV.md's variants)\n"
     "           --bn-row-batch N: rows per loop turn of the BatchNorm + activation kernels (1, the default,\n"
@@ -339,8 +341,8 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             (s == "--fuse-expand-dw" ? o.fuse_expand_dw : o.fuse_dw_pw) = true;
             continue;
         }
-        if (s == "--merge-heads" || s == "--fuse-head-bn") {
-            (s == "--merge-heads" ? o.merge_heads : o.fuse_head_bn) = true;
+        if (s == "--merge-heads" || s == "--fuse-head-bn" || s == "--fuse-up-bn") {
+            (s == "--merge-heads" ? o.merge_heads : s == "--fuse-head-bn" ? o.fuse_head_bn : o.fuse_up_bn) = true;
             continue;
         }
         if (s == "--no-dw-variants") {

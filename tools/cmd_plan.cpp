@@ -19,7 +19,7 @@ namespace tools {
 const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
            "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw] [--merge-heads]\n"
-           "                      [--fuse-head-bn]\n"
+           "                      [--fuse-head-bn] [--fuse-up-bn]\n"
            "                      [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]\n"
            "                       [--fusion-graphs [--time]]]\n"
@@ -43,6 +43,8 @@ const char* plan_usage() {
            "  --merge-heads: the four heads' conv1 as one 128 -> 256 ConvBN (model.merge_heads, CUDA only)\n"
            "  --fuse-head-bn: each head's conv1 BN + ReLU inside its conv2, the conv1 bias folded into that BN\n"
            "  (model.fuse_head_bn, CUDA only)\n"
+           "  --fuse-up-bn: the up paths' upsample (conv_first) inside their BN passes' loads (model.fuse_up_bn, CUDA "
+           "only)\n"
            "  --roofline: the training step's modelled floor (bytes and FLOPs of every pass, by class and by pass)\n"
            "  at the peaks of --device NAME (datasheet table, default \"H100 SXM\"), or of a `bench ceilings --json`\n"
            "  FILE measured on the GPU, or --peak-tflops/--peak-gbps; no GPU needed (docs/BENCH.md)\n"
@@ -67,8 +69,8 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
             (s == "--roofline" ? a.roofline : a.fusion_time) = true;
             continue;
         }
-        if (s == "--merge-heads" || s == "--fuse-head-bn") {
-            (s == "--merge-heads" ? a.merge_heads : a.fuse_head_bn) = true;
+        if (s == "--merge-heads" || s == "--fuse-head-bn" || s == "--fuse-up-bn") {
+            (s == "--merge-heads" ? a.merge_heads : s == "--fuse-head-bn" ? a.fuse_head_bn : a.fuse_up_bn) = true;
             continue;
         }
         if (s == "--fuse-expand-dw" || s == "--fuse-dw-pw" || s == "--fusion-graphs") {
@@ -113,6 +115,9 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
              "variant (it does not go with --backend cpu)");
     SF_CHECK(!a.merge_heads || a.cuda,
              "plan: --merge-heads merges CUDA layers; the CPU reference has no such "
+             "variant (it does not go with --backend cpu)");
+    SF_CHECK(!a.fuse_up_bn || a.cuda,
+             "plan: --fuse-up-bn fuses CUDA kernels; the CPU reference has no such "
              "variant (it does not go with --backend cpu)");
     SF_CHECK(!a.fuse_head_bn || a.cuda,
              "plan: --fuse-head-bn fuses CUDA kernels; the CPU reference has no such "

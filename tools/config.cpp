@@ -64,7 +64,7 @@ bool eq(const ModelSection& a, const ModelSection& b) {
     return a.name == b.name && a.input_channels == b.input_channels && a.input_height == b.input_height &&
            a.input_width == b.input_width && a.fusion_up_order == b.fusion_up_order &&
            a.fuse_expand_dw == b.fuse_expand_dw && a.fuse_dw_pw == b.fuse_dw_pw && a.merge_heads == b.merge_heads &&
-           a.fuse_head_bn == b.fuse_head_bn;
+           a.fuse_head_bn == b.fuse_head_bn && a.fuse_up_bn == b.fuse_up_bn;
 }
 bool eq(const OptimizerSection& a, const OptimizerSection& b) {
     return a.name == b.name && a.lr == b.lr && a.betas == b.betas && a.eps == b.eps &&
@@ -179,6 +179,7 @@ std::string to_yaml(const TrainConfig& c) {
     w.kv("fuse_dw_pw", yaml_bool(c.model.fuse_dw_pw));
     w.kv("merge_heads", yaml_bool(c.model.merge_heads));
     w.kv("fuse_head_bn", yaml_bool(c.model.fuse_head_bn));
+    w.kv("fuse_up_bn", yaml_bool(c.model.fuse_up_bn));
     w.close();
     w.open("optimizer");
     w.kv("name", yaml_string(c.optimizer.name));

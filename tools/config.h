@@ -58,6 +58,9 @@ struct ModelSection {
     // slidefuse, CUDA only: each head's conv2 applies its conv1's BN + ReLU on load, conv1's bias folded into
     // that BN (model::NetShape::fuse_head_bn; the same parameters and checkpoints). The CPU backend ignores it.
     bool fuse_head_bn = false;
+    // slidefuse, CUDA only: each fusion up path's bilinear upsample (conv_first) formed inside its BN passes'
+    // loads, the upsampled conv output never stored (model::NetShape::fuse_up_bn; bitwise the same step).
+    bool fuse_up_bn = false;
 };
 
 struct OptimizerSection {

@@ -42,6 +42,7 @@ void read_model(Section s, ModelSection& m) {
     s.boolean("fuse_dw_pw", m.fuse_dw_pw);
     s.boolean("merge_heads", m.merge_heads);
     s.boolean("fuse_head_bn", m.fuse_head_bn);
+    s.boolean("fuse_up_bn", m.fuse_up_bn);
     s.ignore("model_path");
     s.finish();
 }

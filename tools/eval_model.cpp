@@ -237,7 +237,8 @@ InferenceModel::InferenceModel(const TrainConfig& cfg, int batch, const Checkpoi
                                 cfg.model.fuse_expand_dw,
                                 cfg.model.fuse_dw_pw,
                                 cfg.model.merge_heads,
-                                cfg.model.fuse_head_bn};
+                                cfg.model.fuse_head_bn,
+                                cfg.model.fuse_up_bn};
     const bool batch_stats = opt.bn_stats == BnStats::Batch;
     if (batch_stats)
         shape.validate_for_training();  // names the batch when it leaves one value per channel

@@ -63,8 +63,8 @@ nlohmann::json region(size_t bytes, int batch, bool per_sample) {
 }  // namespace
 
 model::NetShape plan_shape(const PlanArgs& a) {
-    return {a.batch,          a.channels,   a.height,      a.width,       a.up_order,
-            a.fuse_expand_dw, a.fuse_dw_pw, a.merge_heads, a.fuse_head_bn};
+    return {a.batch,          a.channels,   a.height,      a.width,        a.up_order,
+            a.fuse_expand_dw, a.fuse_dw_pw, a.merge_heads, a.fuse_head_bn, a.fuse_up_bn};
 }
 
 nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
@@ -92,7 +92,8 @@ nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
           {"fuse_expand_dw", a.fuse_expand_dw && a.cuda},
           {"fuse_dw_pw", a.fuse_dw_pw && a.cuda},
           {"merge_heads", a.merge_heads && a.cuda},
-          {"fuse_head_bn", a.fuse_head_bn && a.cuda}}},
+          {"fuse_head_bn", a.fuse_head_bn && a.cuda},
+          {"fuse_up_bn", a.fuse_up_bn && a.cuda}}},
         {"parameters_count", count},
         {"regions",
          {{"parameters", region(params, a.batch, false)},
@@ -129,14 +130,15 @@ std::string plan_text(const nlohmann::json& d) {
     const nlohmann::json& s = d["shape"];
     std::snprintf(
         line, sizeof(line),
-        "memory plan: %s backend (%d-byte activations), batch %d, input %dx%dx%d, fusion up paths %s%s%s%s%s\n",
+        "memory plan: %s backend (%d-byte activations), batch %d, input %dx%dx%d, fusion up paths %s%s%s%s%s%s\n",
         d["backend"].get<std::string>().c_str(), d["activation_element_bytes"].get<int>(), s["batch"].get<int>(),
         s["channels"].get<int>(), s["height"].get<int>(), s["width"].get<int>(),
         s.value("fusion_up_order", "upsample_first").c_str(),
         s.value("fuse_expand_dw", false) ? ", fused LiteBlock expand+depthwise" : "",
         s.value("fuse_dw_pw", false) ? ", depthwise BN inside the 1x1 conv" : "",
         s.value("merge_heads", false) ? ", the heads' conv1 merged" : "",
-        s.value("fuse_head_bn", false) ? ", the heads' conv1 BN inside conv2" : "");
+        s.value("fuse_head_bn", false) ? ", the heads' conv1 BN inside conv2" : "",
+        s.value("fuse_up_bn", false) ? ", the up paths' upsample inside their BN" : "");
     out += line;
     std::snprintf(line, sizeof(line), "  %-20s %14s %14s\n", "region", "total MB", "per sample MB");
     out += line;

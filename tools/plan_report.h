@@ -47,6 +47,7 @@ struct PlanArgs {
     bool fuse_dw_pw = false;      // --fuse-dw-pw (model.fuse_dw_pw; CUDA only)
     bool merge_heads = false;     // --merge-heads (model.merge_heads; CUDA only)
     bool fuse_head_bn = false;    // --fuse-head-bn (model.fuse_head_bn; CUDA only)
+    bool fuse_up_bn = false;      // --fuse-up-bn (model.fuse_up_bn; CUDA only)
     bool fusion_graphs = false;   // --fusion-graphs: cuDNN's BN fusion graphs (tools/plan_fusion.h)
     bool fusion_time = false;     // --time (with --fusion-graphs --cudnn-device gpu): execute and time them
     // Tests only: the first shape's control and its SiLU prologue + genstats graph, nothing else (on a

@@ -190,7 +190,8 @@ OpCost adamw_cost(size_t n_params) {
 }
 
 ConvBnParts conv_bn_act_parts(const kern::ConvShape& s, kern::Act act, bool input_grad, bool dgrad_accumulates,
-                              int upsample, bool upsample_bwd_accumulates, bool residual, const Precision& p) {
+                              int upsample, bool upsample_bwd_accumulates, bool residual, const Precision& p,
+                              bool up_in_bn) {
     s.validate();
     SF_CHECK(upsample >= 1, "conv_bn_act_cost: upsample factor %d must be >= 1", upsample);
     const size_t conv_out = s.out().numel();
@@ -213,6 +214,17 @@ ConvBnParts conv_bn_act_parts(const kern::ConvShape& s, kern::Act act, bool inpu
     if (upsample > 1) {
         r.resample_fwd = upsample_forward_cost(conv_out, upsample, p.act);
         r.resample_bwd = upsample_backward_cost(conv_out, upsample, p.act, upsample_bwd_accumulates);
+        if (up_in_bn) {
+            // Two forward and two backward passes read conv_out elements where they read the upsampled ones,
+            // each forming them (the upsample's FLOPs); the upsample forward pass is gone.
+            const double hi = dbl(rows) * s.cout, saved = 2 * (hi - dbl(conv_out)) * p.act;
+            const double flops = 2 * r.resample_fwd.simt_flops;
+            r.norm_fwd.bytes -= saved;
+            r.norm_bwd.bytes -= saved;
+            r.norm_fwd.simt_flops += flops;
+            r.norm_bwd.simt_flops += flops;
+            r.resample_fwd = OpCost{};
+        }
     }
     return r;
 }

@@ -111,13 +111,18 @@ FwdBwd conv_bn_act_cost(const kern::ConvShape& s, kern::Act act, bool input_grad
 // dgrad_accumulates (the input's gradient read and written, else written only: the first
 // contribution) and upsample_bwd_accumulates (likewise for the conv output's gradient at the input
 // resolution, upsample > 1). tools/step_model.h passes the modes the traced backward runs.
+// up_in_bn (upsample > 1; NetShape::fuse_up_bn): the BN passes form the upsampled tensor on load from the
+// conv output (kern::BnUpsampled): no upsample forward pass, and the four BN passes that read the upsampled
+// tensor (statistics, apply, backward reduce, dx) read the conv output instead, each doing the upsample's
+// arithmetic.
 struct ConvBnParts {
     OpCost conv_fwd, conv_dgrad, conv_wgrad;  // conv_dgrad empty when !input_grad
     OpCost norm_fwd, norm_bwd;                // BN + activation (+ the residual read)
     OpCost resample_fwd, resample_bwd;        // the upsample (upsample > 1)
 };
 ConvBnParts conv_bn_act_parts(const kern::ConvShape& s, kern::Act act, bool input_grad, bool dgrad_accumulates,
-                              int upsample, bool upsample_bwd_accumulates, bool residual, const Precision& p = {});
+                              int upsample, bool upsample_bwd_accumulates, bool residual, const Precision& p = {},
+                              bool up_in_bn = false);
 // One HRNet fusion up path (model::FusePath) whole: `lo` is its 1x1 conv at the source resolution
 // (N,h,w,Csrc -> Cdst), `factor` the upsample. UpsampleFirst: upsample of the Csrc input (forward;
 // backward accumulated into the source's gradient) + the conv -> BN at f*h x f*w (its backward-data

@@ -57,8 +57,8 @@ StepModelRow layer_row_model(const model::LayerUse& l, const model::LayerUse* pr
         return r;
     }
     // With upsample > 1 the upsample's backward is the only write of conv_lo.g: no read of it.
-    const ConvBnParts c =
-        conv_bn_act_parts(s, l.act, l.input_grad, l.input_grad_accumulates, l.upsample, false, l.residual, p);
+    const ConvBnParts c = conv_bn_act_parts(s, l.act, l.input_grad, l.input_grad_accumulates, l.upsample, false,
+                                            l.residual, p, l.up_in_bn);
     r.at(StepPart::ConvFwd) = c.conv_fwd;
     r.at(StepPart::ConvDgrad) = c.conv_dgrad;
     r.at(StepPart::ConvWgrad) = c.conv_wgrad;

@@ -75,7 +75,7 @@ public:
           ctx_(cuda_train_device()),
           net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height, c.model.input_width,
                                resolve_up_order(c.model.fusion_up_order, Backend::Cuda), c.model.fuse_expand_dw,
-                               c.model.fuse_dw_pw, c.model.merge_heads, c.model.fuse_head_bn},
+                               c.model.fuse_dw_pw, c.model.merge_heads, c.model.fuse_head_bn, c.model.fuse_up_bn},
                ctx_.exec(), kern::run_conv_policy(c.train.deterministic)),
           step_(net_, ctx_.exec(), loss_config(c), optim_config(c), lr_schedule(c, steps_per_epoch, total),
                 c.train.gradient_accumulation_steps) {

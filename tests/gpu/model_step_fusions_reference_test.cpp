@@ -36,8 +36,8 @@ TEST(CudaStep, DwStatsMicroStepMatchesTheCpuReference) {
 // dx inside it and the expand BN's backward reductions in its epilogue (ConvPolicy::dw_fused_bwd,
 // dw_fused_bn_bwd, dw_fused_bn_grad), the depthwise BNs' statistics from the depthwise forward's
 // epilogue, through the expand's BN prologue (ConvPolicy::dw_stats), and the heads' conv1 merged
-// (NetShape::merge_heads) with its BN + ReLU inside the heads' conv2 (fuse_head_bn). The same oracle and
-// baseline as above.
+// (NetShape::merge_heads) with its BN + ReLU inside the heads' conv2 (fuse_head_bn), and the up paths' upsample
+// inside their BN passes (fuse_up_bn). The same oracle and baseline as above.
 // Under the emulation the loss equals that of the step with only dw_stats to the last printed digit (measured
 // 2026-11-28: 416.074241 both; the default step 416.044033, the statistics epilogue's other summation order
 // the one forward difference): there the emulated mma adds each exact bf16 product with fmaf in k order from
@@ -50,7 +50,8 @@ TEST(CudaStep, AllFusionsMicroStepMatchesTheCpuReference) {
     const CpuReference r;
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0,
-                                             kFuseExpandDw | kFuseDwPw | kMergeHeads | kFuseHeadBn, 4, true);
+                                             kFuseExpandDw | kFuseDwPw | kMergeHeads | kFuseHeadBn | kFuseUpBn, 4,
+                                             true);
 }
 
 // The same oracle for the heads' conv1 merged into one 128 -> 256 ConvBN alone (NetShape::merge_heads,

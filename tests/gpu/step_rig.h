@@ -31,6 +31,7 @@ constexpr int kFuseExpandDw = 1;  // fuse_expand_dw: the expand's BN + SiLU insi
 constexpr int kFuseDwPw = 2;      // fuse_dw_pw: the depthwise BN + SiLU inside the following 1x1 conv
 constexpr int kMergeHeads = 4;    // merge_heads: the four heads' conv1 as one ConvBN (model/heads.h)
 constexpr int kFuseHeadBn = 8;    // fuse_head_bn: the heads' conv1 BN + ReLU inside their conv2, the bias folded
+constexpr int kFuseUpBn = 16;     // fuse_up_bn: the up paths' upsample inside their BN passes' loads
 
 // The one-micro-step comparison's shape (CudaStep.OneMicroStep): batch 4 at 64x128.
 inline model::NetShape full_shape() { return {4, 2, 64, 128}; }
@@ -97,8 +98,8 @@ struct GpuRig {
 
     // order: the CUDA network's fusion up-path order (the CPU network's own may differ: same weights);
     // fuse: the network's BN fusions, kFuseExpandDw (NetShape::fuse_expand_dw, the fused LiteBlock; `true`
-    // converts to it), kFuseDwPw (NetShape::fuse_dw_pw), kMergeHeads (NetShape::merge_heads) and/or kFuseHeadBn
-    // (NetShape::fuse_head_bn); bn_row_batch: the
+    // converts to it), kFuseDwPw (NetShape::fuse_dw_pw), kMergeHeads (NetShape::merge_heads), kFuseHeadBn
+    // (NetShape::fuse_head_bn) and/or kFuseUpBn (NetShape::fuse_up_bn); bn_row_batch: the
     // BatchNorm row kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch); pdl: the project's kernels with
     // programmatic dependent launch (rt::Exec::pdl); dw_fused: the stride-1 depthwise backward fused
     // (1: kern::ConvPolicy::dw_fused_bwd; 2: also dw_fused_bn_bwd, the BN's dx inside it; 3: 1 with
@@ -154,6 +155,7 @@ struct GpuRig {
         s.fuse_dw_pw = (fuse & kFuseDwPw) != 0;
         s.merge_heads = (fuse & kMergeHeads) != 0;
         s.fuse_head_bn = (fuse & kFuseHeadBn) != 0;
+        s.fuse_up_bn = (fuse & kFuseUpBn) != 0;
         return s;
     }
     // On the compute stream (non-blocking: a legacy-stream cudaMemcpy would not be ordered against

@@ -369,7 +369,7 @@ class GpuVerifyTest(unittest.TestCase):
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
-                         "bench_variants.json", "bench_all.json", "bench_mergeheads.json", "bench_fuseheadbn.json",
+                         "bench_variants.json", "bench_all.json", "bench_mergeheads.json", "bench_fuseheadbn.json", "bench_fuseupbn.json",
                          "bench_mergefusehead.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
                          "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json", "bench_fuseexpbg.json",
                          "bench_upsrow.json",
@@ -389,10 +389,12 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertIn("] done", log)
             self.assertRegex(log, r"bench --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad "
                                   r"--bn-row-batch 4 --pdl --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd "
-                                  r"--merge-heads --fuse-head-bn: rc 0")
+                                  r"--merge-heads --fuse-head-bn --fuse-up-bn: rc 0")
             self.assertRegex(log, r"A/B: ### bench_all.json against bench_variants.json")
             self.assertRegex(log, r"bench --merge-heads: rc 0")
             self.assertRegex(log, r"A/B: ### bench_mergeheads.json against bench_variants.json")
+            self.assertRegex(log, r"bench --fuse-up-bn: rc 0")
+            self.assertRegex(log, r"A/B: ### bench_fuseupbn.json against bench_variants.json")
             self.assertRegex(log, r"bench --fuse-head-bn: rc 0")
             self.assertRegex(log, r"A/B: ### bench_fuseheadbn.json against bench_variants.json")
             self.assertRegex(log, r"bench --merge-heads --fuse-head-bn: rc 0")
