@@ -20,6 +20,7 @@
 #include "kernels/bn_act_device.cuh"
 #include "kernels/bn_act_rows.cuh"
 #include "kernels/cuda_util.cuh"
+#include "kernels/upsample_cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/launch.cuh"
 #include "runtime/launch_check.h"
@@ -131,10 +132,8 @@ void check_upsampled(const char* op, size_t rows, int c, const bf16* x, const Bn
     if (!up) return;
     SF_CHECK(x == nullptr, "%s: x must be null when the BN input is formed by upsampling (up given)", op);
     const Shape4& s = up->lo_shape;
-    SF_CHECK(up->factor == 2 || up->factor == 4 || up->factor == 8, "%s: upsampling factor %d is not 2, 4 or 8", op,
-             up->factor);
-    SF_CHECK(s.n > 0 && s.h > 0 && s.w > 0 && s.c == c, "%s: the upsampled source (%d,%d,%d,%d) must have C=%d", op,
-             s.n, s.h, s.w, s.c, c);
+    upsample_check_args(op, s, up->factor);  // the factor and the index ranges the upsample kernels accept
+    SF_CHECK(s.c == c, "%s: the upsampled source (%d,%d,%d,%d) must have C=%d", op, s.n, s.h, s.w, s.c, c);
     const size_t want = static_cast<size_t>(s.n) * (up->factor * s.h) * (up->factor * s.w);
     SF_CHECK(rows == want, "%s: rows=%zu, but x%d upsampling of (%d,%d,%d,%d) gives %zu", op, rows, up->factor, s.n,
              s.h, s.w, s.c, want);

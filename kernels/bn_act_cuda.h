@@ -23,7 +23,7 @@
 
 namespace kern {
 
-// The BN input formed on load instead of read (NetShape::up_in_bn): the bilinear upsampling by `factor`
+// The BN input formed on load instead of read (NetShape::fuse_up_bn): the bilinear upsampling by `factor`
 // (2, 4 or 8; kernels/upsample_cuda.h) of lo (lo_shape, bf16, 16-byte aligned), each element the bf16 value
 // upsample_bilinear_forward_bf16_cuda would have stored, so that a forward or backward given `up` (x null,
 // rows = N * factor*H * factor*W, C = lo_shape.c) computes, bit for bit, what it computes on that stored

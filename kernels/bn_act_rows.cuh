@@ -77,7 +77,7 @@ struct RowsUpsampled {
     const bfloat* lo;  // (N, h, w, c)
     int h, w, f, c;    // output rows: N * f*h * f*w, of c channels
     // Upsampled pixel r's 4 source offsets (element offsets of their channel 0) and weights: the forward
-    // kernel's taps and weight products.
+    // kernel's taps and weights (upsample_weights).
     __device__ __forceinline__ void taps(size_t r, size_t (&at)[4], float (&wt)[4]) const {
         const int oh_n = f * h, ow_n = f * w;
         const int ow = static_cast<int>(r % static_cast<size_t>(ow_n));
@@ -85,19 +85,16 @@ struct RowsUpsampled {
         const int oh = static_cast<int>(q % static_cast<size_t>(oh_n));
         const size_t b = q / static_cast<size_t>(oh_n);
         const UpsampleTap th = upsample_tap(oh, h, f), tw = upsample_tap(ow, w, f);
-        wt[0] = th.l0 * tw.l0;
-        wt[1] = th.l0 * tw.l1;
-        wt[2] = th.l1 * tw.l0;
-        wt[3] = th.l1 * tw.l1;
+        upsample_weights(th, tw, wt);
         const size_t row0 = (b * h + th.i0) * static_cast<size_t>(w), row1 = (b * h + th.i1) * static_cast<size_t>(w);
         at[0] = (row0 + tw.i0) * c;
         at[1] = (row0 + tw.i1) * c;
         at[2] = (row1 + tw.i0) * c;
         at[3] = (row1 + tw.i1) * c;
     }
-    // The forward kernel's expression a0*w00 + (a1*w01 + (b0*w10 + b1*w11)), rounded to bf16 as stored.
+    // The forward kernel's value (upsample_mix), rounded to bf16 as it stores it.
     __device__ __forceinline__ static float value(float a0, float a1, float b0, float b1, const float (&wt)[4]) {
-        return __bfloat162float(__float2bfloat16_rn(a0 * wt[0] + (a1 * wt[1] + (b0 * wt[2] + b1 * wt[3]))));
+        return __bfloat162float(__float2bfloat16_rn(upsample_mix(a0, a1, b0, b1, wt)));
     }
     __device__ __forceinline__ void load(size_t r, int, int g, float (&v)[8]) const {
         size_t at[4];

@@ -101,7 +101,8 @@ __global__ void upsample_forward_kernel(int n, int h, int w, int c, const bfloat
         const int oh = static_cast<int>(p % oh_n);
         const size_t b = p / oh_n;
         const UpsampleTap th = upsample_tap(oh, h, F), tw = upsample_tap(ow, w, F);
-        const float w00 = th.l0 * tw.l0, w01 = th.l0 * tw.l1, w10 = th.l1 * tw.l0, w11 = th.l1 * tw.l1;
+        float wt[4];
+        upsample_weights(th, tw, wt);
         const size_t ch = static_cast<size_t>(g) * W;
         const bfloat* x0 = x + (b * h + th.i0) * w * c + ch;  // input row i0
         const bfloat* x1 = x + (b * h + th.i1) * w * c + ch;  // input row i1
@@ -111,7 +112,7 @@ __global__ void upsample_forward_kernel(int n, int h, int w, int c, const bfloat
         load_w<W>(x1 + static_cast<size_t>(tw.i0) * c, b0);
         load_w<W>(x1 + static_cast<size_t>(tw.i1) * c, b1);
 #pragma unroll
-        for (int j = 0; j < W; ++j) a0[j] = a0[j] * w00 + (a1[j] * w01 + (b0[j] * w10 + b1[j] * w11));
+        for (int j = 0; j < W; ++j) a0[j] = upsample_mix(a0[j], a1[j], b0[j], b1[j], wt);
         store_w<W>(y + it * W, a0);
     }
 }

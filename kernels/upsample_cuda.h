@@ -49,6 +49,21 @@ SF_UPSAMPLE_HD inline UpsampleTap upsample_tap(int o, int in, int factor) {
     return {i0, i1, 1.0f - l1, l1};
 }
 
+// Output pixel (oh, ow)'s weights for its inputs (i0, i0), (i0, i1), (i1, i0), (i1, i1) of the row taps th and
+// column taps tw, and the reference's expression combining those inputs. Every weight is a multiple of
+// 1/(4F^2) with at most 8 significant bits and bf16 inputs have 8, so every product is exact in fp32
+// (contraction into FMAs changes nothing). Shared by the upsample forward and the BatchNorm kernels that
+// form its values on load (kernels/bn_act_rows.cuh, RowsUpsampled), so both give the same bits.
+SF_UPSAMPLE_HD inline void upsample_weights(const UpsampleTap& th, const UpsampleTap& tw, float (&w)[4]) {
+    w[0] = th.l0 * tw.l0;
+    w[1] = th.l0 * tw.l1;
+    w[2] = th.l1 * tw.l0;
+    w[3] = th.l1 * tw.l1;
+}
+SF_UPSAMPLE_HD inline float upsample_mix(float a0, float a1, float b0, float b1, const float (&w)[4]) {
+    return a0 * w[0] + (a1 * w[1] + (b0 * w[2] + b1 * w[3]));
+}
+
 // Output indices that can read input i: [*lo, *hi]. i0(o) == i needs src in [i, i+1), i.e.
 // o in [f*i + f/2, f*i + 3f/2 - 1] (for i == 0 also o < f/2, where src is clamped to 0);
 // i1(o) == i needs i0(o) == i - 1. Both clipped to [0, f*in - 1]: at most 2f outputs.
