@@ -11,31 +11,16 @@
 #   then      wait for `train` (stopped with a checkpoint at its own limit), `evalcmp` on its checkpoint
 #             (CUDA, CPU reference and the CPU reference's bf16 floor), `bnstats` (its best and last
 #             checkpoints on its validation split with running and with batch BatchNorm statistics)
-#   then      with the GPU to itself and the time left: `bench step --layers` at batch 128 (the
-#             depthwise variants' times; issue "GPU speed"), the same step with every switch built since
-#             the H200 run at once (bench_all), with `--merge-heads` (the four heads' conv1 as one
-#             128 -> 256 ConvBN), with `--fuse-head-bn` (their BN inside their conv2, alone and with
-#             `--merge-heads`), with `--fuse-up-bn` (the up paths' upsample inside their BN passes), with
-#             `--dw-fused-bwd` (the
-#             stride-1 depthwise dgrad + wgrad in one kernel) and `--dw-fused-bwd-bn` (with the depthwise
-#             ConvBN's BN backward dx inside it), with `--bn-row-batch 4`
-#             (the BatchNorm row kernels' loads four rows at a time: their step-level A/B), with `--pdl`
-#             (programmatic dependent launch of the project's kernels), with `--fuse-expand-dw
-#             --dw-fused-bwd` and `--fuse-expand-dw --dw-fused-bwd-bn` (the fused LiteBlock with the fused
-#             backward, without and with the BN's dx inside it) and `--dw-fused-bn-grad --dw-fused-bwd-bn`
-#             (with the expand BN's backward reductions in the depthwise kernel's epilogue too, against
-#             the latter), with `--upsample-row-loads` (the
-#             upsampling backward's window rows loaded together), with `--pw-custom` (the project's
-#             tensor-core 1x1 conv against cuDNN per shape), `--pw-stats` (with the 1x1 ConvBNs' BN
-#             statistics from its epilogue) and `--pw-bn-grad` (the depthwise BNs' backward reductions in
-#             its dgrad's epilogue) and `--pw-bn-bwd` (the 1x1 ConvBNs' BN dx formed in its dgrad and
-#             wgrad loads), with `--dw-stats` (the depthwise BNs' statistics from the staged
-#             depthwise forward's epilogue), with `--fuse-dw-pw` (each depthwise BN + SiLU inside the
-#             following 1x1 conv) and `--fuse-dw-pw --pw-stats` (against `--pw-stats`), and with
-#             `--no-dw-variants` (the depthwise variants' step-level A/B), each compared with the
-#             per-layer run's step by tools/bench_ab.py (bench_ab.md); then, with the time left,
-#             `plan --fusion-graphs --time` (the cuDNN BN-fusion graphs timed against the plain conv and
-#             our BN kernels; its graph lines are logged as they finish, so a cut keeps those).
+#   then      with the GPU to itself and the time left, in ONE process (`bench step --configs`,
+#             tools/bench_configs.h): `bench step --layers` at batch 128 (the per-layer table and the
+#             depthwise variants' times; issue "GPU speed"), then the step A/Bs of
+#             configs/bench/session_ab.txt in its order (every switch at once, then each switch built
+#             since the H200 run, each line naming its OPTIMIZATION_LOG entry and prediction), then the
+#             per-layer run's step again (the drift over the list), each record compared with the
+#             per-layer run's step by tools/bench_ab.py (bench_ab.md) and the chained ones with their own
+#             base (bench_ab_chain.md); then, with the time left, `plan --fusion-graphs --time` (the cuDNN
+#             BN-fusion graphs timed against the plain conv and our BN kernels; its graph lines are logged
+#             as they finish, so a cut keeps those).
 #             (`scripts/gpu_verify.sh fused` runs it on its own.)
 # Everything lands in a work folder that is packed into $OUT/session.tar.gz after every phase (so
 # a command killed at its limit still returns what finished), plus $OUT/session.log and the training
@@ -46,8 +31,8 @@
 #   SF_SESSION_PHASES  all (default), or bench: only the bench phase (the per-layer run, the A/Bs, the
 #                      fusion-graph timing) with the whole deadline: a second command for the A/Bs the
 #                      first one's deadline cut
-#   SF_AB_ONLY         comma-separated A/B names (bench_bn4,bench_pdl,...: the records' names below) to
-#                      run, in the script's order; default all
+#   SF_AB_ONLY         comma-separated A/B names (bench_bn4,bench_pdl,...: configs/bench/session_ab.txt's
+#                      names) to run after the base, in the list's order; default all
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-.gpu}
@@ -112,117 +97,72 @@ grep -E '^\| (best|last) ' "$W/bnstats/bnstats.md" 2>/dev/null | while IFS= read
 pack
 fi  # PHASES = all
 
-# ---- the GPU to itself: the per-layer bench with the depthwise variants, then two step A/Bs ----
+# ---- the GPU to itself: the per-layer bench and the step A/Bs in one process, then the fusion graphs ----
 if [ "$(left)" -gt 60 ]; then
   . scripts/cuda_libs.sh
   sf_python_cuda_libs
   sf_packed_libs "$B" "$B/slidefuse"
-  bl=$(budget 400 15)
-  say "bench step --layers: limit ${bl}s"
-  timeout -k 5 "$bl" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 --layers --layers-batch 128 \
-    --json "$W/bench_variants.json" >"$W/bench_variants.log" 2>&1
-  say "bench: rc $? -- $(grep -m1 -E 'batch +128:' "$W/bench_variants.log" | sed 's/^ *//' | cut -c1-120)"
-  # Step A/Bs against the per-layer run, most valuable first, each while at least 40 s are left:
-  # ab NAME FLAGS...: the same step at batch 128 with FLAGS, into $W/NAME.json and $W/NAME.log.
-  ab() {
-    local name=$1; shift
-    [ -z "${SF_AB_ONLY:-}" ] || [[ ",$SF_AB_ONLY," == *",$name,"* ]] || return 1
-    [ "$(left)" -gt 40 ] || return 1
-    timeout -k 5 "$(budget 120 10)" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 "$@" \
-      --json "$W/$name.json" >"$W/$name.log" 2>&1
-    say "bench $*: rc $? -- $(grep -m1 -E 'batch +128:' "$W/$name.log" | sed 's/^ *//' | cut -c1-120)"
-  }
-  # Every switch built since the H200 run at once (OPTIMIZATION_LOG entries 11-24), first, so that the
-  # deadline never cuts it: what the step runs if they all pay (the A/Bs below say which of them do).
-  ab bench_all --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad --bn-row-batch 4 --pdl \
-    --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd --merge-heads --fuse-head-bn --fuse-up-bn
-  pack
-  # The four heads' conv1 as one 3x3 128 -> 256 ConvBN (entry 25): against the per-layer run.
-  ab bench_mergeheads --merge-heads
-  pack
-  # The stride-1 depthwise dgrad + wgrad fused (one pass over dy and x): the fused kernel's time per shape
-  # (its variants lines) beside the separate passes'.
-  if ab bench_dwfused --dw-fused-bwd; then
+  # The per-layer run (the base, configs/bench/session_ab.txt's first line) and every A/B of the list in
+  # ONE process (`bench step --configs`, tools/bench_configs.h): cuDNN's plans autotuned once, every
+  # configuration on the same engines, each record written as it ends; its deadline stops it starting
+  # what would not end in time (listed as skipped in configs_summary.json). The combined log is split
+  # into one NAME.log per configuration (the lines after its "configuration NAME" line).
+  LIST=configs/bench/session_ab.txt
+  BASE=$(awk '{ sub(/#.*/, "") } NF { print $1; exit }' "$LIST")
+  # Packed every 30 s meanwhile: a command killed at its own limit still returns the records so far.
+  # (The loop ends itself at the stop file, never killed in the middle of a pack.)
+  ( n=0; while [ ! -e "$W.stop" ]; do sleep 1; n=$((n + 1)); [ $((n % 30)) -eq 0 ] && pack 2>/dev/null; done ) &
+  packer=$!
+  # A configuration whose failure loses the CUDA context (exit status 3: a sticky error, e.g. an illegal
+  # address in a kernel never run before) ends its process; the configurations it did not run go to a
+  # new one (configs_summary.json's "remaining"), in $W/retryN, whose records but the base's join $W.
+  jd=$W only=${SF_AB_ONLY:-} layers="--layers --layers-batch 128" attempt=0 dirs=$W
+  while :; do
+    bl=$(budget 420 15)
+    say "bench step --configs $LIST${only:+ --only $only}: limit ${bl}s"
+    mkdir -p "$jd"
+    timeout -k 5 "$bl" "$B/slidefuse" bench step --batch-sizes 128 --size 256x512 $layers \
+      --configs "$LIST" --json-dir "$jd" --deadline-s $((bl - 10)) ${only:+--only "$only"} >"$jd/bench_configs.log" 2>&1
+    rc=$?
+    say "bench: rc $rc -- $(grep -c '^\[[0-9]* s\] configuration ' "$jd/bench_configs.log") configuration(s) started"
+    awk -v dir="$jd" '/^\[[0-9]+ s\] configuration /{ name = $4; sub(/:$/, "", name) }
+                     { print > (dir "/" (name == "" ? "bench_head" : name) ".log") }' "$jd/bench_configs.log"
+    grep -E '^\[[0-9]+ s\] (skipped|the base|the CUDA context)|^base .* again at the end|^per-layer run' \
+      "$jd/bench_configs.log" | while IFS= read -r l; do say "bench: $l"; done
+    [ "$rc" -eq 3 ] || break
+    only=$(python3 -c 'import json, sys; print(",".join(json.load(open(sys.argv[1])).get("remaining", [])))' \
+      "$jd/configs_summary.json" 2>/dev/null)
+    [ -n "$only" ] && [ "$(left)" -gt 60 ] || break
+    attempt=$((attempt + 1)); jd=$W/retry$attempt; layers=; dirs="$dirs $jd"
+  done
+  touch "$W.stop"; wait "$packer" 2>/dev/null
+  # The configurations in run order (a retry's base and its second run left out), their records in $W.
+  RAN=()
+  for d in $dirs; do
+    for l in $(grep -o '^\[[0-9]* s\] configuration [^ :]*' "$d/bench_configs.log" | awk '{print $4}'); do
+      if [ "$d" != "$W" ]; then
+        { [ "$l" = "$BASE" ] || [ "$l" = "${BASE}_again" ]; } && continue
+        cp "$d/$l.json" "$d/$l.log" "$W/" 2>/dev/null
+      fi
+      RAN+=("$l")
+      say "bench $l: $(grep -m1 -E 'batch +128:' "$W/$l.log" 2>/dev/null | sed 's/^ *//' | cut -c1-120)"
+    done
+  done
+  if [ -s "$W/bench_dwfused.log" ]; then
     grep -E 'fused backward runs' "$W/bench_dwfused.log" | sed -E 's/^ *([^:]*): .*(, fused backward runs.*)$/\1\2/' |
       head -12 | while IFS= read -r l; do say "bench --dw-fused-bwd: $l"; done
   fi
-  pack
-  # With each depthwise ConvBN's BN backward dx formed inside the fused kernel (bitwise equal).
-  ab bench_dwfusedbn --dw-fused-bwd-bn
-  pack
-  # The BatchNorm row kernels four rows per loop turn (bitwise-equal results).
-  ab bench_bn4 --bn-row-batch 4
-  pack
-  # Programmatic dependent launch of the project's kernels (bitwise-equal results).
-  if ab bench_pdl --pdl; then
-    say "bench --pdl: $(grep -m1 -E '^ *graphs:' "$W/bench_pdl.log" | sed 's/^ *//' | cut -c1-160)"
-  fi
-  pack
-  # The fused LiteBlock (the expand's BN + SiLU inside the depthwise conv, its activation never stored)
-  # with the fused backward staging it through the same prologue: against bench_dwfused, the fused
-  # LiteBlock's own A/B (OPTIMIZATION_LOG entry 17).
-  ab bench_fuseexp --fuse-expand-dw --dw-fused-bwd
-  pack
-  # The same with the depthwise ConvBN's BN dx inside the fused kernel too (both prologues): against
-  # bench_dwfusedbn.
-  ab bench_fuseexpbn --fuse-expand-dw --dw-fused-bwd-bn
-  pack
-  # With the expand BN's backward reductions in that kernel's epilogue too (its reduce pass gone; entry
-  # 21): against bench_fuseexpbn (the chain).
-  ab bench_fuseexpbg --dw-fused-bn-grad --dw-fused-bwd-bn
-  pack
-  # The upsampling backward's window rows loaded together (bitwise-equal results; entry 18).
-  ab bench_upsrow --upsample-row-loads
-  pack
-  # The project's tensor-core 1x1 conv timed against cuDNN per 1x1 shape, the faster kept (entry 19).
-  if ab bench_pwcustom --pw-custom; then
+  [ -s "$W/bench_pdl.log" ] && say "bench --pdl: $(grep -m1 -E '^ *graphs:' "$W/bench_pdl.log" | sed 's/^ *//' | cut -c1-160)"
+  [ -s "$W/bench_pwcustom.log" ] &&
     say "bench --pw-custom: $(grep -c 'custom-pointwise' "$W/bench_pwcustom.log") log lines name custom-pointwise"
-  fi
   pack
-  # With the 1x1 ConvBNs' BN statistics from that kernel's epilogue (against bench_pwcustom: the chain).
-  ab bench_pwstats --pw-stats
-  pack
-  # With the depthwise BNs' backward reductions in that kernel's dgrad epilogue (entry 22; against
-  # bench_pwcustom: the chain).
-  ab bench_pwbngrad --pw-bn-grad
-  pack
-  # With the 1x1 ConvBNs' BN dx formed in that kernel's dgrad and wgrad loads (entry 24; bitwise the same
-  # step; against bench_pwcustom: the chain).
-  ab bench_pwbnbwd --pw-bn-bwd
-  pack
-  # Both 1x1 dgrad fusions at once (the BN3 dx prologue with the BN2 reduce epilogue in the project dgrad;
-  # against bench_pwbngrad: the chain).
-  ab bench_pwbnboth --pw-bn-grad --pw-bn-bwd
-  pack
-  # The depthwise BNs' statistics from the staged depthwise forward's epilogue (entry 23): against the
-  # per-layer run.
-  ab bench_dwstats --dw-stats
-  pack
-  # Each depthwise ConvBN's BN + SiLU inside the following 1x1 conv, the depthwise activation never stored
-  # (entry 20): against the per-layer run, and with the statistics epilogue against bench_pwstats.
-  ab bench_fusedwpw --fuse-dw-pw
-  pack
-  ab bench_fusedwpwst --fuse-dw-pw --pw-stats
-  pack
-  # The up paths' upsample inside their BN passes (entry 27; predicted 0.5-0.9 ms; bitwise the same step):
-  # against the per-layer run.
-  ab bench_fuseupbn --fuse-up-bn
-  pack
-  # The heads' conv1 BN + ReLU inside their conv2, the bias folded (entry 26; predicted 0.5-0.85 ms, so after
-  # the larger predictions): alone against the per-layer run, and with the merged heads against
-  # bench_mergeheads (the chain).
-  ab bench_fuseheadbn --fuse-head-bn
-  ab bench_mergefusehead --merge-heads --fuse-head-bn
-  pack
-  # The depthwise kernels in variant 0 only: the step-level A/B of the variants.
-  ab bench_dw0 --no-dw-variants
   # Each A/B against the per-layer run's step (tools/bench_ab.py: verdict from the p10-p90 spreads).
   ab=()
-  for f in bench_all bench_mergeheads bench_fuseheadbn bench_mergefusehead bench_dwfused bench_dwfusedbn bench_bn4 bench_pdl bench_fuseexp bench_fuseexpbn bench_fuseexpbg bench_upsrow \
-           bench_pwcustom bench_pwstats bench_pwbngrad bench_pwbnbwd bench_pwbnboth bench_dwstats bench_fusedwpw \
-           bench_fusedwpwst bench_fuseupbn bench_dw0; do [ -s "$W/$f.json" ] && ab+=("$W/$f.json"); done
-  if [ -s "$W/bench_variants.json" ] && [ ${#ab[@]} -gt 0 ]; then
-    python3 tools/bench_ab.py "$W/bench_variants.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
+  for f in "${RAN[@]}"; do
+    [ "$f" != "$BASE" ] && [ -s "$W/$f.json" ] && ab+=("$W/$f.json")
+  done
+  if [ -s "$W/$BASE.json" ] && [ ${#ab[@]} -gt 0 ]; then
+    python3 tools/bench_ab.py "$W/$BASE.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
       >"$W/bench_ab.log" 2>&1
     say "A/B: rc $?"
     grep -E '^###|^\| *128 |^warning' "$W/bench_ab.md" 2>/dev/null | while IFS= read -r l; do say "A/B: $l"; done

@@ -157,10 +157,50 @@ PY
     row plans SKIP 0 "no 'devices --cudnn-json' in this build"
   fi
 
+  # The suite as two processes at once: the CPU-reference oracles (CPU micro-steps of the reference
+  # model: minutes of CPU work beside an idle GPU) and everything else (GPU work), each under the limit
+  # with its own gtest JSON, merged into gpu_tests.json; a part cut at the limit loses only its own record
+  # (gtest writes its JSON at the end). The reference part's log follows the other's in gpu_tests.log.
+  local ref_filter='CudaStep.*CpuReference*:CudaStep.FiftyStep*' tdir t0=$SECONDS
+  tdir=$(mktemp -d)
+  ( timeout --kill-after=10 "${SF_T_TESTS:-200}" env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" \
+      --gtest_filter="$ref_filter" --gtest_output="json:$tdir/reference.json" >"$tdir/reference.log" 2>&1
+    echo $? >"$tdir/reference.rc" ) &
+  local ref_pid=$!
   run_part tests "${SF_T_TESTS:-200}" "$OUT_DIR/gpu_tests.log" \
-    env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" --gtest_output="json:$OUT_DIR/gpu_tests.json"
+    env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" --gtest_filter="-$ref_filter" \
+    --gtest_output="json:$tdir/main.json"
+  local rc_main=$rc rc_ref
+  wait "$ref_pid"
+  rc_ref=$(cat "$tdir/reference.rc" 2>/dev/null || echo 1)
+  secs=$((SECONDS - t0))
+  { echo "== the CPU-reference tests (--gtest_filter=$ref_filter), run beside the others: rc $rc_ref"
+    cat "$tdir/reference.log"; } >>"$OUT_DIR/gpu_tests.log"
+  python3 - "$OUT_DIR/gpu_tests.json" "$tdir/main.json" "$ref_filter" "$tdir/reference.json" >>"$OUT_DIR/gpu_tests.log" 2>&1 <<'PY'
+import json, os, sys
+out, main, ref_filter, ref = sys.argv[1:5]
+merged = {"name": "AllTests", "tests": 0, "failures": 0, "disabled": 0, "errors": 0, "testsuites": [], "parts": []}
+for path, filt in ((main, "-" + ref_filter), (ref, ref_filter)):
+    doc = None
+    if os.path.exists(path):
+        try:
+            doc = json.load(open(path))
+        except ValueError:
+            pass
+    merged["parts"].append({"gtest_filter": filt, "record": "complete" if doc is not None else
+                            "missing: the part did not finish (cut at its limit, or crashed); its log has what ran"})
+    for k in ("tests", "failures", "disabled", "errors"):
+        merged[k] += int((doc or {}).get(k, 0))
+    merged["testsuites"] += (doc or {}).get("testsuites", [])
+json.dump(merged, open(out, "w"), indent=2)
+print("== gpu_tests.json: %d tests, %d failures, parts %s" % (merged["tests"], merged["failures"],
+      ", ".join(p["record"].split(":")[0] for p in merged["parts"])))
+PY
+  rm -rf "$tdir"
   local counts; counts=$(grep -Eo '\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+' "$OUT_DIR/gpu_tests.log" | tr -s ' ' | paste -sd, -)
-  row tests "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$secs" "rc $rc; ${counts:-no gtest summary}"
+  rc=$rc_main; [ "$rc" -eq 0 ] && rc=$rc_ref
+  row tests "$([ "$rc_main" -eq 0 ] && [ "$rc_ref" -eq 0 ] && echo ok || echo FAIL)" "$secs" \
+    "rc $rc_main/$rc_ref; ${counts:-no gtest summary}"
 
   if "$SF" --help 2>&1 | grep -Eq '^ +check +'; then
     run_part check "${SF_T_CHECK:-60}" "$log" "$SF" check --batch 4 --height 128 --width 256 --seed 1 --deterministic \

@@ -26,7 +26,7 @@ import sys
 SCHEMA = "slidefuse.bench/1"
 # extra keys that describe a run's outcome, not its configuration
 OUTCOME_KEYS = {"plan_bytes", "activation_bytes", "workspace_bytes", "workspace_bytes_planned", "plan_seconds",
-                "graph_nodes", "allreduce", "dw_fused"}
+                "graph_nodes", "allreduce", "dw_fused", "config"}
 
 
 def load(path):

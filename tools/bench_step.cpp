@@ -10,6 +10,8 @@
 // --world N: every step ends with the NCCL gradient allreduce inside the captured optimizer step
 // (N = the job's world; 1: a communicator of one rank, no MPI), and each run adds the allreduce alone
 // (tools/bench_allreduce.h) under "extra". Only rank 0 prints and writes.
+#include "tools/bench_step.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,8 +42,9 @@
 #include "runtime/profile.h"
 #include "tools/batch_search.h"
 #include "tools/bench_allreduce.h"
+#include "tools/bench_configs.h"
 #include "tools/bench_report.h"
-#include "tools/bench_step.h"
+#include "tools/bench_runs.h"
 #include "tools/layer_table.h"
 #include "tools/roofline.h"
 #include "tools/step_model.h"
@@ -245,6 +248,8 @@ size_t device_used_bytes() {
     return rt::query_device_memory(&free_b, &total_b, &why) ? total_b - free_b : 0;
 }
 
+}  // namespace
+
 BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int b, const StepBenchOptions& o) {
     BenchRun r;
     r.config = {b, o.height, o.width, o.channels, o.eager ? "eager" : "graph", o.warmup};
@@ -379,8 +384,6 @@ LayerReport bench_layers(rt::CudaContext& ctx, int b, const StepBenchOptions& o,
     return rep;
 }
 
-}  // namespace
-
 namespace {
 
 // --search: the largest batch within the budget and the fastest among those probed (shorter runs).
@@ -416,6 +419,8 @@ nlohmann::json run_search(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nc
     return batch_search_json(sr);
 }
 
+}  // namespace
+
 void print_run(int b, const BenchRun& r) {
     if (r.status != "ok") {
         std::printf("  batch %4d: %s: %s\n", b, r.status.c_str(), r.error.c_str());
@@ -434,11 +439,13 @@ void print_run(int b, const BenchRun& r) {
     }
 }
 
-}  // namespace
-
 int bench_step(const StepBenchOptions& o, const std::string& command_line) {
     const rt::Comm& c = rt::comm();
     check_bench_world(o.world, c.world(), o.search);
+    // --configs: the list read and checked before any device work.
+    const std::vector<BenchConfig> configs = o.configs.empty()
+                                                 ? std::vector<BenchConfig>{}
+                                                 : select_bench_configs(read_bench_configs(o.configs, o.args), o.only);
     // A rank of a job takes the GPU of its node-local rank; a single process GPU 0.
     const int device = cuda_rank_device(c.world(), c.rank(), c.local_rank(), rt::visible_gpus());
     rt::check_cuda_device(device, "bench step");  // reports the GPU; refuses a missing or unsupported one
@@ -463,6 +470,7 @@ int bench_step(const StepBenchOptions& o, const std::string& command_line) {
         if (!nvml.ok()) std::printf("NVML unavailable: %s\n", nvml.reason().c_str());
         if (nccl) std::printf("gradient allreduce in every step: %s\n", nccl->describe().c_str());
     }
+    if (!o.configs.empty()) return bench_configs(ctx, nvml, h, o, configs);
     std::vector<nlohmann::json> runs;
     const rt::HeartbeatScope heartbeat;  // several ranks: one stuck for SF_DIST_TIMEOUT ends the job
     for (int b : o.batch_sizes) {

@@ -55,8 +55,17 @@ struct StepBenchOptions {
     // implies --pw-custom)
     bool pw_bn_bwd = false;
     std::string json;                       // output file ("" = none)
+    // --configs FILE: several configurations of the step timed one after another in this process
+    // (tools/bench_configs.h), each record DIR/NAME.json (--json-dir DIR); --only NAME,...: the base and
+    // these; --deadline-s S: no configuration starts that would not end S seconds after the start.
+    std::string configs, json_dir;
+    std::vector<std::string> only;
+    double deadline_s = 0;
+    std::vector<std::string> args;  // the arguments parsed: each configuration's common options
 };
 
+// `slidefuse bench`'s usage text (tools/cmd_bench.cpp).
+const char* bench_usage();
 // Throws naming the bad option (usage in the message).
 StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args);
 // --world N against the job's world: N must equal it (N = 1: a one-rank NCCL communicator, no MPI);

@@ -50,7 +50,7 @@ using namespace steprig;
 // (model.fusion_up_order, docs/MODEL.md) also within 2x the original order's own error.
 TEST(CudaStep, OneMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
-    const CpuReference r;
+    const CpuReference& r = cpu_reference();
     const GradErrors uf = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::UpsampleFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &uf);
 }

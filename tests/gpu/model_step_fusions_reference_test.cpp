@@ -16,7 +16,7 @@ using namespace steprig;
 // bf16-weights floor exactly as the default step is (the default step's errors as the baseline).
 TEST(CudaStep, PwStatsMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
-    const CpuReference r;
+    const CpuReference& r = cpu_reference();
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 2);
 }
@@ -25,7 +25,7 @@ TEST(CudaStep, PwStatsMicroStepMatchesTheCpuReference) {
 // (ConvPolicy::dw_stats, `bench step --dw-stats`).
 TEST(CudaStep, DwStatsMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
-    const CpuReference r;
+    const CpuReference& r = cpu_reference();
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, 0, 0, true);
 }
@@ -47,7 +47,7 @@ TEST(CudaStep, DwStatsMicroStepMatchesTheCpuReference) {
 // it too, measured 2026-11-29; tests/gpu/model_step_fuse_head_bn_test.cpp sets them far from zero.)
 TEST(CudaStep, AllFusionsMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
-    const CpuReference r;
+    const CpuReference& r = cpu_reference();
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0,
                                              kFuseExpandDw | kFuseDwPw | kMergeHeads | kFuseHeadBn | kFuseUpBn, 4,
@@ -59,7 +59,7 @@ TEST(CudaStep, AllFusionsMicroStepMatchesTheCpuReference) {
 // statistics where the CPU reference has them.
 TEST(CudaStep, MergeHeadsMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
-    const CpuReference r;
+    const CpuReference& r = cpu_reference();
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kMergeHeads);
 }
@@ -68,7 +68,7 @@ TEST(CudaStep, MergeHeadsMicroStepMatchesTheCpuReference) {
 // (NetShape::fuse_head_bn, `bench step --fuse-head-bn`), on the four heads and on the merged ones.
 TEST(CudaStep, FuseHeadBnMicroStepMatchesTheCpuReference) {
     SF_REQUIRE_GPU();
-    const CpuReference r;
+    const CpuReference& r = cpu_reference();
     const GradErrors base = one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kFuseHeadBn);
     one_micro_step_matches_the_cpu_reference(r, model::UpOrder::ConvFirst, &base, 0, kFuseHeadBn | kMergeHeads);

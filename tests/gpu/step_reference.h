@@ -94,6 +94,14 @@ struct CpuReference {
     }
 };
 
+// The process's one CpuReference: every test that judges a micro-step against it shares it (it is const
+// and its inputs are fixed), so a run of the whole suite computes its two CPU micro-steps once, not once a
+// test (six tests; each pair of CPU steps is most of such a test's time on a GPU host).
+inline const CpuReference& cpu_reference() {
+    static const CpuReference r;
+    return r;
+}
+
 // Per parameter tensor: relative L2 error and cosine against the CPU reference (NaN where the
 // tensor is judged by another rule: conv biases before BN, tiny tensors, no gradient).
 struct GradErrors {

@@ -50,6 +50,16 @@ class TestBenchAb(unittest.TestCase):
         self.assertEqual([x["verdict"] for x in r["rows"]], ["slower"])
         self.assertEqual(r["warnings"], ["batch 64 timed in base only"])
 
+    def test_configuration_name_is_not_a_switch(self):
+        # `bench step --configs` names each record's configuration in extra.config: the A/B's switches are
+        # still only what the two steps run differently.
+        base = record([run(128, 60.1, config="bench_variants")])
+        other = record([run(128, 59.0, config="bench_pdl", pdl=True)])
+        r = bench_ab.compare(base, "bench_variants", other, "bench_pdl")
+        self.assertEqual(r["switches"], {"pdl": [False, True]})
+        again = record([run(128, 60.2, config="bench_variants")])
+        self.assertEqual(bench_ab.compare(base, "bench_variants", again, "bench_variants_again")["switches"], {})
+
     def test_fused_backward_table_per_shape(self):
         # `bench step --dw-fused-bwd` records the variants line of each fused shape (GpuOps::describe()).
         lines = [

@@ -5,7 +5,9 @@ when a part fails, and the table printed last.
 
 Run: python3 -m unittest discover -s tests/tools -p 'test_*.py'
 """
+import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -35,6 +37,39 @@ case "$1" in
            echo "  bf16 GEMM (fp32 acc.)       701.5 TFLOP/s (n = 8192)"; exit "${SF_FAKE_CEILINGS_RC:-0}"
          fi
          echo "bench args: $*"
+         cfg=; dir=; only=; prev=
+         for a in "$@"; do
+           [ "$prev" = --configs ] && cfg=$a; [ "$prev" = --json-dir ] && dir=$a; [ "$prev" = --only ] && only=$a; prev=$a
+         done
+         if [ -n "$cfg" ]; then  # `bench step --configs`: a record and a section of the log per configuration
+           sed 's/#.*//' "$cfg" > "$dir/.fake_cfg"; first=; n=0
+           emit() {
+             name=$1; shift; ms=10.0; case " $* " in *" --pdl "*) ms=9.0 ;; esac
+             echo "[$n s] configuration $name${1:+: $*}"; n=$((n + 1))
+             case " $* " in *" --dw-fused-bwd "*)
+               echo "              n128 64x128 c64->64 k3 s1 g64: dwconv variants: fwd 7 (4ch 2x4 s8x32) of [0.1] ms, fused backward runs, fused overwrite 0.1500 ms" ;; esac
+             echo "  batch  128:  12800.0 samples/s    $ms ms/step"
+             printf '{"schema": "slidefuse.bench/1", "commit": "c", "device": {"name": "Fake"}, "runs": [{"batch": 128, "mode": "graph", "status": "ok", "median_ms": %s, "p10_ms": %s, "p90_ms": %s, "samples_per_s": 12800.0, "extra": {"config": "%s"}}]}' "$ms" "$ms" "$ms" "$name" > "$dir/$name.json"
+           }
+           lost=; rem=
+           case " $* " in *" --layers "*) lose=${SF_FAKE_LOSE:-} ;; *) lose= ;; esac  # the first process only
+           while read -r name flags; do
+             [ -z "$name" ] && continue
+             if [ -z "$first" ]; then first=$name
+             else case ",$only," in ,,|*",$name,"*) ;; *) continue ;; esac; fi
+             if [ -n "$lost" ]; then rem="$rem${rem:+, }\\"$name\\""; continue; fi
+             emit "$name" $flags
+             [ "$name" = "$lose" ] && lost=1
+           done < "$dir/.fake_cfg"
+           rm -f "$dir/.fake_cfg"
+           if [ -n "$lost" ]; then
+             echo "[$n s] the CUDA context is lost after $lose (cudaErrorIllegalAddress: an illegal memory access)"
+             printf '{"context_lost": {"after": "%s"}, "remaining": [%s]}' "$lose" "$rem" > "$dir/configs_summary.json"
+             exit 3
+           fi
+           emit "${first}_again"
+           echo "base $first: 10.000 ms per step first, 10.000 ms again at the end (+0.00%)"; exit "${SF_FAKE_BENCH_RC:-0}"
+         fi
          ms=10.0; case " $* " in *" --pdl "*) ms=9.0 ;; esac
          case " $* " in *" --dw-fused-bwd "*)
            echo "              n128 64x128 c64->64 k3 s1 g64: dwconv variants: fwd 7 (4ch 2x4 s8x32) of [0.1] ms, fused backward runs, fused overwrite 0.1500 ms" ;; esac
@@ -97,11 +132,24 @@ echo "fake ncu profiled"
 """
 
 FAKE_TESTS = """#!/bin/sh
-for a in "$@"; do case "$a" in --gtest_output=json:*) echo '{}' > "${a#--gtest_output=json:}" ;; esac; done
+echo "fake tests: $*"
+for a in "$@"; do case "$a" in --gtest_output=json:*)
+  echo '{"tests": 3, "failures": 0, "testsuites": [{"name": "Fake", "tests": 3, "testsuite": []}]}' > "${a#--gtest_output=json:}" ;; esac; done
 echo "[==========] 3 tests ran."
 echo "[  PASSED  ] 3 tests."
 exit "${SF_FAKE_TESTS_RC:-0}"
 """
+
+
+def session_configs():
+    """The configuration names of configs/bench/session_ab.txt, in order."""
+    names = []
+    with open(os.path.join(ROOT, "configs", "bench", "session_ab.txt")) as f:
+        for line in f:
+            words = line.split("#", 1)[0].split()
+            if words:
+                names.append(words[0])
+    return names
 
 
 def write_exe(path, text):
@@ -176,7 +224,20 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertIn(f, files)
         last = r.stdout.strip().splitlines()
         self.assertTrue(last[-1].startswith("bench"), last[-5:])  # the table comes last
-        self.assertRegex(r.stdout, r"tests +ok .*PASSED \] 3")
+        self.assertRegex(r.stdout, r"tests +ok .*rc 0/0; .*PASSED \] 3")
+        # The suite as two processes (the CPU-reference oracles beside the rest), their records merged.
+        with open(os.path.join(self.out, "gpu_tests.json")) as f:
+            merged = json.load(f)
+        self.assertEqual(merged["tests"], 6)
+        self.assertEqual([p["record"] for p in merged["parts"]], ["complete", "complete"])
+        self.assertEqual([p["gtest_filter"] for p in merged["parts"]],
+                         ["-CudaStep.*CpuReference*:CudaStep.FiftyStep*", "CudaStep.*CpuReference*:CudaStep.FiftyStep*"])
+        with open(os.path.join(self.out, "gpu_tests.log")) as f:
+            tlog = f.read()
+        self.assertIn("fake tests: --gtest_filter=-CudaStep.*CpuReference*:CudaStep.FiftyStep*", tlog)
+        self.assertIn("== the CPU-reference tests (--gtest_filter=CudaStep.*CpuReference*:CudaStep.FiftyStep*), "
+                      "run beside the others: rc 0", tlog)
+        self.assertIn("fake tests: --gtest_filter=CudaStep.*CpuReference*:CudaStep.FiftyStep*", tlog)
         self.assertRegex(r.stdout, r"check +ok")
         self.assertRegex(r.stdout, r"memcheck +SKIP .*no compute-sanitizer")
         self.assertRegex(r.stdout, r"bench +ok .*1234\.5 samples/s")
@@ -351,7 +412,8 @@ class GpuVerifyTest(unittest.TestCase):
 
     def test_session_runs_every_stage_under_one_deadline(self):
         # scripts/gpu_session.sh: train in the background, first, sanitize, evalcmp, the per-layer bench
-        # and the five step A/Bs, everything packed into OUT (the weights beside the archive).
+        # and the step A/Bs of configs/bench/session_ab.txt, everything packed into OUT (the weights beside the
+        # archive).
         self.fake_gpu(True)
         run = os.path.join(ROOT, "runs", "gpu_verify_train")
         if os.path.exists(run):
@@ -369,13 +431,7 @@ class GpuVerifyTest(unittest.TestCase):
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
-                         "bench_variants.json", "bench_all.json", "bench_mergeheads.json", "bench_fuseheadbn.json", "bench_fuseupbn.json",
-                         "bench_mergefusehead.json", "bench_dwfused.json", "bench_dwfusedbn.json", "bench_bn4.json",
-                         "bench_pdl.json", "bench_fuseexp.json", "bench_fuseexpbn.json", "bench_fuseexpbg.json",
-                         "bench_upsrow.json",
-                         "bench_pwcustom.json", "bench_pwstats.json", "bench_pwbngrad.json", "bench_pwbnbwd.json", "bench_pwbnboth.json", "bench_dwstats.json",
-                         "bench_fusedwpw.json",
-                         "bench_fusedwpwst.json", "bench_dw0.json", "session.log"):
+                         "bench_configs.log", "session.log"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
             with open(os.path.join(self.out, "session.log")) as f:
@@ -387,56 +443,41 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertRegex(log, r"bnstats: \| last \| 6 \| 2808 \| batch \| 128 ")
             self.assertRegex(log, r"sanitize: rc 1")  # SF_SANITIZER=none: no sanitizer to run
             self.assertIn("] done", log)
-            self.assertRegex(log, r"bench --fuse-expand-dw --fuse-dw-pw --dw-fused-bwd-bn --dw-fused-bn-grad "
-                                  r"--bn-row-batch 4 --pdl --upsample-row-loads --pw-stats --pw-bn-grad --dw-stats --pw-bn-bwd "
-                                  r"--merge-heads --fuse-head-bn --fuse-up-bn: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_all.json against bench_variants.json")
-            self.assertRegex(log, r"bench --merge-heads: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_mergeheads.json against bench_variants.json")
-            self.assertRegex(log, r"bench --fuse-up-bn: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_fuseupbn.json against bench_variants.json")
-            self.assertRegex(log, r"bench --fuse-head-bn: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_fuseheadbn.json against bench_variants.json")
-            self.assertRegex(log, r"bench --merge-heads --fuse-head-bn: rc 0")
+            # The per-layer run and every A/B of configs/bench/session_ab.txt in one `bench step --configs`
+            # (the fake writes each record and its section of the log), each line in session.log, each
+            # record against the per-layer run's step (bench_ab.md), the base's second run last.
+            listed = session_configs()
+            self.assertEqual(listed[0], "bench_variants")
+            self.assertGreaterEqual(len(listed), 20)
+            with tarfile.open(os.path.join(self.out, "session.tar.gz")) as t:
+                head = t.extractfile("./bench_head.log").read().decode()
+                dwfused = t.extractfile("./bench_dwfused.log").read().decode()
+            for opt in ("--configs configs/bench/session_ab.txt", "--layers", "--deadline-s", "--batch-sizes 128"):
+                self.assertIn(opt, head)
+            self.assertIn("fused backward runs", dwfused)
+            self.assertNotIn("configuration bench_dwfusedbn", dwfused, "one configuration a log")
+            for name in listed + ["bench_variants_again"]:
+                self.assertIn(name + ".json", names)
+                self.assertRegex(log, r"bench %s: batch +128: " % re.escape(name))
+                if name != "bench_variants":
+                    self.assertRegex(log, r"A/B: ### %s.json against bench_variants.json" % re.escape(name))
+            self.assertIn("bench: base bench_variants: 10.000 ms per step first, 10.000 ms again at the end", log)
+            self.assertRegex(log, r"bench: rc 0 -- %d configuration\(s\) started" % (len(listed) + 1))
             self.assertRegex(log, r"A/B chain: ### bench_mergefusehead.json against bench_mergeheads.json")
-            self.assertRegex(log, r"bench --dw-fused-bwd: rc 0")
             self.assertIn("bench --dw-fused-bwd: n128 64x128 c64->64 k3 s1 g64, fused backward runs, "
                           "fused overwrite 0.1500 ms", log)
-            self.assertRegex(log, r"A/B: ### bench_dwfused.json against bench_variants.json")
-            self.assertRegex(log, r"bench --dw-fused-bwd-bn: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_dwfusedbn.json against bench_variants.json")
-            self.assertRegex(log, r"bench --bn-row-batch 4: rc 0")
-            self.assertRegex(log, r"bench --pdl: rc 0")
-            self.assertRegex(log, r"bench --fuse-expand-dw --dw-fused-bwd: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_fuseexp.json against bench_variants.json")
-            self.assertRegex(log, r"bench --fuse-expand-dw --dw-fused-bwd-bn: rc 0")
-            self.assertRegex(log, r"bench --upsample-row-loads: rc 0")
-            self.assertRegex(log, r"bench --pw-custom: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_pwcustom.json against bench_variants.json")
-            self.assertRegex(log, r"bench --pw-stats: rc 0")
             self.assertRegex(log, r"A/B chain: ### bench_pwstats.json against bench_pwcustom.json")
-            self.assertRegex(log, r"bench --pw-bn-grad: rc 0")
             self.assertRegex(log, r"A/B chain: ### bench_pwbngrad.json against bench_pwcustom.json")
-            self.assertRegex(log, r"bench --pw-bn-bwd: rc 0")
             self.assertRegex(log, r"A/B chain: ### bench_pwbnbwd.json against bench_pwcustom.json")
-            self.assertRegex(log, r"bench --pw-bn-grad --pw-bn-bwd: rc 0")
             self.assertRegex(log, r"A/B chain: ### bench_pwbnboth.json against bench_pwbngrad.json")
-            self.assertRegex(log, r"bench --dw-stats: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_dwstats.json against bench_variants.json")
-            self.assertRegex(log, r"bench --fuse-dw-pw: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_fusedwpw.json against bench_variants.json")
-            self.assertRegex(log, r"bench --fuse-dw-pw --pw-stats: rc 0")
             self.assertRegex(log, r"A/B chain: ### bench_fusedwpwst.json against bench_pwstats.json")
             # The chained A/Bs: each against the base its prediction names.
             self.assertIn("bench_ab_chain.md", names)
             self.assertRegex(log, r"A/B chain: ### bench_dwfusedbn.json against bench_dwfused.json")
             self.assertRegex(log, r"A/B chain: ### bench_fuseexp.json against bench_dwfused.json")
             self.assertRegex(log, r"A/B chain: ### bench_fuseexpbn.json against bench_dwfusedbn.json")
-            self.assertRegex(log, r"bench --dw-fused-bn-grad --dw-fused-bwd-bn: rc 0")
-            self.assertRegex(log, r"A/B: ### bench_fuseexpbg.json against bench_variants.json")
             self.assertRegex(log, r"A/B chain: ### bench_fuseexpbg.json against bench_fuseexpbn.json")
-            self.assertRegex(log, r"bench --no-dw-variants: rc 0")
-            # tools/bench_ab.py over the three A/Bs against the per-layer run's step
+            # tools/bench_ab.py over the A/Bs against the per-layer run's step (--pdl: 9 ms in the fake)
             self.assertIn("bench_ab.md", names)
             self.assertRegex(log, r"A/B: \| 128 \| 10\.000 .* \| 9\.000 .* \| -1\.000 ms \(-10\.0%\) .* faster \|")
             self.assertRegex(log, r"A/B: ### bench_pdl.json against bench_variants.json")
@@ -454,7 +495,8 @@ class GpuVerifyTest(unittest.TestCase):
             with tarfile.open(os.path.join(self.out, "session.tar.gz")) as t:
                 names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
             self.assertEqual(sorted(n for n in names if n.startswith("bench_") and n.endswith(".json")),
-                             ["bench_ab.json", "bench_fusedwpwst.json", "bench_pwstats.json", "bench_variants.json"])
+                             ["bench_ab.json", "bench_fusedwpwst.json", "bench_pwstats.json", "bench_variants.json",
+                              "bench_variants_again.json"])
             self.assertFalse([n for n in names if n.startswith(("first", "train", "sanitize", "evalcmp", "bnstats"))])
             with open(os.path.join(self.out, "session.log")) as f:
                 log = f.read()
@@ -468,6 +510,36 @@ class GpuVerifyTest(unittest.TestCase):
             self.assertIn("SF_SESSION_PHASES is all or bench, got 'tests'", r.stderr)
         finally:
             shutil.rmtree(run, ignore_errors=True)
+
+    def test_session_bench_reruns_what_a_lost_context_left(self):
+        # A configuration that loses the CUDA context (exit status 3) ends its process; the script runs the
+        # summary's "remaining" in a new one (retry1/), whose records but the base's join the others.
+        self.fake_gpu(True)
+        e = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"], OUT=self.out, SF_SANITIZER="none",
+                 SF_DEADLINE="100", SF_SESSION_PHASES="bench", SF_FAKE_LOSE="bench_pdl")
+        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_session.sh"), self.build],
+                           capture_output=True, text=True, env=e, timeout=200)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with tarfile.open(os.path.join(self.out, "session.tar.gz")) as t:
+            names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
+        with open(os.path.join(self.out, "session.log")) as f:
+            log = f.read()
+        listed = session_configs()
+        after = listed[listed.index("bench_pdl") + 1:]
+        self.assertIn("bench: rc 3 -- ", log)
+        self.assertIn("bench: [", log)
+        self.assertRegex(log, r"the CUDA context is lost after bench_pdl")
+        self.assertIn("bench step --configs configs/bench/session_ab.txt --only %s: limit" % ",".join(after), log)
+        self.assertIn("retry1/bench_configs.log", names)
+        self.assertNotIn("bench_variants_again.json", names, "the retry's second base run is its own")
+        self.assertIn("retry1/bench_variants_again.json", names)
+        for name in listed:
+            self.assertIn(name + ".json", names)
+            if name != "bench_variants":
+                self.assertRegex(log, r"A/B: ### %s.json against bench_variants.json" % re.escape(name))
+        self.assertEqual(len(re.findall(r"\] bench bench_variants: batch", log)), 1,
+                         "the retry's own base is not an A/B record")
+        self.assertEqual(len(re.findall(r"\] bench bench_dw0: batch", log)), 1)
 
     def test_profile_summarises_the_ncu_csv(self):
         self.fake_gpu(True)
@@ -491,7 +563,11 @@ class GpuVerifyTest(unittest.TestCase):
         write_exe(os.path.join(self.build, "tests", "sf_gpu_tests"), "#!/bin/sh\nsleep 30\n")
         r = self.run_script("first", self.build, SF_T_TESTS="1")
         self.assertEqual(r.returncode, 1)
-        self.assertRegex(r.stdout, r"tests +FAIL +\d+ +rc 124")
+        self.assertRegex(r.stdout, r"tests +FAIL +\d+ +rc 124/124")
+        with open(os.path.join(self.out, "gpu_tests.json")) as f:
+            merged = json.load(f)
+        self.assertEqual(merged["tests"], 0)
+        self.assertTrue(all(p["record"].startswith("missing") for p in merged["parts"]), merged["parts"])
 
 
 if __name__ == "__main__":
