@@ -73,6 +73,8 @@ public:
     // the other ops, which never run concurrently on the stream).
     void bind_workspace(void* device_ptr, size_t bytes);
 
+    // The policy the network's kernels take their choices from.
+    const kern::ConvPolicy& policy() const { return policy_; }
     // The BatchNorm + activation kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch), passed
     // by the layers to every kern::bn_act_* call.
     int bn_row_batch() const { return policy_.bn_row_batch; }

@@ -32,7 +32,8 @@
 #            last_weights.safetensors, train_config.resolved.yaml)
 #   e2e      one epoch of gpu_quick's data at batch 128 logged every 20 steps, then bench step at the
 #            same batch and size, and tools/e2e_check.py: train samples/s within 5% of the bench,
-#            with the loader's wait share (e2e.json)
+#            with the loader's wait share (e2e.json). SF_CUDA="cuda.KEY=VALUE ..." (the config's cuda
+#            section, docs/CONFIG.md): the training's overrides and the bench's same switches
 #   bnstats  after `train`: `slidefuse eval` (CUDA) of the run's best and last checkpoints on the run's
 #            own validation split, each with the running BatchNorm statistics (eval mode, as the
 #            training log validates) and with each batch's own (`--bn-stats batch`, batches of 128 as
@@ -334,10 +335,33 @@ case "$STAGE" in
     fi ;;
   e2e)
     run_dir="$(mktemp -d)/e2e-run"
+    # The same kernels in both: SF_CUDA's config overrides for the training, their bench step flags.
+    cuda_overrides=(); bench_flags=()
+    for kv in ${SF_CUDA:-}; do
+      cuda_overrides+=("$kv")
+      case "$kv" in
+        cuda.pdl=true) bench_flags+=(--pdl) ;;
+        cuda.dw_variants=false) bench_flags+=(--no-dw-variants) ;;
+        cuda.bn_row_batch=*) bench_flags+=(--bn-row-batch "${kv#*=}") ;;
+        cuda.upsample_row_loads=true) bench_flags+=(--upsample-row-loads) ;;
+        cuda.dw_fused_bwd=true) bench_flags+=(--dw-fused-bwd) ;;
+        cuda.dw_fused_bn_bwd=true) bench_flags+=(--dw-fused-bwd-bn) ;;
+        cuda.dw_fused_bn_grad=true) bench_flags+=(--dw-fused-bn-grad) ;;
+        cuda.pw_custom=true) bench_flags+=(--pw-custom) ;;
+        cuda.pw_stats=true) bench_flags+=(--pw-stats) ;;
+        cuda.pw_bn_grad=true) bench_flags+=(--pw-bn-grad) ;;
+        cuda.pw_bn_bwd=true) bench_flags+=(--pw-bn-bwd) ;;
+        cuda.dw_stats=true) bench_flags+=(--dw-stats) ;;
+        model.fuse_*=true|model.merge_heads=true) f=${kv#model.}; f=${f%=true}; bench_flags+=("--${f//_/-}") ;;
+        *) echo "gpu_verify: SF_CUDA: '$kv' is not a cuda.KEY=true (or model fusion) switch bench step has" >&2; exit 64 ;;
+      esac
+    done
     "$SF" train --config configs/gpu_quick.yaml --out "$run_dir" sched.epochs=1 data.num_samples=30000 \
-      data.processed_dir=data/gpu_e2e logging.log_interval=20 logging.plot=false 2>&1 | tee "$OUT_DIR/e2e.log"
+      data.processed_dir=data/gpu_e2e logging.log_interval=20 logging.plot=false ${cuda_overrides[@]+"${cuda_overrides[@]}"} \
+      2>&1 | tee "$OUT_DIR/e2e.log"
     cp "$run_dir/metrics.jsonl" "$OUT_DIR/e2e_metrics.jsonl"
-    "$SF" bench step --batch-sizes 128 --size 256x512 --json "$OUT_DIR/e2e_bench.json" 2>&1 | tee -a "$OUT_DIR/e2e.log"
+    "$SF" bench step --batch-sizes 128 --size 256x512 ${bench_flags[@]+"${bench_flags[@]}"} --json "$OUT_DIR/e2e_bench.json" \
+      2>&1 | tee -a "$OUT_DIR/e2e.log"
     python3 tools/e2e_check.py --metrics "$OUT_DIR/e2e_metrics.jsonl" --bench "$OUT_DIR/e2e_bench.json" \
       --batch 128 --json "$OUT_DIR/e2e.json" 2>&1 | tee -a "$OUT_DIR/e2e.log" ;;
   bnstats)

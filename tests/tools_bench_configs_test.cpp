@@ -54,10 +54,10 @@ TEST(BenchConfigs, EachLineIsTheCommandWithItsSwitches) {
         EXPECT_TRUE(x.options.configs.empty()) << x.name << ": the list's own options are not a configuration's";
         EXPECT_TRUE(x.options.json_dir.empty() && x.options.only.empty() && x.options.deadline_s == 0) << x.name;
     }
-    EXPECT_FALSE(c[0].options.pdl);
-    EXPECT_TRUE(c[1].options.pdl);
-    EXPECT_EQ(c[1].options.bn_row_batch, 1);
-    EXPECT_EQ(c[2].options.bn_row_batch, 4);
+    EXPECT_FALSE(c[0].options.cuda.pdl);
+    EXPECT_TRUE(c[1].options.cuda.pdl);
+    EXPECT_EQ(c[1].options.cuda.bn_row_batch, 1);
+    EXPECT_EQ(c[2].options.cuda.bn_row_batch, 4);
     EXPECT_TRUE(c[2].options.fuse_up_bn);
     EXPECT_FALSE(c[1].options.fuse_up_bn);
     EXPECT_EQ(c[0].options.up_order, model::UpOrder::ConvFirst);
@@ -67,8 +67,8 @@ TEST(BenchConfigs, EachLineIsTheCommandWithItsSwitches) {
 TEST(BenchConfigs, ImpliedSwitchesFollowTheOptionsParser) {
     const std::vector<BenchConfig> c =
         tools::parse_bench_configs("base\nbg --dw-fused-bn-grad\nps --pw-stats\n", "list.txt", kCommon);
-    EXPECT_TRUE(c[1].options.dw_fused_bwd && c[1].options.fuse_expand_dw && c[1].options.dw_fused_bn_grad);
-    EXPECT_TRUE(c[2].options.pw_custom && c[2].options.pw_stats);
+    EXPECT_TRUE(c[1].options.cuda.dw_fused_bwd && c[1].options.fuse_expand_dw && c[1].options.cuda.dw_fused_bn_grad);
+    EXPECT_TRUE(c[2].options.cuda.pw_custom && c[2].options.cuda.pw_stats);
 }
 
 TEST(BenchConfigs, EveryConfigSwitchIsAnOptionOfBenchStep) {
@@ -188,13 +188,14 @@ TEST(BenchConfigs, TheSessionListParsesWithTheSessionsCommand) {
     std::map<std::string, const BenchConfig*> by;
     for (const BenchConfig& x : c) by[x.name] = &x;
     ASSERT_TRUE(by.count("bench_pdl") && by.count("bench_bn4") && by.count("bench_dw0") && by.count("bench_all"));
-    EXPECT_TRUE(by["bench_pdl"]->options.pdl);
-    EXPECT_EQ(by["bench_bn4"]->options.bn_row_batch, 4);
-    EXPECT_FALSE(by["bench_dw0"]->options.dw_variants);
+    EXPECT_TRUE(by["bench_pdl"]->options.cuda.pdl);
+    EXPECT_EQ(by["bench_bn4"]->options.cuda.bn_row_batch, 4);
+    EXPECT_FALSE(by["bench_dw0"]->options.cuda.dw_variants);
     const tools::StepBenchOptions& all = by["bench_all"]->options;
-    EXPECT_TRUE(all.fuse_expand_dw && all.fuse_dw_pw && all.dw_fused_bn_bwd && all.dw_fused_bn_grad && all.pdl &&
-                all.upsample_row_loads && all.pw_stats && all.pw_bn_grad && all.dw_stats && all.pw_bn_bwd &&
-                all.merge_heads && all.fuse_head_bn && all.fuse_up_bn && all.bn_row_batch == 4);
+    EXPECT_TRUE(all.fuse_expand_dw && all.fuse_dw_pw && all.cuda.dw_fused_bn_bwd && all.cuda.dw_fused_bn_grad &&
+                all.cuda.pdl && all.cuda.upsample_row_loads && all.cuda.pw_stats && all.cuda.pw_bn_grad &&
+                all.cuda.dw_stats && all.cuda.pw_bn_bwd && all.merge_heads && all.fuse_head_bn && all.fuse_up_bn &&
+                all.cuda.bn_row_batch == 4);
     for (const BenchConfig& x : c) {
         EXPECT_EQ(x.options.batch_sizes, (std::vector<int>{128})) << x.name;
         EXPECT_EQ(x.options.height, 256) << x.name;

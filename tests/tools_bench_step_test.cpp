@@ -68,28 +68,28 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_TRUE(o.merge_heads);
     EXPECT_TRUE(o.fuse_head_bn);
     EXPECT_TRUE(o.fuse_up_bn);
-    EXPECT_FALSE(o.dw_variants);
-    EXPECT_EQ(o.bn_row_batch, 4);
-    EXPECT_TRUE(o.pdl);
-    EXPECT_TRUE(o.dw_fused_bwd);
-    EXPECT_FALSE(o.dw_fused_bn_bwd);
-    EXPECT_TRUE(o.upsample_row_loads);
+    EXPECT_FALSE(o.cuda.dw_variants);
+    EXPECT_EQ(o.cuda.bn_row_batch, 4);
+    EXPECT_TRUE(o.cuda.pdl);
+    EXPECT_TRUE(o.cuda.dw_fused_bwd);
+    EXPECT_FALSE(o.cuda.dw_fused_bn_bwd);
+    EXPECT_TRUE(o.cuda.upsample_row_loads);
     const tools::StepBenchOptions bn = tools::parse_step_bench_args({"--dw-fused-bwd-bn"});
-    EXPECT_TRUE(bn.dw_fused_bwd && bn.dw_fused_bn_bwd);  // implies the fused backward
-    EXPECT_FALSE(bn.dw_fused_bn_grad);
+    EXPECT_TRUE(bn.cuda.dw_fused_bwd && bn.cuda.dw_fused_bn_bwd);  // implies the fused backward
+    EXPECT_FALSE(bn.cuda.dw_fused_bn_grad);
     const tools::StepBenchOptions bg = tools::parse_step_bench_args({"--dw-fused-bn-grad"});
     // implies the fused backward and the fused LiteBlock, whose expand BN it reduces
-    EXPECT_TRUE(bg.dw_fused_bn_grad && bg.dw_fused_bwd && bg.fuse_expand_dw);
-    EXPECT_FALSE(bg.dw_fused_bn_bwd);
+    EXPECT_TRUE(bg.cuda.dw_fused_bn_grad && bg.cuda.dw_fused_bwd && bg.fuse_expand_dw);
+    EXPECT_FALSE(bg.cuda.dw_fused_bn_bwd);
     const tools::StepBenchOptions pg = tools::parse_step_bench_args({"--pw-bn-grad"});
-    EXPECT_TRUE(pg.pw_bn_grad && pg.pw_custom);  // implies the project's 1x1 conv, whose dgrad gathers them
-    EXPECT_FALSE(pg.pw_stats);
+    EXPECT_TRUE(pg.cuda.pw_bn_grad && pg.cuda.pw_custom);  // implies the project's 1x1 conv, whose dgrad gathers them
+    EXPECT_FALSE(pg.cuda.pw_stats);
     const tools::StepBenchOptions ds = tools::parse_step_bench_args({"--dw-stats"});
-    EXPECT_TRUE(ds.dw_stats);  // on its own: the depthwise kernels are candidates whatever the other switches
-    EXPECT_FALSE(ds.pw_custom || ds.dw_fused_bwd || ds.fuse_dw_pw);
+    EXPECT_TRUE(ds.cuda.dw_stats);  // on its own: the depthwise kernels are candidates whatever the other switches
+    EXPECT_FALSE(ds.cuda.pw_custom || ds.cuda.dw_fused_bwd || ds.fuse_dw_pw);
     const tools::StepBenchOptions pb = tools::parse_step_bench_args({"--pw-bn-bwd"});
-    EXPECT_TRUE(pb.pw_bn_bwd && pb.pw_custom);  // implies the project's 1x1 conv, whose loads form the dx
-    EXPECT_FALSE(pb.pw_stats || pb.pw_bn_grad);
+    EXPECT_TRUE(pb.cuda.pw_bn_bwd && pb.cuda.pw_custom);  // implies the project's 1x1 conv, whose loads form the dx
+    EXPECT_FALSE(pb.cuda.pw_stats || pb.cuda.pw_bn_grad);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);
@@ -104,16 +104,16 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(d.fuse_head_bn);
     EXPECT_FALSE(d.fuse_up_bn);
     EXPECT_EQ(d.up_order, model::UpOrder::ConvFirst);  // what training on CUDA runs by default
-    EXPECT_TRUE(d.dw_variants);
-    EXPECT_EQ(d.bn_row_batch, 1);  // the measured kernels until a GPU says 4 pays
-    EXPECT_FALSE(d.pdl);           // plain launches until a GPU says PDL pays
-    EXPECT_FALSE(d.dw_fused_bwd);  // the separate depthwise passes until a GPU says the fused one pays
-    EXPECT_FALSE(d.dw_fused_bn_bwd);
-    EXPECT_FALSE(d.dw_fused_bn_grad);
-    EXPECT_FALSE(d.pw_bn_grad);
-    EXPECT_FALSE(d.dw_stats);  // the statistics pass until a GPU says the epilogue pays
-    EXPECT_FALSE(d.pw_bn_bwd);
-    EXPECT_FALSE(d.upsample_row_loads);  // the measured upsampling backward until a GPU says the row loads pay
+    EXPECT_TRUE(d.cuda.dw_variants);
+    EXPECT_EQ(d.cuda.bn_row_batch, 1);  // the measured kernels until a GPU says 4 pays
+    EXPECT_FALSE(d.cuda.pdl);           // plain launches until a GPU says PDL pays
+    EXPECT_FALSE(d.cuda.dw_fused_bwd);  // the separate depthwise passes until a GPU says the fused one pays
+    EXPECT_FALSE(d.cuda.dw_fused_bn_bwd);
+    EXPECT_FALSE(d.cuda.dw_fused_bn_grad);
+    EXPECT_FALSE(d.cuda.pw_bn_grad);
+    EXPECT_FALSE(d.cuda.dw_stats);  // the statistics pass until a GPU says the epilogue pays
+    EXPECT_FALSE(d.cuda.pw_bn_bwd);
+    EXPECT_FALSE(d.cuda.upsample_row_loads);  // the measured upsampling backward until a GPU says the row loads pay
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }

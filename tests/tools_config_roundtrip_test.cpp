@@ -1,5 +1,6 @@
 // tools/config: the to_yaml round trip field by field, the atomic writer and the config hash.
 #include "tests/tools_config_test_util.h"
+#include "tools/train.h"
 
 namespace {
 
@@ -21,6 +22,19 @@ std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> field_cha
         {"model.merge_heads", [](TrainConfig& c) { c.model.merge_heads = true; }},
         {"model.fuse_head_bn", [](TrainConfig& c) { c.model.fuse_head_bn = true; }},
         {"model.fuse_up_bn", [](TrainConfig& c) { c.model.fuse_up_bn = true; }},
+        {"cuda.pdl", [](TrainConfig& c) { c.cuda.pdl = true; }},
+        {"cuda.dw_variants", [](TrainConfig& c) { c.cuda.dw_variants = false; }},
+        {"cuda.bn_row_batch", [](TrainConfig& c) { c.cuda.bn_row_batch = 4; }},
+        {"cuda.upsample_row_loads", [](TrainConfig& c) { c.cuda.upsample_row_loads = true; }},
+        {"cuda.dw_fused_bwd", [](TrainConfig& c) { c.cuda.dw_fused_bwd = true; }},
+        {"cuda.dw_fused_bn_bwd", [](TrainConfig& c) { c.cuda.dw_fused_bwd = c.cuda.dw_fused_bn_bwd = true; }},
+        {"cuda.dw_fused_bn_grad",
+         [](TrainConfig& c) { c.cuda.dw_fused_bwd = c.model.fuse_expand_dw = c.cuda.dw_fused_bn_grad = true; }},
+        {"cuda.pw_custom", [](TrainConfig& c) { c.cuda.pw_custom = true; }},
+        {"cuda.pw_stats", [](TrainConfig& c) { c.cuda.pw_custom = c.cuda.pw_stats = true; }},
+        {"cuda.pw_bn_grad", [](TrainConfig& c) { c.cuda.pw_custom = c.cuda.pw_bn_grad = true; }},
+        {"cuda.pw_bn_bwd", [](TrainConfig& c) { c.cuda.pw_custom = c.cuda.pw_bn_bwd = true; }},
+        {"cuda.dw_stats", [](TrainConfig& c) { c.cuda.dw_stats = true; }},
         {"optimizer.lr", [](TrainConfig& c) { c.optimizer.lr = 0.1 + 0.2; }},  // 0.30000000000000004
         {"optimizer.betas[0]", [](TrainConfig& c) { c.optimizer.betas[0] = 0.8; }},
         {"optimizer.betas[1]", [](TrainConfig& c) { c.optimizer.betas[1] = 0.95; }},
@@ -141,6 +155,27 @@ TEST(ToolsConfig, ConfigHashIsStableHexAndChangesWithValues) {
     TrainConfig c;
     c.optimizer.lr = 1e-4;
     EXPECT_NE(tools::config_hash(c), h);
+}
+
+// The resume check's text and hash (tools/train.h): the config without the cuda section (kernel choices may
+// change between save and resume) nor its output locations, the text of the format before the cuda
+// section existed (so a checkpoint written then still resumes).
+TEST(ToolsConfig, ResumeHashIgnoresTheKernelsAndOutputsButNotTheRun) {
+    const TrainConfig base;
+    const std::string yaml = tools::resume_config_yaml(base);
+    EXPECT_FALSE(contains(yaml, "cuda:"));
+    std::string full = tools::to_yaml(tools::resume_config(base));
+    const size_t a = full.find("cuda:\n"), e = full.find("optimizer:\n");
+    ASSERT_TRUE(a != std::string::npos && e != std::string::npos && a < e);
+    EXPECT_EQ(full.erase(a, e - a), yaml) << "the resume text is the full text without the cuda section";
+    EXPECT_EQ(tools::resume_config_hash(base), tools::text_hash(yaml));
+    const std::string h = tools::resume_config_hash(base);
+    for (const auto& [name, change] : field_changes()) {
+        TrainConfig c;
+        change(c);
+        const bool ignored = name.rfind("cuda.", 0) == 0 || name == "logging.log_dir" || name == "checkpoints.save_dir";
+        EXPECT_EQ(tools::resume_config_hash(c) == h, ignored && name != "cuda.dw_fused_bn_grad") << name;
+    }
 }
 
 TEST(ToolsConfig, LossConfigTakesVariantAndWeights) {

@@ -165,13 +165,43 @@ TEST(ToolsConfig, AmpRejectsOtherValues) {
 
 // ---- errors ----
 
+// The cuda section: the kernels' choices, each key checked, and what a switch builds on required.
+TEST(ToolsConfig, CudaSectionSwitchesAndWhatTheyNeed) {
+    const TrainConfig d = parse("");
+    EXPECT_FALSE(d.cuda.pdl || d.cuda.pw_custom || d.cuda.dw_fused_bwd || d.cuda.dw_stats);
+    EXPECT_TRUE(d.cuda.dw_variants);
+    EXPECT_EQ(d.cuda.bn_row_batch, 1);
+    const TrainConfig c = parse(
+        "model:\n  fuse_expand_dw: true\ncuda:\n  pdl: true\n  dw_variants: false\n  bn_row_batch: 4\n"
+        "  upsample_row_loads: true\n  dw_fused_bwd: true\n  dw_fused_bn_bwd: true\n  dw_fused_bn_grad: true\n"
+        "  pw_custom: true\n  pw_stats: true\n  pw_bn_grad: true\n  pw_bn_bwd: true\n  dw_stats: true\n");
+    EXPECT_TRUE(c.cuda.pdl && !c.cuda.dw_variants && c.cuda.bn_row_batch == 4 && c.cuda.upsample_row_loads &&
+                c.cuda.dw_fused_bwd && c.cuda.dw_fused_bn_bwd && c.cuda.dw_fused_bn_grad && c.cuda.pw_custom &&
+                c.cuda.pw_stats && c.cuda.pw_bn_grad && c.cuda.pw_bn_bwd && c.cuda.dw_stats);
+    EXPECT_TRUE(parse("", {"cuda.pw_custom=true", "cuda.pw_stats=true"}).cuda.pw_stats) << "as overrides";
+    EXPECT_TRUE(contains(parse_error("cuda:\n  bn_row_batch: 3\n"),
+                         "test.yaml:2: config key 'cuda.bn_row_batch': expected 1 or 4, got 3"));
+    EXPECT_TRUE(contains(parse_error("cuda:\n  pdl: often\n"), "config key 'cuda.pdl'"));
+    EXPECT_TRUE(contains(parse_error("cuda:\n  pw_stats: true\n"),
+                         "config key 'cuda.pw_stats': true needs cuda.pw_custom: true"));
+    EXPECT_TRUE(contains(parse_error("cuda:\n  pw_bn_grad: true\n"), "'cuda.pw_bn_grad': true needs cuda.pw_custom"));
+    EXPECT_TRUE(contains(parse_error("cuda:\n  pw_bn_bwd: true\n"), "'cuda.pw_bn_bwd': true needs cuda.pw_custom"));
+    EXPECT_TRUE(contains(parse_error("cuda:\n  dw_fused_bn_bwd: true\n"),
+                         "'cuda.dw_fused_bn_bwd': true needs cuda.dw_fused_bwd: true"));
+    EXPECT_TRUE(contains(parse_error("cuda:\n  dw_fused_bwd: true\n  dw_fused_bn_grad: true\n"),
+                         "'cuda.dw_fused_bn_grad': true needs cuda.dw_fused_bwd: true and model.fuse_expand_dw: true"));
+    EXPECT_TRUE(
+        contains(parse_error("cuda:\n  pw_custom_kernel: true\n"), "config key 'cuda.pw_custom_kernel': unknown key"));
+}
+
 TEST(ToolsConfig, UnknownKeyNamesPathLineAndAllowedKeys) {
     EXPECT_TRUE(contains(parse_error("optimizer:\n  lr: 0.001\n  lrr: 0.1\n"),
                          "test.yaml:3: config key 'optimizer.lrr': unknown key (allowed under 'optimizer': betas, "
                          "clip_grad_norm, eps, lr, name, weight_decay)"));
-    EXPECT_TRUE(contains(parse_error("optimiser:\n  lr: 0.001\n"),
-                         "test.yaml:1: config key 'optimiser': unknown key (allowed at the top level: checkpoints, "
-                         "data, eval, hardware, logging, loss, model, optimizer, sched, train)"));
+    EXPECT_TRUE(
+        contains(parse_error("optimiser:\n  lr: 0.001\n"),
+                 "test.yaml:1: config key 'optimiser': unknown key (allowed at the top level: checkpoints, cuda, "
+                 "data, eval, hardware, logging, loss, model, optimizer, sched, train)"));
     EXPECT_TRUE(contains(parse_error("eval:\n  early_stopping:\n    second_guard:\n      metirc: mae_px\n"),
                          "test.yaml:4: config key 'eval.early_stopping.second_guard.metirc': unknown key (allowed "
                          "under 'eval.early_stopping.second_guard': metric, min_delta, mode)"));

@@ -45,6 +45,7 @@
 #include "tools/bench_configs.h"
 #include "tools/bench_report.h"
 #include "tools/bench_runs.h"
+#include "tools/cuda_policy.h"
 #include "tools/layer_table.h"
 #include "tools/roofline.h"
 #include "tools/step_model.h"
@@ -179,28 +180,13 @@ model::LrSchedule bench_schedule() {
 }
 
 kern::ConvPolicy policy_of(const StepBenchOptions& o) {
-    kern::ConvPolicy p = kern::run_conv_policy(o.deterministic);
+    kern::ConvPolicy p = cuda_conv_policy(o.cuda, o.deterministic);
     p.max_candidates = o.conv_candidates;
-    p.dw_variants = o.dw_variants;
-    p.bn_row_batch = o.bn_row_batch;
-    p.upsample_row_loads = o.upsample_row_loads;
-    p.dw_fused_bwd = o.dw_fused_bwd;
-    p.dw_fused_bn_bwd = o.dw_fused_bn_bwd;
-    p.dw_fused_bn_grad = o.dw_fused_bn_grad;
-    p.pw_custom = o.pw_custom;
-    p.pw_stats = o.pw_stats;
-    p.pw_bn_grad = o.pw_bn_grad;
-    p.dw_stats = o.dw_stats;
-    p.pw_bn_bwd = o.pw_bn_bwd;
     return p;
 }
 
 // The Exec the benchmarked network and step run on: the context's, with --pdl.
-rt::Exec step_exec(const rt::CudaContext& ctx, const StepBenchOptions& o) {
-    rt::Exec ex = ctx.exec();
-    ex.pdl = o.pdl;
-    return ex;
-}
+rt::Exec step_exec(const rt::CudaContext& ctx, const StepBenchOptions& o) { return cuda_exec(ctx, o.cuda); }
 
 bool is_oom(const std::string& what) {
     // rt::Arena says "out of device memory", CUDA "out of memory" / cudaErrorMemoryAllocation.
@@ -297,24 +283,24 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"merge_heads", o.merge_heads},
                    {"fuse_head_bn", o.fuse_head_bn},
                    {"fuse_up_bn", o.fuse_up_bn},
-                   {"dw_variants", o.dw_variants},
-                   {"bn_row_batch", o.bn_row_batch},
-                   {"upsample_row_loads", o.upsample_row_loads},
-                   {"pdl", o.pdl},
-                   {"dw_fused_bwd", o.dw_fused_bwd},
-                   {"dw_fused_bn_bwd", o.dw_fused_bn_bwd},
-                   {"dw_fused_bn_grad", o.dw_fused_bn_grad},
-                   {"pw_custom", o.pw_custom},
-                   {"pw_stats", o.pw_stats},
-                   {"pw_bn_grad", o.pw_bn_grad},
-                   {"dw_stats", o.dw_stats},
-                   {"pw_bn_bwd", o.pw_bn_bwd}};
+                   {"dw_variants", o.cuda.dw_variants},
+                   {"bn_row_batch", o.cuda.bn_row_batch},
+                   {"upsample_row_loads", o.cuda.upsample_row_loads},
+                   {"pdl", o.cuda.pdl},
+                   {"dw_fused_bwd", o.cuda.dw_fused_bwd},
+                   {"dw_fused_bn_bwd", o.cuda.dw_fused_bn_bwd},
+                   {"dw_fused_bn_grad", o.cuda.dw_fused_bn_grad},
+                   {"pw_custom", o.cuda.pw_custom},
+                   {"pw_stats", o.cuda.pw_stats},
+                   {"pw_bn_grad", o.cuda.pw_bn_grad},
+                   {"dw_stats", o.cuda.dw_stats},
+                   {"pw_bn_bwd", o.cuda.pw_bn_bwd}};
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());
         // --dw-fused-bwd: the depthwise shapes that ran the fused backward, each with its variants line
         // (the separate passes' times and the fused kernel's, from the plan-time timing).
-        if (o.dw_fused_bwd) r.extra["dw_fused"] = rig.net.gpu_ops()->describe_fused();
+        if (o.cuda.dw_fused_bwd) r.extra["dw_fused"] = rig.net.gpu_ops()->describe_fused();
         if (nccl) {  // the allreduce alone, after the timed steps, on the step's stream
             const model::Planner& p = rig.net.plan();
             const AllreduceTiming a =
@@ -453,7 +439,7 @@ int bench_step(const StepBenchOptions& o, const std::string& command_line) {
     std::unique_ptr<rt::NcclComm> nccl;
     if (o.world >= 1) nccl = std::make_unique<rt::NcclComm>(c.rank(), o.world, device);
     const rt::DeviceInfo dev = rt::query_device_info(device);
-    SF_CHECK(!o.pdl || dev.cc_major >= 9,
+    SF_CHECK(!o.cuda.pdl || dev.cc_major >= 9,
              "bench step: --pdl needs programmatic dependent launch, compute capability 9.0 or newer; %s is %d.%d",
              dev.name.c_str(), dev.cc_major, dev.cc_minor);
     rt::Nvml nvml(dev.pci_bus_id, dev.ordinal);

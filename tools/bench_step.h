@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/up_order.h"
+#include "tools/config.h"
 
 namespace model {
 struct GraphNodeCounts;
@@ -34,26 +35,12 @@ struct StepBenchOptions {
     bool merge_heads = false;     // --merge-heads (model.merge_heads: the heads' conv1 as one 128 -> 256 ConvBN)
     bool fuse_head_bn = false;    // --fuse-head-bn (model.fuse_head_bn: the heads' conv1 BN + ReLU inside conv2)
     bool fuse_up_bn = false;      // --fuse-up-bn (model.fuse_up_bn: the up paths' upsample inside their BN's loads)
-    bool dw_variants = true;      // --no-dw-variants: the custom depthwise kernels in variant 0 only
-    int bn_row_batch = 1;         // --bn-row-batch N: the BN + activation kernels' rows per loop turn
-    bool upsample_row_loads = false;  // --upsample-row-loads: the upsampling backward's row-batched loads
-    bool pdl = false;             // --pdl: the project's kernels with programmatic dependent launch (rt::Exec::pdl)
-    bool dw_fused_bwd = false;    // --dw-fused-bwd: stride-1 depthwise dgrad + wgrad in one kernel (ConvPolicy)
-    bool dw_fused_bn_bwd = false;  // --dw-fused-bwd-bn: that, with the BN's dx formed in it (implies --dw-fused-bwd)
-    // --dw-fused-bn-grad: the fused LiteBlock's depthwise backward gathers the expand BN's backward reductions
-    // (ConvPolicy::dw_fused_bn_grad; implies --dw-fused-bwd and --fuse-expand-dw)
-    bool dw_fused_bn_grad = false;
-    bool pw_custom = false;  // --pw-custom: the project's tensor-core 1x1 conv as a candidate (kernels/pwconv_cuda.h)
-    bool pw_stats = false;   // --pw-stats: with it, the 1x1 ConvBNs' BN statistics from its epilogue (implies --pw-custom)
-    // --pw-bn-grad: with it, the depthwise BNs' backward reductions in their 1x1 consumer's dgrad epilogue
-    // (ConvPolicy::pw_bn_grad; implies --pw-custom)
-    bool pw_bn_grad = false;
-    // --dw-stats: the depthwise ConvBNs' BN statistics from the staged depthwise forward's epilogue
-    // (ConvPolicy::dw_stats)
-    bool dw_stats = false;
-    // --pw-bn-bwd: the 1x1 ConvBNs' BN dx formed in the project's dgrad and wgrad loads (ConvPolicy::pw_bn_bwd;
-    // implies --pw-custom)
-    bool pw_bn_bwd = false;
+    // The kernels' switches (--pdl, --no-dw-variants, --bn-row-batch N, --upsample-row-loads, --dw-fused-bwd,
+    // --dw-fused-bwd-bn, --dw-fused-bn-grad, --pw-custom, --pw-stats, --pw-bn-grad, --pw-bn-bwd, --dw-stats):
+    // the config's cuda section (tools/config.h), mapped onto the network as training maps it
+    // (tools/cuda_policy.h). The flags imply what they build on: --dw-fused-bwd-bn sets dw_fused_bwd,
+    // --dw-fused-bn-grad dw_fused_bwd and fuse_expand_dw, --pw-stats / --pw-bn-grad / --pw-bn-bwd pw_custom.
+    CudaSection cuda;
     std::string json;                       // output file ("" = none)
     // --configs FILE: several configurations of the step timed one after another in this process
     // (tools/bench_configs.h), each record DIR/NAME.json (--json-dir DIR); --only NAME,...: the base and

@@ -50,47 +50,47 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             continue;
         }
         if (s == "--no-dw-variants") {
-            o.dw_variants = false;
+            o.cuda.dw_variants = false;
             continue;
         }
         if (s == "--pdl") {
-            o.pdl = true;
+            o.cuda.pdl = true;
             continue;
         }
         if (s == "--upsample-row-loads") {
-            o.upsample_row_loads = true;
+            o.cuda.upsample_row_loads = true;
             continue;
         }
         if (s == "--dw-fused-bwd") {
-            o.dw_fused_bwd = true;
+            o.cuda.dw_fused_bwd = true;
             continue;
         }
         if (s == "--pw-custom") {
-            o.pw_custom = true;
+            o.cuda.pw_custom = true;
             continue;
         }
         if (s == "--pw-stats") {
-            o.pw_custom = o.pw_stats = true;
+            o.cuda.pw_custom = o.cuda.pw_stats = true;
             continue;
         }
         if (s == "--pw-bn-grad") {
-            o.pw_custom = o.pw_bn_grad = true;
+            o.cuda.pw_custom = o.cuda.pw_bn_grad = true;
             continue;
         }
         if (s == "--pw-bn-bwd") {
-            o.pw_custom = o.pw_bn_bwd = true;
+            o.cuda.pw_custom = o.cuda.pw_bn_bwd = true;
             continue;
         }
         if (s == "--dw-stats") {
-            o.dw_stats = true;
+            o.cuda.dw_stats = true;
             continue;
         }
         if (s == "--dw-fused-bwd-bn") {
-            o.dw_fused_bwd = o.dw_fused_bn_bwd = true;
+            o.cuda.dw_fused_bwd = o.cuda.dw_fused_bn_bwd = true;
             continue;
         }
         if (s == "--dw-fused-bn-grad") {
-            o.dw_fused_bwd = o.fuse_expand_dw = o.dw_fused_bn_grad = true;
+            o.cuda.dw_fused_bwd = o.fuse_expand_dw = o.cuda.dw_fused_bn_grad = true;
             continue;
         }
         SF_CHECK(s.rfind("--", 0) == 0, "bench step: unexpected argument '%s'\n%s", s.c_str(), bench_usage());
@@ -137,9 +137,9 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             SF_CHECK(model::parse_up_order(v, &o.up_order),
                      "bench step: --up-order expects upsample_first or conv_first, got '%s'", v.c_str());
         } else if (s == "--bn-row-batch") {
-            o.bn_row_batch = parse_int_at_least(s, v, 1);
-            SF_CHECK(kern::bn_act_row_batch_valid(o.bn_row_batch), "bench step: --bn-row-batch must be 1 or 4, got %d",
-                     o.bn_row_batch);
+            o.cuda.bn_row_batch = parse_int_at_least(s, v, 1);
+            SF_CHECK(kern::bn_act_row_batch_valid(o.cuda.bn_row_batch),
+                     "bench step: --bn-row-batch must be 1 or 4, got %d", o.cuda.bn_row_batch);
         } else if (s == "--json") {
             o.json = v;
         } else if (s == "--configs" || s == "--json-dir") {

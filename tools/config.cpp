@@ -66,6 +66,14 @@ bool eq(const ModelSection& a, const ModelSection& b) {
            a.fuse_expand_dw == b.fuse_expand_dw && a.fuse_dw_pw == b.fuse_dw_pw && a.merge_heads == b.merge_heads &&
            a.fuse_head_bn == b.fuse_head_bn && a.fuse_up_bn == b.fuse_up_bn;
 }
+bool eq(const CudaSection& a, const CudaSection& b) {
+    return a.pdl == b.pdl && a.dw_variants == b.dw_variants && a.bn_row_batch == b.bn_row_batch &&
+           a.upsample_row_loads == b.upsample_row_loads && a.dw_fused_bwd == b.dw_fused_bwd &&
+           a.dw_fused_bn_bwd == b.dw_fused_bn_bwd && a.dw_fused_bn_grad == b.dw_fused_bn_grad &&
+           a.pw_custom == b.pw_custom && a.pw_stats == b.pw_stats && a.pw_bn_grad == b.pw_bn_grad &&
+           a.pw_bn_bwd == b.pw_bn_bwd && a.dw_stats == b.dw_stats;
+}
+
 bool eq(const OptimizerSection& a, const OptimizerSection& b) {
     return a.name == b.name && a.lr == b.lr && a.betas == b.betas && a.eps == b.eps &&
            a.weight_decay == b.weight_decay && a.clip_grad_norm == b.clip_grad_norm;
@@ -162,12 +170,12 @@ private:
 }  // namespace
 
 bool operator==(const TrainConfig& a, const TrainConfig& b) {
-    return eq(a.model, b.model) && eq(a.optimizer, b.optimizer) && eq(a.sched, b.sched) && eq(a.train, b.train) &&
-           eq(a.loss, b.loss) && eq(a.data, b.data) && eq(a.eval, b.eval) && eq(a.logging, b.logging) &&
-           eq(a.checkpoints, b.checkpoints);
+    return eq(a.model, b.model) && eq(a.cuda, b.cuda) && eq(a.optimizer, b.optimizer) && eq(a.sched, b.sched) &&
+           eq(a.train, b.train) && eq(a.loss, b.loss) && eq(a.data, b.data) && eq(a.eval, b.eval) &&
+           eq(a.logging, b.logging) && eq(a.checkpoints, b.checkpoints);
 }
 
-std::string to_yaml(const TrainConfig& c) {
+std::string to_yaml(const TrainConfig& c, bool with_cuda) {
     YamlWriter w;
     w.open("model");
     w.kv("name", yaml_string(c.model.name));
@@ -181,6 +189,23 @@ std::string to_yaml(const TrainConfig& c) {
     w.kv("fuse_head_bn", yaml_bool(c.model.fuse_head_bn));
     w.kv("fuse_up_bn", yaml_bool(c.model.fuse_up_bn));
     w.close();
+    if (with_cuda) {
+        const CudaSection& k = c.cuda;
+        w.open("cuda");
+        w.kv("pdl", yaml_bool(k.pdl));
+        w.kv("dw_variants", yaml_bool(k.dw_variants));
+        w.kv("bn_row_batch", k.bn_row_batch);
+        w.kv("upsample_row_loads", yaml_bool(k.upsample_row_loads));
+        w.kv("dw_fused_bwd", yaml_bool(k.dw_fused_bwd));
+        w.kv("dw_fused_bn_bwd", yaml_bool(k.dw_fused_bn_bwd));
+        w.kv("dw_fused_bn_grad", yaml_bool(k.dw_fused_bn_grad));
+        w.kv("pw_custom", yaml_bool(k.pw_custom));
+        w.kv("pw_stats", yaml_bool(k.pw_stats));
+        w.kv("pw_bn_grad", yaml_bool(k.pw_bn_grad));
+        w.kv("pw_bn_bwd", yaml_bool(k.pw_bn_bwd));
+        w.kv("dw_stats", yaml_bool(k.dw_stats));
+        w.close();
+    }
     w.open("optimizer");
     w.kv("name", yaml_string(c.optimizer.name));
     w.kv("lr", c.optimizer.lr);
@@ -279,9 +304,11 @@ void write_resolved_config(const TrainConfig& c, const std::string& path) {
     }
 }
 
-std::string config_hash(const TrainConfig& c) {
+std::string config_hash(const TrainConfig& c) { return text_hash(to_yaml(c)); }
+
+std::string text_hash(const std::string& text) {
     uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
-    for (unsigned char ch : to_yaml(c)) {
+    for (unsigned char ch : text) {
         h ^= ch;
         h *= 0x100000001b3ull;  // FNV 64 prime
     }

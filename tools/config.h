@@ -63,6 +63,25 @@ struct ModelSection {
     bool fuse_up_bn = false;
 };
 
+// slidefuse, CUDA only: the CUDA backend's kernel choices, the `bench step` switches of the same names
+// (docs/CONFIG.md; each off until a GPU measures it: docs/perf/OPTIMIZATION_LOG.md). None changes the
+// parameters or what a checkpoint holds; most change results in the last bits (another summation order).
+// Not part of the resume check: a run may resume with other kernels. The CPU backend ignores them.
+struct CudaSection {
+    bool pdl = false;                 // programmatic dependent launch of the project's kernels (sm_90+)
+    bool dw_variants = true;          // the depthwise kernels' fastest variant when autotuning; false: variant 0
+    int bn_row_batch = 1;             // BatchNorm + activation rows per loop turn: 1 or 4
+    bool upsample_row_loads = false;  // the upsampling backward's window rows loaded together
+    bool dw_fused_bwd = false;        // the stride-1 depthwise dgrad + wgrad in one kernel
+    bool dw_fused_bn_bwd = false;     // with dw_fused_bwd: the depthwise BN's dx formed inside it
+    bool dw_fused_bn_grad = false;    // with dw_fused_bwd and model.fuse_expand_dw: the expand BN's reductions too
+    bool pw_custom = false;           // the project's tensor-core 1x1 conv as a candidate against cuDNN's
+    bool pw_stats = false;            // with pw_custom: the 1x1 ConvBNs' BN statistics from its epilogue
+    bool pw_bn_grad = false;          // with pw_custom: the depthwise BNs' reductions in its dgrad's epilogue
+    bool pw_bn_bwd = false;           // with pw_custom: the 1x1 ConvBNs' BN dx in its dgrad and wgrad loads
+    bool dw_stats = false;            // the depthwise BNs' statistics from the staged forward's epilogue
+};
+
 struct OptimizerSection {
     std::string name = "AdamW";  // the only optimizer
     double lr = 3e-4;
@@ -148,6 +167,7 @@ struct CheckpointsSection {
 
 struct TrainConfig {
     ModelSection model;
+    CudaSection cuda;
     OptimizerSection optimizer;
     SchedSection sched;
     TrainSection train;
@@ -173,12 +193,14 @@ TrainConfig parse_config(const std::string& yaml_text, const std::vector<std::st
                          const std::string& source_name);
 
 // The full resolved config as YAML (every key, defaults filled in, amp as bf16/fp32);
-// parse_config(to_yaml(c), {}, ...) == c.
-std::string to_yaml(const TrainConfig& c);
+// parse_config(to_yaml(c), {}, ...) == c. with_cuda = false leaves the cuda section out (the resume
+// check's text: tools/train.h).
+std::string to_yaml(const TrainConfig& c, bool with_cuda = true);
 // Writes to_yaml(c) atomically (temp file in the same folder, fsync, rename).
 void write_resolved_config(const TrainConfig& c, const std::string& path);
-// 16 hex digits: FNV-1a 64 of to_yaml(c).
+// 16 hex digits: FNV-1a 64 of to_yaml(c) (text_hash of another text).
 std::string config_hash(const TrainConfig& c);
+std::string text_hash(const std::string& text);
 // The keys whose values differ between two to_yaml texts, as "changed: section.key: old -> new, ..."
 // (at most 8 named); for a resume refused under another config.
 std::string config_differences(const std::string& old_yaml, const std::string& new_yaml);

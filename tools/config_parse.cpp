@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "kernels/bn_act_cuda.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "tools/config.h"
@@ -44,6 +45,34 @@ void read_model(Section s, ModelSection& m) {
     s.boolean("fuse_head_bn", m.fuse_head_bn);
     s.boolean("fuse_up_bn", m.fuse_up_bn);
     s.ignore("model_path");
+    s.finish();
+}
+
+// model: as read (dw_fused_bn_grad needs the fused LiteBlock).
+void read_cuda(Section s, CudaSection& c, const ModelSection& m) {
+    s.boolean("pdl", c.pdl);
+    s.boolean("dw_variants", c.dw_variants);
+    if (s.integer("bn_row_batch", c.bn_row_batch, at_least(1)) && !kern::bn_act_row_batch_valid(c.bn_row_batch))
+        s.error("bn_row_batch", "expected 1 or 4, got " + std::to_string(c.bn_row_batch));
+    s.boolean("upsample_row_loads", c.upsample_row_loads);
+    s.boolean("dw_fused_bwd", c.dw_fused_bwd);
+    s.boolean("dw_fused_bn_bwd", c.dw_fused_bn_bwd);
+    s.boolean("dw_fused_bn_grad", c.dw_fused_bn_grad);
+    s.boolean("pw_custom", c.pw_custom);
+    s.boolean("pw_stats", c.pw_stats);
+    s.boolean("pw_bn_grad", c.pw_bn_grad);
+    s.boolean("pw_bn_bwd", c.pw_bn_bwd);
+    s.boolean("dw_stats", c.dw_stats);
+    // What a switch builds on must be on too (bench step's flags imply it; a config says it).
+    const auto needs = [&](bool on, const char* key, bool base, const char* what) {
+        if (on && !base) s.error(key, std::string("true needs ") + what);
+    };
+    needs(c.dw_fused_bn_bwd, "dw_fused_bn_bwd", c.dw_fused_bwd, "cuda.dw_fused_bwd: true");
+    needs(c.dw_fused_bn_grad, "dw_fused_bn_grad", c.dw_fused_bwd && m.fuse_expand_dw,
+          "cuda.dw_fused_bwd: true and model.fuse_expand_dw: true");
+    needs(c.pw_stats, "pw_stats", c.pw_custom, "cuda.pw_custom: true");
+    needs(c.pw_bn_grad, "pw_bn_grad", c.pw_custom, "cuda.pw_custom: true");
+    needs(c.pw_bn_bwd, "pw_bn_bwd", c.pw_custom, "cuda.pw_custom: true");
     s.finish();
 }
 
@@ -170,6 +199,7 @@ std::optional<bool> read_hardware(Section s) {
 void read_root(Ctx& ctx, const YAML::Node& root, TrainConfig& c) {
     Section s(ctx, root, "");
     read_model(s.child("model"), c.model);
+    read_cuda(s.child("cuda"), c.cuda, c.model);
     read_optimizer(s.child("optimizer"), c.optimizer);
     read_sched(s.child("sched"), c.sched, c.optimizer.lr);
     Section train = s.child("train");

@@ -116,7 +116,7 @@ Trainer::Trainer(const TrainArgs& args, const TrainConfig& cfg)
     rs_.world_size = world_;
     rs_.config_hash = resume_config_hash(cfg);
     early_.start(rs_);
-    rs_.config_yaml = to_yaml(resume_config(cfg));
+    rs_.config_yaml = resume_config_yaml(cfg);
     // Rank 0 picks the checkpoint and the output folder; every rank loads that checkpoint.
     std::string from = args.resume;
     if (from == "auto" && rank0_) {

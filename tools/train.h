@@ -69,14 +69,17 @@ std::unique_ptr<TrainBackend> make_cuda_backend(const TrainConfig& cfg, bool no_
 // The optimizer settings of the config (AdamW hyper-parameters, global-norm clip), both backends.
 model::OptimConfig optim_config(const TrainConfig& cfg);
 
-// The config hash a checkpoint records and a resume compares (RunState::config_hash):
-// tools::config_hash of the config with its output locations (logging.log_dir,
-// checkpoints.save_dir) blanked and its output switches (logging.tensorboard, logging.plot) set,
-// so that a run's folders can move and its outputs change between save and resume.
+// The config hash a checkpoint records and a resume compares (RunState::config_hash): the text_hash of
+// resume_config_yaml: the config with its output locations (logging.log_dir, checkpoints.save_dir)
+// blanked and its output switches (logging.tensorboard, logging.plot) set, without the cuda section
+// (the kernels' choices), so that a run's folders can move, its outputs and kernels change between save
+// and resume.
 std::string resume_config_hash(const TrainConfig& cfg);
-// That config (output locations blanked): its YAML goes into every checkpoint (RunState::config_yaml)
-// so that a refused resume can name the keys that differ.
+// That config (output locations blanked).
 TrainConfig resume_config(const TrainConfig& cfg);
+// Its YAML without the cuda section: it goes into every checkpoint (RunState::config_yaml) so that a
+// refused resume can name the keys that differ.
+std::string resume_config_yaml(const TrainConfig& cfg);
 
 // Validation metrics by name (metric_names(): mae_px, rmse_px, hit_le_2px, hit_le_5px).
 std::map<std::string, double> metric_values(const model::Metrics& m);

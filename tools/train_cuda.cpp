@@ -3,6 +3,8 @@
 // batch k+1 overlaps the compute of batch k), statistics read from the device's per-step ring
 // only when the loop asks for them (docs/GPU_STEP.md). In a job of several ranks each rank takes the
 // GPU of its node-local rank and the step allreduces its gradients through NCCL (runtime/nccl.h).
+#include "tools/train_cuda.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,8 +27,8 @@
 #include "runtime/log.h"
 #include "runtime/nccl.h"
 #include "runtime/profile.h"
+#include "tools/cuda_policy.h"
 #include "tools/train.h"
-#include "tools/train_cuda.h"
 
 namespace tools {
 
@@ -73,11 +75,12 @@ public:
     CudaBackend(const TrainConfig& c, bool no_graph, int64_t steps_per_epoch, int64_t total)
         : cfg_(c),
           ctx_(cuda_train_device()),
+          ex_(cuda_exec(ctx_, c.cuda)),
           net_(model::NetShape{c.train.batch_size, c.model.input_channels, c.model.input_height, c.model.input_width,
                                resolve_up_order(c.model.fusion_up_order, Backend::Cuda), c.model.fuse_expand_dw,
                                c.model.fuse_dw_pw, c.model.merge_heads, c.model.fuse_head_bn, c.model.fuse_up_bn},
-               ctx_.exec(), kern::run_conv_policy(c.train.deterministic)),
-          step_(net_, ctx_.exec(), loss_config(c), optim_config(c), lr_schedule(c, steps_per_epoch, total),
+               ex_, cuda_conv_policy(c.cuda, c.train.deterministic)),
+          step_(net_, ex_, loss_config(c), optim_config(c), lr_schedule(c, steps_per_epoch, total),
                 c.train.gradient_accumulation_steps) {
         step_.set_use_graphs(!no_graph);
         const int world = cuda_nccl_world(rt::comm().world(), std::getenv("SF_NCCL_WORLD1"));
@@ -109,6 +112,8 @@ public:
     std::string describe() const override {
         std::string s = step_.use_graphs() ? "the CUDA backend (captured step" : "the CUDA backend (eager, --no-graph";
         s += std::string(", fusion up paths ") + model::up_order_name(net_.shape().up_order);
+        // What the network runs (its policy and Exec), not what the config asked: the test of the wiring.
+        s += ", kernels: " + cuda_section_summary(cuda_section_of(net_.gpu_ops()->policy(), ex_.pdl));
         if (nccl_) s += ", gradient allreduce: " + nccl_->describe();
         return s + ")";
     }
@@ -220,6 +225,7 @@ private:
 
     const TrainConfig& cfg_;
     rt::CudaContext ctx_;
+    rt::Exec ex_;  // the context's, with cuda.pdl: the network's and step's launches
     model::SiderNetCuda net_;
     // Data parallel (or SF_NCCL_WORLD1), else null; made in the constructor's body, destroyed after
     // the step whose optimizer graph captured its collectives.

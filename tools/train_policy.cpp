@@ -31,7 +31,9 @@ TrainConfig resume_config(const TrainConfig& cfg) {
     return c;
 }
 
-std::string resume_config_hash(const TrainConfig& cfg) { return config_hash(resume_config(cfg)); }
+std::string resume_config_yaml(const TrainConfig& cfg) { return to_yaml(resume_config(cfg), false); }
+
+std::string resume_config_hash(const TrainConfig& cfg) { return text_hash(resume_config_yaml(cfg)); }
 
 std::map<std::string, double> metric_values(const model::Metrics& m) {
     return {{"mae_px", m.mae_px()},         {"rmse_px", m.rmse_px()}, {"hit_le_2px", m.hit_le_2px()},

@@ -95,8 +95,9 @@ struct CpuReference {
 };
 
 // The process's one CpuReference: every test that judges a micro-step against it shares it (it is const
-// and its inputs are fixed), so a run of the whole suite computes its two CPU micro-steps once, not once a
-// test (six tests; each pair of CPU steps is most of such a test's time on a GPU host).
+// and its inputs are fixed), so a run of the whole suite computes its two CPU micro-steps once, not once
+// for each of the six tests (a few seconds each time on the H200 host; minutes under the emulation,
+// where ctest runs each test in its own process and nothing is shared).
 inline const CpuReference& cpu_reference() {
     static const CpuReference r;
     return r;

@@ -143,6 +143,36 @@ TEST(CudaTrain, LossFallsAndValidationRuns) {
     EXPECT_LT(window.back(), 0.8 * window.front());
 }
 
+// The config's cuda section reaches the network (the backend's description, logged at the start, is read
+// from the network's policy and Exec): the bitwise-equal switches (programmatic dependent launch, the
+// BatchNorm rows four at a time, the upsampling backward's row loads) give the plain run's losses and final
+// weights bit for bit.
+TEST(CudaTrain, CudaSectionReachesTheNetworkAndItsBitwiseSwitchesKeepTheRun) {
+    SF_REQUIRE_GPU();
+    TempDir t;
+    std::vector<std::string> plain = base_args(t.path, "plain");
+    plain.push_back("train.max_steps=3");
+    std::vector<std::string> fast = base_args(t.path, "fast");
+    fast.insert(fast.end(),
+                {"train.max_steps=3", "cuda.pdl=true", "cuda.bn_row_batch=4", "cuda.upsample_row_loads=true"});
+    {
+        sftest::LogLines log;
+        ASSERT_EQ(tools::cmd_train(plain), 0);
+        EXPECT_TRUE(log.has(rt::LogLevel::Info, "kernels: defaults"));
+    }
+    {
+        sftest::LogLines log;
+        ASSERT_EQ(tools::cmd_train(fast), 0);
+        EXPECT_TRUE(log.has(rt::LogLevel::Info, "kernels: pdl, bn_row_batch 4, upsample_row_loads"));
+    }
+    const std::vector<double> a = step_losses(t.path + "/plain/metrics.jsonl");
+    ASSERT_EQ(a.size(), 3u);
+    EXPECT_EQ(a, step_losses(t.path + "/fast/metrics.jsonl"));
+    const rt::SafeTensors x = rt::SafeTensors::load(model::checkpoint_path(t.path + "/plain/ck", 3));
+    const rt::SafeTensors y = rt::SafeTensors::load(model::checkpoint_path(t.path + "/fast/ck", 3));
+    for (const std::string& name : x.names()) EXPECT_EQ(x.get(name).bytes, y.get(name).bytes) << name;
+}
+
 TEST(CudaTrain, NcclWorldOneIsBitwiseEqualToThePlainStep) {
     SF_REQUIRE_GPU();
     TempDir t;

@@ -78,7 +78,7 @@ case "$1" in
          echo "  batch   16:   1234.5 samples/s   12.960 ms/step"; exit "${SF_FAKE_BENCH_RC:-0}" ;;
   train) out=; prev=
          for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
-         mkdir -p "$out"; echo "$*" > "$out/args.txt"
+         mkdir -p "$out"; echo "$*" > "$out/args.txt"; echo "train args: $*"
          echo '{"step": 1, "grad_norm": 1.0}' >> "$out/metrics.jsonl"; echo png > "$out/metrics.png"
          mkdir -p "$out/checkpoints"; echo ckpt > "$out/checkpoints/best.safetensors"; echo "model: {}" > "$out/config.resolved.yaml"
          n=$(ls "$out/checkpoints" | grep -c '^ckpt-'); echo ckpt > "$out/checkpoints/ckpt-0000000$((n + 1)).safetensors"
@@ -540,6 +540,26 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertEqual(len(re.findall(r"\] bench bench_variants: batch", log)), 1,
                          "the retry's own base is not an A/B record")
         self.assertEqual(len(re.findall(r"\] bench bench_dw0: batch", log)), 1)
+
+    def test_e2e_trains_and_benches_the_same_kernels(self):
+        # SF_CUDA: the config's cuda switches as the training's overrides and the bench's flags.
+        self.fake_gpu(True)
+        r = self.run_script("e2e", self.build,
+                            SF_CUDA="cuda.pw_custom=true cuda.pw_stats=true cuda.bn_row_batch=4 cuda.dw_fused_bwd=true "
+                                    "cuda.dw_fused_bn_bwd=true model.fuse_up_bn=true model.merge_heads=true")
+        with open(os.path.join(self.out, "e2e.log")) as f:
+            log = f.read()
+        self.assertIn("bench args: bench step --batch-sizes 128 --size 256x512 --pw-custom --pw-stats --bn-row-batch 4 "
+                      "--dw-fused-bwd --dw-fused-bwd-bn --fuse-up-bn --merge-heads --json", log)
+        self.assertRegex(log, r"train args: train --config configs/gpu_quick.yaml .* logging.plot=false "
+                              r"cuda.pw_custom=true cuda.pw_stats=true cuda.bn_row_batch=4 cuda.dw_fused_bwd=true "
+                              r"cuda.dw_fused_bn_bwd=true model.fuse_up_bn=true model.merge_heads=true\n")
+        r = self.run_script("e2e", self.build)  # no SF_CUDA: the defaults in both
+        with open(os.path.join(self.out, "e2e.log")) as f:
+            self.assertIn("bench args: bench step --batch-sizes 128 --size 256x512 --json", f.read())
+        r = self.run_script("e2e", self.build, SF_CUDA="cuda.pdl=maybe")
+        self.assertEqual(r.returncode, 64)
+        self.assertIn("SF_CUDA: 'cuda.pdl=maybe' is not a cuda.KEY=true", r.stderr)
 
     def test_profile_summarises_the_ncu_csv(self):
         self.fake_gpu(True)
