@@ -161,9 +161,11 @@ if [ "$(left)" -gt 60 ]; then
   for f in "${RAN[@]}"; do
     [ "$f" != "$BASE" ] && [ -s "$W/$f.json" ] && ab+=("$W/$f.json")
   done
+  # The base's second run (the list's end) sets the drift below which no difference is a verdict.
+  again=(); [ -s "$W/${BASE}_again.json" ] && again=(--drift "$W/$BASE.json" "$W/${BASE}_again.json")
   if [ -s "$W/$BASE.json" ] && [ ${#ab[@]} -gt 0 ]; then
-    python3 tools/bench_ab.py "$W/$BASE.json" "${ab[@]}" --md "$W/bench_ab.md" --json "$W/bench_ab.json" \
-      >"$W/bench_ab.log" 2>&1
+    python3 tools/bench_ab.py "$W/$BASE.json" "${ab[@]}" ${again[@]+"${again[@]}"} --md "$W/bench_ab.md" \
+      --json "$W/bench_ab.json" >"$W/bench_ab.log" 2>&1
     say "A/B: rc $?"
     grep -E '^###|^\| *128 |^warning' "$W/bench_ab.md" 2>/dev/null | while IFS= read -r l; do say "A/B: $l"; done
   fi
@@ -177,7 +179,8 @@ if [ "$(left)" -gt 60 ]; then
               bench_pwstats:bench_fusedwpwst; do
     base=${pair%%:*} other=${pair##*:}
     [ -s "$W/$base.json" ] && [ -s "$W/$other.json" ] || continue
-    python3 tools/bench_ab.py "$W/$base.json" "$W/$other.json" --md "$W/ab_pair.md" >>"$W/bench_ab.log" 2>&1 &&
+    python3 tools/bench_ab.py "$W/$base.json" "$W/$other.json" ${again[@]+"${again[@]}"} --md "$W/ab_pair.md" \
+      >>"$W/bench_ab.log" 2>&1 &&
       cat "$W/ab_pair.md" >>"$W/bench_ab_chain.md"
     grep -E '^###|^\| *128 ' "$W/ab_pair.md" 2>/dev/null | while IFS= read -r l; do say "A/B chain: $l"; done
   done

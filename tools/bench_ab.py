@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """A/B of `slidefuse bench step` records: each OTHER record against BASE, batch size by batch size.
 
-    python3 tools/bench_ab.py BASE.json OTHER.json [OTHER.json ...] [--md OUT.md] [--json OUT.json]
+    python3 tools/bench_ab.py BASE.json OTHER.json [OTHER.json ...] [--md OUT.md] [--json OUT.json] [--drift FIRST AGAIN]
 
 For every batch size timed in both records (graph or eager runs of status "ok"): the median step time
 of each, its p10-p90 spread, the difference in ms and percent, samples/s, and a verdict: "faster" or
-"slower" when the two p10-p90 intervals do not overlap, else "within noise". The switches that
+"slower" when the two p10-p90 intervals do not overlap, else "within noise"; with --drift FIRST AGAIN (a
+configuration and its second run after the others, `bench step --configs`' BASE.json and BASE_again.json),
+"within drift" where the difference is no larger than that configuration's own change between its runs. The switches that
 differ between the runs (their `extra`: bn_row_batch, pdl, dw_variants, fusion_up_order,
 fuse_expand_dw, ...) name what the A/B measures; the captured micro-step's kernel nodes and
 programmatic edges are shown where they differ. Warnings: another GPU or driver, another commit,
@@ -94,8 +96,18 @@ def verdict(a, b):
     return "within noise"
 
 
-def compare(base, base_name, other, other_name):
-    """One A/B: {'rows': [...], 'warnings': [...], 'switches': {...}}."""
+def drift_by_batch(base, again):
+    """Per batch size, the base's second run's median minus its first's (ms): the GPU's drift over the runs
+    between them (`bench step --configs` times the base first and again last)."""
+    ra, rb = runs_by_batch(base), runs_by_batch(again)
+    return {b: rb[b]["median_ms"] - ra[b]["median_ms"] for b in ra
+            if b in rb and ra[b].get("status") == "ok" and rb[b].get("status") == "ok"}
+
+
+def compare(base, base_name, other, other_name, drift=None):
+    """One A/B: {'rows': [...], 'warnings': [...], 'switches': {...}}. drift: drift_by_batch of a configuration
+    timed first and again after the others: a difference no larger than it is "within drift", whatever the
+    spreads."""
     out = {"base": base_name, "other": other_name, "rows": [], "warnings": [], "switches": {}}
     da, db = base.get("device") or {}, other.get("device") or {}
     if da.get("name") != db.get("name"):
@@ -126,13 +138,17 @@ def compare(base, base_name, other, other_name):
             out["warnings"].append("batch %d: mean SM clock %.0f MHz against %.0f MHz" % (batch, cb, ca))
         na, nb = micro_nodes(a), micro_nodes(b)
         delta = b["median_ms"] - a["median_ms"]
+        v = verdict(a, b)
+        d = (drift or {}).get(batch)
+        if d is not None and v != "within noise" and abs(delta) <= abs(d):
+            v = "within drift"
         out["rows"].append({
             "batch": batch, "mode": b.get("mode"),
             "base_ms": a["median_ms"], "base_p10": a["p10_ms"], "base_p90": a["p90_ms"],
             "other_ms": b["median_ms"], "other_p10": b["p10_ms"], "other_p90": b["p90_ms"],
             "delta_ms": delta, "delta_pct": 100.0 * delta / a["median_ms"],
             "base_sps": a["samples_per_s"], "other_sps": b["samples_per_s"],
-            "verdict": verdict(a, b),
+            "verdict": v, "drift_ms": d,
             "nodes": None if na == nb else {"base": na, "other": nb},
         })
         if fused_rows(b):
@@ -169,6 +185,11 @@ def markdown(results):
                 lines.append("| %s | %s | %.4f + %.4f = %.4f | %.4f | %+.4f |" % (
                     x["shape"], x["mode"], x["dgrad_ms"], x["wgrad_ms"], x["separate_ms"], x["fused_ms"],
                     x["saved_ms"]))
+        for x in r["rows"]:
+            if x.get("drift_ms") is not None:
+                lines.append("")
+                lines.append("batch %d: the GPU drifted %+.3f ms over the runs (--drift)" %
+                             (x["batch"], x["drift_ms"]))
         for w in r["warnings"]:
             lines.append("")
             lines.append("warning: " + w)
@@ -182,11 +203,16 @@ def main(argv=None):
     ap.add_argument("others", nargs="+", help="records compared with the base")
     ap.add_argument("--md", help="write the Markdown here instead of stdout")
     ap.add_argument("--json", help="also write the comparison as JSON here")
+    ap.add_argument("--drift", nargs=2, metavar=("FIRST", "AGAIN"),
+                    help="a record and the same configuration timed again after the others (`bench step --configs`' "
+                         "BASE.json and BASE_again.json): a difference no larger than the change between the two is "
+                         "\"within drift\"")
     a = ap.parse_args(argv)
     try:
         base = load(a.base)
+        drift = drift_by_batch(load(a.drift[0]), load(a.drift[1])) if a.drift else None
         name = os.path.basename
-        results = [compare(base, name(a.base), load(o), name(o)) for o in a.others]
+        results = [compare(base, name(a.base), load(o), name(o), drift) for o in a.others]
     except (OSError, ValueError) as e:
         print("bench_ab: %s" % e, file=sys.stderr)
         return 2

@@ -50,6 +50,32 @@ class TestBenchAb(unittest.TestCase):
         self.assertEqual([x["verdict"] for x in r["rows"]], ["slower"])
         self.assertEqual(r["warnings"], ["batch 64 timed in base only"])
 
+    def test_a_difference_within_the_bases_drift_is_not_a_verdict(self):
+        # The base timed again at the end of a --configs list moved by 0.4 ms: a 0.3 ms A/B with tight spreads
+        # is "within drift", a 1.1 ms one keeps its verdict.
+        base = record([run(128, 60.1, spread=0.05)])
+        again = record([run(128, 60.5, spread=0.05)])
+        drift = bench_ab.drift_by_batch(base, again)
+        self.assertAlmostEqual(drift[128], 0.4)
+        near = bench_ab.compare(base, "base", record([run(128, 59.8, spread=0.05, pdl=True)]), "pdl", drift)
+        self.assertEqual(near["rows"][0]["verdict"], "within drift")
+        self.assertAlmostEqual(near["rows"][0]["drift_ms"], 0.4)
+        far = bench_ab.compare(base, "base", record([run(128, 59.0, spread=0.05, pdl=True)]), "pdl", drift)
+        self.assertEqual(far["rows"][0]["verdict"], "faster")
+        self.assertEqual(bench_ab.compare(base, "base", record([run(128, 59.8, spread=0.05)]), "x")["rows"][0]["verdict"],
+                         "faster", "without the drift the spreads decide")
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            for n, doc in (("base", base), ("again", again), ("pdl", record([run(128, 59.8, spread=0.05, pdl=True)]))):
+                paths.append(os.path.join(d, n + ".json"))
+                with open(paths[-1], "w") as f:
+                    json.dump(doc, f)
+            out = io.StringIO()
+            with redirect_stdout(out):
+                self.assertEqual(bench_ab.main([paths[0], paths[2], "--drift", paths[0], paths[1]]), 0)
+            self.assertIn("within drift", out.getvalue())
+            self.assertIn("batch 128: the GPU drifted +0.400 ms over the runs", out.getvalue())
+
     def test_configuration_name_is_not_a_switch(self):
         # `bench step --configs` names each record's configuration in extra.config: the A/B's switches are
         # still only what the two steps run differently.

@@ -452,6 +452,11 @@ class GpuVerifyTest(unittest.TestCase):
             with tarfile.open(os.path.join(self.out, "session.tar.gz")) as t:
                 head = t.extractfile("./bench_head.log").read().decode()
                 dwfused = t.extractfile("./bench_dwfused.log").read().decode()
+                ab_md = t.extractfile("./bench_ab.md").read().decode()
+                chain_md = t.extractfile("./bench_ab_chain.md").read().decode()
+            # The base's second run sets the drift of every comparison (bench_ab.py --drift).
+            self.assertIn("batch 128: the GPU drifted +0.000 ms over the runs", ab_md)
+            self.assertIn("batch 128: the GPU drifted +0.000 ms over the runs", chain_md)
             for opt in ("--configs configs/bench/session_ab.txt", "--layers", "--deadline-s", "--batch-sizes 128"):
                 self.assertIn(opt, head)
             self.assertIn("fused backward runs", dwfused)
