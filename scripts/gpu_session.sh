@@ -148,6 +148,14 @@ if [ "$(left)" -gt 60 ]; then
       say "bench $l: $(grep -m1 -E 'batch +128:' "$W/$l.log" 2>/dev/null | sed 's/^ *//' | cut -c1-120)"
     done
   done
+  # What no process started (the deadline's skips, a lost context's remainder, a run cut at its limit):
+  # the next command's SF_AB_ONLY.
+  notrun=
+  for l in $(awk '{ sub(/#.*/, "") } NF { print $1 }' "$LIST" | tail -n +2); do
+    [ -z "${SF_AB_ONLY:-}" ] || [[ ",$SF_AB_ONLY," == *",$l,"* ]] || continue
+    [[ " ${RAN[*]} " == *" $l "* ]] || notrun="$notrun${notrun:+,}$l"
+  done
+  [ -n "$notrun" ] && say "bench: not run, the next command's SF_AB_ONLY: $notrun"
   if [ -s "$W/bench_dwfused.log" ]; then
     grep -E 'fused backward runs' "$W/bench_dwfused.log" | sed -E 's/^ *([^:]*): .*(, fused backward runs.*)$/\1\2/' |
       head -12 | while IFS= read -r l; do say "bench --dw-fused-bwd: $l"; done

@@ -264,11 +264,15 @@ int bench_configs(rt::CudaContext& ctx, rt::Nvml& nvml, const BenchHeader& h, co
                               {"deadline_s", o.deadline_s > 0 ? nlohmann::json(o.deadline_s) : nlohmann::json()},
                               {"runs", nlohmann::json::array()},
                               {"skipped", nlohmann::json::array()}};
-    const auto write_summary = [&] {
-        const std::string path = dir + "/" + kSummaryName + ".json";
-        std::ofstream f(path);
-        f << summary.dump(2) << "\n";
-        SF_CHECK(f.good(), "bench step: cannot write %s", path.c_str());
+    const auto write_summary = [&] {  // whole or not at all: a run killed at its limit may be writing it
+        const std::string path = dir + "/" + kSummaryName + ".json", tmp = path + ".tmp";
+        {
+            std::ofstream f(tmp);
+            f << summary.dump(2) << "\n";
+            SF_CHECK(f.good(), "bench step: cannot write %s", tmp.c_str());
+        }
+        SF_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "bench step: cannot rename %s to %s", tmp.c_str(),
+                 path.c_str());
     };
     std::printf("configurations: %zu of %s at batch %d, the base %s first and again last%s\n", cfgs.size(),
                 o.configs.c_str(), b, cfgs.front().name.c_str(),

@@ -53,11 +53,16 @@ case "$1" in
            }
            lost=; rem=
            case " $* " in *" --layers "*) lose=${SF_FAKE_LOSE:-} ;; *) lose= ;; esac  # the first process only
+           skipped=; k=0
            while read -r name flags; do
              [ -z "$name" ] && continue
              if [ -z "$first" ]; then first=$name
              else case ",$only," in ,,|*",$name,"*) ;; *) continue ;; esac; fi
              if [ -n "$lost" ]; then rem="$rem${rem:+, }\\"$name\\""; continue; fi
+             if [ -n "${SF_FAKE_SKIP_AFTER:-}" ] && [ "$k" -gt "$SF_FAKE_SKIP_AFTER" ]; then
+               skipped="$skipped${skipped:+, }\\"$name\\""; continue
+             fi
+             k=$((k + 1))
              emit "$name" $flags
              [ "$name" = "$lose" ] && lost=1
            done < "$dir/.fake_cfg"
@@ -66,6 +71,11 @@ case "$1" in
              echo "[$n s] the CUDA context is lost after $lose (cudaErrorIllegalAddress: an illegal memory access)"
              printf '{"context_lost": {"after": "%s"}, "remaining": [%s]}' "$lose" "$rem" > "$dir/configs_summary.json"
              exit 3
+           fi
+           if [ -n "$skipped" ]; then  # the deadline: the rest and the base's second run listed as skipped
+             echo "[$n s] skipped, the deadline being near"
+             printf '{"runs": [], "skipped": [%s, "%s_again"]}' "$skipped" "$first" > "$dir/configs_summary.json"
+             exit 0
            fi
            emit "${first}_again"
            echo "base $first: 10.000 ms per step first, 10.000 ms again at the end (+0.00%)"; exit "${SF_FAKE_BENCH_RC:-0}"
@@ -506,6 +516,7 @@ class GpuVerifyTest(unittest.TestCase):
             with open(os.path.join(self.out, "session.log")) as f:
                 log = f.read()
             self.assertIn("phases bench, A/Bs bench_pwstats,bench_fusedwpwst", log)
+            self.assertNotIn("not run", log)
             self.assertNotRegex(log, r"first: |train: |sanitize: |evalcmp: ")
             self.assertRegex(log, r"A/B chain: ### bench_fusedwpwst.json against bench_pwstats.json")
             e3 = dict(e, SF_SESSION_PHASES="tests")
@@ -545,6 +556,7 @@ class GpuVerifyTest(unittest.TestCase):
         self.assertEqual(len(re.findall(r"\] bench bench_variants: batch", log)), 1,
                          "the retry's own base is not an A/B record")
         self.assertEqual(len(re.findall(r"\] bench bench_dw0: batch", log)), 1)
+        self.assertNotIn("not run", log, "the retry ran everything the lost context left")
 
     def test_e2e_trains_and_benches_the_same_kernels(self):
         # SF_CUDA: the config's cuda switches as the training's overrides and the bench's flags.
@@ -565,6 +577,22 @@ class GpuVerifyTest(unittest.TestCase):
         r = self.run_script("e2e", self.build, SF_CUDA="cuda.pdl=maybe")
         self.assertEqual(r.returncode, 64)
         self.assertIn("SF_CUDA: 'cuda.pdl=maybe' is not a cuda.KEY=true", r.stderr)
+
+    def test_session_bench_names_what_the_deadline_left(self):
+        # The configurations the deadline skipped are named for the next command's SF_AB_ONLY.
+        self.fake_gpu(True)
+        e = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"], OUT=self.out, SF_SANITIZER="none",
+                 SF_DEADLINE="100", SF_SESSION_PHASES="bench", SF_FAKE_SKIP_AFTER="3")
+        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_session.sh"), self.build],
+                           capture_output=True, text=True, env=e, timeout=200)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.out, "session.log")) as f:
+            log = f.read()
+        listed = session_configs()
+        self.assertIn("bench: not run, the next command's SF_AB_ONLY: %s\n" % ",".join(listed[4:]), log)
+        self.assertIn("bench: [", log)
+        self.assertRegex(log, r"A/B: ### bench_dwfused.json against bench_variants.json")
+        self.assertNotRegex(log, r"A/B: ### bench_dwfusedbn.json")
 
     def test_profile_summarises_the_ncu_csv(self):
         self.fake_gpu(True)
