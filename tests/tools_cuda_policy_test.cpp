@@ -68,6 +68,30 @@ TEST(CudaPolicy, KeepsTheRunPolicysOwnSettings) {
     }
 }
 
+// The bench records' switch names are the config's keys: every key of the cuda section, each toggle changing
+// its own entry only.
+TEST(CudaPolicy, JsonHasEveryConfigKeyAndEachToggleMovesItsOwn) {
+    const nlohmann::json d = tools::cuda_section_json(CudaSection{});
+    const std::string yaml = yaml_of(CudaSection{});
+    const size_t a = yaml.find("cuda:\n"), e = yaml.find("\noptimizer:");
+    ASSERT_TRUE(a != std::string::npos && e != std::string::npos);
+    size_t keys = 0;
+    for (size_t p = yaml.find("\n  ", a); p != std::string::npos && p < e; p = yaml.find("\n  ", p + 1)) {
+        const std::string key = yaml.substr(p + 3, yaml.find(':', p) - p - 3);
+        EXPECT_TRUE(d.contains(key)) << key;
+        ++keys;
+    }
+    EXPECT_EQ(keys, d.size());
+    for (const auto& [name, toggle] : toggles()) {
+        CudaSection s;
+        toggle(s);
+        const nlohmann::json j = tools::cuda_section_json(s);
+        int moved = 0;
+        for (const auto& kv : d.items()) moved += j.at(kv.key()) != kv.value();
+        EXPECT_EQ(moved, 1) << name;
+    }
+}
+
 TEST(CudaPolicy, SummaryNamesWhatDiffersFromTheDefaults) {
     CudaSection s;
     EXPECT_EQ(tools::cuda_section_summary(s), "defaults");

@@ -282,19 +282,8 @@ BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int
                    {"fuse_dw_pw", o.fuse_dw_pw},
                    {"merge_heads", o.merge_heads},
                    {"fuse_head_bn", o.fuse_head_bn},
-                   {"fuse_up_bn", o.fuse_up_bn},
-                   {"dw_variants", o.cuda.dw_variants},
-                   {"bn_row_batch", o.cuda.bn_row_batch},
-                   {"upsample_row_loads", o.cuda.upsample_row_loads},
-                   {"pdl", o.cuda.pdl},
-                   {"dw_fused_bwd", o.cuda.dw_fused_bwd},
-                   {"dw_fused_bn_bwd", o.cuda.dw_fused_bn_bwd},
-                   {"dw_fused_bn_grad", o.cuda.dw_fused_bn_grad},
-                   {"pw_custom", o.cuda.pw_custom},
-                   {"pw_stats", o.cuda.pw_stats},
-                   {"pw_bn_grad", o.cuda.pw_bn_grad},
-                   {"dw_stats", o.cuda.dw_stats},
-                   {"pw_bn_bwd", o.cuda.pw_bn_bwd}};
+                   {"fuse_up_bn", o.fuse_up_bn}};
+        r.extra.update(cuda_section_json(o.cuda));  // the kernels' switches under their config keys
         // What one replay launches: the kernel nodes are the step's kernel launches (docs/BENCH.md).
         if (rig.step.micro_graph_nodes().captured && rig.step.optimizer_graph_nodes().captured)
             r.extra["graph_nodes"] = graph_nodes_json(rig.step.micro_graph_nodes(), rig.step.optimizer_graph_nodes());

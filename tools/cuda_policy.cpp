@@ -57,6 +57,21 @@ CudaSection cuda_section_of(const kern::ConvPolicy& p, bool pdl) {
     return s;
 }
 
+nlohmann::json cuda_section_json(const CudaSection& s) {
+    return {{"pdl", s.pdl},
+            {"dw_variants", s.dw_variants},
+            {"bn_row_batch", s.bn_row_batch},
+            {"upsample_row_loads", s.upsample_row_loads},
+            {"dw_fused_bwd", s.dw_fused_bwd},
+            {"dw_fused_bn_bwd", s.dw_fused_bn_bwd},
+            {"dw_fused_bn_grad", s.dw_fused_bn_grad},
+            {"pw_custom", s.pw_custom},
+            {"pw_stats", s.pw_stats},
+            {"pw_bn_grad", s.pw_bn_grad},
+            {"pw_bn_bwd", s.pw_bn_bwd},
+            {"dw_stats", s.dw_stats}};
+}
+
 std::string cuda_section_summary(const CudaSection& s) {
     const CudaSection d;
     std::string out;

@@ -3,6 +3,9 @@
 // (kern::ConvPolicy) and the Exec (programmatic dependent launch). One mapping for training and the
 // benchmark, so that `slidefuse train` runs what `bench step` measured.
 #pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
 #include "kernels/conv_cudnn.h"
 #include "runtime/exec.h"
 #include "tools/config.h"
@@ -16,6 +19,9 @@ kern::ConvPolicy cuda_conv_policy(const CudaSection& s, bool deterministic);
 rt::Exec cuda_exec(const rt::CudaContext& ctx, const CudaSection& s);
 // The switches a running network has (its GpuOps policy and its Exec's pdl): the inverse of the two above.
 CudaSection cuda_section_of(const kern::ConvPolicy& p, bool pdl);
+// {"pdl": false, "dw_variants": true, "bn_row_batch": 1, ...}: every switch under its config key (the names
+// `bench step` records in each run's extra).
+nlohmann::json cuda_section_json(const CudaSection& s);
 // "pdl, pw_custom, pw_stats" (the switches that differ from the defaults), or "defaults".
 std::string cuda_section_summary(const CudaSection& s);
 

@@ -194,6 +194,14 @@ class GpuVerifyTest(unittest.TestCase):
         e.update(env)
         return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=e, timeout=120)
 
+    def run_session(self, timeout=200, **env):
+        """scripts/gpu_session.sh on the fake GPU with a 100 s deadline, env added."""
+        e = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"], OUT=self.out, SF_SANITIZER="none",
+                 SF_DEADLINE="100")
+        e.update(env)
+        return subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_session.sh"), self.build],
+                              capture_output=True, text=True, env=e, timeout=timeout)
+
     def test_usage(self):
         r = self.run_script()
         self.assertEqual(r.returncode, 64)
@@ -531,10 +539,7 @@ class GpuVerifyTest(unittest.TestCase):
         # A configuration that loses the CUDA context (exit status 3) ends its process; the script runs the
         # summary's "remaining" in a new one (retry1/), whose records but the base's join the others.
         self.fake_gpu(True)
-        e = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"], OUT=self.out, SF_SANITIZER="none",
-                 SF_DEADLINE="100", SF_SESSION_PHASES="bench", SF_FAKE_LOSE="bench_pdl")
-        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_session.sh"), self.build],
-                           capture_output=True, text=True, env=e, timeout=200)
+        r = self.run_session(SF_SESSION_PHASES="bench", SF_FAKE_LOSE="bench_pdl")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with tarfile.open(os.path.join(self.out, "session.tar.gz")) as t:
             names = {n[2:] if n.startswith("./") else n for n in t.getnames()}
@@ -581,10 +586,7 @@ class GpuVerifyTest(unittest.TestCase):
     def test_session_bench_names_what_the_deadline_left(self):
         # The configurations the deadline skipped are named for the next command's SF_AB_ONLY.
         self.fake_gpu(True)
-        e = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"], OUT=self.out, SF_SANITIZER="none",
-                 SF_DEADLINE="100", SF_SESSION_PHASES="bench", SF_FAKE_SKIP_AFTER="3")
-        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_session.sh"), self.build],
-                           capture_output=True, text=True, env=e, timeout=200)
+        r = self.run_session(SF_SESSION_PHASES="bench", SF_FAKE_SKIP_AFTER="3")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with open(os.path.join(self.out, "session.log")) as f:
             log = f.read()
