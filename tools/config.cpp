@@ -67,11 +67,9 @@ bool eq(const ModelSection& a, const ModelSection& b) {
            a.fuse_head_bn == b.fuse_head_bn && a.fuse_up_bn == b.fuse_up_bn;
 }
 bool eq(const CudaSection& a, const CudaSection& b) {
-    return a.pdl == b.pdl && a.dw_variants == b.dw_variants && a.bn_row_batch == b.bn_row_batch &&
-           a.upsample_row_loads == b.upsample_row_loads && a.dw_fused_bwd == b.dw_fused_bwd &&
-           a.dw_fused_bn_bwd == b.dw_fused_bn_bwd && a.dw_fused_bn_grad == b.dw_fused_bn_grad &&
-           a.pw_custom == b.pw_custom && a.pw_stats == b.pw_stats && a.pw_bn_grad == b.pw_bn_grad &&
-           a.pw_bn_bwd == b.pw_bn_bwd && a.dw_stats == b.dw_stats;
+    for (const CudaKey& k : cuda_keys())
+        if (k.flag ? a.*k.flag != b.*k.flag : a.*k.number != b.*k.number) return false;
+    return true;
 }
 
 bool eq(const OptimizerSection& a, const OptimizerSection& b) {
@@ -169,6 +167,24 @@ private:
 
 }  // namespace
 
+const std::vector<CudaKey>& cuda_keys() {
+    static const std::vector<CudaKey> keys = {
+        {"pdl", &CudaSection::pdl, nullptr},
+        {"dw_variants", &CudaSection::dw_variants, nullptr},
+        {"bn_row_batch", nullptr, &CudaSection::bn_row_batch},
+        {"upsample_row_loads", &CudaSection::upsample_row_loads, nullptr},
+        {"dw_fused_bwd", &CudaSection::dw_fused_bwd, nullptr},
+        {"dw_fused_bn_bwd", &CudaSection::dw_fused_bn_bwd, nullptr},
+        {"dw_fused_bn_grad", &CudaSection::dw_fused_bn_grad, nullptr},
+        {"pw_custom", &CudaSection::pw_custom, nullptr},
+        {"pw_stats", &CudaSection::pw_stats, nullptr},
+        {"pw_bn_grad", &CudaSection::pw_bn_grad, nullptr},
+        {"pw_bn_bwd", &CudaSection::pw_bn_bwd, nullptr},
+        {"dw_stats", &CudaSection::dw_stats, nullptr},
+    };
+    return keys;
+}
+
 bool operator==(const TrainConfig& a, const TrainConfig& b) {
     return eq(a.model, b.model) && eq(a.cuda, b.cuda) && eq(a.optimizer, b.optimizer) && eq(a.sched, b.sched) &&
            eq(a.train, b.train) && eq(a.loss, b.loss) && eq(a.data, b.data) && eq(a.eval, b.eval) &&
@@ -192,18 +208,12 @@ std::string to_yaml(const TrainConfig& c, bool with_cuda) {
     if (with_cuda) {
         const CudaSection& k = c.cuda;
         w.open("cuda");
-        w.kv("pdl", yaml_bool(k.pdl));
-        w.kv("dw_variants", yaml_bool(k.dw_variants));
-        w.kv("bn_row_batch", k.bn_row_batch);
-        w.kv("upsample_row_loads", yaml_bool(k.upsample_row_loads));
-        w.kv("dw_fused_bwd", yaml_bool(k.dw_fused_bwd));
-        w.kv("dw_fused_bn_bwd", yaml_bool(k.dw_fused_bn_bwd));
-        w.kv("dw_fused_bn_grad", yaml_bool(k.dw_fused_bn_grad));
-        w.kv("pw_custom", yaml_bool(k.pw_custom));
-        w.kv("pw_stats", yaml_bool(k.pw_stats));
-        w.kv("pw_bn_grad", yaml_bool(k.pw_bn_grad));
-        w.kv("pw_bn_bwd", yaml_bool(k.pw_bn_bwd));
-        w.kv("dw_stats", yaml_bool(k.dw_stats));
+        for (const CudaKey& ck : cuda_keys()) {
+            if (ck.flag)
+                w.kv(ck.key, yaml_bool(k.*ck.flag));
+            else
+                w.kv(ck.key, k.*ck.number);
+        }
         w.close();
     }
     w.open("optimizer");

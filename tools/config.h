@@ -82,6 +82,15 @@ struct CudaSection {
     bool dw_stats = false;            // the depthwise BNs' statistics from the staged forward's epilogue
 };
 
+// The cuda section's keys in their order, each a bool switch (flag) or an int (number): the one list that
+// writing, reading, comparing and naming the section walk (config.cpp, config_parse.cpp, cuda_policy.cpp).
+struct CudaKey {
+    const char* key;
+    bool CudaSection::*flag;   // null for a number
+    int CudaSection::*number;  // null for a flag
+};
+const std::vector<CudaKey>& cuda_keys();
+
 struct OptimizerSection {
     std::string name = "AdamW";  // the only optimizer
     double lr = 3e-4;

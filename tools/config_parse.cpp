@@ -50,19 +50,12 @@ void read_model(Section s, ModelSection& m) {
 
 // model: as read (dw_fused_bn_grad needs the fused LiteBlock).
 void read_cuda(Section s, CudaSection& c, const ModelSection& m) {
-    s.boolean("pdl", c.pdl);
-    s.boolean("dw_variants", c.dw_variants);
-    if (s.integer("bn_row_batch", c.bn_row_batch, at_least(1)) && !kern::bn_act_row_batch_valid(c.bn_row_batch))
-        s.error("bn_row_batch", "expected 1 or 4, got " + std::to_string(c.bn_row_batch));
-    s.boolean("upsample_row_loads", c.upsample_row_loads);
-    s.boolean("dw_fused_bwd", c.dw_fused_bwd);
-    s.boolean("dw_fused_bn_bwd", c.dw_fused_bn_bwd);
-    s.boolean("dw_fused_bn_grad", c.dw_fused_bn_grad);
-    s.boolean("pw_custom", c.pw_custom);
-    s.boolean("pw_stats", c.pw_stats);
-    s.boolean("pw_bn_grad", c.pw_bn_grad);
-    s.boolean("pw_bn_bwd", c.pw_bn_bwd);
-    s.boolean("dw_stats", c.dw_stats);
+    for (const CudaKey& k : cuda_keys()) {
+        if (k.flag)
+            s.boolean(k.key, c.*k.flag);
+        else if (s.integer(k.key, c.*k.number, at_least(1)) && !kern::bn_act_row_batch_valid(c.*k.number))
+            s.error(k.key, "expected 1 or 4, got " + std::to_string(c.*k.number));  // bn_row_batch, the one number
+    }
     // What a switch builds on must be on too (bench step's flags imply it; a config says it).
     const auto needs = [&](bool on, const char* key, bool base, const char* what) {
         if (on && !base) s.error(key, std::string("true needs ") + what);

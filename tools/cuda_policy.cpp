@@ -42,7 +42,8 @@ rt::Exec cuda_exec(const rt::CudaContext& ctx, const CudaSection& s) {
     if (s.pdl) {
         const rt::DeviceInfo d = rt::query_device_info(ex.device);
         SF_CHECK(d.cc_major >= 9,
-                 "cuda.pdl needs programmatic dependent launch, compute capability 9.0 or newer; %s is %d.%d",
+                 "pdl (bench step --pdl, the config's cuda.pdl) needs programmatic dependent launch, compute "
+                 "capability 9.0 or newer; %s is %d.%d",
                  d.name.c_str(), d.cc_major, d.cc_minor);
     }
     ex.pdl = s.pdl;
@@ -58,38 +59,27 @@ CudaSection cuda_section_of(const kern::ConvPolicy& p, bool pdl) {
 }
 
 nlohmann::json cuda_section_json(const CudaSection& s) {
-    return {{"pdl", s.pdl},
-            {"dw_variants", s.dw_variants},
-            {"bn_row_batch", s.bn_row_batch},
-            {"upsample_row_loads", s.upsample_row_loads},
-            {"dw_fused_bwd", s.dw_fused_bwd},
-            {"dw_fused_bn_bwd", s.dw_fused_bn_bwd},
-            {"dw_fused_bn_grad", s.dw_fused_bn_grad},
-            {"pw_custom", s.pw_custom},
-            {"pw_stats", s.pw_stats},
-            {"pw_bn_grad", s.pw_bn_grad},
-            {"pw_bn_bwd", s.pw_bn_bwd},
-            {"dw_stats", s.dw_stats}};
+    nlohmann::json j = nlohmann::json::object();
+    for (const CudaKey& k : cuda_keys()) {
+        if (k.flag)
+            j[k.key] = s.*k.flag;
+        else
+            j[k.key] = s.*k.number;
+    }
+    return j;
 }
 
 std::string cuda_section_summary(const CudaSection& s) {
     const CudaSection d;
     std::string out;
-    const auto add = [&](bool differs, const std::string& what) {
-        if (differs) out += (out.empty() ? "" : ", ") + what;
-    };
-    add(s.pdl != d.pdl, "pdl");
-    add(s.dw_variants != d.dw_variants, "dw_variants false");
-    add(s.bn_row_batch != d.bn_row_batch, "bn_row_batch " + std::to_string(s.bn_row_batch));
-    add(s.upsample_row_loads != d.upsample_row_loads, "upsample_row_loads");
-    add(s.dw_fused_bwd != d.dw_fused_bwd, "dw_fused_bwd");
-    add(s.dw_fused_bn_bwd != d.dw_fused_bn_bwd, "dw_fused_bn_bwd");
-    add(s.dw_fused_bn_grad != d.dw_fused_bn_grad, "dw_fused_bn_grad");
-    add(s.pw_custom != d.pw_custom, "pw_custom");
-    add(s.pw_stats != d.pw_stats, "pw_stats");
-    add(s.pw_bn_grad != d.pw_bn_grad, "pw_bn_grad");
-    add(s.pw_bn_bwd != d.pw_bn_bwd, "pw_bn_bwd");
-    add(s.dw_stats != d.dw_stats, "dw_stats");
+    for (const CudaKey& k : cuda_keys()) {
+        std::string what;
+        if (k.flag && s.*k.flag != d.*k.flag)
+            what = std::string(k.key) + (s.*k.flag ? "" : " false");
+        else if (k.number && s.*k.number != d.*k.number)
+            what = std::string(k.key) + " " + std::to_string(s.*k.number);
+        if (!what.empty()) out += (out.empty() ? "" : ", ") + what;
+    }
     return out.empty() ? "defaults" : out;
 }
 
