@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -69,6 +70,7 @@ inline LaunchConfig config(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t 
 struct KernelCall {
     virtual ~KernelCall() = default;
     virtual void run_thread() const = 0;  // the kernel body for the current thread
+    virtual const void* entry() const = 0;  // the kernel function (its symbol names it)
 };
 template <class... P>
 struct KernelCallOf final : KernelCall {
@@ -77,11 +79,17 @@ struct KernelCallOf final : KernelCall {
     template <class... A>
     explicit KernelCallOf(void (*k)(P...), A&&... a) : kernel(k), params(std::forward<A>(a)...) {}
     void run_thread() const override { std::apply(kernel, params); }
+    const void* entry() const override { return reinterpret_cast<const void*>(kernel); }
 };
 
 // Checks the configuration (a bad one sets the error cudaGetLastError returns) and enqueues the
 // grid on cfg.stream (runtime.cpp).
 void enqueue_launch(const char* name, const LaunchConfig& cfg, std::shared_ptr<const KernelCall> call);
+
+// A kernel compiled only for the emulation (its own tests): no sm_90 record to check it against.
+void emulation_only(const void* kernel);
+// Replaces the sm_90 kernel table (a path; "" checks nothing): for the emulation's own tests.
+void set_kernel_table(const std::string& path);
 
 template <class... P, class... A>
 void launch(const char* name, const LaunchConfig& cfg, void (*kernel)(P...), A&&... args) {

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "runtime/cuda_check.h"
@@ -64,6 +68,19 @@ __global__ void deadlock_kernel(float* out) {
 }
 
 __global__ void read_kernel(const float* x, float* y) { y[threadIdx.x] = x[threadIdx.x]; }
+__global__ void unlisted_kernel(float* y) { y[threadIdx.x] = 0; }
+
+// These kernels exist only in the emulation: no sm_90 build to check their launches against
+// (unlisted_kernel is left out on purpose: the test of a kernel the table lacks).
+const bool g_emulation_only = [] {
+    for (const void* k :
+         {reinterpret_cast<const void*>(block_sums_kernel), reinterpret_cast<const void*>(shuffle_variants_kernel),
+          reinterpret_cast<const void*>(racy_kernel), reinterpret_cast<const void*>(copy_kernel),
+          reinterpret_cast<const void*>(early_exit_shuffle_kernel), reinterpret_cast<const void*>(deadlock_kernel),
+          reinterpret_cast<const void*>(read_kernel)})
+        sfemu::emulation_only(k);
+    return true;
+}();
 
 template <class T>
 T* device_alloc(size_t n) {
@@ -129,6 +146,111 @@ TEST(Emulation, BadLaunchConfigurationIsAnError) {
     float* y = device_alloc<float>(1);
     read_kernel<<<1, 2048>>>(y, y);
     EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    cudaFree(y);
+}
+
+// The hardware's per-block register check (cuda_occupancy.h): per-warp units of 256 registers, the
+// block's warps rounded up to a multiple of 4; 255 registers per thread at most.
+TEST(EmulationLaunchResources, LargestBlockByRegisters) {
+    const int cases[][2] = {{0, 1024}, {32, 1024}, {64, 1024}, {65, 896},  {72, 896},  {80, 768},
+                            {96, 640}, {128, 512}, {168, 384}, {170, 256}, {255, 256}, {256, 0}};
+    for (const auto& c : cases) EXPECT_EQ(sfemu::max_block_threads(c[0]), c[1]) << c[0] << " registers";
+}
+
+// The launch census's theoretical occupancy on an sm_90 SM (64 warps, 32 blocks, 4 x 16,384
+// registers, 228 KiB of shared memory with 1 KiB reserved per block).
+TEST(EmulationLaunchResources, OccupancyAndItsLimit) {
+    sfemu::KernelLimits k;
+    k.regs = 206;  // 208 x 32 = 6,656 per warp: 2 warps per sub-partition, 8 per SM
+    sfemu::Occupancy o = sfemu::occupancy(k, 128);
+    EXPECT_EQ(o.blocks, 2);
+    EXPECT_DOUBLE_EQ(o.warps_share, 0.125);
+    EXPECT_STREQ(o.limit, "registers");
+    k.regs = 32;
+    o = sfemu::occupancy(k, 256);
+    EXPECT_EQ(o.blocks, 8);
+    EXPECT_DOUBLE_EQ(o.warps_share, 1.0);
+    EXPECT_STREQ(o.limit, "warps");
+    o = sfemu::occupancy(k, 32);
+    EXPECT_EQ(o.blocks, 32);
+    EXPECT_DOUBLE_EQ(o.warps_share, 0.5);
+    EXPECT_STREQ(o.limit, "blocks");
+    k.smem = 43520;  // + 1 KiB reserved: 5 blocks in 228 KiB
+    o = sfemu::occupancy(k, 128);
+    EXPECT_EQ(o.blocks, 5);
+    EXPECT_STREQ(o.limit, "shared memory");
+}
+
+// A table naming two of this file's kernels (by the symbols the host compiler gives them, as
+// tools/cubin_resources.py writes nvcc's): a block the registers or the launch bound cannot hold is
+// refused with the GPU's error, and cudaFuncGetAttributes reports the table's figures.
+TEST(EmulationLaunchResources, ABlockTheSm90BuildCannotHoldIsRefused) {
+    const std::string saved = sfemu::kernel_table_path();
+    const std::string path = ::testing::TempDir() + "emu_selftest_kernels.tsv";
+    {
+        std::ofstream f(path);
+        f << "# regs smem stack bound max_threads\n"
+          << "_ZN12_GLOBAL__N_111read_kernelEPKfPf\t128\t0\t0\t0\t512\n"
+          << "_ZN12_GLOBAL__N_111copy_kernelEPKfPfi\t16\t4096\t8\t256\t256\n";
+    }
+    sfemu::set_kernel_table(path);
+    float* y = device_alloc<float>(1024);
+    read_kernel<<<1, 512>>>(y, y);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    read_kernel<<<1, 544>>>(y, y);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchOutOfResources);
+    read_kernel<<<dim3(1), dim3(32, 17)>>>(y, y);  // 544 threads in two dimensions
+    EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchOutOfResources);
+    copy_kernel<<<1, 256>>>(y, y, 1);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    copy_kernel<<<1, 288>>>(y, y, 1);  // 16 registers fit 1024 threads; the bound is 256
+    EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchOutOfResources);
+    cudaFuncAttributes a{};
+    SF_CUDA_CHECK(cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(read_kernel)));
+    EXPECT_EQ(a.numRegs, 128);
+    EXPECT_EQ(a.maxThreadsPerBlock, 512);
+    SF_CUDA_CHECK(cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(copy_kernel)));
+    EXPECT_EQ(a.maxThreadsPerBlock, 256);
+    EXPECT_EQ(a.sharedSizeBytes, 4096u);
+    EXPECT_EQ(a.localSizeBytes, 8u);
+    // The census (SF_EMU_LAUNCH_CENSUS) counts launches per block size, refused ones included.
+    const std::string census = ::testing::TempDir() + "emu_selftest_census.tsv";
+    setenv("SF_EMU_LAUNCH_CENSUS", census.c_str(), 1);
+    read_kernel<<<1, 64>>>(y, y);
+    read_kernel<<<2, 64>>>(y, y);
+    read_kernel<<<1, 32>>>(y, y);
+    unsetenv("SF_EMU_LAUNCH_CENSUS");
+    read_kernel<<<1, 32>>>(y, y);  // not counted
+    sfemu::write_launch_census(census);
+    std::ifstream in(census);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(all.find("32\t1\t128\t0\t0\t0\t16\t0.250\tregisters\t(anonymous namespace)::read_kernel(float const*, "
+                       "float*)\n"),
+              std::string::npos)
+        << all;
+    EXPECT_NE(all.find("64\t2\t128\t0\t0\t0\t8\t0.250\tregisters\t(anonymous namespace)::read_kernel"),
+              std::string::npos)
+        << all;
+    SF_CUDA_CHECK(cudaDeviceSynchronize());
+    cudaFree(y);
+    sfemu::set_kernel_table(saved);
+}
+
+// With a table in use, a kernel it lacks (and not registered as emulation-only) stops the test: a
+// launch nothing could be checked against would pass silently otherwise.
+TEST(EmulationLaunchResourcesDeathTest, AKernelTheTableLacksIsFatal) {
+    const std::string path = ::testing::TempDir() + "emu_selftest_kernels_one.tsv";
+    {
+        std::ofstream f(path);
+        f << "_ZN12_GLOBAL__N_111read_kernelEPKfPf\t16\t0\t0\t0\t1024\n";
+    }
+    float* y = device_alloc<float>(32);
+    EXPECT_DEATH(
+        {
+            sfemu::set_kernel_table(path);
+            unlisted_kernel<<<1, 32>>>(y);
+        },
+        "unlisted_kernel \\(symbol _ZN12_GLOBAL__N_115unlisted_kernelEPf\\) has no record in the sm_90 kernel table");
     cudaFree(y);
 }
 

@@ -30,6 +30,7 @@ constexpr ErrorName kErrors[] = {
     {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
     {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
     {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorLaunchOutOfResources, "cudaErrorLaunchOutOfResources", "too many resources requested for launch"},
     {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
     {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
     {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
@@ -150,12 +151,20 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
     return cudaSuccess;
 }
 
-// Every emulated kernel "loads" (runtime/device_probe.cu asks before the first launch).
+// Every emulated kernel "loads" (runtime/device_probe.cu asks before the first launch); with the sm_90
+// kernel table its registers, shared memory, stack and largest block are the sm_90 build's.
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void* func) {
     if (!a || !func) return set_error(cudaErrorInvalidValue);
     *a = cudaFuncAttributes{};
     a->maxThreadsPerBlock = 1024;
     a->binaryVersion = a->ptxVersion = 90;
+    if (const sfemu::KernelLimits* k = sfemu::kernel_limits(func)) {
+        a->numRegs = k->regs;
+        a->sharedSizeBytes = static_cast<size_t>(k->smem);
+        a->localSizeBytes = static_cast<size_t>(k->stack);
+        a->maxThreadsPerBlock = k->max_threads;
+        a->maxDynamicSharedSizeBytes = (48 << 10) - k->smem;
+    }
     return cudaSuccess;
 }
 

@@ -203,6 +203,13 @@ void enqueue_launch(const char* name, const LaunchConfig& cfg, std::shared_ptr<c
         set_error(cudaErrorInvalidConfiguration);
         return;
     }
+    const std::string over = check_resources(name, cfg, call->entry());
+    if (!over.empty()) {
+        std::fprintf(stderr, "sfemu: launch of %s rejected as the GPU would (too many resources requested): %s\n", name,
+                     over.c_str());
+        set_error(cudaErrorLaunchOutOfResources);
+        return;
+    }
     enqueue(cfg.stream, name, [name, cfg, call] { run_grid(name, cfg, *call); });
 }
 
