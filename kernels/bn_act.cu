@@ -14,7 +14,9 @@
 // |mean - K| is of the order of the std).
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
 
 #include "kernels/bn_act_cuda.h"
 #include "kernels/bn_act_device.cuh"
@@ -145,9 +147,9 @@ void check_upsampled(const char* op, size_t rows, int c, const bf16* x, const Bn
 
 // Checks shared by the launchers; returns the plan. With an upsampled source (up), x is null.
 BnActPlan check_common(const char* op, const rt::Exec& ex, size_t rows, int c, bool train, int row_batch, const bf16* x,
-                       const void* out, const BnUpsampled* up = nullptr) {
+                       const void* out, const BnUpsampled* up = nullptr, int min_blocks = 1) {
     rt::check_cuda_exec(op, ex);
-    const BnActPlan plan = bn_act_plan(rows, c, train, row_batch);
+    const BnActPlan plan = bn_act_plan(rows, c, train, row_batch, min_blocks);
     SF_CHECK((up || rt::aligned(x, 16)) && rt::aligned(out, 16),
              "%s: bf16 tensors must be non-null and 16-byte aligned (x=%p out=%p)", op, static_cast<const void*>(x),
              out);
@@ -235,6 +237,27 @@ void check_residual(const char* op, size_t rows, int c, const bf16* x, const bf1
              static_cast<const void*>(res), static_cast<const void*>(y), n);
 }
 
+// min_blocks 3 runs a backward row kernel's capped form only where it raises the resident blocks: where
+// the measured kernel holds more than 80 registers per thread (fewer than 3 blocks of 256 fit; the SiLU
+// forms, the four-row forms, the upsampled sources). Below that the cap would only cost registers: the
+// identity dx at 62 registers holds 4 blocks, capped 3 (docs/KERNELS_BN_ACT.md). Asked of the loaded
+// kernel once per kernel (cudaFuncGetAttributes; the emulation answers with the sm_90 build's figures).
+constexpr int kCappedRegs = 80;  // 65,536 / (256 x 3), in units of 8
+bool cap_raises_blocks(const void* measured) {
+    static std::mutex mu;
+    static std::unordered_map<const void*, bool> memo;
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = memo.find(measured);
+    if (it != memo.end()) return it->second;
+    cudaFuncAttributes a{};
+    SF_CUDA_CHECK(cudaFuncGetAttributes(&a, measured));
+    return memo[measured] = a.numRegs > kCappedRegs;
+}
+template <class K>
+K pick_kernel(const BnActPlan& pl, K measured, K capped) {
+    return pl.min_blocks == 3 && cap_raises_blocks(reinterpret_cast<const void*>(measured)) ? capped : measured;
+}
+
 template <Act A>
 void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, const bf16* dy, const float* gamma,
                      const float* beta, const float* mean, const float* invstd, bf16* dx, float* dgamma, float* dbeta,
@@ -245,9 +268,12 @@ void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, con
         float* part = ws;                                           // 2 * chunks * C
         float* wcoef = ws + 2 * static_cast<size_t>(pl.chunks) * pl.c;  // 2 * C (bn_act_backward_coef_offset)
         with_source(pl, x, up, [&](auto src, auto rb) {
-            rt::launch(ex, "bn_act_backward_reduce_kernel",
-                       bn_act_backward_reduce_kernel<A, decltype(rb)::value, decltype(src)>, dim3(pl.grid_x, pl.chunks),
-                       block, 0, pl.rows, pl.c, pl.chunks, src, dev(dy), gamma, beta, mean, invstd, part);
+            constexpr int R = decltype(rb)::value;
+            using Src = decltype(src);
+            const auto kernel = pick_kernel(pl, bn_act_backward_reduce_kernel<A, R, Src>,
+                                            bn_act_backward_reduce_capped_kernel<A, R, Src>);
+            rt::launch(ex, "bn_act_backward_reduce_kernel", kernel, dim3(pl.grid_x, pl.chunks), block, 0, pl.rows, pl.c,
+                       pl.chunks, src, dev(dy), gamma, beta, mean, invstd, part);
         });
         with_row_batch(pl, [&](auto rb) {
             rt::launch(ex, "bn_act_backward_finalize_kernel", bn_act_backward_finalize_kernel<decltype(rb)::value>,
@@ -258,9 +284,12 @@ void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, con
     }
     if (!dx) return;  // bn_act_backward_stats: the coefficients stay in the workspace
     with_source(pl, x, up, [&](auto src, auto rb) {
-        rt::launch(ex, "bn_act_backward_dx_kernel", bn_act_backward_dx_kernel<A, decltype(rb)::value, decltype(src)>,
-                   dim3(pl.grid_x, pl.apply_grid_y), block, 0, pl.rows, pl.c, src, dev(dy), gamma, beta, mean, invstd,
-                   coef, dev(dx));
+        constexpr int R = decltype(rb)::value;
+        using Src = decltype(src);
+        const auto kernel =
+            pick_kernel(pl, bn_act_backward_dx_kernel<A, R, Src>, bn_act_backward_dx_capped_kernel<A, R, Src>);
+        rt::launch(ex, "bn_act_backward_dx_kernel", kernel, dim3(pl.grid_x, pl.apply_grid_y), block, 0, pl.rows, pl.c,
+                   src, dev(dy), gamma, beta, mean, invstd, coef, dev(dx));
     });
 }
 
@@ -268,15 +297,17 @@ void launch_backward(const rt::Exec& ex, const BnActPlan& pl, const bf16* x, con
 
 // ---- launchers ----
 
-BnActPlan bn_act_plan(size_t rows, int c, bool train, int row_batch) {
+BnActPlan bn_act_plan(size_t rows, int c, bool train, int row_batch, int min_blocks) {
     SF_CHECK(c > 0 && c % 8 == 0, "bn_act: C must be a positive multiple of 8 (128-bit bf16 vectors), got C=%d", c);
     SF_CHECK(bn_act_row_batch_valid(row_batch), "bn_act: row_batch must be 1 or 4, got %d", row_batch);
+    SF_CHECK(bn_act_min_blocks_valid(min_blocks), "bn_act: min_blocks must be 1 or 3, got %d", min_blocks);
     SF_CHECK(rows > 0, "bn_act: rows must be positive, got rows=%zu (C=%d)", rows, c);
     SF_CHECK(!train || rows > 1, "bn_act train: need more than 1 value per channel, got rows=%zu (C=%d)", rows, c);
     BnActPlan p;
     p.rows = rows;
     p.c = c;
     p.row_batch = row_batch;
+    p.min_blocks = min_blocks;
     p.groups = c / 8;
     p.block_x = std::min(p.groups, 32);
     p.block_y = 1;
@@ -384,14 +415,14 @@ namespace {
 // bn_act_backward_dx (coef non-null): the dx pass alone with the given coefficients, no workspace.
 void backward_checked(const char* op, const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
                       const float* gamma, const float* beta, const float* save_mean, const float* save_invstd, bf16* dx,
-                      float* dgamma, float* dbeta, float* workspace, size_t workspace_floats, int row_batch,
+                      float* dgamma, float* dbeta, float* workspace, size_t workspace_floats, BnBackwardRows rk,
                       const float* coef = nullptr, const BnUpsampled* up = nullptr) {
     BnActPlan pl;
     if (dx) {
-        pl = check_common(op, ex, rows, c, true, row_batch, x, dx, up);
+        pl = check_common(op, ex, rows, c, true, rk.row_batch, x, dx, up, rk.min_blocks);
     } else {
         rt::check_cuda_exec(op, ex);
-        pl = bn_act_plan(rows, c, true, row_batch);
+        pl = bn_act_plan(rows, c, true, rk.row_batch, rk.min_blocks);
         SF_CHECK(rt::aligned(x, 16), "%s: x must be non-null and 16-byte aligned (got %p)", op,
                  static_cast<const void*>(x));
     }
@@ -430,14 +461,15 @@ void backward_checked(const char* op, const rt::Exec& ex, Act act, size_t rows, 
 
 void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy, const float* gamma,
                      const float* beta, const float* save_mean, const float* save_invstd, bf16* dx, float* dgamma,
-                     float* dbeta, float* workspace, size_t workspace_floats, int row_batch, const BnUpsampled* up) {
+                     float* dbeta, float* workspace, size_t workspace_floats, BnBackwardRows rows_k,
+                     const BnUpsampled* up) {
     const char* op = "bn_act_backward";
     SF_CHECK(!up || dx, "%s: dx is required", op);
     SF_CHECK(!up || !rt::overlap(dy, rows * static_cast<size_t>(c) * sizeof(bf16), up->lo,
                                  up->lo_shape.numel() * sizeof(bf16)),
              "%s: dy must not alias the upsampled source", op);
     backward_checked(op, ex, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, workspace,
-                     workspace_floats, row_batch, nullptr, up);
+                     workspace_floats, rows_k, nullptr, up);
 }
 
 size_t bn_act_backward_coef_offset(size_t rows, int c) {
@@ -447,17 +479,18 @@ size_t bn_act_backward_coef_offset(size_t rows, int c) {
 
 void bn_act_backward_stats(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
                            const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
-                           float* dgamma, float* dbeta, float* workspace, size_t workspace_floats, int row_batch) {
+                           float* dgamma, float* dbeta, float* workspace, size_t workspace_floats,
+                           BnBackwardRows rows_k) {
     backward_checked("bn_act_backward_stats", ex, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, nullptr,
-                     dgamma, dbeta, workspace, workspace_floats, row_batch);
+                     dgamma, dbeta, workspace, workspace_floats, rows_k);
 }
 
 void bn_act_backward_dx(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
                         const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
-                        const float* coef, bf16* dx, int row_batch) {
+                        const float* coef, bf16* dx, BnBackwardRows rows_k) {
     check_vec("bn_act_backward_dx", "coef", coef);  // null would mean "gather them" to backward_checked
     backward_checked("bn_act_backward_dx", ex, act, rows, c, x, dy, gamma, beta, save_mean, save_invstd, dx, nullptr,
-                     nullptr, nullptr, 0, row_batch, coef);
+                     nullptr, nullptr, 0, rows_k, coef);
 }
 
 void bn_act_backward_finalize(const rt::Exec& ex, size_t rows, int c, int chunks, const float* part, float* dgamma,

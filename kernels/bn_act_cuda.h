@@ -49,11 +49,29 @@ constexpr int kBnActMaxApplyY = 2048;  // cap on blocks along rows of the elemen
 constexpr int kBnActRowBatches[] = {1, 4};
 constexpr bool bn_act_row_batch_valid(int r) { return r == 1 || r == 4; }
 
+// The backward's two row kernels (reduce and dx) as compiled for the SM: 1, as measured on the H100 and
+// H200 (no launch bound; their SiLU forms use 83 and 88 registers: 2 blocks of 256 resident, a quarter of
+// an SM's warps); 3, the same code under __launch_bounds__(256, 3): registers capped at 80, 3 blocks,
+// 24 warps (a few bytes of spills). Code and order of arithmetic are the same, so every result
+// is bitwise the same (tested): speed only (docs/KERNELS_BN_ACT.md, "Registers and resident blocks";
+// OPTIMIZATION_LOG.md entries 28-29).
+constexpr int kBnActMinBlocks[] = {1, 3};
+constexpr bool bn_act_min_blocks_valid(int m) { return m == 1 || m == 3; }
+
+// How the backward's row kernels run: rows per loop turn and resident blocks (speed only). Converts from
+// a row_batch, so the backward launchers take the forward's int where min_blocks is 1.
+struct BnBackwardRows {
+    int row_batch = 1;
+    int min_blocks = 1;
+    BnBackwardRows(int rb = 1, int mb = 1) : row_batch(rb), min_blocks(mb) {}  // NOLINT: implicit from row_batch
+};
+
 // Launch geometry of every bn_act kernel for one (rows, C); a pure function of (rows, C).
 struct BnActPlan {
     size_t rows = 0;
     int c = 0;
     int row_batch = 1;        // rows per loop turn of the row kernels (kBnActRowBatches)
+    int min_blocks = 1;       // resident blocks the backward's row kernels are compiled for (kBnActMinBlocks)
     int groups = 0;           // C / 8: 8-channel groups, one 128-bit (8 x bf16) vector each per row
     int block_x = 0;          // channel groups per block (threadIdx.x)
     int block_y = 0;          // row lanes per block (threadIdx.y), a power of two
@@ -65,9 +83,9 @@ struct BnActPlan {
     size_t workspace_floats = 0;
 };
 
-// Throws rt::Error for C not a positive multiple of 8 (naming C), rows == 0, rows < 2 when train, or a
-// row_batch that is not one of kBnActRowBatches.
-BnActPlan bn_act_plan(size_t rows, int c, bool train, int row_batch = 1);
+// Throws rt::Error for C not a positive multiple of 8 (naming C), rows == 0, rows < 2 when train, a
+// row_batch that is not one of kBnActRowBatches or a min_blocks not one of kBnActMinBlocks.
+BnActPlan bn_act_plan(size_t rows, int c, bool train, int row_batch = 1, int min_blocks = 1);
 
 // fp32 workspace the train forward and the backward need: 2 * chunks * C + 2 * C floats. One
 // buffer of this size serves both (they never run concurrently on one stream); its contents need
@@ -106,7 +124,7 @@ void bn_act_forward_eval(const rt::Exec& ex, Act act, size_t rows, int c, const 
 // accumulated (+=).
 void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy, const float* gamma,
                      const float* beta, const float* save_mean, const float* save_invstd, bf16* dx, float* dgamma,
-                     float* dbeta, float* workspace, size_t workspace_floats, int row_batch = 1,
+                     float* dbeta, float* workspace, size_t workspace_floats, BnBackwardRows rows_k = {},
                      const BnUpsampled* up = nullptr);
 
 // bn_act_backward without its dx pass: dgamma, dbeta += (bitwise as bn_act_backward), and the dx pass's
@@ -116,7 +134,8 @@ void bn_act_backward(const rt::Exec& ex, Act act, size_t rows, int c, const bf16
 // kernels/dwconv_cuda.h). The coefficients stay valid until the workspace is written again.
 void bn_act_backward_stats(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
                            const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
-                           float* dgamma, float* dbeta, float* workspace, size_t workspace_floats, int row_batch = 1);
+                           float* dgamma, float* dbeta, float* workspace, size_t workspace_floats,
+                           BnBackwardRows rows_k = {});
 // Where the backward's coefficients (2 * C floats) sit in its workspace: after the 2 * chunks * C partials.
 size_t bn_act_backward_coef_offset(size_t rows, int c);
 
@@ -126,7 +145,7 @@ size_t bn_act_backward_coef_offset(size_t rows, int c);
 // given the same coefficients. No workspace; dgamma and dbeta are not touched.
 void bn_act_backward_dx(const rt::Exec& ex, Act act, size_t rows, int c, const bf16* x, const bf16* dy,
                         const float* gamma, const float* beta, const float* save_mean, const float* save_invstd,
-                        const float* coef, bf16* dx, int row_batch = 1);
+                        const float* coef, bf16* dx, BnBackwardRows rows_k = {});
 
 // bn_act_backward's second pass on partials another kernel gathered (a conv's BN-backward epilogue,
 // kern::BnGradSums): part[k * C + c] = chunk k's sum g, part[(chunks + k) * C + c] = its sum g * xhat;

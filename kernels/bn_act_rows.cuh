@@ -269,13 +269,13 @@ __device__ __forceinline__ void reduce_add(const Chan8& p, const float (&v)[8], 
     }
 }
 
-// R: rows per loop turn, as in the statistics (the same sums, bit for bit).
+// R: rows per loop turn, as in the statistics (the same sums, bit for bit). The body of the two reduce
+// kernels below.
 template <Act A, int R, class Src>
-__global__ void bn_act_backward_reduce_kernel(size_t rows, int c, int chunks, Src x, const bfloat* __restrict__ dy,
-                                              const float* __restrict__ gamma, const float* __restrict__ beta,
-                                              const float* __restrict__ mean, const float* __restrict__ invstd,
-                                              float* __restrict__ part) {
-    rt::pdl_entry();
+__device__ __forceinline__ void bn_act_backward_reduce_rows(
+    size_t rows, int c, int chunks, Src x, const bfloat* __restrict__ dy, const float* __restrict__ gamma,
+    const float* __restrict__ beta, const float* __restrict__ mean, const float* __restrict__ invstd,
+    float* __restrict__ part) {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = g < c / 8;
     float acc[16] = {};
@@ -309,6 +309,28 @@ __global__ void bn_act_backward_reduce_kernel(size_t rows, int c, int chunks, Sr
     if (active && threadIdx.y == 0) store_partials(acc, g, c, chunks, blockIdx.y, part);
 }
 
+// The reduce kernel as measured on the H100 and H200 (its registers as ptxas chooses them).
+template <Act A, int R, class Src>
+__global__ void bn_act_backward_reduce_kernel(size_t rows, int c, int chunks, Src x, const bfloat* __restrict__ dy,
+                                              const float* __restrict__ gamma, const float* __restrict__ beta,
+                                              const float* __restrict__ mean, const float* __restrict__ invstd,
+                                              float* __restrict__ part) {
+    rt::pdl_entry();
+    bn_act_backward_reduce_rows<A, R, Src>(rows, c, chunks, x, dy, gamma, beta, mean, invstd, part);
+}
+
+// The same code compiled for 3 resident blocks of kBnActThreads per SM: registers capped at 80
+// (kBnActMinBlocks; ConvPolicy::bn_min_blocks 3). The same results, bit for bit.
+template <Act A, int R, class Src>
+__global__ void __launch_bounds__(kBnActThreads, 3)
+    bn_act_backward_reduce_capped_kernel(size_t rows, int c, int chunks, Src x, const bfloat* __restrict__ dy,
+                                         const float* __restrict__ gamma, const float* __restrict__ beta,
+                                         const float* __restrict__ mean, const float* __restrict__ invstd,
+                                         float* __restrict__ part) {
+    rt::pdl_entry();
+    bn_act_backward_reduce_rows<A, R, Src>(rows, c, chunks, x, dy, gamma, beta, mean, invstd, part);
+}
+
 template <Act A>
 __device__ __forceinline__ void dx_row(const Chan8& p, const float (&mg)[8], const float (&mgx)[8], float (&v)[8],
                                        const float (&d)[8], bfloat* __restrict__ dx) {
@@ -319,13 +341,13 @@ __device__ __forceinline__ void dx_row(const Chan8& p, const float (&mg)[8], con
 
 // Backward, pass 3: dx = gamma*invstd * (g - mean(g) - xhat * mean(g*xhat)), overwriting dx.
 // grid (grid_x, apply_grid_y), block (block_x, block_y), grid-stride over rows.
-// R: rows per loop turn, as in the apply pass.
+// R: rows per loop turn, as in the apply pass. The body of the two dx kernels below.
 template <Act A, int R, class Src>
-__global__ void bn_act_backward_dx_kernel(size_t rows, int c, Src x, const bfloat* __restrict__ dy,
-                                          const float* __restrict__ gamma, const float* __restrict__ beta,
-                                          const float* __restrict__ mean, const float* __restrict__ invstd,
-                                          const float* __restrict__ coef, bfloat* __restrict__ dx) {
-    rt::pdl_entry();
+__device__ __forceinline__ void bn_act_backward_dx_rows(size_t rows, int c, Src x, const bfloat* __restrict__ dy,
+                                                        const float* __restrict__ gamma, const float* __restrict__ beta,
+                                                        const float* __restrict__ mean,
+                                                        const float* __restrict__ invstd,
+                                                        const float* __restrict__ coef, bfloat* __restrict__ dx) {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= c / 8) return;  // no block-wide synchronisation in this kernel
     const Chan8 p = load_chan8(g, gamma, beta, mean, invstd);
@@ -361,6 +383,28 @@ __global__ void bn_act_backward_dx_kernel(size_t rows, int c, Src x, const bfloa
                 dx_row<A>(p, mg, mgx, v, d, dx + r * c + 8 * g);
             });
     }
+}
+
+// Backward, pass 3, as measured on the H100 and H200 (its registers as ptxas chooses them).
+template <Act A, int R, class Src>
+__global__ void bn_act_backward_dx_kernel(size_t rows, int c, Src x, const bfloat* __restrict__ dy,
+                                          const float* __restrict__ gamma, const float* __restrict__ beta,
+                                          const float* __restrict__ mean, const float* __restrict__ invstd,
+                                          const float* __restrict__ coef, bfloat* __restrict__ dx) {
+    rt::pdl_entry();
+    bn_act_backward_dx_rows<A, R, Src>(rows, c, x, dy, gamma, beta, mean, invstd, coef, dx);
+}
+
+// The same code compiled for 3 resident blocks of kBnActThreads per SM (registers capped at 80), as the
+// capped reduce kernel. The same results, bit for bit.
+template <Act A, int R, class Src>
+__global__ void __launch_bounds__(kBnActThreads, 3)
+    bn_act_backward_dx_capped_kernel(size_t rows, int c, Src x, const bfloat* __restrict__ dy,
+                                     const float* __restrict__ gamma, const float* __restrict__ beta,
+                                     const float* __restrict__ mean, const float* __restrict__ invstd,
+                                     const float* __restrict__ coef, bfloat* __restrict__ dx) {
+    rt::pdl_entry();
+    bn_act_backward_dx_rows<A, R, Src>(rows, c, x, dy, gamma, beta, mean, invstd, coef, dx);
 }
 
 }  // namespace

@@ -59,6 +59,10 @@ struct ConvPolicy {
     // together). Bitwise-equal results; `bench step --bn-row-batch N` is the A/B. Not a convolution
     // choice, but the network's kernels take their choices from this one policy (model::GpuOps).
     int bn_row_batch = 1;
+    // The BatchNorm backward's reduce and dx kernels compiled for this many resident blocks per SM
+    // (kern::kBnActMinBlocks: 1, the measured kernels; 3, registers capped at 80). Bitwise-equal results;
+    // `bench step --bn-min-blocks 3` is the A/B (docs/perf/OPTIMIZATION_LOG.md entry 29).
+    int bn_min_blocks = 1;
     // The bilinear upsampling backward (kern::upsample_bilinear_backward_bf16_cuda) issues each window
     // row's 2F loads together instead of using each before the next: 2F round trips per pixel instead of
     // 4F^2. Bitwise-equal results; `bench step --upsample-row-loads` is the A/B (docs/perf/OPTIMIZATION_LOG.md

@@ -292,7 +292,7 @@ size_t GpuOps::fused_bn_half(const char* op, const rt::Exec& ex, const kern::Con
              s.describe().c_str());
     if (!b.coef) {
         kern::bn_act_backward_stats(ex, b.act, rows, s.cout, b.x, dy, b.gamma, b.beta, b.mean, b.invstd, dgamma, dbeta,
-                                    ws, bn_ws, bn_row_batch());
+                                    ws, bn_ws, bn_backward_rows());
         b.coef = ws + kern::bn_act_backward_coef_offset(rows, s.cout);
     }
     return bn_ws;

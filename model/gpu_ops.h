@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/bn_act_cuda.h"
 #include "kernels/conv.h"
 #include "kernels/conv_cudnn.h"
 #include "kernels/dwconv_cuda.h"
@@ -78,6 +79,9 @@ public:
     // The BatchNorm + activation kernels' rows per loop turn (kern::ConvPolicy::bn_row_batch), passed
     // by the layers to every kern::bn_act_* call.
     int bn_row_batch() const { return policy_.bn_row_batch; }
+    // The backward's row kernels: rows per loop turn and resident blocks (kern::ConvPolicy::bn_min_blocks),
+    // passed to every kern::bn_act_backward* call.
+    kern::BnBackwardRows bn_backward_rows() const { return {policy_.bn_row_batch, policy_.bn_min_blocks}; }
     // The bilinear upsampling backward's row-batched loads (kern::ConvPolicy::upsample_row_loads).
     bool upsample_row_loads() const { return policy_.upsample_row_loads; }
 

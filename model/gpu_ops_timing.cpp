@@ -281,14 +281,16 @@ double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
                                                           b.ws, wsf); }, iters) +
                 time_runs([&] { kern::pwconv_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf, nullptr, pb); },
                           iters);
+    const kern::BnBackwardRows rk = bn_backward_rows();  // the step's BN backward kernels, credited as run
     if (bn_bwd) {  // the dx pass the prologue removes, into a (rows, cout) buffer of its own
         kern::ConvShape out = s;
         out.cin = s.cout;
         const TimingBuffers o(out, 1, false, ex_.stream);
-        cudnn_credit += time_runs([&] {
+        const auto dx_pass = [&] {
             kern::bn_act_backward_dx(ex_, e.use.bn_bwd_act, rows, s.cout, b.y, b.y, zeros, zeros + c, zeros + 2 * c,
-                                     zeros + 3 * c, zeros, o.x);
-        }, iters);
+                                     zeros + 3 * c, zeros, o.x, rk);
+        };
+        cudnn_credit += time_runs(dx_pass, iters);
     }
     if (stats)
         cudnn_credit += time_runs([&] {
@@ -306,11 +308,11 @@ double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
         dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, false, pb,
                                                                  bn_grad ? &bng : nullptr, b.ws, wsf); }, iters),
             ++modes;
-        if (bn_grad)
-            cudnn_credit += time_runs([&] {
-                kern::bn_act_backward_stats(ex_, e.use.bn_grad_act, rows, s.cin, b.x, b.dx, zeros, zeros + c,
-                                            zeros + 2 * c, zeros + 3 * c, outs, outs + c, b.ws, wsf);
-            }, iters) / modes;
+        const auto reduce_pass = [&] {
+            kern::bn_act_backward_stats(ex_, e.use.bn_grad_act, rows, s.cin, b.x, b.dx, zeros, zeros + c, zeros + 2 * c,
+                                        zeros + 3 * c, outs, outs + c, b.ws, wsf, rk);
+        };
+        if (bn_grad) cudnn_credit += time_runs(reduce_pass, iters) / modes;
     }
     return ms + dgrad / modes;
 }

@@ -101,7 +101,8 @@ inline void batchnorm_backward(const rt::Exec& ex, size_t rows, int c, const flo
 }
 // CUDA: fused BN + activation backward. It always overwrites dx: a ConvBN's conv-output gradient,
 // whose only writer it is, so the traced flag is always "first contribution". gpu: the rows per loop
-// turn (GpuOps::bn_row_batch), read only when the op runs (a traced backward may have no GpuOps).
+// turn and resident blocks (GpuOps::bn_backward_rows), read only when the op runs (a traced backward may have no
+// GpuOps).
 inline void bn_act_backward(const GpuOps* gpu, const rt::Exec& ex, kern::Act a, size_t rows, int c, const bf16* x,
                             const bf16* dy, const float* gamma, const float* beta, const float* mean,
                             const float* invstd, bf16* dx, float* dgamma, float* dbeta, float* ws, size_t ws_floats,
@@ -109,7 +110,7 @@ inline void bn_act_backward(const GpuOps* gpu, const rt::Exec& ex, kern::Act a, 
     bool acc;
     if (!grad_op({dy}, {dx}, &acc)) return;
     kern::bn_act_backward(ex, a, rows, c, x, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta, ws, ws_floats,
-                          gpu->bn_row_batch(), up);
+                          gpu->bn_backward_rows(), up);
 }
 // CUDA: the dx pass of the BN + activation backward alone, with the coefficients a consumer's fused
 // backward gathered (ConvBN::grad_sums_by; dgamma, dbeta were added there). Reported as bn_act_backward.
@@ -118,7 +119,7 @@ inline void bn_act_backward_dx(const GpuOps* gpu, const rt::Exec& ex, kern::Act 
                                const float* invstd, const float* coef, bf16* dx) {
     bool acc;
     if (!grad_op({dy}, {dx}, &acc)) return;
-    kern::bn_act_backward_dx(ex, a, rows, c, x, dy, gamma, beta, mean, invstd, coef, dx, gpu->bn_row_batch());
+    kern::bn_act_backward_dx(ex, a, rows, c, x, dy, gamma, beta, mean, invstd, coef, dx, gpu->bn_backward_rows());
 }
 inline void column_sum(const rt::Exec& ex, size_t rows, int c, const bf16* dy, float* out, float* ws,
                        size_t ws_floats) {

@@ -343,6 +343,7 @@ case "$STAGE" in
         cuda.pdl=true) bench_flags+=(--pdl) ;;
         cuda.dw_variants=false) bench_flags+=(--no-dw-variants) ;;
         cuda.bn_row_batch=*) bench_flags+=(--bn-row-batch "${kv#*=}") ;;
+        cuda.bn_min_blocks=*) bench_flags+=(--bn-min-blocks "${kv#*=}") ;;
         cuda.upsample_row_loads=true) bench_flags+=(--upsample-row-loads) ;;
         cuda.dw_fused_bwd=true) bench_flags+=(--dw-fused-bwd) ;;
         cuda.dw_fused_bn_bwd=true) bench_flags+=(--dw-fused-bwd-bn) ;;

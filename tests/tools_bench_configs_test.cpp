@@ -74,7 +74,8 @@ TEST(BenchConfigs, ImpliedSwitchesFollowTheOptionsParser) {
 TEST(BenchConfigs, EveryConfigSwitchIsAnOptionOfBenchStep) {
     for (const tools::ConfigSwitch& s : tools::kConfigSwitches) {
         std::vector<std::string> args = {s.flag};
-        if (s.takes_value) args.push_back(std::string(s.flag) == "--up-order" ? "conv_first" : "4");
+        const std::string f = s.flag;
+        if (s.takes_value) args.push_back(f == "--up-order" ? "conv_first" : f == "--bn-min-blocks" ? "3" : "4");
         EXPECT_NO_THROW(tools::parse_step_bench_args(args)) << s.flag;
     }
 }
@@ -187,7 +188,9 @@ TEST(BenchConfigs, TheSessionListParsesWithTheSessionsCommand) {
     EXPECT_TRUE(c[0].flags.empty()) << "the base is the default step";
     std::map<std::string, const BenchConfig*> by;
     for (const BenchConfig& x : c) by[x.name] = &x;
-    ASSERT_TRUE(by.count("bench_pdl") && by.count("bench_bn4") && by.count("bench_dw0") && by.count("bench_all"));
+    ASSERT_TRUE(by.count("bench_pdl") && by.count("bench_bn4") && by.count("bench_dw0") && by.count("bench_all") &&
+                by.count("bench_bnmb3"));
+    EXPECT_EQ(by["bench_bnmb3"]->options.cuda.bn_min_blocks, 3);
     EXPECT_TRUE(by["bench_pdl"]->options.cuda.pdl);
     EXPECT_EQ(by["bench_bn4"]->options.cuda.bn_row_batch, 4);
     EXPECT_FALSE(by["bench_dw0"]->options.cuda.dw_variants);

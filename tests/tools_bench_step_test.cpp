@@ -45,6 +45,8 @@ TEST(BenchStep, ParsesEveryOption) {
                                                                     "--no-dw-variants",
                                                                     "--bn-row-batch",
                                                                     "4",
+                                                                    "--bn-min-blocks",
+                                                                    "3",
                                                                     "--pdl",
                                                                     "--dw-fused-bwd",
                                                                     "--upsample-row-loads",
@@ -70,6 +72,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_TRUE(o.fuse_up_bn);
     EXPECT_FALSE(o.cuda.dw_variants);
     EXPECT_EQ(o.cuda.bn_row_batch, 4);
+    EXPECT_EQ(o.cuda.bn_min_blocks, 3);
     EXPECT_TRUE(o.cuda.pdl);
     EXPECT_TRUE(o.cuda.dw_fused_bwd);
     EXPECT_FALSE(o.cuda.dw_fused_bn_bwd);
@@ -106,6 +109,7 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_EQ(d.up_order, model::UpOrder::ConvFirst);  // what training on CUDA runs by default
     EXPECT_TRUE(d.cuda.dw_variants);
     EXPECT_EQ(d.cuda.bn_row_batch, 1);  // the measured kernels until a GPU says 4 pays
+    EXPECT_EQ(d.cuda.bn_min_blocks, 1);  // the measured kernels' registers until a GPU says 3 blocks pay
     EXPECT_FALSE(d.cuda.pdl);           // plain launches until a GPU says PDL pays
     EXPECT_FALSE(d.cuda.dw_fused_bwd);  // the separate depthwise passes until a GPU says the fused one pays
     EXPECT_FALSE(d.cuda.dw_fused_bn_bwd);
@@ -130,6 +134,7 @@ TEST(BenchStep, BadOptionsAreNamed) {
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--frobnicate", "1"}), "unknown option '--frobnicate'");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--bn-row-batch", "3"}), "--bn-row-batch must be 1 or 4, got 3");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--bn-row-batch", "0"}), "--bn-row-batch");
+    SF_EXPECT_ERROR(tools::parse_step_bench_args({"--bn-min-blocks", "2"}), "--bn-min-blocks must be 1 or 3, got 2");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"stray"}), "unexpected argument 'stray'");
     SF_EXPECT_ERROR(tools::parse_step_bench_args({"--conv-candidates", "0"}), "--conv-candidates");
 }

@@ -25,6 +25,7 @@ std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> field_cha
         {"cuda.pdl", [](TrainConfig& c) { c.cuda.pdl = true; }},
         {"cuda.dw_variants", [](TrainConfig& c) { c.cuda.dw_variants = false; }},
         {"cuda.bn_row_batch", [](TrainConfig& c) { c.cuda.bn_row_batch = 4; }},
+        {"cuda.bn_min_blocks", [](TrainConfig& c) { c.cuda.bn_min_blocks = 3; }},
         {"cuda.upsample_row_loads", [](TrainConfig& c) { c.cuda.upsample_row_loads = true; }},
         {"cuda.dw_fused_bwd", [](TrainConfig& c) { c.cuda.dw_fused_bwd = true; }},
         {"cuda.dw_fused_bn_bwd", [](TrainConfig& c) { c.cuda.dw_fused_bwd = c.cuda.dw_fused_bn_bwd = true; }},

@@ -171,16 +171,20 @@ TEST(ToolsConfig, CudaSectionSwitchesAndWhatTheyNeed) {
     EXPECT_FALSE(d.cuda.pdl || d.cuda.pw_custom || d.cuda.dw_fused_bwd || d.cuda.dw_stats);
     EXPECT_TRUE(d.cuda.dw_variants);
     EXPECT_EQ(d.cuda.bn_row_batch, 1);
+    EXPECT_EQ(d.cuda.bn_min_blocks, 1);
     const TrainConfig c = parse(
         "model:\n  fuse_expand_dw: true\ncuda:\n  pdl: true\n  dw_variants: false\n  bn_row_batch: 4\n"
+        "  bn_min_blocks: 3\n"
         "  upsample_row_loads: true\n  dw_fused_bwd: true\n  dw_fused_bn_bwd: true\n  dw_fused_bn_grad: true\n"
         "  pw_custom: true\n  pw_stats: true\n  pw_bn_grad: true\n  pw_bn_bwd: true\n  dw_stats: true\n");
-    EXPECT_TRUE(c.cuda.pdl && !c.cuda.dw_variants && c.cuda.bn_row_batch == 4 && c.cuda.upsample_row_loads &&
-                c.cuda.dw_fused_bwd && c.cuda.dw_fused_bn_bwd && c.cuda.dw_fused_bn_grad && c.cuda.pw_custom &&
-                c.cuda.pw_stats && c.cuda.pw_bn_grad && c.cuda.pw_bn_bwd && c.cuda.dw_stats);
+    EXPECT_TRUE(c.cuda.pdl && !c.cuda.dw_variants && c.cuda.bn_row_batch == 4 && c.cuda.bn_min_blocks == 3 &&
+                c.cuda.upsample_row_loads && c.cuda.dw_fused_bwd && c.cuda.dw_fused_bn_bwd && c.cuda.dw_fused_bn_grad &&
+                c.cuda.pw_custom && c.cuda.pw_stats && c.cuda.pw_bn_grad && c.cuda.pw_bn_bwd && c.cuda.dw_stats);
     EXPECT_TRUE(parse("", {"cuda.pw_custom=true", "cuda.pw_stats=true"}).cuda.pw_stats) << "as overrides";
     EXPECT_TRUE(contains(parse_error("cuda:\n  bn_row_batch: 3\n"),
                          "test.yaml:2: config key 'cuda.bn_row_batch': expected 1 or 4, got 3"));
+    EXPECT_TRUE(contains(parse_error("cuda:\n  bn_min_blocks: 4\n"),
+                         "test.yaml:2: config key 'cuda.bn_min_blocks': expected 1 or 3, got 4"));
     EXPECT_TRUE(contains(parse_error("cuda:\n  pdl: often\n"), "config key 'cuda.pdl'"));
     EXPECT_TRUE(contains(parse_error("cuda:\n  pw_stats: true\n"),
                          "config key 'cuda.pw_stats': true needs cuda.pw_custom: true"));

@@ -25,6 +25,7 @@ std::vector<std::pair<std::string, std::function<void(CudaSection&)>>> toggles()
     return {{"pdl", [](CudaSection& s) { s.pdl = true; }},
             {"dw_variants false", [](CudaSection& s) { s.dw_variants = false; }},
             {"bn_row_batch 4", [](CudaSection& s) { s.bn_row_batch = 4; }},
+            {"bn_min_blocks 3", [](CudaSection& s) { s.bn_min_blocks = 3; }},
             {"upsample_row_loads", [](CudaSection& s) { s.upsample_row_loads = true; }},
             {"dw_fused_bwd", [](CudaSection& s) { s.dw_fused_bwd = true; }},
             {"dw_fused_bn_bwd", [](CudaSection& s) { s.dw_fused_bn_bwd = true; }},
@@ -98,6 +99,8 @@ TEST(CudaPolicy, SummaryNamesWhatDiffersFromTheDefaults) {
     s.pdl = s.pw_custom = s.pw_stats = true;
     s.bn_row_batch = 4;
     EXPECT_EQ(tools::cuda_section_summary(s), "pdl, bn_row_batch 4, pw_custom, pw_stats");
+    s.bn_min_blocks = 3;
+    EXPECT_EQ(tools::cuda_section_summary(s), "pdl, bn_row_batch 4, bn_min_blocks 3, pw_custom, pw_stats");
 }
 
 }  // namespace

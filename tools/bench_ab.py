@@ -8,7 +8,7 @@ of each, its p10-p90 spread, the difference in ms and percent, samples/s, and a 
 "slower" when the two p10-p90 intervals do not overlap, else "within noise"; with --drift FIRST AGAIN (a
 configuration and its second run after the others, `bench step --configs`' BASE.json and BASE_again.json),
 "within drift" where the difference is no larger than that configuration's own change between its runs. The switches that
-differ between the runs (their `extra`: bn_row_batch, pdl, dw_variants, fusion_up_order,
+differ between the runs (their `extra`: bn_row_batch, bn_min_blocks, pdl, dw_variants, fusion_up_order,
 fuse_expand_dw, ...) name what the A/B measures; the captured micro-step's kernel nodes and
 programmatic edges are shown where they differ. Warnings: another GPU or driver, another commit,
 mean SM clocks more than 2% apart (a throttled run is not an A/B), a batch size in one record only,

@@ -35,7 +35,8 @@ struct StepBenchOptions {
     bool merge_heads = false;     // --merge-heads (model.merge_heads: the heads' conv1 as one 128 -> 256 ConvBN)
     bool fuse_head_bn = false;    // --fuse-head-bn (model.fuse_head_bn: the heads' conv1 BN + ReLU inside conv2)
     bool fuse_up_bn = false;      // --fuse-up-bn (model.fuse_up_bn: the up paths' upsample inside their BN's loads)
-    // The kernels' switches (--pdl, --no-dw-variants, --bn-row-batch N, --upsample-row-loads, --dw-fused-bwd,
+    // The kernels' switches (--pdl, --no-dw-variants, --bn-row-batch N, --bn-min-blocks N, --upsample-row-loads,
+    // --dw-fused-bwd,
     // --dw-fused-bwd-bn, --dw-fused-bn-grad, --pw-custom, --pw-stats, --pw-bn-grad, --pw-bn-bwd, --dw-stats):
     // the config's cuda section (tools/config.h), mapped onto the network as training maps it
     // (tools/cuda_policy.h). The flags imply what they build on: --dw-fused-bwd-bn sets dw_fused_bwd,

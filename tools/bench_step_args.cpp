@@ -140,6 +140,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             o.cuda.bn_row_batch = parse_int_at_least(s, v, 1);
             SF_CHECK(kern::bn_act_row_batch_valid(o.cuda.bn_row_batch),
                      "bench step: --bn-row-batch must be 1 or 4, got %d", o.cuda.bn_row_batch);
+        } else if (s == "--bn-min-blocks") {
+            o.cuda.bn_min_blocks = parse_int_at_least(s, v, 1);
+            SF_CHECK(kern::bn_act_min_blocks_valid(o.cuda.bn_min_blocks),
+                     "bench step: --bn-min-blocks must be 1 or 3, got %d", o.cuda.bn_min_blocks);
         } else if (s == "--json") {
             o.json = v;
         } else if (s == "--configs" || s == "--json-dir") {

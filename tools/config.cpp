@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bn_act_cuda.h"
 #include "runtime/error.h"
 
 namespace tools {
@@ -171,7 +172,8 @@ const std::vector<CudaKey>& cuda_keys() {
     static const std::vector<CudaKey> keys = {
         {"pdl", &CudaSection::pdl, nullptr},
         {"dw_variants", &CudaSection::dw_variants, nullptr},
-        {"bn_row_batch", nullptr, &CudaSection::bn_row_batch},
+        {"bn_row_batch", nullptr, &CudaSection::bn_row_batch, kern::bn_act_row_batch_valid, "1 or 4"},
+        {"bn_min_blocks", nullptr, &CudaSection::bn_min_blocks, kern::bn_act_min_blocks_valid, "1 or 3"},
         {"upsample_row_loads", &CudaSection::upsample_row_loads, nullptr},
         {"dw_fused_bwd", &CudaSection::dw_fused_bwd, nullptr},
         {"dw_fused_bn_bwd", &CudaSection::dw_fused_bn_bwd, nullptr},

@@ -71,6 +71,7 @@ struct CudaSection {
     bool pdl = false;                 // programmatic dependent launch of the project's kernels (sm_90+)
     bool dw_variants = true;          // the depthwise kernels' fastest variant when autotuning; false: variant 0
     int bn_row_batch = 1;             // BatchNorm + activation rows per loop turn: 1 or 4
+    int bn_min_blocks = 1;            // resident blocks the BN backward's row kernels are compiled for: 1 or 3
     bool upsample_row_loads = false;  // the upsampling backward's window rows loaded together
     bool dw_fused_bwd = false;        // the stride-1 depthwise dgrad + wgrad in one kernel
     bool dw_fused_bn_bwd = false;     // with dw_fused_bwd: the depthwise BN's dx formed inside it
@@ -86,8 +87,10 @@ struct CudaSection {
 // writing, reading, comparing and naming the section walk (config.cpp, config_parse.cpp, cuda_policy.cpp).
 struct CudaKey {
     const char* key;
-    bool CudaSection::*flag;   // null for a number
-    int CudaSection::*number;  // null for a flag
+    bool CudaSection::*flag;       // null for a number
+    int CudaSection::*number;      // null for a flag
+    bool (*valid)(int) = nullptr;  // a number's valid values
+    const char* values = nullptr;  // ... in words, for the error ("1 or 4")
 };
 const std::vector<CudaKey>& cuda_keys();
 

@@ -53,8 +53,8 @@ void read_cuda(Section s, CudaSection& c, const ModelSection& m) {
     for (const CudaKey& k : cuda_keys()) {
         if (k.flag)
             s.boolean(k.key, c.*k.flag);
-        else if (s.integer(k.key, c.*k.number, at_least(1)) && !kern::bn_act_row_batch_valid(c.*k.number))
-            s.error(k.key, "expected 1 or 4, got " + std::to_string(c.*k.number));  // bn_row_batch, the one number
+        else if (s.integer(k.key, c.*k.number, at_least(1)) && !k.valid(c.*k.number))
+            s.error(k.key, std::string("expected ") + k.values + ", got " + std::to_string(c.*k.number));
     }
     // What a switch builds on must be on too (bench step's flags imply it; a config says it).
     const auto needs = [&](bool on, const char* key, bool base, const char* what) {

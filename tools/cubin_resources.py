@@ -9,7 +9,7 @@ for launch"). The CPU emulation runs every kernel with any block size; with this
 (docs/EMULATION.md, "Launch resources").
 
     python3 tools/cubin_resources.py build/libsf_kernels.a [build/libsf_model.a ...] [--arch 90]
-        [--filter SUBSTRING] [--json | --tsv OUT]
+        [--filter SUBSTRING] [--json | --tsv OUT | --against OTHER_BUILD/libsf_kernels.a ...]
 
 Per kernel: regs (per thread), smem (static shared bytes per block, without the 1 KiB the driver
 reserves on sm_80+), stack (the per-thread stack frame: local arrays and spills), bound (the
@@ -18,6 +18,9 @@ __launch_bounds__ maximum, 0 for none) and max_threads: the largest block that f
 CUDA's occupancy calculator models it (cuda_occupancy.h, cudaOccMaxBlocksPerSMRegsLimit): registers
 are allocated per warp in units of 256, and the check assumes the block's warps rounded up to a
 multiple of the SM's 4 sub-partitions: ceil256(regs * 32) * roundup4(warps) <= 65536.
+
+`--against` compares each kernel's SASS (its .text bytes) with another build's: a change claimed to leave
+some kernels alone can show it.
 
 The format (read from the files, checked against `ptxas -v` by tests/tools/test_cubin_resources.py):
 the host ELF's .nv_fatbin section holds fatbin containers (magic 0xBA55ED50) of entries (kind 2 =
@@ -234,6 +237,29 @@ def read(paths, sm):
     return out, found
 
 
+def code(paths, sm):
+    """{normalized kernel name: its .text bytes (the SASS)} over the files' sm_<sm> cubins."""
+    out = {}
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        for section in fatbin_sections(data):
+            for cubin_sm, compressed, image in cubins(section):
+                if cubin_sm != sm or compressed:
+                    continue
+                for name, _typ, off, size, _l, _i in _elf_sections(image):
+                    if name.startswith(".text."):
+                        out[normalize(name[len(".text."):])] = image[off:off + size]
+    return out
+
+
+def compare_code(new, old):
+    """(identical, changed, added, removed) kernel names between two code() maps."""
+    same = sorted(k for k in new if k in old and new[k] == old[k])
+    changed = sorted(k for k in new if k in old and new[k] != old[k])
+    return same, changed, sorted(k for k in new if k not in old), sorted(k for k in old if k not in new)
+
+
 def table(records):
     """{normalized name: merged record}: kernels whose names normalize alike (anonymous-namespace
     kernels of the same name and signature in two files) keep the tighter limits of each."""
@@ -266,6 +292,9 @@ def main(argv=None):
     ap.add_argument("--arch", type=int, default=90, help="the SM whose cubins to read (default 90)")
     ap.add_argument("--filter", default="", help="only kernels whose demangled name contains this")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    ap.add_argument("--against", metavar="FILE", action="append", default=[],
+                    help="another build's files (repeatable): say which kernels' SASS is byte for byte the same, "
+                    "which changed, which are new and which are gone (with --filter: those kernels only)")
     ap.add_argument("--tsv", metavar="OUT", help="write the emulation's table (normalized name, regs, "
                     "smem, stack, bound, max_threads) to OUT")
     args = ap.parse_args(argv)
@@ -278,6 +307,22 @@ def main(argv=None):
         print("cubin_resources: no sm_%d cubin in %s" % (args.arch, " ".join(args.files)), file=sys.stderr)
         return 2
     merged = table(records)
+    if args.against:
+        try:
+            new, old = code(args.files, args.arch), code(args.against, args.arch)
+        except (OSError, FormatError, ValueError, struct.error) as e:
+            print("cubin_resources: %s" % e, file=sys.stderr)
+            return 2
+        keep = demangle(sorted(set(new) | set(old)))
+        new = {k: v for k, v in new.items() if args.filter in keep[k]}
+        old = {k: v for k, v in old.items() if args.filter in keep[k]}
+        same, changed, added, removed = compare_code(new, old)
+        for what, names in (("changed", changed), ("new", added), ("gone", removed)):
+            for n in names:
+                print("%-8s %s" % (what, keep[n]))
+        print("%d kernels with the same code, %d changed, %d new, %d gone" % (
+            len(same), len(changed), len(added), len(removed)))
+        return 0
     if args.tsv:
         with open(args.tsv + ".tmp", "w") as f:
             f.write("# sm_%d kernels of %s: normalized mangled name, regs, smem, stack, bound, max_threads\n" % (

@@ -10,7 +10,8 @@ namespace tools {
 
 namespace {
 
-// The section's switches that are the policy's, field for field (pdl is the Exec's; bn_row_batch an int).
+// The section's switches that are the policy's, field for field (pdl is the Exec's; bn_row_batch and
+// bn_min_blocks are ints).
 struct PolicySwitch {
     bool CudaSection::*section;
     bool kern::ConvPolicy::*policy;
@@ -34,6 +35,7 @@ kern::ConvPolicy cuda_conv_policy(const CudaSection& s, bool deterministic) {
     kern::ConvPolicy p = kern::run_conv_policy(deterministic);
     for (const PolicySwitch& f : kPolicySwitches) p.*f.policy = s.*f.section;
     p.bn_row_batch = s.bn_row_batch;
+    p.bn_min_blocks = s.bn_min_blocks;
     return p;
 }
 
@@ -54,6 +56,7 @@ CudaSection cuda_section_of(const kern::ConvPolicy& p, bool pdl) {
     CudaSection s;
     for (const PolicySwitch& f : kPolicySwitches) s.*f.section = p.*f.policy;
     s.bn_row_batch = p.bn_row_batch;
+    s.bn_min_blocks = p.bn_min_blocks;
     s.pdl = pdl;
     return s;
 }

@@ -72,7 +72,9 @@ inline Inputs random_inputs(size_t rows, int c, uint64_t seed) {
 }
 
 // Train forward then backward on the GPU; y and dx start as sentinels (dx must be overwritten).
-inline Outputs run_gpu(const rt::CudaContext& ctx, kern::Act act, const Inputs& in, int row_batch = 1) {
+// min_blocks: the backward's row kernels' resident blocks (kern::kBnActMinBlocks).
+inline Outputs run_gpu(const rt::CudaContext& ctx, kern::Act act, const Inputs& in, int row_batch = 1,
+                       int min_blocks = 1) {
     const size_t n = in.rows * in.c, c = static_cast<size_t>(in.c);
     const size_t wsn = kern::bn_act_workspace_floats(in.rows, in.c);
     rt::Arena arena("bn_act_test", rt::MemKind::Device);
@@ -106,7 +108,7 @@ inline Outputs run_gpu(const rt::CudaContext& ctx, kern::Act act, const Inputs& 
     kern::bn_act_forward_train(ex, act, in.rows, in.c, x, gamma, beta, y, mean, invstd, rm, rv, kMomentum, kEps,
                                arena.ptr<float>(o_ws), wsn, nullptr, row_batch);
     kern::bn_act_backward(ex, act, in.rows, in.c, x, dy, gamma, beta, mean, invstd, dx, dg, db, arena.ptr<float>(o_ws),
-                          wsn, row_batch);
+                          wsn, kern::BnBackwardRows(row_batch, min_blocks));
     ctx.synchronize();
 
     Outputs out;

@@ -98,6 +98,28 @@ TEST(KernelsBnActGpu, RowBatchBitwiseEqualToOneRow) {
     }
 }
 
+// The backward's row kernels compiled for 3 resident blocks (kern::kBnActMinBlocks, --bn-min-blocks 3): the
+// same code under a register cap of 80, so every output is the same bits as with 1, for both row batches
+// and every activation (the shapes above: batched turns, tails, partial blocks); a value with no kernels
+// is refused naming it.
+TEST(KernelsBnActGpu, MinBlocksThreeBitwiseEqualToOne) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const Shape shapes[] = {{512 * 32 * 5 + 37, 64}, {1000, 40}, {37, 8}};
+    for (const Shape& s : shapes) {
+        const Inputs in = wide_inputs(s.rows, s.c, 2100 + s.c);
+        for (kern::Act act : {kern::Act::None, kern::Act::Silu, kern::Act::Relu})
+            for (int rb : kern::kBnActRowBatches) {
+                const std::string what = std::string(kern::act_name(act)) + " rows=" + std::to_string(s.rows) +
+                                         " C=" + std::to_string(s.c) + " row_batch " + std::to_string(rb);
+                const Outputs b = run_gpu(ctx, act, in, rb, 3);
+                EXPECT_TRUE(b.guards_intact) << what;
+                expect_bitwise_equal(run_gpu(ctx, act, in, rb, 1), b, what + " min_blocks 3");
+            }
+    }
+    SF_EXPECT_ERROR(kern::bn_act_plan(100, 8, true, 1, 2), "min_blocks must be 1 or 3, got 2");
+}
+
 // The finalize's fp64 sums of fp32 chunk partials are exact for ordinary data, so the test above
 // cannot see the order in which a lane adds its chunks (a reversed batch passed it under the
 // emulation). Here dy is +2^70 in chunks 128m + y and -2^70 in chunks 128m + 8 + y (y < 8; 4 rows per

@@ -178,6 +178,30 @@ class RealCubins(unittest.TestCase):
         self.assertEqual(by["_ZN12_GLOBAL__N_111anon_kernelEPf"][3:], ["384", "384"])
         self.assertEqual(by["_Z12heavy_kernelPKfPfi"][0], str(self.ptxas["_Z12heavy_kernelPKfPfi"]["regs"]))
 
+    def test_against_another_build(self):
+        # The probe again with plain_kernel's body changed and heavy_kernel gone: the rest the same code.
+        src = os.path.join(self.tmp, "probe2.cu")
+        with open(src, "w") as f:
+            f.write(PROBE.replace("p[threadIdx.x] = 1; }", "p[threadIdx.x] = 2; }")
+                    .replace("    heavy_kernel<<<1, 32>>>(p, p, 3);\n", "")
+                    .replace("__global__ void __launch_bounds__(128, 4) heavy_kernel", "__device__ void heavy_fn"))
+        other = os.path.join(self.tmp, "probe2.o")
+        subprocess.run([NVCC, "-arch=sm_90", "-c", src, "-o", other], check=True, capture_output=True)
+        same, changed, added, removed = cr.compare_code(cr.code([other], 90), cr.code([self.obj], 90))
+        self.assertEqual(changed, ["_Z12plain_kernelPfi"])
+        self.assertEqual(removed, ["_Z12heavy_kernelPKfPfi"])
+        self.assertEqual(added, [])
+        self.assertEqual(len(same), 3)  # the anonymous-namespace kernel compared under its normalized name
+        out = io.StringIO()
+        with redirect_stdout(out):
+            self.assertEqual(cr.main([other, "--against", self.obj]), 0)
+        self.assertIn("changed  plain_kernel(float*, int)", out.getvalue())
+        self.assertIn("3 kernels with the same code, 1 changed, 0 new, 1 gone", out.getvalue())
+        out = io.StringIO()
+        with redirect_stdout(out):
+            self.assertEqual(cr.main([other, "--against", self.obj, "--filter", "shared_kernel"]), 0)
+        self.assertIn("2 kernels with the same code, 0 changed, 0 new, 0 gone", out.getvalue())
+
     def test_refusals(self):
         err = io.StringIO()
         with redirect_stderr(err):
