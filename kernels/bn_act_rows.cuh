@@ -1,7 +1,8 @@
-// The row kernels of the CUDA BatchNorm + activation (kernels/bn_act.cu, the only includer): forward
-// statistics, apply, backward reduce and dx, each walking rows of (rows, C) bf16 data in row_batch 1
-// or 4 rows per loop turn, and their device helpers. The finalize kernels and the launchers are in
-// bn_act.cu. Design: docs/KERNELS_BN_ACT.md.
+// The row kernels of the CUDA BatchNorm + activation (included by kernels/bn_act.cu, bn_act_backward.cu
+// and bn_act_launch.cuh only): forward statistics, apply, backward reduce and dx, each walking rows of
+// (rows, C) bf16 data in row_batch 1 or 4 rows per loop turn, and their device helpers. The finalize
+// kernels and the launchers are in bn_act.cu (forward) and bn_act_backward.cu. Design:
+// docs/KERNELS_BN_ACT.md.
 #pragma once
 #include <cuda_bf16.h>
 

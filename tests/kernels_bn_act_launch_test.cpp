@@ -134,6 +134,34 @@ TEST(KernelsBnActLaunch, RowBatchLeavesTheGeometry) {
     EXPECT_FALSE(kern::bn_act_row_batch_valid(2));
 }
 
+// Resident blocks of the backward's row kernels: a choice of compiled code only. The plan keeps it and
+// nothing else moves (the geometry, chunks, workspace: so the order of every sum); other values are
+// refused naming the valid ones.
+TEST(KernelsBnActLaunch, MinBlocksLeavesTheGeometry) {
+    EXPECT_EQ(kern::bn_act_plan(1000, 64, true).min_blocks, 1);
+    for (int mb : kern::kBnActMinBlocks) {
+        EXPECT_TRUE(kern::bn_act_min_blocks_valid(mb));
+        for (int rb : kern::kBnActRowBatches)
+            for (size_t rows : {size_t(2), size_t(1000), size_t(128) * 64 * 128})
+                for (int c : {8, 40, 512}) {
+                    const BnActPlan a = kern::bn_act_plan(rows, c, true, rb),
+                                    b = kern::bn_act_plan(rows, c, true, rb, mb);
+                    EXPECT_EQ(b.min_blocks, mb);
+                    EXPECT_EQ(b.row_batch, rb);
+                    EXPECT_EQ(b.block_x, a.block_x);
+                    EXPECT_EQ(b.block_y, a.block_y);
+                    EXPECT_EQ(b.grid_x, a.grid_x);
+                    EXPECT_EQ(b.chunks, a.chunks);
+                    EXPECT_EQ(b.apply_grid_y, a.apply_grid_y);
+                    EXPECT_EQ(b.workspace_floats, a.workspace_floats);
+                }
+    }
+    for (int bad : {0, 2, 4}) {
+        const std::string want = "min_blocks must be 1 or 3, got " + std::to_string(bad);
+        SF_EXPECT_ERROR(kern::bn_act_plan(100, 64, true, 1, bad), want.c_str());
+    }
+}
+
 // The launchers validate everything before launching; these calls never reach the GPU.
 TEST(KernelsBnActLaunch, LaunchersRejectBadArguments) {
     rt::Exec cuda;

@@ -98,8 +98,8 @@ TEST(KernelsBnActGpu, RowBatchBitwiseEqualToOneRow) {
     }
 }
 
-// The backward's row kernels compiled for 3 resident blocks (kern::kBnActMinBlocks, --bn-min-blocks 3): the
-// same code under a register cap of 80, so every output is the same bits as with 1, for both row batches
+// The backward's row kernels compiled for 3 resident blocks (every value of kern::kBnActMinBlocks other than 1;
+// --bn-min-blocks 3): the same code under a register cap of 80, so every output is the same bits as with 1, for both row batches
 // and every activation (the shapes above: batched turns, tails, partial blocks); a value with no kernels
 // is refused naming it.
 TEST(KernelsBnActGpu, MinBlocksThreeBitwiseEqualToOne) {
@@ -112,9 +112,13 @@ TEST(KernelsBnActGpu, MinBlocksThreeBitwiseEqualToOne) {
             for (int rb : kern::kBnActRowBatches) {
                 const std::string what = std::string(kern::act_name(act)) + " rows=" + std::to_string(s.rows) +
                                          " C=" + std::to_string(s.c) + " row_batch " + std::to_string(rb);
-                const Outputs b = run_gpu(ctx, act, in, rb, 3);
-                EXPECT_TRUE(b.guards_intact) << what;
-                expect_bitwise_equal(run_gpu(ctx, act, in, rb, 1), b, what + " min_blocks 3");
+                const Outputs one = run_gpu(ctx, act, in, rb, 1);
+                for (int mb : kern::kBnActMinBlocks) {
+                    if (mb == 1) continue;
+                    const Outputs b = run_gpu(ctx, act, in, rb, mb);
+                    EXPECT_TRUE(b.guards_intact) << what << " min_blocks " << mb;
+                    expect_bitwise_equal(one, b, what + " min_blocks " + std::to_string(mb));
+                }
             }
     }
     SF_EXPECT_ERROR(kern::bn_act_plan(100, 8, true, 1, 2), "min_blocks must be 1 or 3, got 2");
