@@ -9,10 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <unordered_map>
 
-#include "kernels/conv_cudnn_probe.h"
 #include "kernels/conv_cudnn_engine.h"
+#include "kernels/conv_cudnn_probe.h"
 #include "runtime/cuda_check.h"
 #include "runtime/cudnn_graph.h"
 #include "runtime/error.h"
@@ -283,7 +284,8 @@ struct ConvPlanCache::Impl {
     ConvPolicy policy;
     std::unordered_map<ConvPlanKey, std::unique_ptr<Plan>, ConvPlanKeyHash> plans;
     void* workspace = nullptr;
-    size_t workspace_size = 0;
+    size_t workspace_size = 0;  // per lane
+    int lanes = 1;              // lane k's workspace: workspace + k * workspace_size
     bool workspace_set = false;
     int device = 0;            // cudaGetDevice at construction (part of the process-store key)
     size_t cudnn_version = 0;  // cudnnGetVersion: the library loaded (part of the process-store key)
@@ -292,18 +294,22 @@ struct ConvPlanCache::Impl {
     const Plan& step_plan(const rt::Exec& e, const ConvShape& s, ConvOp op, const char* fn,
                           bool overwrite = false) const {
         const ConvPlanKey key = conv_plan_key(op, s, policy, overwrite);
-        SF_CHECK(e.is_cuda() && e.cudnn == ex.cudnn && e.stream == ex.stream,
-                 "ConvPlanCache::%s(%s): called with a different Exec (%s, handle %p, stream %p) than the plans were "
-                 "built for (handle %p, stream %p)",
+        // Lane 0: the Exec the plans were built with. Lane k > 0 (rt::StreamLanes): the same handle, its own
+        // stream, which the launch binds the handle to for the call (LaneStream).
+        SF_CHECK(e.is_cuda() && e.cudnn == ex.cudnn && (e.lane == 0 ? e.stream == ex.stream : e.stream != nullptr),
+                 "ConvPlanCache::%s(%s): called with a different Exec (%s, handle %p, stream %p, lane %d) than the "
+                 "plans were built for (handle %p, stream %p)",
                  fn, key.to_string().c_str(), rt::backend_name(e.backend), static_cast<void*>(e.cudnn),
-                 static_cast<void*>(e.stream), static_cast<void*>(ex.cudnn), static_cast<void*>(ex.stream));
+                 static_cast<void*>(e.stream), e.lane, static_cast<void*>(ex.cudnn), static_cast<void*>(ex.stream));
+        SF_CHECK(e.lane >= 0 && e.lane < lanes, "ConvPlanCache::%s(%s): lane %d, the workspace was set for %d lane(s)",
+                 fn, key.to_string().c_str(), e.lane, lanes);
         // cuDNN enqueues on the handle's current stream, not on e.stream: a handle rebound elsewhere
         // would put the conv outside the stream order (and outside a CUDA-graph capture).
         cudaStream_t bound = nullptr;
         SF_CUDNN_CHECK(cudnnGetStream(e.cudnn, &bound));
-        SF_CHECK(bound == e.stream,
-                 "ConvPlanCache::%s(%s): the cuDNN handle is now bound to stream %p, not the Exec's %p", fn,
-                 key.to_string().c_str(), static_cast<void*>(bound), static_cast<void*>(e.stream));
+        SF_CHECK(bound == ex.stream,
+                 "ConvPlanCache::%s(%s): the cuDNN handle is now bound to stream %p, not the plans' %p", fn,
+                 key.to_string().c_str(), static_cast<void*>(bound), static_cast<void*>(ex.stream));
         const auto it = plans.find(key);
         if (it == plans.end() && op == ConvOp::Dgrad) {  // the other mode prepared: say which is missing
             const ConvPlanKey other = conv_plan_key(op, s, policy, !overwrite);
@@ -314,7 +320,32 @@ struct ConvPlanCache::Impl {
         SF_CHECK(workspace_set, "ConvPlanCache::%s(%s): set_workspace() was not called", fn, key.to_string().c_str());
         return *it->second;
     }
+    void* lane_workspace(const rt::Exec& e) const {
+        return workspace ? static_cast<uint8_t*>(workspace) + static_cast<size_t>(e.lane) * workspace_size : nullptr;
+    }
 };
+
+namespace {
+// A lane's call binds the shared cuDNN handle to the lane's stream for its duration, then back to the
+// plans' stream (what every lane-0 call and the plans' own checks expect). Host-side state only: in a
+// stream capture the call's kernels join the lane's stream, as with a handle of its own.
+class LaneStream {
+public:
+    LaneStream(const rt::Exec& e, cudaStream_t home) : e_(e), home_(home) {
+        if (e_.stream != home_) SF_CUDNN_CHECK(cudnnSetStream(e_.cudnn, e_.stream));
+    }
+    ~LaneStream() {  // destructors log and continue; the next call's handle check then names the stream
+        if (e_.stream != home_ && cudnnSetStream(e_.cudnn, home_) != CUDNN_STATUS_SUCCESS)
+            SF_LOG_ERROR("cudnnSetStream: the cuDNN handle could not be bound back to the plans' stream");
+    }
+    LaneStream(const LaneStream&) = delete;
+    LaneStream& operator=(const LaneStream&) = delete;
+
+private:
+    const rt::Exec& e_;
+    cudaStream_t home_;
+};
+}  // namespace
 
 ConvPlanCache::ConvPlanCache(const rt::Exec& ex, const ConvPolicy& policy) : impl_(std::make_unique<Impl>()) {
     SF_CHECK(ex.is_cuda(), "ConvPlanCache needs a CUDA Exec (got %s): cuDNN plans are built on a device",
@@ -394,8 +425,11 @@ size_t ConvPlanCache::workspace_bytes() const {
     return m;
 }
 
-void ConvPlanCache::set_workspace(void* device_ptr, size_t bytes) {
+void ConvPlanCache::set_workspace(void* device_ptr, size_t bytes, int lanes) {
     SF_CHECK(!impl_->workspace_set, "ConvPlanCache::set_workspace: called twice");
+    SF_CHECK(lanes >= 1 && (lanes == 1 || bytes % kConvWorkspaceAlign == 0),
+             "ConvPlanCache::set_workspace: %d lane(s) of %zu bytes (lanes >= 1, each a multiple of %zu bytes)", lanes,
+             bytes, kConvWorkspaceAlign);
     const size_t need = workspace_bytes();
     SF_CHECK(bytes >= need, "ConvPlanCache::set_workspace: %zu bytes given, the prepared plans need %zu", bytes, need);
     SF_CHECK(need == 0 || device_ptr != nullptr, "ConvPlanCache::set_workspace: null workspace (%zu bytes needed)",
@@ -404,6 +438,7 @@ void ConvPlanCache::set_workspace(void* device_ptr, size_t bytes) {
              "ConvPlanCache::set_workspace: workspace %p is not %zu-byte aligned", device_ptr, kConvWorkspaceAlign);
     impl_->workspace = device_ptr;
     impl_->workspace_size = bytes;
+    impl_->lanes = lanes;
     impl_->workspace_set = true;
 }
 
@@ -413,7 +448,8 @@ void ConvPlanCache::forward(const rt::Exec& ex, const ConvShape& s, const bf16* 
              "ConvPlanCache::forward(%s): x %p, w %p, y %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(w),
              static_cast<void*>(y));
-    conv_detail::launch(ex, s, ConvOp::Fprop, p.e, x, w, y, impl_->workspace, nullptr);
+    const LaneStream on_lane(ex, impl_->ex.stream);
+    conv_detail::launch(ex, s, ConvOp::Fprop, p.e, x, w, y, impl_->lane_workspace(ex), nullptr);
 }
 
 void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const bf16* dy, const bf16* w, bf16* dx,
@@ -423,7 +459,8 @@ void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const 
              "ConvPlanCache::backward_data(%s): dy %p, w %p, dx %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(dy), static_cast<const void*>(w),
              static_cast<void*>(dx));
-    conv_detail::launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->workspace, nullptr, accumulate);
+    const LaneStream on_lane(ex, impl_->ex.stream);
+    conv_detail::launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->lane_workspace(ex), nullptr, accumulate);
 }
 
 void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw) {
@@ -432,7 +469,8 @@ void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, cons
              "ConvPlanCache::backward_filter(%s): x %p, dy %p, dw %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(dy),
              static_cast<void*>(dw));
-    conv_detail::launch(ex, s, ConvOp::Wgrad, p.e, x, dy, dw, impl_->workspace, nullptr);
+    const LaneStream on_lane(ex, impl_->ex.stream);
+    conv_detail::launch(ex, s, ConvOp::Wgrad, p.e, x, dy, dw, impl_->lane_workspace(ex), nullptr);
 }
 
 double ConvPlanCache::measured_ms(const ConvShape& s, ConvOp op, bool overwrite) const {

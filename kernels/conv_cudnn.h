@@ -68,6 +68,12 @@ struct ConvPolicy {
     // 4F^2. Bitwise-equal results; `bench step --upsample-row-loads` is the A/B (docs/perf/OPTIMIZATION_LOG.md
     // entry 18); off until a GPU measures it.
     bool upsample_row_loads = false;
+    // model::SiderNetT: the HRNet stages' branches run on side streams of their own (rt::StreamLanes,
+    // forked and joined per stage; parallel paths of the captured graph), each with its own workspace, the
+    // backward's gradients of concurrent branches kept apart by the plan (GradTape::Section). The same
+    // kernels on the same data: bitwise the same step. `bench step --branch-lanes` is the A/B
+    // (docs/perf/OPTIMIZATION_LOG.md entry 30); off until a GPU measures it. Not a convolution choice either.
+    bool branch_lanes = false;
     // model::GpuOps: the stride-1 depthwise convolutions the custom kernels run take their dgrad and wgrad
     // in one fused kernel (kern::dwconv3x3_backward_fused_cuda: one pass over dy and x instead of two
     // each). dx is the same bits; dw the same sum in another order (not bitwise the two-pass wgrad's),
@@ -375,8 +381,10 @@ public:
     size_t prepare(const ConvShape& s, ConvOp op, bool overwrite = false);
     size_t workspace_bytes() const;  // max over every prepared plan
     // Once, after every prepare(): device_ptr (256-byte aligned, or null when workspace_bytes() is
-    // 0) with at least workspace_bytes() bytes.
-    void set_workspace(void* device_ptr, size_t bytes);
+    // 0) with at least workspace_bytes() bytes. lanes > 1 (rt::StreamLanes): lanes regions of `bytes`
+    // each (a multiple of 256) from device_ptr; a call on an Exec of lane k uses the k-th and runs on that
+    // Exec's stream (the handle is bound to it for the call).
+    void set_workspace(void* device_ptr, size_t bytes, int lanes = 1);
 
     // Step time: enqueue on ex.stream. Throws rt::Error (naming the key) if the plan was not
     // prepared or the workspace not set, and for misaligned pointers or a different Exec.

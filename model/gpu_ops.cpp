@@ -224,33 +224,42 @@ void GpuOps::run_custom(const Entry& e, const rt::Exec& ex, const kern::ConvShap
     if (e.impl == ConvImpl::CustomStem) {
         SF_CHECK(!dgrad, "the custom stem conv has no input gradient (%s)", s.describe().c_str());
         if (y) kern::stemconv_forward_cuda(ex, s, x, w, y);
-        if (dw) kern::stemconv_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_);
+        if (dw) kern::stemconv_backward_filter_cuda(ex, s, x, dy, dw, custom_ws(ex), custom_ws_floats_);
         return;
     }
     if (e.impl == ConvImpl::CustomPointwise) {
         if (y) kern::pwconv_forward_cuda(ex, s, x, w, y);
         if (dgrad) kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, accumulate);
-        if (dw) kern::pwconv_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_);
+        if (dw) kern::pwconv_backward_filter_cuda(ex, s, x, dy, dw, custom_ws(ex), custom_ws_floats_);
         return;
     }
     if (y) kern::dwconv3x3_forward_cuda(ex, s, x, w, y, nullptr, e.fwd_variant);
     if (dgrad)
         kern::dwconv3x3_backward_data_cuda(ex, s, dy, w, dx, accumulate,
                                            accumulate ? e.dgrad_variant : e.dgrad_ow_variant);
-    if (dw) kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, custom_ws_, custom_ws_floats_, nullptr,
-                                                 e.wgrad_variant);
+    if (dw)
+        kern::dwconv3x3_backward_filter_cuda(ex, s, x, dy, dw, custom_ws(ex), custom_ws_floats_, nullptr,
+                                             e.wgrad_variant);
 }
 
 size_t GpuOps::workspace_bytes() const {
     return std::max(cudnn_->workspace_bytes(), custom_ws_floats_ * sizeof(float));
 }
 
-void GpuOps::bind_workspace(void* device_ptr, size_t bytes) {
+void GpuOps::bind_workspace(void* device_ptr, size_t bytes, int lanes) {
     SF_CHECK(bytes >= workspace_bytes(), "GpuOps workspace of %zu bytes, %zu needed", bytes, workspace_bytes());
     SF_CHECK(device_ptr != nullptr || bytes == 0, "GpuOps::bind_workspace: null workspace");
-    if (cudnn_->workspace_bytes() > 0 || cudnn_->size() > 0) cudnn_->set_workspace(device_ptr, bytes);
+    SF_CHECK(lanes >= 1, "GpuOps::bind_workspace: %d lanes", lanes);
+    if (cudnn_->workspace_bytes() > 0 || cudnn_->size() > 0) cudnn_->set_workspace(device_ptr, bytes, lanes);
     custom_ws_ = static_cast<float*>(device_ptr);
     custom_ws_floats_ = bytes / sizeof(float);
+    lanes_ = lanes;
+}
+
+float* GpuOps::custom_ws(const rt::Exec& ex) const {
+    SF_CHECK(ex.lane >= 0 && ex.lane < lanes_, "GpuOps: an op on lane %d, the workspace was bound for %d lane(s)",
+             ex.lane, lanes_);
+    return custom_ws_ ? custom_ws_ + static_cast<size_t>(ex.lane) * custom_ws_floats_ : nullptr;
 }
 
 ConvImpl GpuOps::impl_of(const kern::ConvShape& s) const { return find(s).impl; }
@@ -434,7 +443,7 @@ void GpuOps::conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, c
              "changed after GpuOps::prepare)",
              s.describe().c_str());
     check_dgrad_mode(e.use, accumulate);
-    kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws_, custom_ws_floats_, accumulate, nullptr,
+    kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws(ex), custom_ws_floats_, accumulate, nullptr,
                                         kern::kDwFusedMaxBlocks, pro, bng);
 }
 

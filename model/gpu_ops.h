@@ -71,8 +71,10 @@ public:
     void prepare(const std::vector<ConvUse>& convs);
     size_t workspace_bytes() const;
     // Once, after prepare(): the network's workspace region (shared with the reduction scratch of
-    // the other ops, which never run concurrently on the stream).
-    void bind_workspace(void* device_ptr, size_t bytes);
+    // the other ops, which never run concurrently on the stream). lanes > 1 (branch lanes,
+    // kern::ConvPolicy::branch_lanes): one region of `bytes` per lane from device_ptr; an op on an Exec
+    // of lane k (rt::Exec::lane) uses the k-th.
+    void bind_workspace(void* device_ptr, size_t bytes, int lanes = 1);
 
     // The policy the network's kernels take their choices from.
     const kern::ConvPolicy& policy() const { return policy_; }
@@ -237,8 +239,10 @@ private:
     kern::ConvPolicy policy_;
     std::unique_ptr<kern::ConvPlanCache> cudnn_;
     std::vector<Entry> entries_;
-    float* custom_ws_ = nullptr;  // custom kernels' wgrad scratch (inside the bound workspace)
-    size_t custom_ws_floats_ = 0;
+    float* custom_ws(const rt::Exec& ex) const;  // ex's lane's custom_ws_ region
+    float* custom_ws_ = nullptr;                 // custom kernels' wgrad scratch (bound workspace, lane 0)
+    size_t custom_ws_floats_ = 0;                // per lane
+    int lanes_ = 1;
     double plan_seconds_ = 0;
 };
 

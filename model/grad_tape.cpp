@@ -14,7 +14,33 @@ void GradTape::begin_trace() {
     events_.clear();
     scope_names_.clear();
     scope_stack_.clear();
+    sections_.clear();
+    section_ = -1;
+    lane_ = 0;
     ops_ = 0;
+}
+
+void GradTape::begin_section() {
+    if (mode_ != Mode::Trace) return;
+    SF_CHECK(section_ < 0, "GradTape::begin_section() inside a section (sections do not nest)");
+    section_ = static_cast<int>(sections_.size());
+    sections_.push_back({ops_, ops_});
+    lane_ = 0;
+}
+
+void GradTape::set_lane(int k) {
+    if (mode_ != Mode::Trace) return;
+    SF_CHECK(section_ >= 0, "GradTape::set_lane(%d) outside a section", k);
+    SF_CHECK(k >= 0, "GradTape::set_lane(%d): lanes are numbered from 0", k);
+    lane_ = k;
+}
+
+void GradTape::end_section() {
+    if (mode_ != Mode::Trace) return;
+    SF_CHECK(section_ >= 0, "GradTape::end_section() without begin_section()");
+    sections_[static_cast<size_t>(section_)].end_op = ops_;
+    section_ = -1;
+    lane_ = 0;
 }
 
 void GradTape::enter_scope(const char* name) {
@@ -38,6 +64,7 @@ void GradTape::leave_scope() {
 void GradTape::end_trace() {
     SF_CHECK(mode_ == Mode::Trace, "GradTape::end_trace() without begin_trace()");
     SF_CHECK(scope_stack_.empty(), "GradTape::end_trace() with %zu scope(s) still open", scope_stack_.size());
+    SF_CHECK(section_ < 0, "GradTape::end_trace() with a parallel section still open");
     mode_ = Mode::Idle;
 }
 
@@ -56,9 +83,11 @@ bool GradTape::op(std::initializer_list<const void*> reads, std::initializer_lis
     if (mode_ == Mode::Trace) {
         const int sc = scope_stack_.empty() ? -1 : scope_stack_.back();
         for (const void* r : reads)
-            if (r) events_.push_back({ops_, r, false, false, {}, false, sc});
+            if (r) events_.push_back({ops_, r, false, false, {}, false, sc, section_, lane_});
         for (const void* w : writes) {
-            if (w) events_.push_back({ops_, w, true, dgrad != nullptr, dgrad ? *dgrad : kern::ConvShape{}, copy, sc});
+            if (w)
+                events_.push_back(
+                    {ops_, w, true, dgrad != nullptr, dgrad ? *dgrad : kern::ConvShape{}, copy, sc, section_, lane_});
             *a++ = true;
         }
         ++ops_;
@@ -110,6 +139,18 @@ bool grad_op(std::initializer_list<const void*> reads, std::initializer_list<con
     if (g_active) return g_active->op(reads, writes, acc, dgrad, copy);
     for (size_t i = 0; i < writes.size(); ++i) acc[i] = true;
     return true;
+}
+
+void grad_section_begin() {
+    if (g_active) g_active->begin_section();
+}
+
+void grad_section_lane(int k) {
+    if (g_active) g_active->set_lane(k);
+}
+
+void grad_section_end() {
+    if (g_active) g_active->end_section();
 }
 
 }  // namespace model

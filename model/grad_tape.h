@@ -41,6 +41,14 @@ public:
         kern::ConvShape conv;  // valid when conv_dgrad
         bool copy = false;
         int scope = -1;
+        int section = -1;  // the parallel section the op is in (sections()), -1: none
+        int lane = 0;      // its lane in that section
+    };
+    // A parallel section: ops [first_op, end_op) run on the lanes set_lane() named while tracing (each
+    // lane's ops in order, different lanes' ops at once: rt::StreamLanes). The planner never lets two
+    // gradients the section touches from different lanes share bytes (Planner::plan_grads).
+    struct Section {
+        int first_op = 0, end_op = 0;
     };
 
     void begin_trace();
@@ -51,6 +59,12 @@ public:
     const std::vector<std::string>& scope_names() const { return scope_names_; }
     void enter_scope(const char* name);  // tracing only: later events carry this scope
     void leave_scope();
+    // Tracing only (no-ops otherwise): the ops from begin_section() to end_section() form a parallel
+    // section; set_lane(k) names the lane of the ops that follow (0 at the section's start).
+    void begin_section();
+    void set_lane(int k);
+    void end_section();
+    const std::vector<Section>& sections() const { return sections_; }
 
     // After the plan is bound: per traced write (in order), the real pointer it targets and whether
     // it accumulates. accumulate_all: every write accumulates (the reference layout).
@@ -86,6 +100,8 @@ private:
     std::vector<Event> events_;
     std::vector<std::string> scope_names_;
     std::vector<int> scope_stack_;
+    std::vector<Section> sections_;
+    int section_ = -1, lane_ = 0;  // the open section while tracing (-1: none) and its current lane
     std::vector<const void*> targets_;
     std::vector<bool> accumulate_;
 };
@@ -105,5 +121,11 @@ private:
 // write accumulates and the op runs.
 bool grad_op(std::initializer_list<const void*> reads, std::initializer_list<const void*> writes, bool* acc,
              const kern::ConvShape* dgrad = nullptr, bool copy = false);
+
+// The active tape's begin_section / set_lane / end_section (no-ops without an active tape): the network's
+// parallel sections (branch lanes) mark themselves on the schedule this way.
+void grad_section_begin();
+void grad_section_lane(int k);
+void grad_section_end();
 
 }  // namespace model

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
 #include "model/device_util.h"
@@ -9,6 +11,7 @@
 #include "model/layer_ops.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
+#include "runtime/lanes.h"
 #include "runtime/profile.h"
 
 namespace model {
@@ -61,39 +64,65 @@ void NetShape::validate_for_training() const {
 template <class T>
 void Stage<T>::declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks,
                        UpOrder up_order, bool fuse_expand_dw) {
+    lanes = p.lanes();
     branches.resize(in.size());
     for (size_t i = 0; i < in.size(); ++i) {
+        p.set_lane(lane_of(i));  // the branch's workspace: its lane's
         branches[i].resize(static_cast<size_t>(blocks));
         for (int b = 0; b < blocks; ++b)
             branches[i][static_cast<size_t>(b)].declare(
                 p, name + ".branch_" + scale_name(static_cast<int>(i)) + "." + std::to_string(b), in[i],
                 fuse_expand_dw);
     }
+    p.set_lane(0);
     fusion.declare(p, name + ".fusion", in, up_order);
 }
 
+// The branches on their lanes' streams: only on CUDA, with the network's lanes, the plan's lanes and no
+// per-layer observer (whose scopes time one stream).
 template <class T>
-void Stage<T>::forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train) const {
+bool on_lanes(const Stage<T>& st, const rt::Exec& ex, const rt::StreamLanes* streams) {
+    return st.lanes > 1 && streams && ex.is_cuda() && !ex.observer && st.branches.size() > 1;
+}
+
+template <class T>
+void Stage<T>::forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train,
+                       const rt::StreamLanes* streams) const {
+    const bool par = on_lanes(*this, ex, streams);
+    const int used = static_cast<int>(std::min(branches.size(), static_cast<size_t>(lanes)));
+    if (par) streams->fork(ex, used);
     std::vector<const ActT<T>*> outs;
     for (size_t i = 0; i < branches.size(); ++i) {
+        const rt::Exec lex = par ? streams->lane(ex, lane_of(i)) : ex;
         const ActT<T>* x = in[i];
         for (const LiteBlock<T>& b : branches[i]) {
-            b.forward(ex, *x, train);
+            b.forward(lex, *x, train);
             x = &b.out;
         }
         outs.push_back(x);
     }
+    if (par) streams->join(ex, used);
     fusion.forward(ex, outs, train);
 }
 
 template <class T>
-void Stage<T>::backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in) const {
+void Stage<T>::backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in,
+                        const rt::StreamLanes* streams) const {
     std::vector<const ActT<T>*> outs;
     for (size_t i = 0; i < branches.size(); ++i) outs.push_back(&branches[i].back().out);
     fusion.backward(ex, outs);
-    for (size_t i = branches.size(); i-- > 0;)
+    const bool par = on_lanes(*this, ex, streams);
+    const int used = static_cast<int>(std::min(branches.size(), static_cast<size_t>(lanes)));
+    if (lanes > 1) grad_section_begin();  // the gradient plan keeps the branches' gradients apart
+    if (par) streams->fork(ex, used);
+    for (size_t i = branches.size(); i-- > 0;) {
+        if (lanes > 1) grad_section_lane(lane_of(i));
+        const rt::Exec lex = par ? streams->lane(ex, lane_of(i)) : ex;
         for (size_t b = branches[i].size(); b-- > 0;)
-            branches[i][b].backward(ex, b == 0 ? *in[i] : branches[i][b - 1].out);
+            branches[i][b].backward(lex, b == 0 ? *in[i] : branches[i][b - 1].out);
+    }
+    if (par) streams->join(ex, used);
+    if (lanes > 1) grad_section_end();
 }
 
 // ---- WeightedFuse ----
@@ -153,6 +182,10 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     shape_.validate();
     ops_ = std::make_unique<GpuOps>(ex, policy);
     plan_.set_gpu_ops(ops_.get());
+    if (policy.branch_lanes) {
+        plan_.set_lanes(rt::StreamLanes::kMaxLanes);
+        lanes_ = std::make_unique<rt::StreamLanes>(rt::StreamLanes::kMaxLanes);
+    }
     plan_.set_dw_fused_bn(ops_->dw_fused_bn());
     plan_.set_pw_stats(ops_->pw_stats());
     plan_.set_dw_stats(ops_->dw_stats());
@@ -166,7 +199,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     plan_.finish_sizing();
     declare(plan_);  // binding pass
     plan_.finish_binding();
-    ops_->bind_workspace(plan_.workspace_base(), plan_.memory().workspace);
+    ops_->bind_workspace(plan_.workspace_base(), plan_.workspace_lane_bytes(), plan_.lanes());
 }
 
 template <class T>
@@ -180,6 +213,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
         plan_.set_pw_bn_bwd(GpuOps::pw_bn_bwd(*dry.policy));
         plan_.set_dw_bn_grad(GpuOps::dw_bn_grad(*dry.policy));
         plan_.set_pw_bn_grad(GpuOps::pw_bn_grad(*dry.policy));
+        if (dry.policy->branch_lanes) plan_.set_lanes(rt::StreamLanes::kMaxLanes);
     }
     declare(plan_);
     plan_grads();
@@ -289,14 +323,14 @@ void SiderNetT<T>::forward(const rt::Exec& ex, bool train) {
     // Stage 2
     t2_keep_.forward(ex, stem_.out(), train);
     t2_down_.forward(ex, stem_.out(), train);
-    stage2_.forward(ex, {&t2_keep_.out, &t2_down_.out()}, train);
+    stage2_.forward(ex, {&t2_keep_.out, &t2_down_.out()}, train, lanes_.get());
     // Stage 3
     t3_new_.forward(ex, stage2_.fusion.out(1), train);
-    stage3_.forward(ex, {&stage2_.fusion.out(0), &stage2_.fusion.out(1), &t3_new_.out()}, train);
+    stage3_.forward(ex, {&stage2_.fusion.out(0), &stage2_.fusion.out(1), &t3_new_.out()}, train, lanes_.get());
     // Stage 4
     t4_new_.forward(ex, stage3_.fusion.out(2), train);
-    stage4_.forward(ex, {&stage3_.fusion.out(0), &stage3_.fusion.out(1), &stage3_.fusion.out(2), &t4_new_.out()},
-                    train);
+    stage4_.forward(ex, {&stage3_.fusion.out(0), &stage3_.fusion.out(1), &stage3_.fusion.out(2), &t4_new_.out()}, train,
+                    lanes_.get());
     // LiteFPN
     for (int level = 3; level >= 0; --level) fpn_.lateral[level].forward(ex, stage4_.fusion.out(level), train);
     fpn_.smooth_p5.forward(ex, fpn_.lateral[3].out, train);
@@ -343,11 +377,12 @@ void SiderNetT<T>::backward(const rt::Exec& ex) {
     fpn_.smooth_p5.backward(ex, fpn_.lateral[3].out);
     for (int level = 0; level <= 3; ++level) fpn_.lateral[level].backward(ex, stage4_.fusion.out(level));
 
-    stage4_.backward(ex, {&stage3_.fusion.out(0), &stage3_.fusion.out(1), &stage3_.fusion.out(2), &t4_new_.out()});
+    stage4_.backward(ex, {&stage3_.fusion.out(0), &stage3_.fusion.out(1), &stage3_.fusion.out(2), &t4_new_.out()},
+                     lanes_.get());
     t4_new_.backward(ex, stage3_.fusion.out(2));
-    stage3_.backward(ex, {&stage2_.fusion.out(0), &stage2_.fusion.out(1), &t3_new_.out()});
+    stage3_.backward(ex, {&stage2_.fusion.out(0), &stage2_.fusion.out(1), &t3_new_.out()}, lanes_.get());
     t3_new_.backward(ex, stage2_.fusion.out(1));
-    stage2_.backward(ex, {&t2_keep_.out, &t2_down_.out()});
+    stage2_.backward(ex, {&t2_keep_.out, &t2_down_.out()}, lanes_.get());
     t2_down_.backward(ex, stem_.out());
     t2_keep_.backward(ex, stem_.out());
 

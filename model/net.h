@@ -13,6 +13,9 @@
 namespace kern {
 struct ConvPolicy;  // kernels/conv_cudnn.h
 }
+namespace rt {
+class StreamLanes;  // runtime/lanes.h
+}
 
 namespace model {
 
@@ -64,14 +67,24 @@ struct Stem {
 };
 
 // One HRNet stage: LiteBlocks per branch, then the cross-resolution fusion.
+// Branch lanes (Planner::lanes() > 1: kern::ConvPolicy::branch_lanes, docs/GPU_STEP.md "Branch lanes"): the
+// branches are independent until the fusion, so branch i is declared on lane i (its workspace) and, given
+// the network's StreamLanes, runs on lane i's stream, forked from and joined back into ex's; its backward is
+// a parallel section of the gradient plan (GradTape::Section) either way.
 template <class T>
 struct Stage {
     std::vector<std::vector<LiteBlock<T>>> branches;
     Fusion<T> fusion;
+    int lanes = 1;  // the plan's branch lanes when declared
     void declare(Planner& p, const std::string& name, const std::vector<kern::Shape4>& in, int blocks,
                  UpOrder up_order, bool fuse_expand_dw);
-    void forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train) const;
-    void backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in) const;
+    // streams: the network's lanes (null: every branch on ex, one after another). Without an observer
+    // only: per-layer timing (rt::ScopeObserver) runs the branches on ex.
+    void forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train,
+                 const rt::StreamLanes* streams = nullptr) const;
+    void backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in,
+                  const rt::StreamLanes* streams = nullptr) const;
+    int lane_of(size_t branch) const { return static_cast<int>(branch % static_cast<size_t>(lanes)); }
     const ActT<T>& branch_out(size_t i) const { return branches[i].back().out; }
 };
 
@@ -136,6 +149,8 @@ public:
     const NetShape& shape() const { return shape_; }
     const Planner& plan() const { return plan_; }
     const ParamTable& table() const { return plan_.table(); }
+    // The side streams of the stages' branches (kern::ConvPolicy::branch_lanes); null without them.
+    const rt::StreamLanes* stream_lanes() const { return lanes_.get(); }
     Planner& plan() { return plan_; }
     const GpuOps* gpu_ops() const { return ops_.get(); }
 
@@ -169,6 +184,7 @@ private:
     NetShape shape_;
     Planner plan_;
     std::unique_ptr<GpuOps> ops_;
+    std::unique_ptr<rt::StreamLanes> lanes_;
     ActT<T> input_;
     Stem<T> stem_;
     ConvBN<T> t2_keep_;

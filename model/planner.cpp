@@ -151,7 +151,23 @@ float* Planner::workspace(size_t floats) {
     }
     SF_CHECK(floats <= workspace_floats_, "workspace request of %zu floats after sizing (%zu planned)", floats,
              workspace_floats_);
-    return workspace_;
+    return workspace_base(lane_);
+}
+
+void Planner::set_lanes(int n) {
+    SF_CHECK(!binding_ && workspace_floats_ == 0 && convs_.empty(), "set_lanes() before the sizing pass");
+    SF_CHECK(n >= 1 && n <= kMaxPlanLanes, "set_lanes(%d): 1..%d lanes", n, kMaxPlanLanes);
+    lanes_ = n;
+}
+
+void Planner::set_lane(int k) {
+    SF_CHECK(k >= 0 && k < lanes_, "set_lane(%d): the plan has %d lane(s)", k, lanes_);
+    lane_ = k;
+}
+
+float* Planner::workspace_base(int k) const {
+    SF_CHECK(k >= 0 && k < lanes_, "workspace_base(%d): the plan has %d lane(s)", k, lanes_);
+    return workspace_ ? workspace_ + static_cast<size_t>(k) * workspace_floats_ : nullptr;
 }
 
 void Planner::set_extra_workspace_bytes(size_t bytes) {
@@ -227,7 +243,7 @@ MemoryPlan Planner::memory() const {
     m.grad_dgrad_first = grad_dgrad_first_;
     m.grad_copies = grad_copies_;
     m.grad_copied = grad_copied_;
-    m.workspace = std::max(workspace_floats_ * sizeof(float), extra_workspace_bytes_);
+    m.workspace = std::max(workspace_floats_ * sizeof(float), extra_workspace_bytes_) * static_cast<size_t>(lanes_);
     return m;
 }
 
@@ -237,6 +253,8 @@ void Planner::finish_sizing() {
     SF_CHECK(grads_planned_, "finish_sizing() before plan_grads()");
     // The workspace is one region whatever uses it: reductions take floats, conv plans bytes.
     workspace_floats_ = std::max(workspace_floats_, (extra_workspace_bytes_ + sizeof(float) - 1) / sizeof(float));
+    // With branch lanes, one region per lane, each 256-byte aligned (the conv plans' workspace alignment).
+    if (lanes_ > 1) workspace_floats_ = (workspace_floats_ + 63) / 64 * 64;
     params_arena_ = std::make_unique<rt::Arena>("params", kind_);
     buffers_arena_ = std::make_unique<rt::Arena>("buffers", kind_);
     acts_arena_ = std::make_unique<rt::Arena>("activations", kind_);
@@ -248,7 +266,8 @@ void Planner::finish_sizing() {
     const size_t b_off = buffers_arena_->reserve(table_.buffer_floats * sizeof(float), 256, "running stats");
     const size_t a_off = acts_arena_->reserve(act_bytes_, 256, "activations");
     const size_t g_off = grads_arena_->reserve(act_grad_bytes_, 256, "activation grads");
-    const size_t s_off = ws_arena_->reserve(std::max<size_t>(workspace_floats_, 1) * sizeof(float), 256, "workspace");
+    const size_t s_off = ws_arena_->reserve(
+        std::max<size_t>(workspace_floats_ * static_cast<size_t>(lanes_), 1) * sizeof(float), 256, "workspace");
     for (auto* a : {params_arena_.get(), buffers_arena_.get(), acts_arena_.get(), grads_arena_.get(), ws_arena_.get()})
         a->allocate();
     flat_ = params_arena_->ptr<float>(p_off);

@@ -35,6 +35,9 @@ class GpuOps;  // model/gpu_ops.h: convolution dispatch of the CUDA backend
 // sees them (they are never dereferenced).
 constexpr uintptr_t kGradPlaceholderBase = 0x10000;
 
+// The most branch lanes a plan takes (rt::StreamLanes::kMaxLanes: the widest stage's four branches).
+constexpr int kMaxPlanLanes = 4;
+
 // An activation tensor and its gradient (NHWC), element type T: float on the CPU reference
 // backend, bf16 on CUDA (the heads' logits are float on both). g is valid only during its lifetime
 // in the backward (the planner shares its bytes with gradients that live at other times); null when
@@ -207,9 +210,21 @@ public:
     void op_use(const OpUse& o);
     const std::vector<OpUse>& op_uses() const { return op_uses_; }
     // Shared fp32 scratch for reductions (one op at a time on one stream): the region is the max
-    // over every request and over extra_workspace_bytes(). Binding pass: returns the region.
+    // over every request and over extra_workspace_bytes(). Binding pass: returns the region of the
+    // lane being declared (set_lane): with branch lanes, one such region per lane, so that ops running
+    // at once on different lanes never share scratch.
     float* workspace(size_t floats);
     size_t workspace_floats() const { return workspace_floats_; }
+    // Branch lanes (runtime/lanes.h, GpuOps::branch_lanes): before the sizing pass, how many lanes the
+    // network's parallel sections use (1: none, every op on one stream). During both passes the network
+    // names the lane whose layers it declares (0 outside a branch); their workspace() is that lane's.
+    void set_lanes(int n);
+    int lanes() const { return lanes_; }
+    void set_lane(int k);
+    int lane() const { return lane_; }
+    // Binding pass: lane k's workspace region (workspace_lane_bytes() each; lane 0 = workspace_base()).
+    float* workspace_base(int k) const;
+    size_t workspace_lane_bytes() const { return workspace_floats_ * sizeof(float); }
     void set_extra_workspace_bytes(size_t bytes);  // before finish_sizing (convolution plans)
     // The CUDA backend's conv dispatch, handed to the layers at declare time (null on the CPU).
     void set_gpu_ops(GpuOps* ops) { ops_ = ops; }
@@ -281,6 +296,8 @@ public:
 private:
     size_t reserve(size_t& cursor, size_t bytes);
     void record_traced_modes();
+    void record_section_lanes(const std::vector<size_t>& event_slot);
+    bool on_other_lanes(size_t a, size_t b) const;  // two slots a section touches from different lanes
     void record_dgrad_mode(const kern::ConvShape& s, bool overwrite);
     void* bind(uint8_t* base, size_t& cursor, size_t bytes);
 
@@ -305,7 +322,9 @@ private:
     size_t grad_copies_ = 0, grad_copied_ = 0;
     std::vector<int> write_slot_;  // per traced write: its slot (for the replay's targets)
     std::vector<bool> write_acc_;  // per traced write: accumulate (false: first contribution)
-    size_t workspace_floats_ = 0, extra_workspace_bytes_ = 0;
+    std::vector<std::vector<int>> section_lane_;  // [section][slot]: the lane that touches it there, -1: none
+    size_t workspace_floats_ = 0, extra_workspace_bytes_ = 0;  // per lane (rounded to 256 B when sized)
+    int lanes_ = 1, lane_ = 0;
     std::vector<ConvUse> convs_;
     std::vector<LayerUse> layers_;
     std::vector<OpUse> op_uses_;

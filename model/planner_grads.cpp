@@ -18,11 +18,12 @@ size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 bool overlap(const GradSlot& a, const GradSlot& b) { return a.first <= b.last && b.first <= a.last; }
 
-// Lowest offset where `g` fits beside the placed slots whose lifetimes intersect its own.
-size_t first_fit(const GradSlot& g, const std::vector<const GradSlot*>& placed) {
+// Lowest offset where `g` fits beside the placed slots it conflicts with.
+template <class Conflicts>
+size_t first_fit(const GradSlot& g, const std::vector<const GradSlot*>& placed, Conflicts conflicts) {
     std::vector<const GradSlot*> live;
     for (const GradSlot* p : placed)
-        if (overlap(g, *p)) live.push_back(p);
+        if (conflicts(*p)) live.push_back(p);
     std::sort(live.begin(), live.end(), [](const GradSlot* a, const GradSlot* b) { return a->offset < b->offset; });
     size_t off = 0;
     for (const GradSlot* p : live) {
@@ -82,6 +83,36 @@ void Planner::record_traced_modes() {
     }
 }
 
+// Parallel sections of the traced backward (GradTape::Section: branch lanes): within a section each lane's
+// ops run in order on the lane's stream, but at any time relative to the other lanes' ops. So two gradients
+// a section touches from different lanes may be in use at once, whatever their lifetimes in op order, and
+// must not share bytes; on one lane (and between a section and the ops before its fork or after its join)
+// the op order holds and lifetimes decide as everywhere else. A gradient that stays live across a section
+// without being touched in it intersects every lifetime inside it anyway. A gradient two lanes of one
+// section both touch would be a race on the GPU: refused. Fills section_lane_[section][slot] (-1: untouched).
+void Planner::record_section_lanes(const std::vector<size_t>& event_slot) {
+    const std::vector<GradTape::Event>& events = tape_.events();
+    const std::vector<GradTape::Section>& sections = tape_.sections();
+    section_lane_.assign(sections.size(), std::vector<int>(grads_.size(), -1));
+    for (size_t k = 0; k < events.size(); ++k) {
+        const GradTape::Event& e = events[k];
+        if (e.section < 0) continue;
+        std::vector<int>& lane_of = section_lane_[static_cast<size_t>(e.section)];
+        const size_t i = event_slot[k];
+        SF_CHECK(lane_of[i] < 0 || lane_of[i] == e.lane,
+                 "parallel section %d of the backward: gradient '%s' is touched on lanes %d and %d, which run at "
+                 "once",
+                 e.section, grads_[i].what.c_str(), lane_of[i], e.lane);
+        lane_of[i] = e.lane;
+    }
+}
+
+bool Planner::on_other_lanes(size_t a, size_t b) const {
+    for (const std::vector<int>& lane_of : section_lane_)
+        if (lane_of[a] >= 0 && lane_of[b] >= 0 && lane_of[a] != lane_of[b]) return true;
+    return false;
+}
+
 void Planner::plan_grads() {
     SF_CHECK(!binding_ && !grads_planned_, "plan_grads() must run once, between the sizing and binding passes");
     SF_CHECK(tape_.mode() == GradTape::Mode::Idle, "plan_grads() while the backward is being traced");
@@ -91,12 +122,15 @@ void Planner::plan_grads() {
     write_acc_.clear();
     grad_dgrad_first_ = grad_copies_ = grad_copied_ = 0;
     for (ConvUse& u : convs_) u.dgrad_overwrite = u.dgrad_accumulate = false;
+    std::vector<size_t> event_slot;  // per event: its gradient
+    event_slot.reserve(tape_.events().size());
     for (const GradTape::Event& e : tape_.events()) {
         const uintptr_t p = reinterpret_cast<uintptr_t>(e.ptr);
         SF_CHECK(p >= kGradPlaceholderBase && (p - kGradPlaceholderBase) % kAlign == 0 &&
                      (p - kGradPlaceholderBase) / kAlign < n,
                  "the backward trace touched %p, which is no activation gradient of this plan", e.ptr);
         const size_t i = (p - kGradPlaceholderBase) / kAlign;
+        event_slot.push_back(i);
         GradSlot& g = grads_[i];
         if (!touched[i]) {
             touched[i] = true;
@@ -115,6 +149,7 @@ void Planner::plan_grads() {
         if (e.conv_dgrad) record_dgrad_mode(e.conv, !written[i] && layout_ != GradLayout::Separate);
         written[i] = true;
     }
+    record_section_lanes(event_slot);
     record_traced_modes();
     act_grad_bytes_ = 0;
     if (layout_ == GradLayout::Separate) {
@@ -131,7 +166,9 @@ void Planner::plan_grads() {
         for (size_t i : order) {
             GradSlot& g = grads_[i];
             if (!g.used()) continue;
-            g.offset = first_fit(g, placed);
+            g.offset = first_fit(g, placed, [&](const GradSlot& p) {
+                return overlap(g, p) || on_other_lanes(i, static_cast<size_t>(&p - grads_.data()));
+            });
             act_grad_bytes_ = std::max(act_grad_bytes_, g.offset + g.bytes);
             placed.push_back(&g);
         }

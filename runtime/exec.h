@@ -31,6 +31,10 @@ struct Exec {
     // may be scheduled while its predecessor on the stream finishes. Off unless asked for
     // (`bench step --pdl`; docs/GPU_STEP.md).
     bool pdl = false;
+    // The branch lane this Exec enqueues on (runtime/lanes.h): 0, the compute stream; k > 0, the k-th side
+    // stream of a StreamLanes, whose work the network forks from lane 0 and joins back into it. Ops that
+    // use shared scratch take lane k's share of it (model::Planner::workspace, model::GpuOps).
+    int lane = 0;
 
     bool is_cuda() const { return backend == Backend::Cuda; }
     static Exec cpu() { return Exec{}; }

@@ -40,9 +40,10 @@ __device__ __forceinline__ void pdl_entry() {
 
 #ifndef SF_EMU
 // With PDL asked for, whether this launch may carry the attribute: always outside a stream capture;
-// inside one only when every node the launch will depend on is a kernel node (a programmatic edge
-// joins two kernels; after a memset, a copy or the capture's first node the launch keeps its
-// ordinary dependency instead of relying on how the capture would treat the attribute there).
+// inside one only when the launch will depend on exactly one node and it is a kernel node (a
+// programmatic edge joins two kernels; after a memset, a copy, the capture's first node or the join of
+// branch lanes, several nodes, the launch keeps its ordinary dependencies instead of relying on how the
+// capture would treat the attribute there).
 inline bool pdl_allowed(cudaStream_t stream) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     const cudaGraphNode_t* deps = nullptr;
@@ -55,7 +56,7 @@ inline bool pdl_allowed(cudaStream_t stream) {
         SF_CUDA_CHECK(cudaGraphNodeGetType(deps[i], &t));
         if (t != cudaGraphNodeTypeKernel) return false;
     }
-    return n > 0;
+    return n == 1;  // several: a join of branch lanes (runtime/lanes.h), whose edges stay ordinary ones
 }
 #endif
 

@@ -353,6 +353,7 @@ case "$STAGE" in
         cuda.pw_bn_grad=true) bench_flags+=(--pw-bn-grad) ;;
         cuda.pw_bn_bwd=true) bench_flags+=(--pw-bn-bwd) ;;
         cuda.dw_stats=true) bench_flags+=(--dw-stats) ;;
+        cuda.branch_lanes=true) bench_flags+=(--branch-lanes) ;;
         model.fuse_*=true|model.merge_heads=true) f=${kv#model.}; f=${f%=true}; bench_flags+=("--${f//_/-}") ;;
         *) echo "gpu_verify: SF_CUDA: '$kv' is not a cuda.KEY=true (or model fusion) switch bench step has" >&2; exit 64 ;;
       esac

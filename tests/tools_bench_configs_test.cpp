@@ -189,8 +189,9 @@ TEST(BenchConfigs, TheSessionListParsesWithTheSessionsCommand) {
     std::map<std::string, const BenchConfig*> by;
     for (const BenchConfig& x : c) by[x.name] = &x;
     ASSERT_TRUE(by.count("bench_pdl") && by.count("bench_bn4") && by.count("bench_dw0") && by.count("bench_all") &&
-                by.count("bench_bnmb3"));
+                by.count("bench_bnmb3") && by.count("bench_lanes"));
     EXPECT_EQ(by["bench_bnmb3"]->options.cuda.bn_min_blocks, 3);
+    EXPECT_TRUE(by["bench_lanes"]->options.cuda.branch_lanes);
     EXPECT_TRUE(by["bench_pdl"]->options.cuda.pdl);
     EXPECT_EQ(by["bench_bn4"]->options.cuda.bn_row_batch, 4);
     EXPECT_FALSE(by["bench_dw0"]->options.cuda.dw_variants);

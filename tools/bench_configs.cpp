@@ -30,7 +30,7 @@ const std::vector<ConfigSwitch> kConfigSwitches = {{"--up-order", true},        
                                                    {"--dw-fused-bn-grad", false}, {"--upsample-row-loads", false},
                                                    {"--pw-custom", false},        {"--pw-stats", false},
                                                    {"--pw-bn-grad", false},       {"--dw-stats", false},
-                                                   {"--pw-bn-bwd", false}};
+                                                   {"--pw-bn-bwd", false},        {"--branch-lanes", false}};
 
 namespace {
 

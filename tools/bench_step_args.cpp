@@ -61,6 +61,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             o.cuda.upsample_row_loads = true;
             continue;
         }
+        if (s == "--branch-lanes") {
+            o.cuda.branch_lanes = true;
+            continue;
+        }
         if (s == "--dw-fused-bwd") {
             o.cuda.dw_fused_bwd = true;
             continue;

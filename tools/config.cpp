@@ -183,6 +183,7 @@ const std::vector<CudaKey>& cuda_keys() {
         {"pw_bn_grad", &CudaSection::pw_bn_grad, nullptr},
         {"pw_bn_bwd", &CudaSection::pw_bn_bwd, nullptr},
         {"dw_stats", &CudaSection::dw_stats, nullptr},
+        {"branch_lanes", &CudaSection::branch_lanes, nullptr},
     };
     return keys;
 }

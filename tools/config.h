@@ -81,6 +81,7 @@ struct CudaSection {
     bool pw_bn_grad = false;          // with pw_custom: the depthwise BNs' reductions in its dgrad's epilogue
     bool pw_bn_bwd = false;           // with pw_custom: the 1x1 ConvBNs' BN dx in its dgrad and wgrad loads
     bool dw_stats = false;            // the depthwise BNs' statistics from the staged forward's epilogue
+    bool branch_lanes = false;        // the HRNet stages' branches on side streams of their own
 };
 
 // The cuda section's keys in their order, each a bool switch (flag) or an int (number): the one list that

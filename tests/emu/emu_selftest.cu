@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/cuda_check.h"
@@ -322,6 +323,86 @@ TEST(Emulation, GraphNodesByType) {
     cudaFree(x);
     cudaFree(y);
     SF_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// Cross-stream capture (tests/emu/streams.cpp): side streams that wait for an event recorded in the
+// capture join it, their work depends on the fork point and the origin's work after the join on theirs;
+// ending it with a side stream not joined back fails. The replay interleaves the chains, so two branches
+// sharing a buffer they should not (b overwrites `shared` between a's write and read) corrupt each other,
+// which a replay in capture order (SF_EMU_GRAPH_ORDER=capture) does not show: the race is visible.
+TEST(Emulation, CrossStreamCaptureReplaysBranchesInterleaved) {
+    cudaStream_t main_s, a, b;
+    for (cudaStream_t* st : {&main_s, &a, &b}) SF_CUDA_CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+    cudaEvent_t fork, ja, jb;
+    for (cudaEvent_t* e : {&fork, &ja, &jb}) SF_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    // src: 5, 1, 2; then shared, outa0, outa, outb, final.
+    float* d = device_alloc<float>(8);
+    const float init[3] = {5.0f, 1.0f, 2.0f};
+    SF_CUDA_CHECK(cudaMemcpy(d, init, sizeof(init), cudaMemcpyHostToDevice));
+    float *shared = d + 3, *outa0 = d + 4, *outa = d + 5, *outb = d + 6, *final_v = d + 7;
+    auto copy = [](float* dst, const float* src, cudaStream_t st) {
+        SF_CUDA_CHECK(cudaMemcpyAsync(dst, src, sizeof(float), cudaMemcpyDeviceToDevice, st));
+    };
+    auto capture = [&](bool join_b) {
+        SF_CUDA_CHECK(cudaStreamBeginCapture(main_s, cudaStreamCaptureModeThreadLocal));
+        copy(shared, d, main_s);  // 5
+        SF_CUDA_CHECK(cudaEventRecord(fork, main_s));
+        SF_CUDA_CHECK(cudaStreamWaitEvent(a, fork, 0));
+        SF_CUDA_CHECK(cudaStreamWaitEvent(b, fork, 0));
+        copy(outa0, shared, a);  // 5: after the fork point
+        copy(shared, d + 1, a);
+        copy(outa, shared, a);  // 1, unless b wrote shared in between
+        copy(shared, d + 2, b);
+        copy(outb, shared, b);  // 2, unless a wrote shared in between
+        SF_CUDA_CHECK(cudaEventRecord(ja, a));
+        SF_CUDA_CHECK(cudaStreamWaitEvent(main_s, ja, 0));
+        if (join_b) {
+            SF_CUDA_CHECK(cudaEventRecord(jb, b));
+            SF_CUDA_CHECK(cudaStreamWaitEvent(main_s, jb, 0));
+        }
+        copy(final_v, outa, main_s);  // after a's last copy
+        cudaGraph_t g = nullptr;
+        const cudaError_t err = cudaStreamEndCapture(main_s, &g);
+        cudaGetLastError();
+        return std::make_pair(err, g);
+    };
+    const auto unjoined = capture(false);
+    EXPECT_EQ(unjoined.first, cudaErrorStreamCaptureUnjoined);
+    EXPECT_EQ(unjoined.second, nullptr);
+    cudaStreamCaptureStatus st;
+    SF_CUDA_CHECK(cudaStreamIsCapturing(b, &st));
+    EXPECT_EQ(st, cudaStreamCaptureStatusNone);  // the ended capture released its side streams
+    const auto joined = capture(true);
+    ASSERT_EQ(joined.first, cudaSuccess);
+    cudaGraph_t g = joined.second;
+    size_t nodes = 0, edges = 0;
+    SF_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+    SF_CUDA_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &edges));
+    EXPECT_EQ(nodes, 7u);
+    EXPECT_EQ(edges, 8u);  // a's and b's first on the fork point, the chains, main's last on a, b and main
+    auto replay = [&](const char* order) {
+        if (order)
+            setenv("SF_EMU_GRAPH_ORDER", order, 1);
+        else
+            unsetenv("SF_EMU_GRAPH_ORDER");
+        cudaGraphExec_t x = nullptr;
+        SF_CUDA_CHECK(cudaGraphInstantiate(&x, g, 0));
+        unsetenv("SF_EMU_GRAPH_ORDER");
+        SF_CUDA_CHECK(cudaMemsetAsync(d + 3, 0, 5 * sizeof(float), main_s));
+        SF_CUDA_CHECK(cudaGraphLaunch(x, main_s));
+        SF_CUDA_CHECK(cudaStreamSynchronize(main_s));
+        SF_CUDA_CHECK(cudaGraphExecDestroy(x));
+        return fetch(d + 4, 4);  // outa0, outa, outb, final
+    };
+    const std::vector<float> in_order = replay("capture"), interleaved = replay(nullptr);
+    EXPECT_EQ(in_order, (std::vector<float>{5, 1, 2, 1}));
+    EXPECT_EQ(interleaved[0], 5.0f);            // the fork point came first
+    EXPECT_EQ(interleaved[3], interleaved[1]);  // the join waited for a
+    EXPECT_NE(interleaved, in_order);           // the shared buffer's race shows
+    SF_CUDA_CHECK(cudaGraphDestroy(g));
+    for (cudaEvent_t e : {fork, ja, jb}) SF_CUDA_CHECK(cudaEventDestroy(e));
+    for (cudaStream_t x : {main_s, a, b}) SF_CUDA_CHECK(cudaStreamDestroy(x));
+    cudaFree(d);
 }
 
 using EmulationDeathTest = ::testing::Test;

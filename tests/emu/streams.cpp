@@ -7,11 +7,21 @@
 //  - Stream capture appends the operations to a graph instead; a launch replays the recorded
 //    operations, kernel parameters as captured. Synchronising during a global or thread-local
 //    capture fails with cudaErrorStreamCaptureUnsupported and invalidates the capture.
+//  - Cross-stream capture as in CUDA: a stream that waits for an event recorded in a capture joins
+//    it; each captured operation depends on the previous one of its stream and on the points the
+//    stream waited for, so the graph is a DAG of the streams' chains. Ending the capture with a
+//    joined stream's last operation not among the origin's ancestors fails with
+//    cudaErrorStreamCaptureUnjoined. A launch replays the graph in an order that interleaves its
+//    chains (each chain's operations one at a time in turn, every dependency respected; with one
+//    chain, capture order): two branches that share memory they should not then disturb each
+//    other's results, which a replay in capture order would not show. SF_EMU_GRAPH_ORDER=capture
+//    replays in capture order instead.
 #include "tests/emu/streams.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <set>
@@ -36,6 +46,10 @@ struct CUstream_st {
     CUgraph_st* capture = nullptr;  // the graph being captured into
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
     bool invalidated = false;
+    bool capture_origin = false;   // began the capture (else joined it through an event)
+    int cap_chain = -1;            // its chain in the graph being captured
+    int cap_last = -1;             // its last captured operation (-1: none yet)
+    std::vector<int> cap_pending;  // points waited for, dependencies of its next operation
 };
 struct CUevent_st {
     CUstream_st* stream = nullptr;  // the stream of the latest record
@@ -43,16 +57,20 @@ struct CUevent_st {
     bool timing = true;
     double ms = 0;                      // host time when the latest record ran
     CUgraph_st* captured_in = nullptr;  // recorded during this capture (no replayed operation)
+    std::vector<int> captured_point;    // ... after these captured operations (the recording stream's state)
 };
 struct CUgraphNode_st {
     cudaGraphNodeType type = cudaGraphNodeTypeKernel;
 };
 struct CUgraph_st {
     std::vector<sfemu::Op> ops;
+    std::vector<std::vector<int>> deps;  // per op: the earlier ops it depends on
+    std::vector<int> chain;              // per op: the stream chain it was captured on
+    int chains = 0;
     std::vector<CUgraphNode_st> nodes;  // one per op, built by cudaGraphGetNodes
 };
 struct CUgraphExec_st {
-    std::vector<sfemu::Op> ops;
+    std::vector<sfemu::Op> ops;  // in replay order
 };
 
 namespace sfemu {
@@ -102,19 +120,57 @@ void drain_until(CUstream_st* s, const std::function<bool()>& done) {
 
 void drain(CUstream_st* s) { drain_until(s, nullptr); }
 
+// The capture point of s now: its last operation and the points it waited for since.
+std::vector<int> capture_point(const CUstream_st* s) {
+    std::vector<int> p = s->cap_pending;
+    if (s->cap_last >= 0) p.push_back(s->cap_last);
+    return p;
+}
+
+void join_capture(CUstream_st* s, CUgraph_st* g, cudaStreamCaptureMode mode) {
+    s->capture = g;
+    s->mode = mode;
+    s->invalidated = false;
+    s->capture_origin = false;
+    s->cap_chain = g->chains++;
+    s->cap_last = -1;
+    s->cap_pending.clear();
+}
+
+CUstream_st* capture_origin(const CUgraph_st* g) {
+    for (CUstream_st* o : g_streams)
+        if (o->capture == g && o->capture_origin) return o;
+    return nullptr;
+}
+
 // Places op on s (or its capture); records and waits take their generation now, as in CUDA.
 cudaError_t push(CUstream_st* s, Op op) {
+    if (!s->capture && op.wait && op.wait->captured_in) {  // waits for a point of a capture: joins it
+        CUgraph_st* g = op.wait->captured_in;
+        const CUstream_st* origin = capture_origin(g);
+        if (!origin) return cudaErrorStreamCaptureUnmatched;
+        join_capture(s, g, origin->mode);
+    }
     if (s->capture) {
         if (op.record) {  // marks a point of the capture; replays record nothing
             op.record->captured_in = s->capture;
+            op.record->captured_point = capture_point(s);
             return cudaSuccess;
         }
         if (op.wait) {
-            if (op.wait->captured_in == s->capture) return cudaSuccess;  // same capture, same stream order
-            s->invalidated = true;
-            return cudaErrorStreamCaptureIsolation;  // an event from outside the capture
+            if (op.wait->captured_in != s->capture) {
+                s->invalidated = true;
+                return cudaErrorStreamCaptureIsolation;  // an event from outside the capture
+            }
+            for (int d : op.wait->captured_point) s->cap_pending.push_back(d);
+            return cudaSuccess;
         }
-        s->capture->ops.push_back(std::move(op));
+        CUgraph_st* g = s->capture;
+        g->deps.push_back(capture_point(s));
+        g->chain.push_back(s->cap_chain);
+        s->cap_last = static_cast<int>(g->ops.size());
+        s->cap_pending.clear();
+        g->ops.push_back(std::move(op));
         return cudaSuccess;
     }
     if (s == &g_legacy) {
@@ -269,9 +325,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
     if (!s) return set_error(cudaErrorInvalidResourceHandle);
     if (s == &sfemu::g_legacy) return set_error(cudaErrorStreamCaptureUnsupported);
     if (s->capture) return set_error(cudaErrorIllegalState);
-    s->capture = new CUgraph_st;
-    s->mode = mode;
-    s->invalidated = false;
+    sfemu::join_capture(s, new CUgraph_st, mode);
+    s->capture_origin = true;
     return cudaSuccess;
 }
 
@@ -280,11 +335,32 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     if (!s || !graph) return set_error(cudaErrorInvalidValue);
     if (!s->capture) return set_error(cudaErrorIllegalState);
     CUgraph_st* g = s->capture;
+    if (!s->capture_origin) return set_error(cudaErrorStreamCaptureUnmatched);  // a joined stream
+    // Every joined stream's work must lead into the origin's: its last operation an ancestor of the
+    // origin's capture point.
+    std::vector<bool> reach(g->ops.size(), false);
+    std::vector<int> todo = sfemu::capture_point(s);
+    while (!todo.empty()) {
+        const int i = todo.back();
+        todo.pop_back();
+        if (reach[static_cast<size_t>(i)]) continue;
+        reach[static_cast<size_t>(i)] = true;
+        for (int d : g->deps[static_cast<size_t>(i)]) todo.push_back(d);
+    }
+    bool unjoined = false, invalid = s->invalidated;
+    for (CUstream_st* o : sfemu::g_streams) {
+        if (o->capture != g || o == s) continue;
+        if (o->cap_last >= 0 && !reach[static_cast<size_t>(o->cap_last)]) unjoined = true;
+        invalid = invalid || o->invalidated;
+        o->capture = nullptr;
+    }
     s->capture = nullptr;
-    if (s->invalidated) {
+    for (cudaEvent_t e : sfemu::g_events)
+        if (e->captured_in == g) e->captured_in = nullptr;
+    if (invalid || unjoined) {
         delete g;
         *graph = nullptr;
-        return set_error(cudaErrorStreamCaptureInvalidated);
+        return set_error(unjoined && !invalid ? cudaErrorStreamCaptureUnjoined : cudaErrorStreamCaptureInvalidated);
     }
     *graph = g;
     return cudaSuccess;
@@ -301,9 +377,45 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 
 // ---- graphs ----
 
+// The replay order (see the header comment): chains in turn, each ready operation of a chain run
+// before the turn passes on; SF_EMU_GRAPH_ORDER=capture: capture order.
+static std::vector<size_t> replay_order(const CUgraph_st* g) {
+    const size_t n = g->ops.size();
+    std::vector<size_t> order;
+    const char* env = std::getenv("SF_EMU_GRAPH_ORDER");
+    if (g->chains <= 1 || (env && std::string(env) == "capture")) {
+        for (size_t i = 0; i < n; ++i) order.push_back(i);
+        return order;
+    }
+    std::vector<std::deque<size_t>> chain_ops(static_cast<size_t>(g->chains));
+    for (size_t i = 0; i < n; ++i) chain_ops[static_cast<size_t>(g->chain[i])].push_back(i);
+    std::vector<bool> done(n, false);
+    auto ready = [&](size_t i) {
+        for (int d : g->deps[i])
+            if (!done[static_cast<size_t>(d)]) return false;
+        return true;
+    };
+    while (order.size() < n) {
+        bool progressed = false;
+        for (auto& q : chain_ops) {
+            if (q.empty() || !ready(q.front())) continue;
+            order.push_back(q.front());
+            done[q.front()] = true;
+            q.pop_front();
+            progressed = true;
+        }
+        if (!progressed) {
+            std::fprintf(stderr, "sfemu: a captured graph's dependencies form a cycle\n");
+            std::abort();
+        }
+    }
+    return order;
+}
+
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
     if (!exec || !graph) return set_error(cudaErrorInvalidValue);
-    *exec = new CUgraphExec_st{graph->ops};
+    *exec = new CUgraphExec_st;
+    for (size_t i : replay_order(graph)) (*exec)->ops.push_back(graph->ops[i]);
     return cudaSuccess;
 }
 
@@ -346,23 +458,25 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t*
     return cudaSuccess;
 }
 
-// The emulated graph replays its operations in capture order: a chain, node i -> node i + 1, every
+// The emulated graph's edges are its captured dependencies (one stream: node i -> node i + 1), every
 // edge an ordinary (full) dependency. The emulation has no programmatic dependent launch
 // (runtime/launch.cuh runs the plain launch), so it never reports a programmatic edge.
 cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
                               cudaGraphEdgeData* edgeData, size_t* numEdges) {
     if (!graph || !numEdges) return set_error(cudaErrorInvalidValue);
     build_nodes(graph);
-    const size_t n = graph->nodes.empty() ? 0 : graph->nodes.size() - 1;
+    std::vector<std::pair<size_t, size_t>> edges;
+    for (size_t i = 0; i < graph->deps.size(); ++i)
+        for (int d : graph->deps[i]) edges.emplace_back(static_cast<size_t>(d), i);
     if (!from && !to && !edgeData) {
-        *numEdges = n;
+        *numEdges = edges.size();
         return cudaSuccess;
     }
     if (!from || !to) return set_error(cudaErrorInvalidValue);
-    const size_t got = std::min(*numEdges, n);
+    const size_t got = std::min(*numEdges, edges.size());
     for (size_t i = 0; i < got; ++i) {
-        from[i] = &graph->nodes[i];
-        to[i] = &graph->nodes[i + 1];
+        from[i] = &graph->nodes[edges[i].first];
+        to[i] = &graph->nodes[edges[i].second];
         if (edgeData) edgeData[i] = cudaGraphEdgeData{};
     }
     *numEdges = got;

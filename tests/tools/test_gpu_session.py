@@ -164,8 +164,8 @@ class GpuSessionTest(GpuScriptCase):
         listed = session_configs()
         self.assertIn("bench: not run, the next command's SF_AB_ONLY: %s\n" % ",".join(listed[4:]), log)
         self.assertIn("bench: [", log)
-        self.assertRegex(log, r"A/B: ### bench_dwfused.json against bench_variants.json")
-        self.assertNotRegex(log, r"A/B: ### bench_dwfusedbn.json")
+        self.assertRegex(log, r"A/B: ### %s.json against bench_variants.json" % re.escape(listed[3]))
+        self.assertNotRegex(log, r"A/B: ### %s.json" % re.escape(listed[4]))
 
 
 if __name__ == "__main__":
