@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/conv_cudnn.h"
+#include "model/planner.h"
 #include "model/train_step_cuda.h"
 #include "tests/support/compare.h"
 #include "tools/bench_allreduce.h"
@@ -118,6 +119,10 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(d.cuda.dw_stats);  // the statistics pass until a GPU says the epilogue pays
     EXPECT_FALSE(d.cuda.pw_bn_bwd);
     EXPECT_FALSE(d.cuda.upsample_row_loads);  // the measured upsampling backward until a GPU says the row loads pay
+    EXPECT_FALSE(d.cuda.branch_lanes);        // one stream until a GPU says the lanes pay
+    const tools::StepBenchOptions bl = tools::parse_step_bench_args({"--branch-lanes"});
+    EXPECT_TRUE(bl.cuda.branch_lanes);
+    EXPECT_FALSE(bl.cuda.pdl || bl.cuda.pw_custom || bl.fuse_expand_dw);  // on its own
     EXPECT_EQ(d.conv_candidates, kern::kConvDefaultCandidates);
     EXPECT_EQ(tools::parse_step_bench_args({"--conv-candidates", "16"}).conv_candidates, 16);
 }
@@ -215,6 +220,19 @@ TEST(BenchStep, GraphNodesRecordAndLine) {
                                             "step (5); 1100 of the micro-step's 1486 edges programmatic");
     EXPECT_EQ(tools::graph_nodes_line(nlohmann::json{{"plan_seconds", 1.5}}), "");  // eager runs
     EXPECT_EQ(tools::graph_nodes_line(nlohmann::json()), "");
+}
+
+// The memory a batch needs, judged without a device: with branch lanes the convolution workspace's bound
+// once per lane (each lane's region holds the largest plan), the rest of the plan the one-stream one's.
+TEST(BenchStep, DryRunMemoryHoldsAWorkspacePerLane) {
+    tools::StepBenchOptions o = tools::parse_step_bench_args({"--height", "64", "--width", "128"});
+    const model::MemoryPlan one = tools::dry_run_memory(2, o);
+    o.cuda.branch_lanes = true;
+    const model::MemoryPlan lanes = tools::dry_run_memory(2, o);
+    EXPECT_GT(one.workspace, 0u);
+    EXPECT_EQ(lanes.workspace, 4 * one.workspace);
+    EXPECT_EQ(lanes.activations, one.activations);
+    EXPECT_EQ(lanes.activation_grads, one.activation_grads);
 }
 
 }  // namespace

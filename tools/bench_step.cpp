@@ -217,17 +217,6 @@ struct Rig {
     }
 };
 
-// The memory plan of one batch without building it (no device work): the dry-run plan with the
-// convolution workspace replaced by its upper bound (model::conv_workspace_bound), so a batch that
-// cannot fit is refused before any cuDNN plan is built or timed for it.
-model::MemoryPlan dry_run_memory(int b, const StepBenchOptions& o) {
-    const kern::ConvPolicy policy = policy_of(o);
-    const model::SiderNetCuda dry(shape_of(b, o), model::DryRun{&policy});
-    model::MemoryPlan mp = dry.plan().memory();
-    mp.workspace = std::max(mp.workspace, model::conv_workspace_bound(dry.plan().convs(), policy));
-    return mp;
-}
-
 size_t device_used_bytes() {
     size_t free_b = 0, total_b = 0;
     std::string why;
@@ -235,6 +224,19 @@ size_t device_used_bytes() {
 }
 
 }  // namespace
+
+// The memory plan of one batch without building it (no device work): the dry-run plan with the
+// convolution workspace replaced by its upper bound (model::conv_workspace_bound), once per branch lane
+// (each lane's region holds it), so a batch that cannot fit is refused before any cuDNN plan is built
+// or timed for it.
+model::MemoryPlan dry_run_memory(int b, const StepBenchOptions& o) {
+    const kern::ConvPolicy policy = policy_of(o);
+    const model::SiderNetCuda dry(shape_of(b, o), model::DryRun{&policy});
+    model::MemoryPlan mp = dry.plan().memory();
+    const size_t lanes = static_cast<size_t>(dry.plan().lanes());
+    mp.workspace = std::max(mp.workspace, model::conv_workspace_bound(dry.plan().convs(), policy) * lanes);
+    return mp;
+}
 
 BenchRun bench_one(rt::CudaContext& ctx, rt::Nvml& nvml, rt::NcclComm* nccl, int b, const StepBenchOptions& o) {
     BenchRun r;

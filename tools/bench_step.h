@@ -10,6 +10,10 @@
 #include "tools/config.h"
 
 namespace model {
+struct MemoryPlan;  // model/planner.h
+}
+
+namespace model {
 struct GraphNodeCounts;
 }
 
@@ -70,5 +74,10 @@ std::string graph_nodes_line(const nlohmann::json& extra);
 
 // Runs the benchmark; throws when no CUDA device is usable.
 int bench_step(const StepBenchOptions& o, const std::string& command_line);
+
+// The memory plan of batch b with o's network and policy, built dry (no device): the convolution
+// workspace replaced by its upper bound, once per branch lane. `bench step --search` and the memory
+// check before each batch judge it against the device's memory.
+model::MemoryPlan dry_run_memory(int b, const StepBenchOptions& o);
 
 }  // namespace tools
