@@ -34,7 +34,8 @@ std::vector<std::pair<std::string, std::function<void(CudaSection&)>>> toggles()
             {"pw_stats", [](CudaSection& s) { s.pw_stats = true; }},
             {"pw_bn_grad", [](CudaSection& s) { s.pw_bn_grad = true; }},
             {"pw_bn_bwd", [](CudaSection& s) { s.pw_bn_bwd = true; }},
-            {"dw_stats", [](CudaSection& s) { s.dw_stats = true; }}};
+            {"dw_stats", [](CudaSection& s) { s.dw_stats = true; }},
+            {"branch_lanes", [](CudaSection& s) { s.branch_lanes = true; }}};
 }
 
 TEST(CudaPolicy, EverySwitchReachesThePolicyAndComesBack) {
