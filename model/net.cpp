@@ -78,12 +78,14 @@ void Stage<T>::declare(Planner& p, const std::string& name, const std::vector<ke
     fusion.declare(p, name + ".fusion", in, up_order);
 }
 
+namespace {
 // The branches on their lanes' streams: only on CUDA, with the network's lanes, the plan's lanes and no
 // per-layer observer (whose scopes time one stream).
 template <class T>
 bool on_lanes(const Stage<T>& st, const rt::Exec& ex, const rt::StreamLanes* streams) {
     return st.lanes > 1 && streams && ex.is_cuda() && !ex.observer && st.branches.size() > 1;
 }
+}  // namespace
 
 template <class T>
 void Stage<T>::forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train,
