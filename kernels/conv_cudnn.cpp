@@ -295,7 +295,7 @@ struct ConvPlanCache::Impl {
                           bool overwrite = false) const {
         const ConvPlanKey key = conv_plan_key(op, s, policy, overwrite);
         // Lane 0: the Exec the plans were built with. Lane k > 0 (rt::StreamLanes): the same handle, its own
-        // stream, which the launch binds the handle to for the call (LaneStream).
+        // stream, which the launch binds the handle to for the call (rt::CudnnStreamScope).
         SF_CHECK(e.is_cuda() && e.cudnn == ex.cudnn && (e.lane == 0 ? e.stream == ex.stream : e.stream != nullptr),
                  "ConvPlanCache::%s(%s): called with a different Exec (%s, handle %p, stream %p, lane %d) than the "
                  "plans were built for (handle %p, stream %p)",
@@ -324,28 +324,6 @@ struct ConvPlanCache::Impl {
         return workspace ? static_cast<uint8_t*>(workspace) + static_cast<size_t>(e.lane) * workspace_size : nullptr;
     }
 };
-
-namespace {
-// A lane's call binds the shared cuDNN handle to the lane's stream for its duration, then back to the
-// plans' stream (what every lane-0 call and the plans' own checks expect). Host-side state only: in a
-// stream capture the call's kernels join the lane's stream, as with a handle of its own.
-class LaneStream {
-public:
-    LaneStream(const rt::Exec& e, cudaStream_t home) : e_(e), home_(home) {
-        if (e_.stream != home_) SF_CUDNN_CHECK(cudnnSetStream(e_.cudnn, e_.stream));
-    }
-    ~LaneStream() {  // destructors log and continue; the next call's handle check then names the stream
-        if (e_.stream != home_ && cudnnSetStream(e_.cudnn, home_) != CUDNN_STATUS_SUCCESS)
-            SF_LOG_ERROR("cudnnSetStream: the cuDNN handle could not be bound back to the plans' stream");
-    }
-    LaneStream(const LaneStream&) = delete;
-    LaneStream& operator=(const LaneStream&) = delete;
-
-private:
-    const rt::Exec& e_;
-    cudaStream_t home_;
-};
-}  // namespace
 
 ConvPlanCache::ConvPlanCache(const rt::Exec& ex, const ConvPolicy& policy) : impl_(std::make_unique<Impl>()) {
     SF_CHECK(ex.is_cuda(), "ConvPlanCache needs a CUDA Exec (got %s): cuDNN plans are built on a device",
@@ -448,7 +426,7 @@ void ConvPlanCache::forward(const rt::Exec& ex, const ConvShape& s, const bf16* 
              "ConvPlanCache::forward(%s): x %p, w %p, y %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(w),
              static_cast<void*>(y));
-    const LaneStream on_lane(ex, impl_->ex.stream);
+    const rt::CudnnStreamScope on_lane(ex.cudnn, ex.stream, impl_->ex.stream);  // a branch lane's stream
     conv_detail::launch(ex, s, ConvOp::Fprop, p.e, x, w, y, impl_->lane_workspace(ex), nullptr);
 }
 
@@ -459,7 +437,7 @@ void ConvPlanCache::backward_data(const rt::Exec& ex, const ConvShape& s, const 
              "ConvPlanCache::backward_data(%s): dy %p, w %p, dx %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(dy), static_cast<const void*>(w),
              static_cast<void*>(dx));
-    const LaneStream on_lane(ex, impl_->ex.stream);
+    const rt::CudnnStreamScope on_lane(ex.cudnn, ex.stream, impl_->ex.stream);  // a branch lane's stream
     conv_detail::launch(ex, s, ConvOp::Dgrad, p.e, dy, w, dx, impl_->lane_workspace(ex), nullptr, accumulate);
 }
 
@@ -469,7 +447,7 @@ void ConvPlanCache::backward_filter(const rt::Exec& ex, const ConvShape& s, cons
              "ConvPlanCache::backward_filter(%s): x %p, dy %p, dw %p must be non-null and 16-byte aligned",
              p.key.to_string().c_str(), static_cast<const void*>(x), static_cast<const void*>(dy),
              static_cast<void*>(dw));
-    const LaneStream on_lane(ex, impl_->ex.stream);
+    const rt::CudnnStreamScope on_lane(ex.cudnn, ex.stream, impl_->ex.stream);  // a branch lane's stream
     conv_detail::launch(ex, s, ConvOp::Wgrad, p.e, x, dy, dw, impl_->lane_workspace(ex), nullptr);
 }
 

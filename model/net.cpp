@@ -2,8 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "kernels/eltwise.h"
 #include "kernels/eltwise_cuda.h"
 #include "model/device_util.h"
@@ -91,8 +89,7 @@ template <class T>
 void Stage<T>::forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in, bool train,
                        const rt::StreamLanes* streams) const {
     const bool par = on_lanes(*this, ex, streams);
-    const int used = static_cast<int>(std::min(branches.size(), static_cast<size_t>(lanes)));
-    if (par) streams->fork(ex, used);
+    if (par) streams->fork(ex, lanes_used());
     std::vector<const ActT<T>*> outs;
     for (size_t i = 0; i < branches.size(); ++i) {
         const rt::Exec lex = par ? streams->lane(ex, lane_of(i)) : ex;
@@ -103,7 +100,7 @@ void Stage<T>::forward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in
         }
         outs.push_back(x);
     }
-    if (par) streams->join(ex, used);
+    if (par) streams->join(ex, lanes_used());
     fusion.forward(ex, outs, train);
 }
 
@@ -114,16 +111,15 @@ void Stage<T>::backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& i
     for (size_t i = 0; i < branches.size(); ++i) outs.push_back(&branches[i].back().out);
     fusion.backward(ex, outs);
     const bool par = on_lanes(*this, ex, streams);
-    const int used = static_cast<int>(std::min(branches.size(), static_cast<size_t>(lanes)));
     if (lanes > 1) grad_section_begin();  // the gradient plan keeps the branches' gradients apart
-    if (par) streams->fork(ex, used);
+    if (par) streams->fork(ex, lanes_used());
     for (size_t i = branches.size(); i-- > 0;) {
         if (lanes > 1) grad_section_lane(lane_of(i));
         const rt::Exec lex = par ? streams->lane(ex, lane_of(i)) : ex;
         for (size_t b = branches[i].size(); b-- > 0;)
             branches[i][b].backward(lex, b == 0 ? *in[i] : branches[i][b - 1].out);
     }
-    if (par) streams->join(ex, used);
+    if (par) streams->join(ex, lanes_used());
     if (lanes > 1) grad_section_end();
 }
 
@@ -441,76 +437,5 @@ const ActT<T>& SiderNetT<T>::activation(const std::string& name) const {
 
 template class SiderNetT<float>;
 template class SiderNetT<kern::bf16>;
-
-// ---- layer outputs (diagnostics), in forward order ----
-
-namespace {
-
-template <class T>
-void collect_layers(std::vector<LayerOutput<T>>& v, const ConvBN<T>& c) {
-    v.push_back({c.fwd_scope.substr(0, c.fwd_scope.size() - 4), &c.result(), nullptr});  // strip " fwd"
-}
-
-template <class T>
-void collect_layers(std::vector<LayerOutput<T>>& v, const Conv<T>& c) {
-    v.push_back({c.fwd_scope.substr(0, c.fwd_scope.size() - 4), nullptr, &c.out});
-}
-
-template <class T>
-void collect_layers(std::vector<LayerOutput<T>>& v, const LiteBlock<T>& b) {
-    for (const ConvBN<T>* c : {&b.expand, &b.dw, &b.project}) collect_layers(v, *c);
-}
-
-template <class T>
-void collect_layers(std::vector<LayerOutput<T>>& v, const DSConv<T>& d) {
-    collect_layers(v, d.dw);
-    collect_layers(v, d.pw);
-}
-
-// Fusion::forward order: per destination, its paths in source order, then its smooth.
-template <class T>
-void collect_layers(std::vector<LayerOutput<T>>& v, const Stage<T>& s) {
-    for (const auto& branch : s.branches)
-        for (const LiteBlock<T>& b : branch) collect_layers(v, b);
-    const Fusion<T>& f = s.fusion;
-    for (size_t i = 0; i < f.sum.size(); ++i) {
-        for (size_t j = 0; j < f.sum.size(); ++j) {
-            if (j == i) continue;
-            const FusePath<T>& fp = f.paths[i][j];
-            if (fp.up) collect_layers(v, fp.cb);
-            for (const DSConv<T>& d : fp.down) collect_layers(v, d);
-        }
-        collect_layers(v, f.smooth[i]);
-    }
-}
-
-}  // namespace
-
-template <class T>
-std::vector<LayerOutput<T>> SiderNetT<T>::layer_outputs() const {
-    std::vector<LayerOutput<T>> v;
-    collect_layers(v, stem_.conv1);
-    collect_layers(v, stem_.conv2);
-    for (const LiteBlock<T>& b : stem_.blocks) collect_layers(v, b);
-    collect_layers(v, t2_keep_);
-    collect_layers(v, t2_down_);
-    collect_layers(v, stage2_);
-    collect_layers(v, t3_new_);
-    collect_layers(v, stage3_);
-    collect_layers(v, t4_new_);
-    collect_layers(v, stage4_);
-    for (int level = 3; level >= 0; --level) collect_layers(v, fpn_.lateral[level]);
-    collect_layers(v, fpn_.smooth_p5);
-    for (const WeightedFuse<T>* f : {&fpn_.fuse16, &fpn_.fuse8, &fpn_.fuse4}) collect_layers(v, f->smooth);
-    if (merged_heads()) collect_layers(v, merged_.conv1);  // "dual_head.conv1": the four heads' channels
-    for (const Head<T>& h : heads_) {
-        if (!merged_heads()) collect_layers(v, h.conv1);
-        collect_layers(v, h.conv2);
-    }
-    return v;
-}
-
-template std::vector<LayerOutput<float>> SiderNetT<float>::layer_outputs() const;
-template std::vector<LayerOutput<kern::bf16>> SiderNetT<kern::bf16>::layer_outputs() const;
 
 }  // namespace model

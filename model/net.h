@@ -2,6 +2,7 @@
 // Input (N,H,W,C) NHWC, C = 2 (gray/255, valid mask) or 4 (RGB/255, mask); H, W multiples of 32.
 // Outputs: the four heads' logits at (H/4, W/4). The loss applies the heads' activations.
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -85,6 +86,7 @@ struct Stage {
     void backward(const rt::Exec& ex, const std::vector<const ActT<T>*>& in,
                   const rt::StreamLanes* streams = nullptr) const;
     int lane_of(size_t branch) const { return static_cast<int>(branch % static_cast<size_t>(lanes)); }
+    int lanes_used() const { return static_cast<int>(std::min(branches.size(), static_cast<size_t>(lanes))); }
     const ActT<T>& branch_out(size_t i) const { return branches[i].back().out; }
 };
 

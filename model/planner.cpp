@@ -156,7 +156,7 @@ float* Planner::workspace(size_t floats) {
 
 void Planner::set_lanes(int n) {
     SF_CHECK(!binding_ && workspace_floats_ == 0 && convs_.empty(), "set_lanes() before the sizing pass");
-    SF_CHECK(n >= 1 && n <= kMaxPlanLanes, "set_lanes(%d): 1..%d lanes", n, kMaxPlanLanes);
+    SF_CHECK(n >= 1 && n <= rt::StreamLanes::kMaxLanes, "set_lanes(%d): 1..%d lanes", n, rt::StreamLanes::kMaxLanes);
     lanes_ = n;
 }
 

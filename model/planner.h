@@ -25,6 +25,7 @@
 #include "model/grad_tape.h"
 #include "model/params.h"
 #include "runtime/arena.h"
+#include "runtime/lanes.h"
 
 namespace model {
 
@@ -34,9 +35,6 @@ class GpuOps;  // model/gpu_ops.h: convolution dispatch of the CUDA backend
 // kGradPlaceholderBase + i * 256, a low address range nothing is mapped at; only the backward trace
 // sees them (they are never dereferenced).
 constexpr uintptr_t kGradPlaceholderBase = 0x10000;
-
-// The most branch lanes a plan takes (rt::StreamLanes::kMaxLanes: the widest stage's four branches).
-constexpr int kMaxPlanLanes = 4;
 
 // An activation tensor and its gradient (NHWC), element type T: float on the CPU reference
 // backend, bf16 on CUDA (the heads' logits are float on both). g is valid only during its lifetime

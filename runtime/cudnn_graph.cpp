@@ -444,6 +444,17 @@ void cudnn_execute(cudnnHandle_t handle, const CudnnDesc& plan, const int64_t* u
     SF_CUDNN_CHECK(cudnnBackendExecute(handle, plan.get(), vp.get()));
 }
 
+CudnnStreamScope::CudnnStreamScope(cudnnHandle_t handle, cudaStream_t stream, cudaStream_t home)
+    : handle_(handle), stream_(stream), home_(home) {
+    if (stream_ != home_) SF_CUDNN_CHECK(cudnnSetStream(handle_, stream_));
+}
+
+CudnnStreamScope::~CudnnStreamScope() {
+    if (stream_ != home_ && cudnnSetStream(handle_, home_) != CUDNN_STATUS_SUCCESS)
+        SF_LOG_ERROR("cudnnSetStream: the cuDNN handle could not be bound back to stream %p",
+                     static_cast<void*>(home_));
+}
+
 cudnnStatus_t cudnn_try_execute(cudnnHandle_t handle, const CudnnDesc& plan, const int64_t* uids, void* const* ptrs,
                                 int n, void* workspace, std::string* why) {
     SF_CHECK(handle != nullptr && plan.finalized(), "cudnn_try_execute: null handle or unfinalized plan");

@@ -188,4 +188,20 @@ void cudnn_execute(cudnnHandle_t handle, const CudnnDesc& plan, const int64_t* u
 cudnnStatus_t cudnn_try_execute(cudnnHandle_t handle, const CudnnDesc& plan, const int64_t* uids, void* const* ptrs,
                                 int n, void* workspace, std::string* why);
 
+// Binds `handle` to `stream` for the scope's duration, then back to `home` (cudnnSetStream; nothing when
+// the two are the same). Host state only: in a stream capture the calls made meanwhile join `stream`, as
+// with a handle of its own (one handle shared by the branch lanes, runtime/lanes.h). The destructor logs
+// a failure to bind back and continues; the next call's stream check then names the stream.
+class CudnnStreamScope {
+public:
+    CudnnStreamScope(cudnnHandle_t handle, cudaStream_t stream, cudaStream_t home);
+    ~CudnnStreamScope();
+    CudnnStreamScope(const CudnnStreamScope&) = delete;
+    CudnnStreamScope& operator=(const CudnnStreamScope&) = delete;
+
+private:
+    cudnnHandle_t handle_;
+    cudaStream_t stream_, home_;
+};
+
 }  // namespace rt

@@ -46,7 +46,7 @@ bool share_bytes(const model::GradSlot& x, const model::GradSlot& y) {
 TEST(BranchLanes, EachLaneHasItsOwnWorkspace) {
     model::Planner p(rt::MemKind::Host);
     SF_EXPECT_ERROR(p.set_lanes(0), "set_lanes(0)");
-    SF_EXPECT_ERROR(p.set_lanes(model::kMaxPlanLanes + 1), "set_lanes(5)");
+    SF_EXPECT_ERROR(p.set_lanes(rt::StreamLanes::kMaxLanes + 1), "set_lanes(5)");
     p.set_lanes(3);
     SF_EXPECT_ERROR(p.set_lane(3), "set_lane(3): the plan has 3 lane(s)");
     for (int pass = 0; pass < 2; ++pass) {

@@ -325,7 +325,7 @@ TEST(Emulation, GraphNodesByType) {
     SF_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
-// Cross-stream capture (tests/emu/streams.cpp): side streams that wait for an event recorded in the
+// Cross-stream capture (tests/emu/streams.cpp, graphs.cpp): side streams that wait for an event recorded in the
 // capture join it, their work depends on the fork point and the origin's work after the join on theirs;
 // ending it with a side stream not joined back fails. The replay interleaves the chains, so two branches
 // sharing a buffer they should not (b overwrites `shared` between a's write and read) corrupt each other,

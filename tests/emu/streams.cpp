@@ -1,4 +1,5 @@
-// Streams, events and CUDA graphs of the CPU emulation (tests/emu/streams.h).
+// Streams, events and stream capture of the CPU emulation (tests/emu/streams.h); the graph API that
+// instantiates, replays and describes a captured graph is tests/emu/graphs.cpp.
 //  - Each stream is a FIFO of operations run as late as CUDA allows (see streams.h).
 //  - An event records the generation of its latest cudaEventRecord; waiting for it (host or
 //    stream) runs the recording stream until that generation has run.
@@ -11,67 +12,19 @@
 //    it; each captured operation depends on the previous one of its stream and on the points the
 //    stream waited for, so the graph is a DAG of the streams' chains. Ending the capture with a
 //    joined stream's last operation not among the origin's ancestors fails with
-//    cudaErrorStreamCaptureUnjoined. A launch replays the graph in an order that interleaves its
-//    chains (each chain's operations one at a time in turn, every dependency respected; with one
-//    chain, capture order): two branches that share memory they should not then disturb each
-//    other's results, which a replay in capture order would not show. SF_EMU_GRAPH_ORDER=capture
-//    replays in capture order instead.
+//    cudaErrorStreamCaptureUnjoined. A launch replays the chains interleaved (graphs.cpp).
 #include "tests/emu/streams.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <set>
 #include <vector>
 
 #include "tests/emu/emu_internal.h"
-
-namespace sfemu {
-struct Op {
-    std::string what;
-    std::function<void()> run;
-    CUevent_st* record = nullptr;  // this operation records an event
-    CUevent_st* wait = nullptr;    // this operation waits for an event
-    uint64_t gen = 0;              // the record's generation, or the one waited for
-};
-}  // namespace sfemu
-
-struct CUstream_st {
-    std::deque<sfemu::Op> queue;
-    bool blocking = true;
-    bool running = false;           // its queue is being run (a cycle of waits is a deadlock)
-    CUgraph_st* capture = nullptr;  // the graph being captured into
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
-    bool invalidated = false;
-    bool capture_origin = false;   // began the capture (else joined it through an event)
-    int cap_chain = -1;            // its chain in the graph being captured
-    int cap_last = -1;             // its last captured operation (-1: none yet)
-    std::vector<int> cap_pending;  // points waited for, dependencies of its next operation
-};
-struct CUevent_st {
-    CUstream_st* stream = nullptr;  // the stream of the latest record
-    uint64_t recorded = 0, completed = 0, queried = 0;
-    bool timing = true;
-    double ms = 0;                      // host time when the latest record ran
-    CUgraph_st* captured_in = nullptr;  // recorded during this capture (no replayed operation)
-    std::vector<int> captured_point;    // ... after these captured operations (the recording stream's state)
-};
-struct CUgraphNode_st {
-    cudaGraphNodeType type = cudaGraphNodeTypeKernel;
-};
-struct CUgraph_st {
-    std::vector<sfemu::Op> ops;
-    std::vector<std::vector<int>> deps;  // per op: the earlier ops it depends on
-    std::vector<int> chain;              // per op: the stream chain it was captured on
-    int chains = 0;
-    std::vector<CUgraphNode_st> nodes;  // one per op, built by cudaGraphGetNodes
-};
-struct CUgraphExec_st {
-    std::vector<sfemu::Op> ops;  // in replay order
-};
+#include "tests/emu/streams_internal.h"
 
 namespace sfemu {
 
@@ -83,10 +36,14 @@ std::set<CUevent_st*> g_events;
 std::vector<std::unique_ptr<CUevent_st>> g_destroyed_events;
 thread_local cudaError_t g_last_error = cudaSuccess;
 
+}  // namespace
+
 CUstream_st* resolve(cudaStream_t s) {
     if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &g_legacy;
     return g_streams.count(s) ? s : nullptr;
 }
+
+namespace {
 
 double now_ms() {
     using namespace std::chrono;
@@ -143,6 +100,8 @@ CUstream_st* capture_origin(const CUgraph_st* g) {
     return nullptr;
 }
 
+}  // namespace
+
 // Places op on s (or its capture); records and waits take their generation now, as in CUDA.
 cudaError_t push(CUstream_st* s, Op op) {
     if (!s->capture && op.wait && op.wait->captured_in) {  // waits for a point of a capture: joins it
@@ -191,6 +150,8 @@ cudaError_t push(CUstream_st* s, Op op) {
     s->queue.push_back(std::move(op));
     return cudaSuccess;
 }
+
+namespace {
 
 bool forbidden_during_capture(const CUstream_st* s) { return s->capture && s->mode != cudaStreamCaptureModeRelaxed; }
 
@@ -372,129 +333,6 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
     *status = !s->capture      ? cudaStreamCaptureStatusNone
               : s->invalidated ? cudaStreamCaptureStatusInvalidated
                                : cudaStreamCaptureStatusActive;
-    return cudaSuccess;
-}
-
-// ---- graphs ----
-
-// The replay order (see the header comment): chains in turn, each ready operation of a chain run
-// before the turn passes on; SF_EMU_GRAPH_ORDER=capture: capture order.
-static std::vector<size_t> replay_order(const CUgraph_st* g) {
-    const size_t n = g->ops.size();
-    std::vector<size_t> order;
-    const char* env = std::getenv("SF_EMU_GRAPH_ORDER");
-    if (g->chains <= 1 || (env && std::string(env) == "capture")) {
-        for (size_t i = 0; i < n; ++i) order.push_back(i);
-        return order;
-    }
-    std::vector<std::deque<size_t>> chain_ops(static_cast<size_t>(g->chains));
-    for (size_t i = 0; i < n; ++i) chain_ops[static_cast<size_t>(g->chain[i])].push_back(i);
-    std::vector<bool> done(n, false);
-    auto ready = [&](size_t i) {
-        for (int d : g->deps[i])
-            if (!done[static_cast<size_t>(d)]) return false;
-        return true;
-    };
-    while (order.size() < n) {
-        bool progressed = false;
-        for (auto& q : chain_ops) {
-            if (q.empty() || !ready(q.front())) continue;
-            order.push_back(q.front());
-            done[q.front()] = true;
-            q.pop_front();
-            progressed = true;
-        }
-        if (!progressed) {
-            std::fprintf(stderr, "sfemu: a captured graph's dependencies form a cycle\n");
-            std::abort();
-        }
-    }
-    return order;
-}
-
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
-    if (!exec || !graph) return set_error(cudaErrorInvalidValue);
-    *exec = new CUgraphExec_st;
-    for (size_t i : replay_order(graph)) (*exec)->ops.push_back(graph->ops[i]);
-    return cudaSuccess;
-}
-
-cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
-    CUstream_st* s = sfemu::resolve(stream);
-    if (!exec || !s) return set_error(cudaErrorInvalidValue);
-    for (const sfemu::Op& op : exec->ops) {
-        const cudaError_t e = sfemu::push(s, op);
-        if (e != cudaSuccess) return set_error(e);
-    }
-    return cudaSuccess;
-}
-
-// A node per captured operation: a copy, a memset, or a kernel (every other operation: kernels, and
-// the cuDNN, cuBLASLt and NCCL calls, which launch kernels on a GPU; the emulation counts one each).
-// Event records and waits inside a capture are edges, not nodes, as in CUDA.
-static void build_nodes(cudaGraph_t graph) {
-    if (graph->nodes.size() == graph->ops.size()) return;
-    graph->nodes.clear();
-    for (const sfemu::Op& op : graph->ops) {
-        CUgraphNode_st n;
-        if (op.what == "cudaMemcpyAsync")
-            n.type = cudaGraphNodeTypeMemcpy;
-        else if (op.what == "cudaMemsetAsync")
-            n.type = cudaGraphNodeTypeMemset;
-        graph->nodes.push_back(n);
-    }
-}
-
-cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* numNodes) {
-    if (!graph || !numNodes) return set_error(cudaErrorInvalidValue);
-    build_nodes(graph);
-    if (!nodes) {
-        *numNodes = graph->nodes.size();
-        return cudaSuccess;
-    }
-    const size_t got = std::min(*numNodes, graph->nodes.size());
-    for (size_t i = 0; i < *numNodes; ++i) nodes[i] = i < got ? &graph->nodes[i] : nullptr;
-    *numNodes = got;
-    return cudaSuccess;
-}
-
-// The emulated graph's edges are its captured dependencies (one stream: node i -> node i + 1), every
-// edge an ordinary (full) dependency. The emulation has no programmatic dependent launch
-// (runtime/launch.cuh runs the plain launch), so it never reports a programmatic edge.
-cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
-                              cudaGraphEdgeData* edgeData, size_t* numEdges) {
-    if (!graph || !numEdges) return set_error(cudaErrorInvalidValue);
-    build_nodes(graph);
-    std::vector<std::pair<size_t, size_t>> edges;
-    for (size_t i = 0; i < graph->deps.size(); ++i)
-        for (int d : graph->deps[i]) edges.emplace_back(static_cast<size_t>(d), i);
-    if (!from && !to && !edgeData) {
-        *numEdges = edges.size();
-        return cudaSuccess;
-    }
-    if (!from || !to) return set_error(cudaErrorInvalidValue);
-    const size_t got = std::min(*numEdges, edges.size());
-    for (size_t i = 0; i < got; ++i) {
-        from[i] = &graph->nodes[edges[i].first];
-        to[i] = &graph->nodes[edges[i].second];
-        if (edgeData) edgeData[i] = cudaGraphEdgeData{};
-    }
-    *numEdges = got;
-    return cudaSuccess;
-}
-
-cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
-    if (!node || !type) return set_error(cudaErrorInvalidValue);
-    *type = node->type;
-    return cudaSuccess;
-}
-
-cudaError_t cudaGraphDestroy(cudaGraph_t g) {
-    delete g;
-    return cudaSuccess;
-}
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t g) {
-    delete g;
     return cudaSuccess;
 }
 

@@ -6,7 +6,7 @@
 // norm as one stream, and an eval forward (eager, on the lanes) the same logits. The captured micro-step
 // has the same nodes and more edges (the forks and joins).
 // Under the CPU emulation the captured graph replays its streams' chains interleaved
-// (tests/emu/streams.cpp, Emulation.CrossStreamCaptureReplaysBranchesInterleaved): branches that shared
+// (tests/emu/graphs.cpp, Emulation.CrossStreamCaptureReplaysBranchesInterleaved): branches that shared
 // scratch or gradient bytes would disturb each other's results there. On a GPU they run at once.
 #include <gtest/gtest.h>
 
