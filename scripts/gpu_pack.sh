@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds for one GPU architecture (default sm_90: H100/H200) into ${BUILD_DIR:-build-gpu} and
-# copies just the binaries a GPU host needs into ${PACK_DIR:-.gpu} (slidefuse, tests/sf_gpu_tests:
-# ~13 MB; cudart and yaml-cpp are static, cuDNN/cuBLAS come from the host), in the layout
+# copies just the binaries a GPU host needs into ${PACK_DIR:-.gpu} (slidefuse, tests/sf_gpu_tests and
+# the suite runner's probe tests/sf_suite_probe: ~14 MB; cudart and yaml-cpp are static, cuDNN/cuBLAS
+# come from the host), in the layout
 # scripts/gpu_verify.sh and scripts/gpu_test.sh expect of a build folder. The pack folder is added
 # to .git/info/exclude, so it never lands in a commit but can travel beside a copy of the repository:
 #   scripts/gpu_pack.sh && <on the GPU host, in the repository copy> scripts/gpu_verify.sh first .gpu
@@ -10,8 +11,8 @@ cd "$(dirname "$0")/.."
 ARCH=${ARCH:-90}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 PACK_DIR=${PACK_DIR:-.gpu}
-# Only the two binaries are built (BUILD_TARGETS= builds everything, the test suites too).
-BUILD_TARGETS=${BUILD_TARGETS-slidefuse sf_gpu_tests} BUILD_DIR="$BUILD_DIR" \
+# Only these binaries are built (BUILD_TARGETS= builds everything, the test suites too).
+BUILD_TARGETS=${BUILD_TARGETS-slidefuse sf_gpu_tests sf_suite_probe} BUILD_DIR="$BUILD_DIR" \
   CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=$ARCH ${CMAKE_ARGS:-}" ./scripts/setup.sh
 # torch.compile cache parts returned by an earlier lease (scripts/gpu_compare.sh) survive a re-pack.
 keep=$(mktemp -d)
@@ -21,7 +22,7 @@ mkdir -p "$PACK_DIR/tests"
 mv "$keep"/* "$PACK_DIR"/ 2>/dev/null && echo "[gpu_pack] kept $(ls "$PACK_DIR"/inductor_cache.tgz.part* | wc -l) inductor cache part(s)"
 rmdir "$keep"
 cp "$BUILD_DIR/slidefuse" "$PACK_DIR/"
-cp "$BUILD_DIR/tests/sf_gpu_tests" "$PACK_DIR/tests/"
+cp "$BUILD_DIR/tests/sf_gpu_tests" "$BUILD_DIR/tests/sf_suite_probe" "$PACK_DIR/tests/"
 if [ -d .git ]; then
   mkdir -p .git/info
   grep -qxF "/$PACK_DIR/" .git/info/exclude 2>/dev/null || echo "/$PACK_DIR/" >> .git/info/exclude

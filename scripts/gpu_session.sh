@@ -177,10 +177,10 @@ if [ "$(left)" -gt 60 ]; then
     say "A/B: rc $?"
     grep -E '^###|^\| *128 |^warning' "$W/bench_ab.md" 2>/dev/null | while IFS= read -r l; do say "A/B: $l"; done
   fi
-  # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17, 19-22):
+  # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17, 19-22, 30):
   # each OTHER against its BASE, one after another into bench_ab_chain.md.
   : >"$W/bench_ab_chain.md"
-  for pair in bench_mergeheads:bench_mergefusehead bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
+  for pair in bench_all:bench_all_lanes bench_mergeheads:bench_mergefusehead bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
               bench_fuseexpbn:bench_fuseexpbg \
               bench_pwcustom:bench_pwstats bench_pwcustom:bench_pwbngrad bench_pwcustom:bench_pwbnbwd \
               bench_pwbngrad:bench_pwbnboth \

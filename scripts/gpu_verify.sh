@@ -5,7 +5,10 @@
 #   first    the one command to run first on a new device (about 8 minutes at most, each part under
 #            its own `timeout`): environment report (GPU, driver, CUDA, the cuDNN library loaded,
 #            ldd, the device's cuDNN property JSON), every cuDNN plan of the step built from that
-#            JSON without the handle (`slidefuse plan --cudnn-device`), every gpu test (gtest JSON), `slidefuse check` (CUDA vs CPU per layer), a
+#            JSON without the handle (`slidefuse plan --cudnn-device`), the suite runner's probe (a
+#            real illegal address must cost only its test), every gpu test through tools/suite_runner.py
+#            (a test that loses the CUDA context, crashes or hangs fails alone, the rest run on in a new
+#            process; one JSON whatever happens), `slidefuse check` (CUDA vs CPU per layer), a
 #            compute-sanitizer memcheck of one step, the measured ceilings (copy GB/s, bf16 GEMM
 #            TFLOP/s: `bench ceilings`), a deterministic single-batch bench; then a
 #            short table. At most 8 files, flat, in OUT: env.txt gpu_tests.json gpu_tests.log
@@ -51,7 +54,7 @@
 # Exit status: 0 every part passed; 1 a part failed (the table says which); 2 no GPU; 64 usage.
 # Per-part limits of `first` (seconds; 200 + 60 + 120 + 75 by default, about 8 minutes with the
 # kill grace; plans 2 x 30, ceilings 30: 545 s at most) can be changed: SF_T_TESTS, SF_T_CHECK, SF_T_MEMCHECK, SF_T_BENCH,
-# SF_T_PLANS, SF_T_CEILINGS; SF_SANITIZER=none
+# SF_T_PLANS, SF_T_CEILINGS; SF_T_TEST_EACH (90: one test of the main part); SF_SANITIZER=none
 # skips the memcheck (or names the compute-sanitizer to use).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -158,50 +161,79 @@ PY
     row plans SKIP 0 "no 'devices --cudnn-json' in this build"
   fi
 
-  # The suite as two processes at once: the CPU-reference oracles (CPU micro-steps of the reference
-  # model: minutes of CPU work beside an idle GPU) and everything else (GPU work), each under the limit
-  # with its own gtest JSON, merged into gpu_tests.json; a part cut at the limit loses only its own record
-  # (gtest writes its JSON at the end). The reference part's log follows the other's in gpu_tests.log.
-  local ref_filter='CudaStep.*CpuReference*:CudaStep.FiftyStep*' tdir t0=$SECONDS
+  # The runner's own check on this GPU first (a few seconds): a real kernel's illegal address between two
+  # passing probe tests must cost only its test (tests/tools/suite_probe_check.py --gpu; into run.log).
+  if [ -x "$BUILD_DIR/tests/sf_suite_probe" ]; then
+    run_part probe 60 "$log" python3 tests/tools/suite_probe_check.py "$BUILD_DIR/tests/sf_suite_probe" --gpu
+    row probe "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$secs" \
+      "$([ $rc -eq 0 ] && echo "an illegal address costs only its test" || echo "rc $rc: the runner's check failed (run.log)")"
+  else
+    row probe SKIP 0 "no tests/sf_suite_probe in $BUILD_DIR"
+  fi
+
+  # The suite as two parts at once: the CPU-reference oracles (CPU micro-steps of the reference model:
+  # minutes of CPU work beside an idle GPU) and everything else (GPU work), each through
+  # tools/suite_runner.py (docs/GPU_VERIFICATION.md, "A suite that survives its failures"): a test that
+  # loses the CUDA context, crashes or runs over SF_T_TEST_EACH seconds fails alone and the tests left run
+  # in a new process; each part's JSON is written whatever happens, and the two are merged into
+  # gpu_tests.json. The reference part's log follows the other's in gpu_tests.log.
+  local ref_filter='CudaStep.*CpuReference*:CudaStep.FiftyStep*' tdir t0=$SECONDS lim=${SF_T_TESTS:-200}
+  local inner=$((lim > 20 ? lim - 10 : lim))
   tdir=$(mktemp -d)
-  ( timeout --kill-after=10 "${SF_T_TESTS:-200}" env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" \
-      --gtest_filter="$ref_filter" --gtest_output="json:$tdir/reference.json" >"$tdir/reference.log" 2>&1
+  local tcmd=(env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR")
+  ( timeout --kill-after=10 "$lim" python3 tools/suite_runner.py --json "$tdir/reference.json" --filter "$ref_filter" \
+      --limit "$inner" --work "$tdir/reference" -- "${tcmd[@]}" >"$tdir/reference.log" 2>&1
     echo $? >"$tdir/reference.rc" ) &
   local ref_pid=$!
-  run_part tests "${SF_T_TESTS:-200}" "$OUT_DIR/gpu_tests.log" \
-    env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" --gtest_filter="-$ref_filter" \
-    --gtest_output="json:$tdir/main.json"
+  run_part tests "$lim" "$OUT_DIR/gpu_tests.log" python3 tools/suite_runner.py --json "$tdir/main.json" \
+    --filter="-$ref_filter" --limit "$inner" --test-limit "${SF_T_TEST_EACH:-90}" --work "$tdir/main" -- "${tcmd[@]}"
   local rc_main=$rc rc_ref
   wait "$ref_pid"
   rc_ref=$(cat "$tdir/reference.rc" 2>/dev/null || echo 1)
   secs=$((SECONDS - t0))
   { echo "== the CPU-reference tests (--gtest_filter=$ref_filter), run beside the others: rc $rc_ref"
     cat "$tdir/reference.log"; } >>"$OUT_DIR/gpu_tests.log"
-  python3 - "$OUT_DIR/gpu_tests.json" "$tdir/main.json" "$ref_filter" "$tdir/reference.json" >>"$OUT_DIR/gpu_tests.log" 2>&1 <<'PY'
+  local counts; counts=$(python3 - "$OUT_DIR/gpu_tests.json" "$tdir/main.json" "$ref_filter" "$tdir/reference.json" \
+    2>>"$OUT_DIR/gpu_tests.log" <<'PY'
 import json, os, sys
 out, main, ref_filter, ref = sys.argv[1:5]
-merged = {"name": "AllTests", "tests": 0, "failures": 0, "disabled": 0, "errors": 0, "testsuites": [], "parts": []}
-for path, filt in ((main, "-" + ref_filter), (ref, ref_filter)):
+merged = {"name": "AllTests", "tests": 0, "failures": 0, "disabled": 0, "errors": 0, "not_run": 0, "testsuites": [],
+          "parts": []}
+notes = []
+for name, path, filt in (("main", main, "-" + ref_filter), ("reference", ref, ref_filter)):
     doc = None
     if os.path.exists(path):
         try:
             doc = json.load(open(path))
         except ValueError:
             pass
-    merged["parts"].append({"gtest_filter": filt, "record": "complete" if doc is not None else
-                            "missing: the part did not finish (cut at its limit, or crashed); its log has what ran"})
-    for k in ("tests", "failures", "disabled", "errors"):
+    r = (doc or {}).get("runner", {})
+    if doc is None:
+        record = "missing: the part's runner did not finish (cut at its limit); its log has what ran"
+    elif "error" in r:
+        record = "missing: " + r["error"]
+    else:
+        record = "complete"
+    merged["parts"].append({"gtest_filter": filt, "record": record, "runner": r})
+    for k in ("tests", "failures", "disabled", "errors", "not_run"):
         merged[k] += int((doc or {}).get(k, 0))
     merged["testsuites"] += (doc or {}).get("testsuites", [])
+    if record != "complete":
+        notes.append("%s: no record" % name)
+    else:
+        ends = [p["outcome"] for p in r["processes"] if p["outcome"] != "finished"]
+        notes.append("%s: %d passed, %d failed, %d skipped, %d not run%s" % (
+            name, r["passed"], len(r["failed"]), r["skipped"], len(r["not_run"]),
+            " (%d restarts)" % len(ends) if ends else ""))
 json.dump(merged, open(out, "w"), indent=2)
-print("== gpu_tests.json: %d tests, %d failures, parts %s" % (merged["tests"], merged["failures"],
-      ", ".join(p["record"].split(":")[0] for p in merged["parts"])))
+print("; ".join(notes))
 PY
+)
+  echo "== gpu_tests.json: $counts" >>"$OUT_DIR/gpu_tests.log"
   rm -rf "$tdir"
-  local counts; counts=$(grep -Eo '\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+' "$OUT_DIR/gpu_tests.log" | tr -s ' ' | paste -sd, -)
   rc=$rc_main; [ "$rc" -eq 0 ] && rc=$rc_ref
   row tests "$([ "$rc_main" -eq 0 ] && [ "$rc_ref" -eq 0 ] && echo ok || echo FAIL)" "$secs" \
-    "rc $rc_main/$rc_ref; ${counts:-no gtest summary}"
+    "rc $rc_main/$rc_ref; ${counts:-no record}"
 
   if "$SF" --help 2>&1 | grep -Eq '^ +check +'; then
     run_part check "${SF_T_CHECK:-60}" "$log" "$SF" check --batch 4 --height 128 --width 256 --seed 1 --deterministic \

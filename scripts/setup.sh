@@ -38,7 +38,7 @@ fi
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
-# BUILD_TARGETS (space-separated, optional): build only these (scripts/gpu_pack.sh: the two binaries).
+# BUILD_TARGETS (space-separated, optional): build only these (scripts/gpu_pack.sh: the binaries a GPU host runs).
 targets=()
 for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$BUILD_DIR" -j "$JOBS" ${targets[@]+"${targets[@]}"}

@@ -14,6 +14,7 @@
 #include "tests/support/temp_dir.h"
 #include "tools/bench_configs.h"
 #include "tools/bench_step.h"
+#include "tools/cuda_policy.h"
 
 namespace {
 
@@ -200,6 +201,14 @@ TEST(BenchConfigs, TheSessionListParsesWithTheSessionsCommand) {
                 all.cuda.pdl && all.cuda.upsample_row_loads && all.cuda.pw_stats && all.cuda.pw_bn_grad &&
                 all.cuda.dw_stats && all.cuda.pw_bn_bwd && all.merge_heads && all.fuse_head_bn && all.fuse_up_bn &&
                 all.cuda.bn_row_batch == 4);
+    ASSERT_TRUE(by.count("bench_all_lanes"));
+    const tools::StepBenchOptions& all_lanes = by["bench_all_lanes"]->options;
+    EXPECT_TRUE(all_lanes.cuda.branch_lanes && !all.cuda.branch_lanes);
+    tools::StepBenchOptions same = all_lanes;
+    same.cuda.branch_lanes = false;
+    EXPECT_EQ(tools::cuda_section_json(same.cuda), tools::cuda_section_json(all.cuda))
+        << "bench_all_lanes is bench_all and the lanes";
+    EXPECT_TRUE(same.fuse_expand_dw && same.fuse_dw_pw && same.merge_heads && same.fuse_head_bn && same.fuse_up_bn);
     for (const BenchConfig& x : c) {
         EXPECT_EQ(x.options.batch_sizes, (std::vector<int>{128})) << x.name;
         EXPECT_EQ(x.options.height, 256) << x.name;

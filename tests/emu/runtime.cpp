@@ -43,6 +43,10 @@ constexpr ErrorName kErrors[] = {
      "operation failed due to a previous error during capture"},
     {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
      "dependency created on uncaptured work in another stream"},
+    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {cudaErrorAssert, "cudaErrorAssert", "device-side assert triggered"},
 };
 
 const ErrorName* find_error(cudaError_t e) {
@@ -189,6 +193,7 @@ cudaError_t cudaProfilerStop() { return cudaSuccess; }
 
 cudaError_t cudaMalloc(void** p, size_t n) {
     if (!p) return set_error(cudaErrorInvalidValue);
+    if (sfemu::context_lost() != cudaSuccess) return sfemu::context_lost();
     if (sfemu::capture_forbids_sync()) {
         sfemu::invalidate_captures();
         return set_error(cudaErrorStreamCaptureUnsupported);
@@ -223,6 +228,7 @@ cudaError_t cudaFreeHost(void* p) {
 // Synchronous copy on the legacy stream: earlier work there (and on blocking streams) first.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     if (n == 0) return cudaSuccess;
+    if (sfemu::context_lost() != cudaSuccess) return sfemu::context_lost();
     if (sfemu::capture_forbids_sync()) {
         sfemu::invalidate_captures();
         return set_error(cudaErrorStreamCaptureUnsupported);

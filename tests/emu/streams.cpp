@@ -35,6 +35,7 @@ std::set<CUstream_st*> g_streams;  // user streams alive
 std::set<CUevent_st*> g_events;
 std::vector<std::unique_ptr<CUevent_st>> g_destroyed_events;
 thread_local cudaError_t g_last_error = cudaSuccess;
+cudaError_t g_context_lost = cudaSuccess;  // the whole context's, as CUDA's sticky errors are
 
 }  // namespace
 
@@ -162,7 +163,10 @@ cudaError_t set_error(cudaError_t e) {
     return e;
 }
 
+cudaError_t context_lost() { return g_context_lost; }
+
 cudaError_t enqueue(cudaStream_t stream, std::string what, std::function<void()> run) {
+    if (g_context_lost != cudaSuccess) return g_context_lost;
     CUstream_st* s = resolve(stream);
     if (!s) return set_error(cudaErrorInvalidResourceHandle);
     Op op;
@@ -172,6 +176,7 @@ cudaError_t enqueue(cudaStream_t stream, std::string what, std::function<void()>
 }
 
 cudaError_t sync_stream(cudaStream_t stream) {
+    if (g_context_lost != cudaSuccess) return g_context_lost;
     CUstream_st* s = resolve(stream);
     if (!s) return set_error(cudaErrorInvalidResourceHandle);
     if (s->capture) {
@@ -187,6 +192,7 @@ cudaError_t sync_stream(cudaStream_t stream) {
 }
 
 cudaError_t sync_device() {
+    if (g_context_lost != cudaSuccess) return g_context_lost;
     if (capture_forbids_sync()) {
         invalidate_captures();
         return set_error(cudaErrorStreamCaptureUnsupported);
@@ -237,11 +243,16 @@ using sfemu::set_error;
 extern "C" {
 
 cudaError_t cudaGetLastError() {
+    if (sfemu::g_context_lost != cudaSuccess) return sfemu::g_context_lost;  // sticky: not cleared
     const cudaError_t e = sfemu::g_last_error;
     sfemu::g_last_error = cudaSuccess;
     return e;
 }
-cudaError_t cudaPeekAtLastError() { return sfemu::g_last_error; }
+cudaError_t cudaPeekAtLastError() {
+    return sfemu::g_context_lost != cudaSuccess ? sfemu::g_context_lost : sfemu::g_last_error;
+}
+
+void sfemu_lose_context(cudaError_t sticky) { sfemu::g_context_lost = sticky; }
 
 // ---- streams ----
 

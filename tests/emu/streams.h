@@ -29,4 +29,15 @@ bool is_capturing(cudaStream_t s);
 // The sticky-free error state behind cudaGetLastError / cudaPeekAtLastError.
 cudaError_t set_error(cudaError_t e);
 
+// A lost context (sfemu_lose_context): the sticky error every later launch, copy, allocation and
+// synchronisation returns, as CUDA's do after a kernel's illegal address; cudaSuccess while it works.
+cudaError_t context_lost();
+
 }  // namespace sfemu
+
+extern "C" {
+// Emulation only: makes the context unusable as a faulting kernel would on a GPU (a sticky error,
+// e.g. cudaErrorIllegalAddress, which cudaGetLastError does not clear). For tests of what happens
+// after such a fault (tests/probe/suite_probe_test.cu); there is no way back within the process.
+void sfemu_lose_context(cudaError_t sticky);
+}

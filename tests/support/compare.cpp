@@ -1,15 +1,15 @@
 #include "tests/support/compare.h"
 
-#include <cstdlib>
-
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 
 #include "runtime/exec.h"
 #include "runtime/hash.h"
 #include "runtime/log.h"
+#include "tests/support/test_record.h"
 
 namespace sftest {
 
@@ -143,7 +143,10 @@ class FailOnWarning : public ::testing::EmptyTestEventListener {
     void OnTestEnd(const ::testing::TestInfo&) override { rt::set_log_sink(nullptr); }
 };
 struct Register {
-    Register() { ::testing::UnitTest::GetInstance()->listeners().Append(new FailOnWarning); }
+    Register() {
+        ::testing::UnitTest::GetInstance()->listeners().Append(new FailOnWarning);
+        install_test_record();  // SF_TEST_RECORD: the per-test record a suite runner reads (test_record.h)
+    }
 };
 }  // namespace
 

@@ -77,6 +77,7 @@ class GpuSessionTest(GpuScriptCase):
                     self.assertRegex(log, r"A/B: ### %s.json against bench_variants.json" % re.escape(name))
             self.assertIn("bench: base bench_variants: 10.000 ms per step first, 10.000 ms again at the end", log)
             self.assertRegex(log, r"bench: rc 0 -- %d configuration\(s\) started" % (len(listed) + 1))
+            self.assertRegex(log, r"A/B chain: ### bench_all_lanes.json against bench_all.json")
             self.assertRegex(log, r"A/B chain: ### bench_mergefusehead.json against bench_mergeheads.json")
             self.assertIn("bench --dw-fused-bwd: n128 64x128 c64->64 k3 s1 g64, fused backward runs, "
                           "fused overwrite 0.1500 ms", log)

@@ -140,9 +140,14 @@ echo "fake ncu profiled"
 """
 
 FAKE_TESTS = """#!/bin/sh
+for a in "$@"; do case "$a" in --gtest_list_tests) printf 'Fake.\\n  One\\n  Two\\n  Three\\n'; exit 0 ;; esac; done
 echo "fake tests: $*"
+three='{"name": "Three", "status": "RUN", "result": "COMPLETED", "time": "0s"}'
+[ "${SF_FAKE_TESTS_RC:-0}" = 0 ] || three='{"name": "Three", "status": "RUN", "result": "COMPLETED", "time": "0s", "failures": [{"failure": "fake failure", "type": ""}]}'
 for a in "$@"; do case "$a" in --gtest_output=json:*)
-  echo '{"tests": 3, "failures": 0, "testsuites": [{"name": "Fake", "tests": 3, "testsuite": []}]}' > "${a#--gtest_output=json:}" ;; esac; done
+  echo '{"tests": 3, "failures": 0, "testsuites": [{"name": "Fake", "tests": 3, "testsuite": [
+    {"name": "One", "status": "RUN", "result": "COMPLETED", "time": "0s"},
+    {"name": "Two", "status": "RUN", "result": "COMPLETED", "time": "0s"}, '"$three"']}]}' > "${a#--gtest_output=json:}" ;; esac; done
 echo "[==========] 3 tests ran."
 echo "[  PASSED  ] 3 tests."
 exit "${SF_FAKE_TESTS_RC:-0}"
@@ -246,7 +251,9 @@ class GpuVerifyTest(GpuScriptCase):
             self.assertIn(f, files)
         last = r.stdout.strip().splitlines()
         self.assertTrue(last[-1].startswith("bench"), last[-5:])  # the table comes last
-        self.assertRegex(r.stdout, r"tests +ok .*rc 0/0; .*PASSED \] 3")
+        self.assertRegex(r.stdout, r"tests +ok .*rc 0/0; main: 3 passed, 0 failed, 0 skipped, 0 not run; "
+                                   r"reference: 3 passed, 0 failed, 0 skipped, 0 not run")
+        self.assertRegex(r.stdout, r"probe +SKIP .*no tests/sf_suite_probe")
         # The suite as two processes (the CPU-reference oracles beside the rest), their records merged.
         with open(os.path.join(self.out, "gpu_tests.json")) as f:
             merged = json.load(f)

@@ -1,0 +1,175 @@
+"""tools/suite_runner.py against a fake gtest binary: listing, the record, each way a process can end
+(a lost context, a crash, a hang, the suite's limit), the restarts with the tests left, and a binary
+without the record (gtest's JSON only). The real listener and the probe under the emulation are
+checked by ctest emu.suite_runner_probe (tests/tools/suite_probe_check.py)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import suite_runner  # noqa: E402
+
+# A gtest look-alike: FAKE_TESTS lists "Suite.Test=behaviour" (pass, fail, skip, lost, crash, hang);
+# FAKE_NO_RECORD=1 makes it ignore SF_TEST_RECORD, as a binary built before the listener would.
+FAKE = r'''#!/usr/bin/env python3
+import fnmatch, json, os, sys, time
+tests = [t.split("=") for t in os.environ["FAKE_TESTS"].split(",")]
+filt, out = "*", None
+for a in sys.argv[1:]:
+    if a.startswith("--gtest_filter="): filt = a.split("=", 1)[1]
+    if a.startswith("--gtest_output=json:"): out = a.split(":", 1)[1]
+pos, _, neg = filt.partition("-")
+sel = [(n, b) for n, b in tests if any(fnmatch.fnmatchcase(n, p) for p in pos.split(":") if p)
+       and not any(fnmatch.fnmatchcase(n, p) for p in neg.split(":") if p)]
+if "--gtest_list_tests" in sys.argv:
+    print("GPU 0: a wrapper's line.")
+    suite = None
+    for n, _ in sel:
+        s, t = n.split(".")
+        if s != suite:
+            print(s + "."); suite = s
+        print("  " + t + ("  # GetParam() = 1" if t.endswith("/0") else ""))
+    sys.exit(0)
+rec = None if os.environ.get("FAKE_NO_RECORD") else os.environ.get("SF_TEST_RECORD")
+def w(d):
+    if rec:
+        with open(rec, "a") as f: f.write(json.dumps(d) + "\n")
+with open(os.environ["FAKE_RUNS"], "a") as f: f.write(filt + "\n")
+doc = {"testsuites": []}
+failed = 0
+for n, b in sel:
+    w({"event": "start", "test": n})
+    print("[ RUN      ] " + n, flush=True)
+    if b == "crash": os.abort()
+    if b == "hang": time.sleep(60)
+    fails = ["boom"] if b in ("fail", "lost") else []
+    e = {"event": "end", "test": n, "result": {"fail": "failed", "lost": "failed", "skip": "skipped"}.get(b, "passed"),
+         "ms": 1.0, "failures": fails}
+    if b == "lost": e["context_lost"] = "cudaErrorIllegalAddress: an illegal memory access was encountered"
+    w(e)
+    if b == "lost": sys.exit(3)
+    failed += bool(fails)
+    s, t = n.split(".")
+    if not doc["testsuites"] or doc["testsuites"][-1]["name"] != s:
+        doc["testsuites"].append({"name": s, "testsuite": []})
+    g = {"name": t, "status": "RUN", "result": "SKIPPED" if b == "skip" else "COMPLETED", "time": "0.001s", "own": 1}
+    if fails: g["failures"] = [{"failure": "boom", "type": ""}]
+    doc["testsuites"][-1]["testsuite"].append(g)
+w({"event": "program_end", "failed": failed})
+if out:
+    with open(out, "w") as f: json.dump(doc, f)
+sys.exit(1 if failed else 0)
+'''
+
+
+class SuiteRunnerTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="suite_runner_test.")
+        self.fake = os.path.join(self.dir, "fake_gtest")
+        with open(self.fake, "w") as f:
+            f.write(FAKE)
+        os.chmod(self.fake, 0o755)
+        self.runs = os.path.join(self.dir, "runs.txt")
+
+    def run_suite(self, tests, *opts, **env):
+        out = os.path.join(self.dir, "out.json")
+        e = dict(os.environ, FAKE_TESTS=",".join(tests), FAKE_RUNS=self.runs)
+        e.update(env)
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "suite_runner.py"), "--json", out,
+                            "--log", os.path.join(self.dir, "log.txt"), "--work", os.path.join(self.dir, "w"),
+                            *opts, "--", self.fake], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=120)
+        with open(out) as f:
+            return r, json.load(f)
+
+    @staticmethod
+    def by_name(doc):
+        return {s["name"] + "." + t["name"]: t for s in doc["testsuites"] for t in s["testsuite"]}
+
+    def processes(self):
+        with open(self.runs) as f:
+            return f.read().splitlines()
+
+    def test_list_parsing_ignores_a_wrappers_lines(self):
+        text = ("NVIDIA H200, 580.159.04, 143771 MiB\nA.\n  One\n  Two/0  # GetParam() = 1\nTyped/0.  # TypeParam = int\n"
+                "  Three\nother line.\n")
+        self.assertEqual(suite_runner.parse_list(text), ["A.One", "A.Two/0", "Typed/0.Three"])
+
+    def test_a_clean_suite_is_one_process(self):
+        r, doc = self.run_suite(["A.One=pass", "A.Two=skip", "B.Three=pass"])
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(len(self.processes()), 1)
+        self.assertEqual(doc["tests"], 3)
+        self.assertEqual(doc["failures"], 0)
+        self.assertIn("suite_runner: 3 tests: 2 passed, 0 failed, 1 skipped, 0 not run; 1 process", r.stdout)
+        t = self.by_name(doc)
+        self.assertEqual(t["A.One"].get("own"), 1)  # gtest's own entry where it has one
+        self.assertEqual(t["A.Two"]["result"], "SKIPPED")
+
+    def test_each_bad_end_costs_only_its_test(self):
+        r, doc = self.run_suite(["A.One=pass", "A.Lost=lost", "A.Two=pass", "B.Crash=crash", "B.Three=pass",
+                                 "B.Hang=hang", "C.Fail=fail", "C.Four=pass"], "--test-limit", "2")
+        self.assertEqual(r.returncode, 1)
+        t = self.by_name(doc)
+        for n in ("A.One", "A.Two", "B.Three", "C.Four"):
+            self.assertFalse(t[n].get("failures"), n)
+            self.assertEqual(t[n]["result"], "COMPLETED")
+        self.assertIn("context", json.dumps(t["A.Lost"]))
+        self.assertIn("the process died in this test (signal 6)", t["B.Crash"]["failures"][0]["failure"])
+        self.assertIn("ran longer than the per-test limit of 2 s", t["B.Hang"]["failures"][0]["failure"])
+        self.assertEqual(t["C.Fail"]["failures"][0]["failure"], "boom")
+        self.assertEqual(doc["failures"], 4)
+        self.assertEqual(doc["runner"]["failed"], ["A.Lost", "B.Crash", "B.Hang", "C.Fail"])
+        self.assertEqual([p["outcome"] for p in doc["runner"]["processes"]],
+                         ["context lost in A.Lost", "died in B.Crash (signal 6)",
+                          "over the per-test limit (2 s) in B.Hang", "finished"])
+        runs = self.processes()
+        self.assertEqual(runs[0], "*")  # the first process runs the original filter
+        self.assertEqual(runs[1], "A.Two:B.Crash:B.Three:B.Hang:C.Fail:C.Four")  # then exactly the tests left
+        self.assertEqual(runs[3], "C.Fail:C.Four")
+        self.assertIn("4 processes (1: context lost in A.Lost; 2: died in B.Crash (signal 6); 3: over the per-test "
+                      "limit (2 s) in B.Hang)", r.stdout)
+
+    def test_the_suites_limit_leaves_the_rest_not_run(self):
+        r, doc = self.run_suite(["A.One=pass", "A.Hang=hang", "A.Two=pass"], "--limit", "3")
+        self.assertEqual(r.returncode, 1)
+        t = self.by_name(doc)
+        self.assertFalse(t["A.One"].get("failures"))
+        self.assertIn("still running when the suite's limit of 3 s ran out", t["A.Hang"]["failures"][0]["failure"])
+        self.assertEqual(t["A.Two"]["result"], "NOT_RUN")
+        self.assertEqual(doc["runner"]["not_run"], ["A.Two"])
+        self.assertIn("limit of 3 s ran out", doc["runner"]["not_run_reason"])
+        self.assertEqual(len(self.processes()), 1)
+
+    def test_max_processes_and_no_progress_stop_the_restarts(self):
+        r, doc = self.run_suite(["A.L1=lost", "A.L2=lost", "A.One=pass"], "--max-processes", "2")
+        self.assertEqual(doc["runner"]["not_run"], ["A.One"])
+        self.assertIn("2 processes ran", doc["runner"]["not_run_reason"])
+        # A process that dies before its first test makes no progress: no endless restarts.
+        r, doc = self.run_suite(["A.One=pass"], FAKE_RUNS="/nonexistent/dir/runs.txt")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(doc["runner"]["not_run"], ["A.One"])
+        self.assertEqual(len(doc["runner"]["processes"]), 1)
+        self.assertIn("died outside any test", doc["runner"]["processes"][0]["outcome"])
+
+    def test_a_binary_without_the_record_uses_gtests_json(self):
+        r, doc = self.run_suite(["A.One=pass", "A.Fail=fail"], FAKE_NO_RECORD="1")
+        self.assertEqual(r.returncode, 1)
+        t = self.by_name(doc)
+        self.assertEqual(t["A.One"].get("own"), 1)
+        self.assertEqual(doc["runner"]["failed"], ["A.Fail"])
+        self.assertEqual([p["outcome"] for p in doc["runner"]["processes"]], ["finished"])
+
+    def test_a_suite_that_cannot_be_listed(self):
+        r, doc = self.run_suite(["A.One=pass"], "--filter", "Nothing.*")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("could not be listed", doc["runner"]["error"])
+        self.assertEqual(doc["tests"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
