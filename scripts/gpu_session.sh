@@ -7,6 +7,7 @@
 #   t=0       `first` in the foreground: env + cuDNN runtime version, plans (device JSON vs handle),
 #             every gpu test (gtest JSON), `check`, memcheck of one step, ceilings, a short bench
 #             (the bench's figure is taken under the training's contention: not a speed result)
+#             then the per-test record (tools/gpu_tests_table.py: tests.md, session.log's `tests:` line)
 #   then      `sanitize`: racecheck + synccheck over the custom-kernel tests
 #   then      wait for `train` (stopped with a checkpoint at its own limit), `evalcmp` on its checkpoint
 #             (CUDA, CPU reference and the CPU reference's bf16 floor), `bnstats` (its best and last
@@ -68,6 +69,15 @@ train_pid=$!
 say "first: foreground"
 OUT="$W/first" SF_T_TESTS=$(budget 320 220) scripts/gpu_verify.sh first "$B" >"$W/first.out" 2>&1
 say "first: rc $? -- $(grep -E '^tests' "$W/first/summary.txt" 2>/dev/null)"
+# The per-test record (tools/gpu_tests_table.py): failures, what ran for the first time against the last
+# GPU record, what the suite lists that still has not run (tests.md, for docs/gpu/).
+if [ -s "$W/first/gpu_tests.json" ]; then
+  SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$B" --gtest_list_tests >"$W/first/list.txt" 2>/dev/null
+  python3 tools/gpu_tests_table.py "$W/first/gpu_tests.json" --list "$W/first/list.txt" --env "$W/first/env.txt" \
+    --since docs/gpu/2026-11-27-h200/1-session/first/gpu_tests.json --title "gpu suite, $(date -u +%F)" \
+    --out "$W/tests.md" 2>>"$W/session.log" &&
+    say "tests: $(grep -E '^\*\*[0-9]+ tests' "$W/tests.md" | tr -d '*' | sed 's/\.$//'); $(grep -Eo 'First run on a GPU \([0-9]+\)' "$W/tests.md"); $(grep -Eo 'Listed but not run here \([0-9]+ of [0-9]+\)' "$W/tests.md")"
+fi
 pack
 
 # ---- sanitize: racecheck + synccheck over the custom-kernel tests ----

@@ -40,12 +40,16 @@ class GpuSessionTest(GpuScriptCase):
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
-                         "bench_configs.log", "session.log"):
+                         "bench_configs.log", "session.log", "tests.md", "first/list.txt"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
             with open(os.path.join(self.out, "session.log")) as f:
                 log = f.read()
             self.assertRegex(log, r"first: rc 0")
+            # The per-test record against the suite's list and the last GPU record (the fake's three tests,
+            # the same names in both parts, all passed, none in the H200's record).
+            self.assertRegex(log, r"tests: 3 tests: 3 passed, 0 failed, 0 skipped, 0 not run; First run on a "
+                                  r"GPU \(3\); Listed but not run here \(0 of 3\)")
             self.assertRegex(log, r"train: rc 0")
             self.assertRegex(log, r"evalcmp: rc 0")
             self.assertRegex(log, r"bnstats: rc 0")
