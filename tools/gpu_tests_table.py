@@ -93,6 +93,12 @@ def render(results, doc, listed=None, earlier=None, env=None, title=None):
     for s in sorted(suites):
         c = suites[s]
         lines.append("| %s | %d | %d | %d | %d |" % (s, c["passed"], c["failed"], c["skipped"], c["not run"]))
+    timed = sorted(((float(str(v[1]).rstrip("s")), k) for k, v in results.items()
+                    if v[0] == "passed" and re.match(r"^[0-9.]+s$", str(v[1]))), reverse=True)
+    if timed:
+        lines += ["", "## Slowest passed tests (what sizes the suite's limits)", "", "| test | seconds |", "|---|---:|"]
+        lines += ["| `%s` | %.1f |" % (k, sec) for sec, k in timed[:10]]
+        lines.append("| all %d passed tests | %.1f |" % (len(timed), sum(sec for sec, _ in timed)))
     if earlier is not None:
         ran_before = {k for k, v in earlier.items() if v[0] in ("passed", "failed", "skipped")}
         first = sorted(k for k, v in results.items() if v[0] in ("passed", "failed") and k not in ran_before)

@@ -52,6 +52,7 @@ class GpuTestsTableTest(unittest.TestCase):
         self.assertIn("| A | 1 | 1 | 1 | 0 |", out)
         self.assertIn("## First run on a GPU (2)\n\n- `A.Bad`: failed\n- `B.Lost`: failed", out)
         self.assertIn("## Listed but not run here (2 of 6)\n\n- `B.Left`\n- `C.New`", out)
+        self.assertIn("| `A.Ok` | 0.5 |\n| all 1 passed tests | 0.5 |", out)
 
     def test_unreadable_input(self):
         r = subprocess.run([sys.executable, TOOL, self.write("bad.json", "{")], stdout=subprocess.PIPE,
