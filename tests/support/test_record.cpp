@@ -135,6 +135,8 @@ void install_test_record() {
         std::fprintf(stderr, "SF_TEST_RECORD: cannot open '%s' for appending; no per-test record\n", path);
         return;
     }
+    // Processes the tests start (a death test's re-executed child, the CLI) must not write into it.
+    unsetenv("SF_TEST_RECORD");
     ::testing::UnitTest::GetInstance()->listeners().Append(new TestRecord(f));
 }
 
