@@ -13,7 +13,8 @@
 #            TFLOP/s: `bench ceilings`), a deterministic single-batch bench; then a
 #            short table. At most 8 files, flat, in OUT: env.txt gpu_tests.json gpu_tests.log
 #            check.json memcheck.log bench.json run.log summary.txt.
-#   tests    scripts/gpu_test.sh: every gpu test (JSON report) + compute-sanitizer memcheck of one step
+#   tests    every gpu test through tools/suite_runner.py (gpu_tests.json whatever happens) + compute-sanitizer
+#            memcheck of one step
 #   bench    slidefuse bench ceilings (ceilings.json), the step's modelled floor at those ceilings
 #            (plan --roofline: plan_roofline_128.json), then bench step: batch sizes 64..512 at 256x512,
 #            160x320, batch search, per-layer table
@@ -292,7 +293,18 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 git rev-parse HEAD 2>/dev/null | tee "$OUT_DIR/commit.txt" || true
 case "$STAGE" in
   tests)
-    scripts/gpu_test.sh "$BUILD_DIR" --gtest_output="json:$OUT_DIR/gpu_tests.json" 2>&1 | tee "$OUT_DIR/gpu_tests.log" ;;
+    # Every gpu test through the runner (a lost context, a crash or a test over SF_T_TEST_EACH seconds
+    # costs only its test), then memcheck of one step as gpu_test.sh runs it.
+    st=0
+    python3 tools/suite_runner.py --json "$OUT_DIR/gpu_tests.json" --test-limit "${SF_T_TEST_EACH:-300}" \
+      --work "$(mktemp -d)" -- env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" 2>&1 | tee "$OUT_DIR/gpu_tests.log" ||
+      st=$?
+    san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+    if [ -n "$san" ]; then
+      "$san" --tool memcheck --error-exitcode 86 --leak-check full "$BUILD_DIR/tests/sf_gpu_tests" \
+        --gtest_filter=CudaStep.OneStepForSanitizer 2>&1 | tee -a "$OUT_DIR/gpu_tests.log" || st=$?
+    fi
+    exit $st ;;
   bench)
     "$SF" bench ceilings --json "$OUT_DIR/ceilings.json" 2>&1 | tee "$OUT_DIR/bench.log"
     # The step's modelled floor at those measured ceilings (no GPU work; docs/BENCH.md), to read the

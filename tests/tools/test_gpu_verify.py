@@ -310,6 +310,20 @@ class GpuVerifyTest(GpuScriptCase):
         self.assertEqual(r.returncode, 1)
         self.assertRegex(r.stdout, r"memcheck +FAIL .*rc 86; ERROR SUMMARY: 2 errors")
 
+    def test_tests_stage_runs_the_suite_through_the_runner(self):
+        self.fake_gpu(True)
+        r = self.run_script("tests", self.build)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.out, "gpu_tests.json")) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["runner"]["listed"], 3)
+        self.assertEqual([p["outcome"] for p in doc["runner"]["processes"]], ["finished"])
+        self.assertIn("suite_runner: 3 tests: 3 passed, 0 failed, 0 skipped, 0 not run; 1 process", r.stdout)
+        r = self.run_script("tests", self.build, SF_FAKE_TESTS_RC="1")
+        self.assertEqual(r.returncode, 1)
+        with open(os.path.join(self.out, "gpu_tests.json")) as f:
+            self.assertEqual(json.load(f)["runner"]["failed"], ["Fake.Three"])
+
     def test_train_stage_keeps_the_run_out_of_out_and_resumes(self):
         self.fake_gpu(True)
         cwd = os.path.join(ROOT, "runs", "gpu_verify_train")
