@@ -13,7 +13,8 @@
 #            TFLOP/s: `bench ceilings`), a deterministic single-batch bench; then a
 #            short table. At most 8 files, flat, in OUT: env.txt gpu_tests.json gpu_tests.log
 #            check.json memcheck.log bench.json run.log summary.txt.
-#   tests    every gpu test through tools/suite_runner.py (gpu_tests.json whatever happens) + compute-sanitizer
+#   tests    every gpu test (or SF_GTEST_FILTER's: a rerun of the failed ones, which tests.md lists as a
+#            filter) through tools/suite_runner.py (gpu_tests.json whatever happens) + compute-sanitizer
 #            memcheck of one step
 #   bench    slidefuse bench ceilings (ceilings.json), the step's modelled floor at those ceilings
 #            (plan --roofline: plan_roofline_128.json), then bench step: batch sizes 64..512 at 256x512,
@@ -297,7 +298,7 @@ case "$STAGE" in
     # costs only its test), then memcheck of one step as gpu_test.sh runs it.
     st=0
     python3 tools/suite_runner.py --json "$OUT_DIR/gpu_tests.json" --test-limit "${SF_T_TEST_EACH:-300}" \
-      --work "$(mktemp -d)" -- env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" 2>&1 | tee "$OUT_DIR/gpu_tests.log" ||
+      --filter="${SF_GTEST_FILTER:-*}" --work "$(mktemp -d)" -- env SF_SKIP_SANITIZER=1 scripts/gpu_test.sh "$BUILD_DIR" 2>&1 | tee "$OUT_DIR/gpu_tests.log" ||
       st=$?
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
     if [ -n "$san" ]; then

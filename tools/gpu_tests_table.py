@@ -82,6 +82,8 @@ def render(results, doc, listed=None, earlier=None, env=None, title=None):
     if failed:
         lines += ["", "## Failed", "", "| test | first failure line |", "|---|---|"]
         lines += ["| `%s` | %s |" % (k, results[k][1].replace("|", "\\|")[:200]) for k in failed]
+        lines += ["", "Rerun them (with the not-run ones) once fixed: `SF_GTEST_FILTER='%s' scripts/gpu_verify.sh tests "
+                  ".gpu`" % ":".join(failed + sorted(k for k, v in results.items() if v[0] == "not run"))]
     not_run = sorted(k for k, v in results.items() if v[0] == "not run")
     if not_run:
         lines += ["", "## Not run", ""]

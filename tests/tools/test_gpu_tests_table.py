@@ -49,6 +49,7 @@ class GpuTestsTableTest(unittest.TestCase):
         self.assertIn("| `A.Bad` | Expected equality \\| of x |", out)  # the message, not the file:line
         self.assertIn("| `B.Lost` | the CUDA context is lost after this test (x) |", out)
         self.assertIn("- `B.Left`: the suite's limit of 190 s ran out", out)
+        self.assertIn("`SF_GTEST_FILTER='A.Bad:B.Lost:B.Left' scripts/gpu_verify.sh tests .gpu`", out)
         self.assertIn("| A | 1 | 1 | 1 | 0 |", out)
         self.assertIn("## First run on a GPU (2)\n\n- `A.Bad`: failed\n- `B.Lost`: failed", out)
         self.assertIn("## Listed but not run here (2 of 6)\n\n- `B.Left`\n- `C.New`", out)

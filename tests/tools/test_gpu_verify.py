@@ -319,6 +319,8 @@ class GpuVerifyTest(GpuScriptCase):
         self.assertEqual(doc["runner"]["listed"], 3)
         self.assertEqual([p["outcome"] for p in doc["runner"]["processes"]], ["finished"])
         self.assertIn("suite_runner: 3 tests: 3 passed, 0 failed, 0 skipped, 0 not run; 1 process", r.stdout)
+        r = self.run_script("tests", self.build, SF_GTEST_FILTER="Fake.One:Fake.Two")
+        self.assertIn("fake tests: --gtest_filter=Fake.One:Fake.Two", r.stdout)
         r = self.run_script("tests", self.build, SF_FAKE_TESTS_RC="1")
         self.assertEqual(r.returncode, 1)
         with open(os.path.join(self.out, "gpu_tests.json")) as f:
