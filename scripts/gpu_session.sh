@@ -187,14 +187,10 @@ if [ "$(left)" -gt 60 ]; then
     say "A/B: rc $?"
     grep -E '^###|^\| *128 |^warning' "$W/bench_ab.md" 2>/dev/null | while IFS= read -r l; do say "A/B: $l"; done
   fi
-  # The A/Bs whose predictions name another base than the per-layer run (OPTIMIZATION_LOG entries 16, 17, 19-22, 30):
+  # The A/Bs whose predictions name another base than the per-layer run (configs/bench/predictions.tsv):
   # each OTHER against its BASE, one after another into bench_ab_chain.md.
   : >"$W/bench_ab_chain.md"
-  for pair in bench_all:bench_all_lanes bench_mergeheads:bench_mergefusehead bench_dwfused:bench_dwfusedbn bench_dwfused:bench_fuseexp bench_dwfusedbn:bench_fuseexpbn \
-              bench_fuseexpbn:bench_fuseexpbg \
-              bench_pwcustom:bench_pwstats bench_pwcustom:bench_pwbngrad bench_pwcustom:bench_pwbnbwd \
-              bench_pwbngrad:bench_pwbnboth \
-              bench_pwstats:bench_fusedwpwst; do
+  for pair in $(python3 tools/ab_predictions.py configs/bench/predictions.tsv --pairs "$BASE"); do
     base=${pair%%:*} other=${pair##*:}
     [ -s "$W/$base.json" ] && [ -s "$W/$other.json" ] || continue
     python3 tools/bench_ab.py "$W/$base.json" "$W/$other.json" ${again[@]+"${again[@]}"} --md "$W/ab_pair.md" \
@@ -203,6 +199,9 @@ if [ "$(left)" -gt 60 ]; then
     grep -E '^###|^\| *128 ' "$W/ab_pair.md" 2>/dev/null | while IFS= read -r l; do say "A/B chain: $l"; done
   done
   rm -f "$W/ab_pair.md"
+  # Every A/B against the prediction written down before it (predictions.md; session.log's `prediction:` lines).
+  python3 tools/ab_predictions.py configs/bench/predictions.tsv "$W" ${again[@]+"${again[@]}"} --md "$W/predictions.md" \
+    --json "$W/predictions.json" 2>>"$W/bench_ab.log" | while IFS= read -r l; do say "$l"; done
   pack
   # With the time left: what each cuDNN BatchNorm-fusion graph costs against the plain conv + our BN
   # kernels (OPTIMIZATION_LOG entry 0). Runtime compilation makes it a minute or more; each graph's

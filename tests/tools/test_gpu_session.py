@@ -40,7 +40,7 @@ class GpuSessionTest(GpuScriptCase):
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
-                         "bench_configs.log", "session.log", "tests.md", "first/list.txt"):
+                         "bench_configs.log", "session.log", "tests.md", "first/list.txt", "predictions.md"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
             with open(os.path.join(self.out, "session.log")) as f:
@@ -82,6 +82,11 @@ class GpuSessionTest(GpuScriptCase):
             self.assertIn("bench: base bench_variants: 10.000 ms per step first, 10.000 ms again at the end", log)
             self.assertRegex(log, r"bench: rc 0 -- %d configuration\(s\) started" % (len(listed) + 1))
             self.assertRegex(log, r"A/B chain: ### bench_all_lanes.json against bench_all.json")
+            # Each A/B against its written prediction (the fake's bench_all is 1 ms faster: 16-22 predicted).
+            self.assertIn("prediction: bench_all against bench_variants (entry 11-27): predicted 16 to 22 ms saved, "
+                          "measured +1.000 (faster): below", log)
+            self.assertIn("prediction: bench_lanes against bench_variants (entry 30): predicted 3 to 7 ms saved, "
+                          "measured +0.000 (within noise): none measurable", log)
             self.assertRegex(log, r"A/B chain: ### bench_mergefusehead.json against bench_mergeheads.json")
             self.assertIn("bench --dw-fused-bwd: n128 64x128 c64->64 k3 s1 g64, fused backward runs, "
                           "fused overwrite 0.1500 ms", log)
