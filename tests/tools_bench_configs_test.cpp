@@ -4,6 +4,7 @@
 // rule. The run itself: tests/gpu/tools_bench_configs_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <string>
@@ -70,6 +71,16 @@ TEST(BenchConfigs, ImpliedSwitchesFollowTheOptionsParser) {
         tools::parse_bench_configs("base\nbg --dw-fused-bn-grad\nps --pw-stats\n", "list.txt", kCommon);
     EXPECT_TRUE(c[1].options.cuda.dw_fused_bwd && c[1].options.fuse_expand_dw && c[1].options.cuda.dw_fused_bn_grad);
     EXPECT_TRUE(c[2].options.cuda.pw_custom && c[2].options.cuda.pw_stats);
+}
+
+TEST(BenchConfigs, ALineMayAskForItsOwnPerLayerTable) {
+    // --layers on a line (the command's --layers is the base's): that configuration's record gets the table.
+    const std::vector<BenchConfig> c =
+        tools::parse_bench_configs("base\nall --pdl --layers\nplain --pdl\n", "list.txt", kCommon);
+    EXPECT_TRUE(c[1].options.layers);
+    EXPECT_EQ(c[1].flags, (std::vector<std::string>{"--pdl", "--layers"}));
+    EXPECT_FALSE(c[2].options.layers);
+    EXPECT_FALSE(c[0].options.layers);
 }
 
 TEST(BenchConfigs, EveryConfigSwitchIsAnOptionOfBenchStep) {
@@ -201,6 +212,9 @@ TEST(BenchConfigs, TheSessionListParsesWithTheSessionsCommand) {
                 all.cuda.pdl && all.cuda.upsample_row_loads && all.cuda.pw_stats && all.cuda.pw_bn_grad &&
                 all.cuda.dw_stats && all.cuda.pw_bn_bwd && all.merge_heads && all.fuse_head_bn && all.fuse_up_bn &&
                 all.cuda.bn_row_batch == 4);
+    EXPECT_NE(std::find(by["bench_all"]->flags.begin(), by["bench_all"]->flags.end(), "--layers"),
+              by["bench_all"]->flags.end())
+        << "every switch at once has its own per-layer table";
     ASSERT_TRUE(by.count("bench_all_lanes"));
     const tools::StepBenchOptions& all_lanes = by["bench_all_lanes"]->options;
     EXPECT_TRUE(all_lanes.cuda.branch_lanes && !all.cuda.branch_lanes);

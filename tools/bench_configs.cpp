@@ -21,16 +21,27 @@
 
 namespace tools {
 
-const std::vector<ConfigSwitch> kConfigSwitches = {{"--up-order", true},          {"--fuse-expand-dw", false},
-                                                   {"--fuse-dw-pw", false},       {"--merge-heads", false},
-                                                   {"--fuse-head-bn", false},     {"--fuse-up-bn", false},
-                                                   {"--no-dw-variants", false},   {"--bn-row-batch", true},
-                                                   {"--bn-min-blocks", true},     {"--pdl", false},
-                                                   {"--dw-fused-bwd", false},     {"--dw-fused-bwd-bn", false},
-                                                   {"--dw-fused-bn-grad", false}, {"--upsample-row-loads", false},
-                                                   {"--pw-custom", false},        {"--pw-stats", false},
-                                                   {"--pw-bn-grad", false},       {"--dw-stats", false},
-                                                   {"--pw-bn-bwd", false},        {"--branch-lanes", false}};
+const std::vector<ConfigSwitch> kConfigSwitches = {{"--up-order", true},
+                                                   {"--fuse-expand-dw", false},
+                                                   {"--fuse-dw-pw", false},
+                                                   {"--merge-heads", false},
+                                                   {"--fuse-head-bn", false},
+                                                   {"--fuse-up-bn", false},
+                                                   {"--no-dw-variants", false},
+                                                   {"--bn-row-batch", true},
+                                                   {"--bn-min-blocks", true},
+                                                   {"--pdl", false},
+                                                   {"--dw-fused-bwd", false},
+                                                   {"--dw-fused-bwd-bn", false},
+                                                   {"--dw-fused-bn-grad", false},
+                                                   {"--upsample-row-loads", false},
+                                                   {"--pw-custom", false},
+                                                   {"--pw-stats", false},
+                                                   {"--pw-bn-grad", false},
+                                                   {"--dw-stats", false},
+                                                   {"--pw-bn-bwd", false},
+                                                   {"--branch-lanes", false},
+                                                   {"--layers", false}};
 
 namespace {
 
@@ -338,25 +349,34 @@ int bench_configs(rt::CudaContext& ctx, rt::Nvml& nvml, const BenchHeader& h, co
         std::fflush(stdout);
         return true;
     };
+    // A configuration with its own --layers (not only the command's, which every configuration inherits)
+    // gets the per-layer table too.
+    const auto own_layers = [](const BenchConfig& c) {
+        return std::find(c.flags.begin(), c.flags.end(), "--layers") != c.flags.end();
+    };
     const BenchConfig& base = cfgs.front();
-    const Outcome first = run(base, base.name, o.layers);
+    const Outcome first = run(base, base.name, o.layers || own_layers(base));
     if (lost(first, base.name, 1)) return kContextLostExit;
     // The next configuration's cost: the longest so far (the base's first run, autotuning included,
     // until one has run); the base's second run is kept in reserve.
     double est = first.step_seconds;
     bool measured = false;
     for (size_t i = 1; i < cfgs.size(); ++i) {
-        if (!fits_deadline(elapsed(), est, o.deadline_s, est)) {
+        // A per-layer run costs about what the base's first run did with its own (or twice a plain one).
+        const double need = own_layers(cfgs[i]) ? std::max(est, o.layers ? first.seconds : 2.5 * est) : est;
+        if (!fits_deadline(elapsed(), need, o.deadline_s, est)) {
             for (size_t k = i; k < cfgs.size(); ++k) summary["skipped"].push_back(cfgs[k].name);
             std::printf("[%.0f s] skipped, the deadline (%.0f s) being near: %zu configuration(s) from %s on\n",
                         elapsed(), o.deadline_s, cfgs.size() - i, cfgs[i].name.c_str());
             write_summary();
             break;
         }
-        const Outcome oc = run(cfgs[i], cfgs[i].name, false);
+        const Outcome oc = run(cfgs[i], cfgs[i].name, own_layers(cfgs[i]));
         if (lost(oc, cfgs[i].name, i + 1)) return kContextLostExit;
-        est = measured ? std::max(est, oc.seconds) : oc.seconds;
-        measured = true;
+        if (!own_layers(cfgs[i])) {  // the estimate is a plain configuration's
+            est = measured ? std::max(est, oc.seconds) : oc.seconds;
+            measured = true;
+        }
     }
     if (fits_deadline(elapsed(), est, o.deadline_s, 0)) {
         const Outcome again = run(base, base.name + kAgainSuffix, false);

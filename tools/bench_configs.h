@@ -15,7 +15,8 @@
 // skipped. The first is the base: timed first (with the command's --layers, its per-layer table)
 // and again after the others (NAME_again.json: the drift of the GPU over the list). SWITCHes are the
 // step's own (--pdl, --fuse-up-bn, --bn-row-batch 4, ...: kConfigSwitches), applied on top of the
-// command's options; sizes, batch, steps, output and search options stay the command's.
+// command's options; sizes, batch, steps, output and search options stay the command's. `--layers` on a
+// line gives that configuration the per-layer table too (at the command's --layers-batch).
 #pragma once
 #include <string>
 #include <vector>

@@ -70,7 +70,7 @@ struct ListRun {
 
 TEST(BenchConfigsGpu, EachConfigurationItsRecordThenTheBaseAgain) {
     SF_REQUIRE_GPU();
-    ListRun s("# the base first\nbase\nrows4 --bn-row-batch 4   # its switch\n\nupsrow --upsample-row-loads\n",
+    ListRun s("# the base first\nbase\nrows4 --bn-row-batch 4   # its switch\n\nupsrow --upsample-row-loads --layers\n",
               {"--layers"});
     ASSERT_EQ(s.run(), 0);
     const nlohmann::json base = s.record("base");
@@ -84,11 +84,13 @@ TEST(BenchConfigsGpu, EachConfigurationItsRecordThenTheBaseAgain) {
     EXPECT_EQ(rows4["runs"][0]["status"], "ok") << rows4["runs"][0].value("error", "");
     EXPECT_EQ(rows4["runs"][0]["extra"]["config"], "rows4");
     EXPECT_EQ(rows4["runs"][0]["extra"]["bn_row_batch"], 4);
-    EXPECT_FALSE(rows4.contains("layers")) << "only the base has the per-layer table";
+    EXPECT_FALSE(rows4.contains("layers")) << "the base and the lines that ask have the per-layer table";
     EXPECT_NE(rows4["command"].get<std::string>().find("[configuration rows4: --bn-row-batch 4]"), std::string::npos);
     const nlohmann::json upsrow = s.record("upsrow");
     EXPECT_EQ(upsrow["runs"][0]["extra"]["upsample_row_loads"], true);
     EXPECT_EQ(upsrow["runs"][0]["extra"]["bn_row_batch"], 1) << "a switch of one configuration stays in it";
+    ASSERT_TRUE(upsrow.contains("layers")) << "its own --layers: the per-layer table";
+    EXPECT_FALSE(upsrow["layers"]["rows"].empty());
     const nlohmann::json again = s.record("base_again");
     EXPECT_EQ(again["runs"][0]["extra"]["config"], "base");
     const nlohmann::json sum = s.summary();
