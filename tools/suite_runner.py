@@ -12,6 +12,9 @@ tests left in a new process, until all have run, --limit is spent or --max-proce
 result is one gtest-style JSON (--json): every listed test with its result (COMPLETED, SKIPPED, or for a
 test that never ran, NOT_RUN), plus a "runner" object with each process's outcome.
 
+Ended by SIGTERM (an outer `timeout`), the runner ends the test process, records the test it was in as
+interrupted and the rest as not run, and still writes its JSON.
+
 A binary without the record (built before it existed) still works: a process that finishes writes
 gtest's JSON, which is then the source of its results.
 
@@ -95,16 +98,17 @@ def kill_group(proc):
 
 
 _children = []  # the processes running now, ended with the runner when it is ended (timeout's SIGTERM)
+_stopped = []  # the signal that stopped the runner: it then records what ran and writes its JSON
 
 
 def _on_term(signum, _frame):
+    _stopped.append(signum)
     for proc in list(_children):
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    sys.exit(128 + signum)
 
 
 def describe_exit(rc):
@@ -144,7 +148,9 @@ class Process:
                     current = None
             seen = len(events)
             now = time.monotonic()
-            if now >= deadline:
+            if _stopped:
+                self.killed = "stopped"
+            elif now >= deadline:
                 self.killed = "limit"
             elif test_limit and current is not None and now - since > test_limit:
                 self.killed = "test-limit"
@@ -153,6 +159,8 @@ class Process:
                 break
             time.sleep(0.1)
         self.proc.wait()
+        if _stopped and not self.killed:  # the signal handler ended it between two looks
+            self.killed = "stopped"
         self.seconds = time.monotonic() - self.t0
         return self.proc.returncode
 
@@ -188,6 +196,8 @@ def run(args, cmd):
     except subprocess.TimeoutExpired:
         kill_group(lister)
         return None, 124, "listing the suite took longer than %g s" % max(1.0, min(120.0, args.limit))
+    if _stopped:
+        return None, 128 + _stopped[0], "stopped by signal %d while listing the suite" % _stopped[0]
 
     results = {}  # name -> gtest-style entry
     failed = set()
@@ -196,6 +206,9 @@ def run(args, cmd):
     filt = args.filter
     stop = None  # why tests are left, if any are
     while pending:
+        if _stopped:
+            stop = "the runner was stopped (signal %d)" % _stopped[0]
+            break
         if time.monotonic() >= deadline:
             stop = "the suite's limit of %g s ran out" % args.limit
             break
@@ -241,17 +254,22 @@ def run(args, cmd):
             outcome = "context lost in " + lost
         elif culprit and p.killed == "test-limit":
             outcome = "over the per-test limit (%g s) in %s" % (args.test_limit, culprit)
+        elif culprit and p.killed == "stopped":
+            outcome = "stopped (signal %d) in %s" % (_stopped[0], culprit)
         elif culprit and p.killed == "limit":
             outcome = "cut at the suite's limit in %s" % culprit
         elif p.killed == "limit":
             outcome = "cut at the suite's limit before a test started"
+        elif p.killed == "stopped":
+            outcome = "stopped (signal %d) before a test started" % _stopped[0]
         elif culprit:
             outcome = "died in %s (%s)" % (culprit, describe_exit(rc))
         else:
             outcome = "died outside any test (%s)" % describe_exit(rc)
         if culprit and not finished:
             why = {"test-limit": "ran longer than the per-test limit of %g s and was stopped" % (args.test_limit or 0),
-                   "limit": "was still running when the suite's limit of %g s ran out" % args.limit}.get(
+                   "limit": "was still running when the suite's limit of %g s ran out" % args.limit,
+                   "stopped": "was still running when the runner was stopped (signal %d)" % (_stopped or [0])[0]}.get(
                        p.killed, "the process died in this test (%s)" % describe_exit(rc))
             results[culprit] = entry(culprit, "COMPLETED", (time.monotonic() - p.t0) * 1000.0, [why],
                                      {"interrupted": p.killed or "crashed"})
@@ -269,6 +287,9 @@ def run(args, cmd):
             break
         if p.killed == "limit":
             stop = "the suite's limit of %g s ran out" % args.limit
+            break
+        if _stopped:
+            stop = "the runner was stopped (signal %d)" % _stopped[0]
             break
         if len(pending) == before:
             stop = "the last process (%s) ran none of them" % outcome

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -144,6 +145,31 @@ class SuiteRunnerTest(unittest.TestCase):
         self.assertEqual(doc["runner"]["not_run"], ["A.Two"])
         self.assertIn("limit of 3 s ran out", doc["runner"]["not_run_reason"])
         self.assertEqual(len(self.processes()), 1)
+
+    def test_sigterm_still_writes_the_record(self):
+        # An outer `timeout` ends the runner: the test process goes with it, the JSON says what ran.
+        out = os.path.join(self.dir, "out.json")
+        e = dict(os.environ, FAKE_TESTS="A.One=pass,A.Hang=hang,A.Two=pass", FAKE_RUNS=self.runs)
+        p = subprocess.Popen([sys.executable, os.path.join(ROOT, "tools", "suite_runner.py"), "--json", out,
+                              "--log", os.path.join(self.dir, "log.txt"), "--", self.fake], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(100):  # until the hanging test has started
+            time.sleep(0.1)
+            if os.path.exists(self.runs):
+                with open(os.path.join(self.dir, "log.txt")) as f:
+                    if "A.Hang" in f.read():
+                        break
+        p.terminate()
+        p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 1)
+        with open(out) as f:
+            doc = json.load(f)
+        t = self.by_name(doc)
+        self.assertFalse(t["A.One"].get("failures"))
+        self.assertIn("still running when the runner was stopped (signal 15)", t["A.Hang"]["failures"][0]["failure"])
+        self.assertEqual(doc["runner"]["not_run"], ["A.Two"])
+        self.assertEqual(doc["runner"]["not_run_reason"], "the runner was stopped (signal 15)")
+        self.assertEqual([q["outcome"] for q in doc["runner"]["processes"]], ["stopped (signal 15) in A.Hang"])
 
     def test_max_processes_and_no_progress_stop_the_restarts(self):
         r, doc = self.run_suite(["A.L1=lost", "A.L2=lost", "A.One=pass"], "--max-processes", "2")
