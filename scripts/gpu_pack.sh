@@ -35,3 +35,13 @@ for bin in "$PACK_DIR/slidefuse" "$PACK_DIR/tests/sf_gpu_tests"; do
 done
 git rev-parse HEAD > "$PACK_DIR/commit.txt" 2>/dev/null || true
 echo "[gpu_pack] sm_$ARCH binaries in $PACK_DIR ($(du -sh "$PACK_DIR" | cut -f1)), commit $(cat "$PACK_DIR/commit.txt" 2>/dev/null)"
+# What travels: the folder as one xz archive (about a quarter of its size: the binaries alone are near the
+# device's 64 MiB working-tree limit), unpacked on the GPU host by scripts/gpu_unpack.sh. Carry
+# "$PACK_DIR.tar.xz", not the folder.
+if [ "${PACK_XZ:-1}" = 1 ]; then
+  tar cf - "$PACK_DIR" | xz -6 -T0 > "$PACK_DIR.tar.xz.tmp" && mv "$PACK_DIR.tar.xz.tmp" "$PACK_DIR.tar.xz"
+  if [ -d .git ]; then
+    grep -qxF "/$PACK_DIR.tar.xz" .git/info/exclude 2>/dev/null || echo "/$PACK_DIR.tar.xz" >> .git/info/exclude
+  fi
+  echo "[gpu_pack] $PACK_DIR.tar.xz: $(du -sh "$PACK_DIR.tar.xz" | cut -f1) (carry it; scripts/gpu_unpack.sh on the host)"
+fi
