@@ -223,10 +223,11 @@ for name, path, filt in (("main", main, "-" + ref_filter), ("reference", ref, re
     if record != "complete":
         notes.append("%s: no record" % name)
     else:
-        ends = [p["outcome"] for p in r["processes"] if p["outcome"] != "finished"]
-        notes.append("%s: %d passed, %d failed, %d skipped, %d not run%s" % (
+        ends = [p["outcome"] for p in r["processes"] if not p["outcome"].startswith("finished")]
+        notes.append("%s: %d passed, %d failed, %d skipped, %d not run%s%s" % (
             name, r["passed"], len(r["failed"]), r["skipped"], len(r["not_run"]),
-            " (%d restarts)" % len(ends) if ends else ""))
+            " (%d restarts)" % len(ends) if ends else "",
+            "".join("; " + e for e in r.get("exit_problems", []))))
 json.dump(merged, open(out, "w"), indent=2)
 print("; ".join(notes))
 PY

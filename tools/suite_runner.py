@@ -205,6 +205,7 @@ def run(args, cmd):
     pending = list(listed)
     filt = args.filter
     stop = None  # why tests are left, if any are
+    exit_problems = []  # processes that ran all their tests and then crashed or exited oddly
     while pending:
         if _stopped:
             stop = "the runner was stopped (signal %d)" % _stopped[0]
@@ -248,7 +249,10 @@ def run(args, cmd):
                     if e.get("failures"):
                         failed.add(name)
         culprit = next((t for t in reversed(started) if t not in ended), None)
-        if finished:
+        if finished and rc not in (0, 1):  # every test ended, then the process did not exit cleanly
+            outcome = "finished, then %s at exit" % describe_exit(rc)
+            exit_problems.append(outcome)
+        elif finished:
             outcome = "finished"
         elif lost:
             outcome = "context lost in " + lost
@@ -310,8 +314,9 @@ def run(args, cmd):
     skipped = sum(1 for n in listed if results[n].get("result") == "SKIPPED")
     doc["runner"] = {"listed": len(listed), "passed": len(listed) - len(failed) - skipped - len(pending),
                      "failed": sorted(failed), "skipped": skipped, "not_run": pending,
-                     "not_run_reason": reason if pending else None, "processes": processes}
-    rc = 0 if not failed and not pending else 1
+                     "not_run_reason": reason if pending else None, "processes": processes,
+                     "exit_problems": exit_problems}
+    rc = 0 if not failed and not pending and not exit_problems else 1
     return doc, rc, None
 
 

@@ -63,6 +63,7 @@ for n, b in sel:
 w({"event": "program_end", "failed": failed})
 if out:
     with open(out, "w") as f: json.dump(doc, f)
+if os.environ.get("FAKE_CRASH_AT_EXIT"): os.abort()
 sys.exit(1 if failed else 0)
 '''
 
@@ -134,6 +135,14 @@ class SuiteRunnerTest(unittest.TestCase):
         self.assertEqual(runs[3], "C.Fail:C.Four")
         self.assertIn("4 processes (1: context lost in A.Lost; 2: died in B.Crash (signal 6); 3: over the per-test "
                       "limit (2 s) in B.Hang)", r.stdout)
+
+    def test_a_crash_after_the_last_test_fails_the_run(self):
+        # Every test passed, then the process died at exit (a destructor, the CUDA teardown): not a clean run.
+        r, doc = self.run_suite(["A.One=pass", "A.Two=pass"], FAKE_CRASH_AT_EXIT="1")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(doc["runner"]["failed"], [])
+        self.assertEqual(doc["runner"]["exit_problems"], ["finished, then signal 6 at exit"])
+        self.assertIn("1 process (1: finished, then signal 6 at exit)", r.stdout)
 
     def test_the_suites_limit_leaves_the_rest_not_run(self):
         r, doc = self.run_suite(["A.One=pass", "A.Hang=hang", "A.Two=pass"], "--limit", "3")
