@@ -19,7 +19,8 @@
 #             since the H200 run, each line naming its OPTIMIZATION_LOG entry and prediction), then the
 #             per-layer run's step again (the drift over the list), each record compared with the
 #             per-layer run's step by tools/bench_ab.py (bench_ab.md) and the chained ones with their own
-#             base (bench_ab_chain.md); then, with the time left, `plan --fusion-graphs --time` (the cuDNN
+#             base (bench_ab_chain.md), bench_all's per-layer table against the base's (layers_all.md), each
+#             A/B against its written prediction (predictions.md); then, with the time left, `plan --fusion-graphs --time` (the cuDNN
 #             BN-fusion graphs timed against the plain conv and our BN kernels; its graph lines are logged
 #             as they finish, so a cut keeps those).
 #             (`scripts/gpu_verify.sh fused` runs it on its own.)
@@ -199,6 +200,14 @@ if [ "$(left)" -gt 60 ]; then
     grep -E '^###|^\| *128 ' "$W/ab_pair.md" 2>/dev/null | while IFS= read -r l; do say "A/B chain: $l"; done
   done
   rm -f "$W/ab_pair.md"
+  # bench_all's own per-layer table against the base's, class by class (layers_all.md): what every switch at
+  # once changed and what is left; the four largest savings in session.log.
+  if [ -s "$W/bench_all.json" ] && grep -q '"layers"' "$W/bench_all.json" && [ -s "$W/$BASE.json" ]; then
+    python3 tools/layer_gaps.py "$W/bench_all.json" --against "$W/$BASE.json" --md "$W/layers_all.md" \
+      >/dev/null 2>>"$W/bench_ab.log" &&
+      awk '/^### by layer class/ { f = 1; next } f && /^\|---/ { g = 1; next } g && /^\|/ { print; if (++n == 4) exit }' \
+        "$W/layers_all.md" | while IFS= read -r l; do say "layers bench_all: $l"; done
+  fi
   # Every A/B against the prediction written down before it (predictions.md; session.log's `prediction:` lines).
   python3 tools/ab_predictions.py configs/bench/predictions.tsv "$W" ${again[@]+"${again[@]}"} --md "$W/predictions.md" \
     --json "$W/predictions.json" 2>>"$W/bench_ab.log" | while IFS= read -r l; do say "$l"; done

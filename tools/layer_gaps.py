@@ -16,6 +16,9 @@ JSON with --json):
   pass runs, its time against variant 0's, and the fastest direct and the fastest staged gather
   variant (docs/KERNELS_DWCONV.md; docs/perf/OPTIMIZATION_LOG.md entries 6-8).
 
+With --against BASE (another `--layers` record, e.g. the session's base beside `bench_all`): each class's and
+resolution's eager ms in both, what this record saves, and how much of it in the forward and the backward.
+
 Exit status: 0 written; 1 unreadable input or no layer rows; 2 usage.
 """
 import argparse
@@ -213,6 +216,59 @@ def report(d):
     }
 
 
+def against(rows, base_rows, key):
+    """Per group (key of the row name): the base's and this record's eager ms, forward and backward, and
+    what this record saves; largest saving first. Groups of either record (a fusion may rename or merge
+    rows: their row counts say so)."""
+    def sums(rs):
+        out = {}
+        for r in rs:
+            g = out.setdefault(key(r["name"]), {"rows": 0, "ms": 0.0, "fwd_ms": 0.0, "bwd_ms": 0.0})
+            g["rows"] += 1
+            g["ms"] += float(r["ms"])
+            g["fwd_ms"] += float(r.get("fwd_ms", 0.0))
+            g["bwd_ms"] += float(r.get("bwd_ms", 0.0))
+        return out
+    a, b = sums(base_rows), sums(rows)
+    zero = {"rows": 0, "ms": 0.0, "fwd_ms": 0.0, "bwd_ms": 0.0}
+    out = []
+    for name in set(a) | set(b):
+        x, y = a.get(name, zero), b.get(name, zero)
+        out.append({"group": name, "base_rows": x["rows"], "rows": y["rows"], "base_ms": x["ms"], "ms": y["ms"],
+                    "saved_ms": x["ms"] - y["ms"], "fwd_saved_ms": x["fwd_ms"] - y["fwd_ms"],
+                    "bwd_saved_ms": x["bwd_ms"] - y["bwd_ms"]})
+    out.sort(key=lambda g: -g["saved_ms"])
+    return out
+
+
+def against_report(d, base):
+    """This record's per-layer rows against a base record's (both `bench step --layers`)."""
+    rows, base_rows = d["layers"]["rows"], base["layers"]["rows"]
+    run, brun = (d.get("runs") or [{}])[0], (base.get("runs") or [{}])[0]
+    return {"base_command": base.get("command"), "step_ms": run.get("ms_per_step"), "base_step_ms": brun.get("ms_per_step"),
+            "layers_ms": sum(float(r["ms"]) for r in rows), "base_layers_ms": sum(float(r["ms"]) for r in base_rows),
+            "by_class": against(rows, base_rows, layer_class), "by_resolution": against(rows, base_rows, resolution)}
+
+
+def against_markdown(a, base_name):
+    lines = ["## Against %s (eager per-layer rows)" % base_name, ""]
+    step = ""
+    if a.get("step_ms") and a.get("base_step_ms"):
+        step = "graph step %.2f ms against %.2f ms (%.2f ms saved); " % (
+            a["step_ms"], a["base_step_ms"], a["base_step_ms"] - a["step_ms"])
+    lines += [step + "eager per-layer rows %.2f ms against %.2f ms (%.2f ms saved)." % (
+        a["layers_ms"], a["base_layers_ms"], a["base_layers_ms"] - a["layers_ms"]), ""]
+    for title, key in (("by layer class", "by_class"), ("by resolution", "by_resolution")):
+        lines += ["### " + title, "", "| group | rows (base) | base ms | ms | saved ms | of it forward | of it backward |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for g in a[key]:
+            lines.append("| %s | %d (%d) | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
+                g["group"], g["rows"], g["base_rows"], g["base_ms"], g["ms"], g["saved_ms"], g["fwd_saved_ms"],
+                g["bwd_saved_ms"]))
+        lines.append("")
+    return "\n".join(lines)
+
+
 def markdown(rep):
     s = rep["step"]
     lines = ["# Layer gaps: %s (commit %s)" % (rep["device"] or "?", (rep["commit"] or "?")[:12]), ""]
@@ -260,13 +316,23 @@ def main(argv=None):
     ap.add_argument("bench_json", help="slidefuse bench step --layers --json output (.json or .json.gz)")
     ap.add_argument("--md", help="write the Markdown here instead of stdout")
     ap.add_argument("--json", help="also write the summary as JSON here")
+    ap.add_argument("--against", metavar="BASE_JSON",
+                    help="also compare the per-layer rows with another --layers record's, class by class")
     args = ap.parse_args(argv)
     try:
-        rep = report(load(args.bench_json))
+        d = load(args.bench_json)
+        rep = report(d)
+        if args.against:
+            base = load(args.against)
+            report(base)  # the same checks: a record with per-layer rows
+            rep["against"] = against_report(d, base)
     except (OSError, ValueError, KeyError, TypeError) as e:
-        print("layer_gaps: %s: %s" % (args.bench_json, e), file=sys.stderr)
+        print("layer_gaps: %s: %s" % (args.against if args.against and "rep" in locals() else args.bench_json, e),
+              file=sys.stderr)
         return 1
     md = markdown(rep)
+    if args.against:
+        md += "\n" + against_markdown(rep["against"], args.against.rsplit("/", 1)[-1])
     if args.md:
         with open(args.md, "w") as f:
             f.write(md + "\n")

@@ -40,7 +40,8 @@ class GpuSessionTest(GpuScriptCase):
             for want in ("first/summary.txt", "first/gpu_tests.json", "train/train_metrics.jsonl",
                          "evalcmp/evalcmp.json", "evalcmp/eval_floor.csv", "sanitize/sanitize.txt",
                          "bnstats/bnstats.md", "bnstats/bnstats_last_batch.json",
-                         "bench_configs.log", "session.log", "tests.md", "first/list.txt", "predictions.md"):
+                         "bench_configs.log", "session.log", "tests.md", "first/list.txt", "predictions.md",
+                         "layers_all.md"):
                 self.assertIn(want, names)
             self.assertFalse([n for n in names if n.endswith(".safetensors")])
             with open(os.path.join(self.out, "session.log")) as f:
@@ -82,6 +83,9 @@ class GpuSessionTest(GpuScriptCase):
             self.assertIn("bench: base bench_variants: 10.000 ms per step first, 10.000 ms again at the end", log)
             self.assertRegex(log, r"bench: rc 0 -- %d configuration\(s\) started" % (len(listed) + 1))
             self.assertRegex(log, r"A/B chain: ### bench_all_lanes.json against bench_all.json")
+            # bench_all's own per-layer table against the base's (the fake's: the one row 0.5 ms faster).
+            self.assertIn("layers bench_all: | depthwise ConvBN (dw_conv) | 1 (1) | 2.00 | 1.50 | 0.50 | 0.10 | 0.40 |",
+                          log)
             # Each A/B against its written prediction (the fake's bench_all is 1 ms faster: 16-22 predicted).
             self.assertIn("prediction: bench_all against bench_variants (entry 11-27): predicted 16 to 22 ms saved, "
                           "measured +1.000 (faster): below", log)

@@ -47,7 +47,10 @@ case "$1" in
              case " $* " in *" --dw-fused-bwd "*)
                echo "              n128 64x128 c64->64 k3 s1 g64: dwconv variants: fwd 7 (4ch 2x4 s8x32) of [0.1] ms, fused backward runs, fused overwrite 0.1500 ms" ;; esac
              echo "  batch  128:  12800.0 samples/s    $ms ms/step"
-             printf '{"schema": "slidefuse.bench/1", "commit": "c", "device": {"name": "Fake"}, "runs": [{"batch": 128, "mode": "graph", "status": "ok", "median_ms": %s, "p10_ms": %s, "p90_ms": %s, "samples_per_s": 12800.0, "extra": {"config": "%s"}}]}' "$ms" "$ms" "$ms" "$name" > "$dir/$name.json"
+             lay=; [ "$name" = "$first" ] && lay='"ms": 2.0, "floor_ms": 0.5, "gb": 1.0, "fwd_ms": 0.5, "bwd_ms": 1.5'
+             case " $* " in *" --layers "*) lay='"ms": 1.5, "floor_ms": 0.5, "gb": 1.0, "fwd_ms": 0.4, "bwd_ms": 1.1' ;; esac
+             extra=; [ -n "$lay" ] && extra=', "layers": {"rows": [{"name": "stage2.branch_1_4.0.dw_conv", '"$lay"'}], "total": {}, "conv_plans": []}'
+             printf '{"schema": "slidefuse.bench/1", "commit": "c", "device": {"name": "Fake"}, "runs": [{"batch": 128, "mode": "graph", "status": "ok", "median_ms": %s, "p10_ms": %s, "p90_ms": %s, "samples_per_s": 12800.0, "extra": {"config": "%s"}}]%s}' "$ms" "$ms" "$ms" "$name" "$extra" > "$dir/$name.json"
            }
            lost=; rem=
            case " $* " in *" --layers "*) lose=${SF_FAKE_LOSE:-} ;; *) lose= ;; esac  # the first process only

@@ -181,6 +181,43 @@ class LayerGapsTest(unittest.TestCase):
             r = subprocess.run([sys.executable, TOOL, os.path.join(tmp, "missing.json")], capture_output=True, text=True)
             self.assertEqual(r.returncode, 1)
 
+    def test_against_a_base_record(self):
+        # A record whose depthwise rows halved and whose heads merged two rows into one, against its base.
+        base = record([])
+        other = record([])
+        other["runs"][0]["ms_per_step"] = 2.5
+        other["layers"]["rows"] = [row("stage2.branch_1_4.0.dw_conv", 0.6, 0.5, 1.0),
+                                   row("stage2.branch_1_4.0.pw_expand", 0.8, 0.6, 1.2),
+                                   row("stage4.branch_1_32.0.dw_conv", 0.15, 0.1, 0.05), row("loss", 0.3, 0.02, 0.067)]
+        a = layer_gaps.against_report(other, base)
+        self.assertAlmostEqual(a["base_layers_ms"] - a["layers_ms"], 0.95)
+        by = {g["group"]: g for g in a["by_class"]}
+        dw = by["depthwise ConvBN (dw_conv)"]
+        self.assertAlmostEqual(dw["saved_ms"], 0.75)
+        self.assertAlmostEqual(dw["fwd_saved_ms"], 0.25)
+        self.assertAlmostEqual(dw["bwd_saved_ms"], 0.5)
+        self.assertEqual(a["by_class"][0]["group"], "depthwise ConvBN (dw_conv)")  # the largest saving first
+        up = by["fusion up paths"]
+        self.assertEqual((up["rows"], up["base_rows"]), (0, 1))  # a row the other record no longer has
+        self.assertAlmostEqual(up["saved_ms"], 0.2)
+        with tempfile.TemporaryDirectory() as tmp:
+            pa, pb = os.path.join(tmp, "other.json"), os.path.join(tmp, "base.json")
+            for path, doc in ((pa, other), (pb, base)):
+                with open(path, "w") as f:
+                    json.dump(doc, f)
+            r = subprocess.run([sys.executable, TOOL, pa, "--against", pb], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("## Against base.json (eager per-layer rows)", r.stdout)
+            self.assertIn("graph step 2.50 ms against 3.00 ms (0.50 ms saved); eager per-layer rows 1.85 ms against "
+                          "2.80 ms (0.95 ms saved).", r.stdout)
+            self.assertIn("| depthwise ConvBN (dw_conv) | 2 (2) | 1.50 | 0.75 | 0.75 | 0.25 | 0.50 |", r.stdout)
+            del base["layers"]
+            with open(pb, "w") as f:
+                json.dump(base, f)
+            r = subprocess.run([sys.executable, TOOL, pa, "--against", pb], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("base.json: no per-layer rows", r.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
