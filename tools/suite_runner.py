@@ -139,11 +139,13 @@ class Process:
     def watch(self, deadline, test_limit):
         """Waits for the process; ends it at the deadline or when one test runs longer than test_limit."""
         current, since, seen = None, None, 0
+        self.test_since = self.t0  # when the last test that started began (the culprit's time, if it is one)
         while self.proc.poll() is None:
             events = read_records(self.record)
             for e in events[seen:]:
                 if e.get("event") == "start":
                     current, since = e.get("test"), time.monotonic()
+                    self.test_since = since
                 elif e.get("event") == "end":
                     current = None
             seen = len(events)
@@ -275,7 +277,7 @@ def run(args, cmd):
                    "limit": "was still running when the suite's limit of %g s ran out" % args.limit,
                    "stopped": "was still running when the runner was stopped (signal %d)" % (_stopped or [0])[0]}.get(
                        p.killed, "the process died in this test (%s)" % describe_exit(rc))
-            results[culprit] = entry(culprit, "COMPLETED", (time.monotonic() - p.t0) * 1000.0, [why],
+            results[culprit] = entry(culprit, "COMPLETED", (p.t0 + p.seconds - p.test_since) * 1000.0, [why],
                                      {"interrupted": p.killed or "crashed"})
             failed.add(culprit)
         before = len(pending)
