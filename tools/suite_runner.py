@@ -58,7 +58,7 @@ def read_records(path):
     """The record's events in order; a torn last line (the process died while writing it) is dropped."""
     events = []
     try:
-        with open(path) as f:
+        with open(path, errors="replace") as f:  # a failure message may hold any bytes
             for line in f:
                 try:
                     events.append(json.loads(line))
@@ -72,7 +72,7 @@ def read_records(path):
 def gtest_entries(path):
     """{Suite.Test: gtest's own entry} from a gtest JSON file, {} when absent or unreadable."""
     try:
-        with open(path) as f:
+        with open(path, errors="replace") as f:
             doc = json.load(f)
     except (OSError, ValueError):
         return {}

@@ -51,7 +51,13 @@ for n, b in sel:
     e = {"event": "end", "test": n, "result": {"fail": "failed", "lost": "failed", "skip": "skipped"}.get(b, "passed"),
          "ms": 1.0, "failures": fails}
     if b == "lost": e["context_lost"] = "cudaErrorIllegalAddress: an illegal memory access was encountered"
-    w(e)
+    if b == "bytes" and rec:  # a failure message that is not UTF-8 (gtest prints a std::string's bytes as they are)
+        with open(rec, "ab") as f:
+            f.write(b'{"event": "end", "test": "' + n.encode() + b'", "result": "failed", "ms": 1.0, '
+                    b'"failures": ["got \xff\xfe"]}\n')
+        fails = ["bytes"]
+    else:
+        w(e)
     if b == "lost": sys.exit(3)
     failed += bool(fails)
     s, t = n.split(".")
@@ -143,6 +149,13 @@ class SuiteRunnerTest(unittest.TestCase):
         self.assertEqual(doc["runner"]["failed"], [])
         self.assertEqual(doc["runner"]["exit_problems"], ["finished, then signal 6 at exit"])
         self.assertIn("1 process (1: finished, then signal 6 at exit)", r.stdout)
+
+    def test_a_record_that_is_not_utf8_is_read(self):
+        # The listener writes a failure message's bytes as they are: the runner reads past them.
+        r, doc = self.run_suite(["A.Bytes=bytes", "A.One=pass"])
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertEqual(doc["runner"]["failed"], ["A.Bytes"])
+        self.assertFalse(self.by_name(doc)["A.One"].get("failures"))
 
     def test_the_suites_limit_leaves_the_rest_not_run(self):
         r, doc = self.run_suite(["A.One=pass", "A.Hang=hang", "A.Two=pass"], "--limit", "3")
