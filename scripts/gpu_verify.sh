@@ -8,7 +8,8 @@
 #            JSON without the handle (`slidefuse plan --cudnn-device`), the suite runner's probe (a
 #            real illegal address must cost only its test), every gpu test through tools/suite_runner.py
 #            (a test that loses the CUDA context, crashes or hangs fails alone, the rest run on in a new
-#            process; one JSON whatever happens), `slidefuse check` (CUDA vs CPU per layer), a
+#            process; one JSON whatever happens; the tests the last GPU record lacks first: SF_TESTS_SEEN,
+#            the H200's gpu_tests.json, "" for gtest's order), `slidefuse check` (CUDA vs CPU per layer), a
 #            compute-sanitizer memcheck of one step, the measured ceilings (copy GB/s, bf16 GEMM
 #            TFLOP/s: `bench ceilings`), a deterministic single-batch bench; then a
 #            short table. At most 8 files, flat, in OUT: env.txt gpu_tests.json gpu_tests.log
@@ -27,9 +28,13 @@
 #            (plan --fusion-graphs --time: fusion_graphs.json), then bench step at batch 128, 256x512, without and
 #            with the fused LiteBlock (model.fuse_expand_dw), each with its per-layer table: the A/B of
 #            OPTIMIZATION_LOG.md entry 4 (bench_fuse_off.json, bench_fuse_on.json, fused.log)
-#   sanitize compute-sanitizer racecheck and synccheck over the custom-kernel gpu tests (each tool
-#            under SF_T_SANITIZE seconds, 270 by default; racecheck.log, synccheck.log, sanitize.txt);
-#            exit 1 when a tool reports an error, SKIP where the sanitizer refuses the device
+#   sanitize compute-sanitizer racecheck and synccheck over the custom-kernel gpu tests (the suites
+#            tests/gpu/sanitize_suites.txt names), each tool through tools/suite_runner.py under
+#            SF_T_SANITIZE seconds (270 by default; one test SF_T_SANITIZE_TEST, 60), the tests no
+#            sanitizer has seen on a GPU first (SF_SANITIZE_SEEN, the H200's racecheck log), each report
+#            under its test (tools/sanitizer_log.py): racecheck.{log,json}, synccheck.{log,json},
+#            sanitize.txt; exit 1 when a tool reports an error or a test fails ("part": the limit left
+#            tests not run, nothing found in the rest), SKIP where the sanitizer refuses the device
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px); stops
 #            with a checkpoint after SF_T_TRAIN seconds (500) and resumes on the next call; the best
@@ -187,8 +192,12 @@ PY
       --limit "$inner" --work "$tdir/reference" -- "${tcmd[@]}" >"$tdir/reference.log" 2>&1
     echo $? >"$tdir/reference.rc" ) &
   local ref_pid=$!
+  # The tests the last GPU record does not hold run first (--seen): a cut at the limit leaves ones that passed there.
+  local tseen=${SF_TESTS_SEEN-docs/gpu/2026-11-27-h200/1-session/first/gpu_tests.json} seen_arg=()
+  [ -n "$tseen" ] && [ -f "$tseen" ] && seen_arg=(--seen "$tseen")
   run_part tests "$lim" "$OUT_DIR/gpu_tests.log" python3 tools/suite_runner.py --json "$tdir/main.json" \
-    --filter="-$ref_filter" --limit "$inner" --test-limit "${SF_T_TEST_EACH:-90}" --work "$tdir/main" -- "${tcmd[@]}"
+    --filter="-$ref_filter" --limit "$inner" --test-limit "${SF_T_TEST_EACH:-90}" --work "$tdir/main" \
+    ${seen_arg[@]+"${seen_arg[@]}"} -- "${tcmd[@]}"
   local rc_main=$rc rc_ref
   wait "$ref_pid"
   rc_ref=$(cat "$tdir/reference.rc" 2>/dev/null || echo 1)
@@ -332,26 +341,38 @@ case "$STAGE" in
     done ;;
   sanitize)
     # The custom kernels' own tests (shared-memory tiles, warp reductions, block barriers): where a
-    # race or a misplaced __syncthreads would live. cuDNN/cuBLAS tests are left out (their kernels
-    # are not ours, and racecheck over them would not fit the command).
+    # race or a misplaced __syncthreads would live; tests/gpu/sanitize_suites.txt names the suites (cuDNN's,
+    # cuBLAS's and the whole steps' are out: their kernels are not ours, or they take minutes under a
+    # sanitizer). Each tool runs them through tools/suite_runner.py (a test that loses the context, crashes
+    # or runs over SF_T_SANITIZE_TEST seconds fails alone; the JSON says what ran), the tests no sanitizer
+    # has seen on a GPU first (--seen: the H200's racecheck log), and tools/sanitizer_log.py puts each
+    # report under the test that printed it ($tool.json).
     san=${SF_SANITIZER-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)}
     [ -n "$san" ] && [ "$san" != none ] || { echo "gpu_verify: no compute-sanitizer" | tee "$OUT_DIR/sanitize.txt"; exit 1; }
-    filter='KernelsFillGpu.*:DataPreprocessGpu.*:KernelsAdamWGpu.*:KernelsBnActGpu.*:KernelsDwconv*:KernelsStemconvGpu.*'
-    filter+=':KernelsEltwiseGpu.*:KernelsUpsampleGpu.*:KernelsHeadConvGpu.*:ModelLossCudaGpu.*:ModelDecodeCudaGpu.*'
+    filter=$(awk '$1 == "in" { printf "%s%s.*", sep, $2; sep = ":" }' tests/gpu/sanitize_suites.txt)
+    seen=${SF_SANITIZE_SEEN-docs/gpu/2026-11-27-h200/2-racecheck/racecheck.log}
+    seen_arg=(); [ -n "$seen" ] && [ -f "$seen" ] && seen_arg=(--seen "$seen")
+    lim=${SF_T_SANITIZE:-270}
     bad=0
+    set +e  # a tool's failure is its row, not the end of the stage
     for tool in racecheck synccheck; do
-      set +e
-      timeout -k 10 "${SF_T_SANITIZE:-270}" "$san" --tool "$tool" --error-exitcode 86 "$BUILD_DIR/tests/sf_gpu_tests" \
-        --gtest_filter="$filter" >"$OUT_DIR/$tool.log" 2>&1
+      : >"$OUT_DIR/$tool.log"
+      timeout -k 10 "$((lim + 20))" python3 tools/suite_runner.py --json "$OUT_DIR/$tool.json" --filter "$filter" \
+        --limit "$lim" --test-limit "${SF_T_SANITIZE_TEST:-60}" --log "$OUT_DIR/$tool.log" --work "$(mktemp -d)" \
+        ${seen_arg[@]+"${seen_arg[@]}"} -- "$san" --tool "$tool" --error-exitcode 86 "$BUILD_DIR/tests/sf_gpu_tests" \
+        >/dev/null 2>>"$OUT_DIR/$tool.log"
       rc=$?
-      set -e
-      if grep -q 'Device not supported' "$OUT_DIR/$tool.log"; then st=SKIP
-      elif [ $rc -eq 0 ]; then st=ok
-      else st=FAIL; bad=1; fi
-      printf '%-10s %-5s rc %s; %s; %s\n' "$tool" "$st" "$rc" \
-        "$(grep -Eo '(ERROR|RACECHECK) SUMMARY: [0-9]+ (errors?|hazards? displayed.*)' "$OUT_DIR/$tool.log" | tail -1 || true)" \
-        "$(grep -Eo '\[  (PASSED|FAILED)  \] [0-9]+' "$OUT_DIR/$tool.log" | paste -sd, - || true)" | tee -a "$OUT_DIR/sanitize.txt"
+      if grep -q 'Device not supported' "$OUT_DIR/$tool.log"; then
+        printf '%-10s SKIP  rc %s; compute-sanitizer does not support this device\n' "$tool" "$rc" | tee -a "$OUT_DIR/sanitize.txt"
+        continue
+      fi
+      # ok / part / FAIL with the runner's counts and the reports by test (tools/sanitizer_log.py says which).
+      python3 tools/sanitizer_log.py --tool "$tool" --log "$OUT_DIR/$tool.log" --json "$OUT_DIR/$tool.json" \
+        --runner-rc "$rc" | tee -a "$OUT_DIR/sanitize.txt"
+      st=${PIPESTATUS[0]}
+      [ "$st" -eq 0 ] || [ "$st" -eq 3 ] || bad=1  # 3: part
     done
+    set -e
     exit $bad ;;
   compare)
     python3 tools/compare.py --slidefuse "$SF" --no-build --batch-sizes 64,128,256 --out-dir "$OUT_DIR" \

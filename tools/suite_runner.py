@@ -15,11 +15,16 @@ test that never ran, NOT_RUN), plus a "runner" object with each process's outcom
 Ended by SIGTERM (an outer `timeout`), the runner ends the test process, records the test it was in as
 interrupted and the rest as not run, and still writes its JSON.
 
+--seen FILE names the tests that have run before (a log with gtest's `[ RUN      ] Suite.Test` lines, a
+gtest or runner JSON, or one Suite.Test per line): the listed tests it does not name run first, in
+processes of their own, then the others. So when the limit cuts a run, what it leaves is what ran before
+(the sanitizer stage: the kernels no sanitizer has seen on a GPU go first).
+
 A binary without the record (built before it existed) still works: a process that finishes writes
 gtest's JSON, which is then the source of its results.
 
 usage: suite_runner.py --json OUT [--filter F] [--limit S] [--test-limit S] [--max-processes N]
-                       [--log FILE] [--work DIR] -- COMMAND [ARGS...]
+                       [--seen FILE] [--log FILE] [--work DIR] -- COMMAND [ARGS...]
 COMMAND runs the gtest binary (e.g. `scripts/gpu_test.sh build` or the binary itself); the runner
 appends --gtest_list_tests / --gtest_filter / --gtest_output to it.
 exit status: 0 when every listed test ran and none failed, 1 otherwise, 2 when the suite cannot be listed.
@@ -67,6 +72,28 @@ def read_records(path):
     except OSError:
         pass
     return events
+
+
+RUN_RE = re.compile(r"\[ RUN +\] ([A-Za-z_][\w/]*\.[\w/]+)")
+NAME_RE = re.compile(r"^([A-Za-z_][\w/]*\.[\w/]+)$")
+
+
+def seen_names(path):
+    """The tests FILE names as having run: a gtest (or runner) JSON's entries that ran, else the
+    `[ RUN      ] Suite.Test` lines of a log, else lines holding one Suite.Test each. Raises OSError."""
+    with open(path, errors="replace") as f:
+        text = f.read()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        return {s["name"] + "." + t["name"] for s in doc.get("testsuites", []) for t in s.get("testsuite", [])
+                if t.get("result") != "NOT_RUN" and t.get("status", "RUN") == "RUN"}
+    ran = set(RUN_RE.findall(text))
+    if ran:
+        return ran
+    return {m.group(1) for m in (NAME_RE.match(line.strip()) for line in text.splitlines()) if m}
 
 
 def gtest_entries(path):
@@ -201,11 +228,26 @@ def run(args, cmd):
     if _stopped:
         return None, 128 + _stopped[0], "stopped by signal %d while listing the suite" % _stopped[0]
 
+    # The groups run in order, each in processes of its own: the tests --seen does not name, then the others.
+    groups, unseen = [listed], None
+    if args.seen:
+        try:
+            seen = seen_names(args.seen)
+        except OSError as e:
+            return None, 2, "--seen %s: %s" % (args.seen, e.strerror or e)
+        unseen = [t for t in listed if t not in seen]
+        groups = [g for g in (unseen, [t for t in listed if t in seen]) if g]
+        log.write("== suite_runner: %d of the %d tests not in %s run first\n" % (len(unseen), len(listed), args.seen))
     results = {}  # name -> gtest-style entry
     failed = set()
     processes = []
-    pending = list(listed)
-    filt = args.filter
+    pending = list(listed)  # every test without a result yet
+    group = 0
+    todo = list(groups[0])  # the current group's tests without a result yet
+    if len(groups) == 1:
+        filt, filt_said = args.filter, args.filter
+    else:
+        filt, filt_said = ":".join(todo), "the %d tests not in --seen" % len(todo)
     stop = None  # why tests are left, if any are
     exit_problems = []  # processes that ran all their tests and then crashed or exited oddly
     while pending:
@@ -282,13 +324,13 @@ def run(args, cmd):
             failed.add(culprit)
         before = len(pending)
         pending = [t for t in pending if t not in results]
+        todo = [t for t in todo if t not in results]
         processes.append({"process": p.index, "rc": rc, "outcome": outcome, "tests_ended": len(ended),
-                          "seconds": round(p.seconds, 1),
-                          "filter": args.filter if p.index == 1 else "the %d tests left" % before})
+                          "seconds": round(p.seconds, 1), "filter": filt_said})
         log.write("== suite_runner: process %d: %s; %d tests ended, %d left\n" % (p.index, outcome, len(ended),
                                                                                len(pending)))
         log.flush()
-        if finished:
+        if finished and todo:
             stop = "the process finished without running them (a filter the listing does not share?)"
             break
         if p.killed == "limit":
@@ -300,7 +342,15 @@ def run(args, cmd):
         if len(pending) == before:
             stop = "the last process (%s) ran none of them" % outcome
             break
-        filt = ":".join(pending)
+        if not todo:  # the group is done: the next one with tests left
+            while not todo and group + 1 < len(groups):
+                group += 1
+                todo = [t for t in groups[group] if t not in results]
+            if not todo:
+                break
+            filt, filt_said = ":".join(todo), "the %d tests --seen names" % len(todo)
+        else:
+            filt, filt_said = ":".join(todo), "the %d tests left" % len(todo)
 
     reason = stop or ""
     for name in pending:
@@ -318,6 +368,8 @@ def run(args, cmd):
                      "failed": sorted(failed), "skipped": skipped, "not_run": pending,
                      "not_run_reason": reason if pending else None, "processes": processes,
                      "exit_problems": exit_problems}
+    if unseen is not None:
+        doc["runner"]["seen"] = {"file": args.seen, "unseen_first": len(unseen)}
     rc = 0 if not failed and not pending and not exit_problems else 1
     return doc, rc, None
 
@@ -342,6 +394,7 @@ def main(argv=None):
     ap.add_argument("--limit", type=float, default=3600.0, help="seconds for the whole run, listing included")
     ap.add_argument("--test-limit", type=float, default=None, help="seconds one test may run before it is stopped")
     ap.add_argument("--max-processes", type=int, default=20, help="processes at most (one plus the restarts)")
+    ap.add_argument("--seen", help="a log, JSON or list naming the tests that ran before: the others run first")
     ap.add_argument("--log", help="append the processes' output here (default: stdout)")
     ap.add_argument("--work", help="folder for the records (default: a new temporary one)")
     args = ap.parse_args(argv[:i])

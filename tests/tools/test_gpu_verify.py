@@ -7,10 +7,15 @@ Run: python3 -m unittest discover -s tests/tools -p 'test_*.py'
 """
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_suite_runner import FAKE  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_verify.sh")
@@ -157,6 +162,24 @@ exit "${SF_FAKE_TESTS_RC:-0}"
 """
 
 
+# The sanitizer stage's fakes: the suite runner's gtest look-alike (the record, RUN lines, a race report) and a
+# compute-sanitizer that runs it and, as the real one does, ends with its summary and --error-exitcode when it
+# saw an error report.
+SUITE_FAKE = FAKE
+FAKE_SANITIZER = r'''#!/usr/bin/env python3
+import subprocess, sys
+tool, cmd = sys.argv[2], sys.argv[5:]
+print("========= COMPUTE-SANITIZER", flush=True)
+if "--gtest_list_tests" not in cmd:
+    print("tool " + tool, flush=True)
+p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+errors = sum(1 for line in p.stdout.splitlines() if line.startswith("========= Error"))
+sys.stdout.write(p.stdout)
+print("========= %s SUMMARY: %d errors" % ("RACECHECK" if tool == "racecheck" else "ERROR", errors), flush=True)
+sys.exit(86 if errors and p.returncode == 0 else p.returncode)
+'''
+
+
 def session_configs():
     """The configuration names of configs/bench/session_ab.txt, in order."""
     names = []
@@ -270,6 +293,7 @@ class GpuVerifyTest(GpuScriptCase):
         self.assertIn("== the CPU-reference tests (--gtest_filter=CudaStep.*CpuReference*:CudaStep.FiftyStep*), "
                       "run beside the others: rc 0", tlog)
         self.assertIn("fake tests: --gtest_filter=CudaStep.*CpuReference*:CudaStep.FiftyStep*", tlog)
+        self.assertIn("3 of the 3 tests not in docs/gpu/2026-11-27-h200/1-session/first/gpu_tests.json run first", tlog)
         self.assertRegex(r.stdout, r"check +ok")
         self.assertRegex(r.stdout, r"memcheck +SKIP .*no compute-sanitizer")
         self.assertRegex(r.stdout, r"bench +ok .*1234\.5 samples/s")
@@ -279,6 +303,21 @@ class GpuVerifyTest(GpuScriptCase):
             env = f.read()
         self.assertIn("CUDA backend: GPU 0 Fake", env)
         self.assertIn('== cudnn device properties (slidefuse devices --cudnn-json)\n{"deviceName": "Fake"}', env)
+
+    def test_first_runs_the_tests_the_last_record_lacks_first(self):
+        self.fake_gpu(True)
+        seen = os.path.join(self.tmp, "seen.json")
+        with open(seen, "w") as f:
+            json.dump({"testsuites": [{"name": "Fake", "testsuite": [{"name": "One", "status": "RUN"}]}]}, f)
+        r = self.run_script("first", self.build, SF_TESTS_SEEN=seen)
+        self.assertRegex(r.stdout, r"tests +ok .*rc 0/0; main: 3 passed")
+        with open(os.path.join(self.out, "gpu_tests.log")) as f:
+            tlog = f.read()
+        self.assertIn("fake tests: --gtest_filter=Fake.Two:Fake.Three ", tlog)  # the one binary run: its JSON has all three
+        self.assertNotIn("--gtest_filter=Fake.One ", tlog)
+        r = self.run_script("first", self.build, SF_TESTS_SEEN="")  # gtest's own order
+        with open(os.path.join(self.out, "gpu_tests.log")) as f:  # appended to: the second run's part
+            self.assertNotIn("run first", f.read().split("== tests (limit")[-1])
 
     def test_first_reports_failures_and_missing_check(self):
         self.fake_gpu(True)
@@ -371,27 +410,86 @@ class GpuVerifyTest(GpuScriptCase):
 
     def test_sanitize_stage_runs_racecheck_and_synccheck(self):
         self.fake_gpu(True)
+        write_exe(os.path.join(self.build, "tests", "sf_gpu_tests"), SUITE_FAKE)
         san = os.path.join(self.bin, "compute-sanitizer")
-        write_exe(san, "#!/bin/sh\necho \"tool $2 filter $6\"\necho \"========= ERROR SUMMARY: ${SF_FAKE_SAN_ERRORS:-0} errors\"\n"
-                       "echo '[  PASSED  ] 12 tests.'\nexit ${SF_FAKE_SAN_RC:-0}\n")
-        r = self.run_script("sanitize", self.build, SF_SANITIZER=san)
+        write_exe(san, FAKE_SANITIZER)
+        seen = os.path.join(self.tmp, "seen.log")
+        with open(seen, "w") as f:
+            f.write("[ RUN      ] KernelsFillGpu.Old\n")
+        runs = os.path.join(self.tmp, "runs.txt")
+        tests = "KernelsFillGpu.Old=pass,KernelsConvCudnnGpu.NotOurs=pass,KernelsPwconvGpu.New=pass,CudaStep.Whole=pass"
+        env = dict(SF_SANITIZER=san, SF_SANITIZE_SEEN=seen, FAKE_RUNS=runs)
+        r = self.run_script("sanitize", self.build, FAKE_TESTS=tests, **env)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertEqual(sorted(os.listdir(self.out)), ["commit.txt", "gpu.txt", "racecheck.log", "sanitize.txt",
-                                                         "synccheck.log"])
+        self.assertEqual(sorted(os.listdir(self.out)), ["commit.txt", "gpu.txt", "racecheck.json", "racecheck.log",
+                                                         "sanitize.txt", "synccheck.json", "synccheck.log"])
+        with open(runs) as f:  # per tool: the test no sanitizer has seen, then the one the seen log names
+            self.assertEqual(f.read().splitlines(), ["KernelsPwconvGpu.New", "KernelsFillGpu.Old"] * 2)
         for tool in ("racecheck", "synccheck"):
             with open(os.path.join(self.out, tool + ".log")) as f:
-                text = f.read()
-            self.assertIn("tool " + tool, text)
-            self.assertIn("KernelsDwconv*", text)
-            self.assertNotIn("Cudnn", text)
-            self.assertRegex(r.stdout, tool + r" +ok +rc 0; ERROR SUMMARY: 0 errors; \[  PASSED  \] 12")
-        r = self.run_script("sanitize", self.build, SF_SANITIZER=san, SF_FAKE_SAN_RC="86", SF_FAKE_SAN_ERRORS="3")
-        self.assertEqual(r.returncode, 1)
-        self.assertRegex(r.stdout, r"racecheck +FAIL +rc 86; ERROR SUMMARY: 3 errors")
+                self.assertIn("tool " + tool, f.read())
+            self.assertRegex(r.stdout, tool + r" +ok +rc 0; 2 tests: 2 passed, 0 failed, 0 skipped, 0 not run; "
+                                              r"2 processes; 0 errors, 0 warnings in 0 tests, 0 outside any test; "
+                                              r".*SUMMARY: 0 errors")
+        # A race in one test: that test is named with its report, the process's exit status 86 fails the tool.
+        os.remove(runs)
+        tests = ("KernelsFillGpu.Old=pass,KernelsPwconvGpu.New=race,KernelsDwconvGpu.W=warn,"
+                 "KernelsBnActGpu.Lost=lost,KernelsEltwiseGpu.After=pass")
+        r = self.run_script("sanitize", self.build, FAKE_TESTS=tests, **env)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"racecheck +FAIL +rc 1; 5 tests: 4 passed, 1 failed, 0 skipped, 0 not run; "
+                                   r"3 processes \(1: context lost in KernelsBnActGpu.Lost\); 1 error, 1 warning in 2 tests \(KernelsDwconvGpu.W: 1, "
+                                   r"KernelsPwconvGpu.New: 1\), 0 outside any test")
+        with open(os.path.join(self.out, "racecheck.json")) as f:
+            doc = json.load(f)
+        t = {s["name"] + "." + e["name"]: e for s in doc["testsuites"] for e in s["testsuite"]}
+        self.assertEqual(t["KernelsPwconvGpu.New"]["sanitizer"]["errors"], 1)
+        self.assertIn("Race reported between Write access", t["KernelsPwconvGpu.New"]["sanitizer"]["first"][0])
+        self.assertEqual(t["KernelsDwconvGpu.W"]["sanitizer"]["warnings"], 1)
+        self.assertNotIn("sanitizer", t["KernelsEltwiseGpu.After"])
+        self.assertEqual(doc["sanitizer"]["status"], "FAIL")
+        self.assertEqual(doc["sanitizer"]["tests"], ["KernelsDwconvGpu.W", "KernelsPwconvGpu.New"])
+        # A race in a process that then finishes: the sanitizer's exit status 86 at exit is named too.
+        os.remove(runs)
+        r = self.run_script("sanitize", self.build, FAKE_TESTS="KernelsFillGpu.Old=pass,KernelsPwconvGpu.New=race", **env)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"synccheck +FAIL +rc 1; 2 tests: 2 passed, 0 failed, 0 skipped, 0 not run; 2 "
+                                   r"processes \(1: finished, then exit status 86 at exit\); 1 error, 0 warnings in 1 "
+                                   r"test \(KernelsPwconvGpu.New: 1\)")
+        # The limit cutting a test is no failure: part, exit 0.
+        os.remove(runs)
+        r = self.run_script("sanitize", self.build, FAKE_TESTS="KernelsFillGpu.Old=pass,KernelsPwconvGpu.New=hang",
+                            SF_T_SANITIZE="3", **env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"racecheck +part +rc 1; .*0 passed, 1 failed, 0 skipped, 1 not run.*\(of the "
+                                   r"failed, 1 cut by the limit: KernelsPwconvGpu.New\); 0 errors")
         write_exe(san, "#!/bin/sh\necho '========= Error: Device not supported'\nexit 1\n")
         r = self.run_script("sanitize", self.build, SF_SANITIZER=san)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertRegex(r.stdout, r"synccheck +SKIP")
+
+    def test_every_gpu_test_suite_is_in_or_out_of_the_sanitizers(self):
+        # tests/gpu/sanitize_suites.txt classifies every TEST suite of tests/gpu: a new kernel's suite must be named.
+        classified = {}
+        with open(os.path.join(ROOT, "tests", "gpu", "sanitize_suites.txt")) as f:
+            for line in f:
+                words = line.split("#", 1)[0].split()
+                if words:
+                    self.assertIn(words[0], ("in", "out"), line)
+                    self.assertNotIn(words[1], classified, "named twice: " + words[1])
+                    if words[0] == "out":
+                        self.assertGreater(len(words), 2, "an `out` suite says why: " + line)
+                    classified[words[1]] = words[0]
+        suites = set()
+        gpu = os.path.join(ROOT, "tests", "gpu")
+        for name in os.listdir(gpu):
+            if name.endswith((".cpp", ".cu")):
+                with open(os.path.join(gpu, name)) as f:
+                    suites |= set(re.findall(r"^TEST(?:_F|_P)?\((\w+),", f.read(), re.M))
+        self.assertGreater(len(suites), 20)
+        self.assertEqual(sorted(suites - set(classified)), [], "suites neither in nor out of the sanitizers")
+        self.assertEqual(sorted(set(classified) - suites), [], "named suites that no longer exist")
+        self.assertIn("KernelsPwconvGpu", [s for s, v in classified.items() if v == "in"])
 
     def test_evalcmp_compares_cuda_and_cpu(self):
         self.fake_gpu(True)

@@ -14,7 +14,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import suite_runner  # noqa: E402
 
-# A gtest look-alike: FAKE_TESTS lists "Suite.Test=behaviour" (pass, fail, skip, lost, crash, hang);
+# A gtest look-alike: FAKE_TESTS lists "Suite.Test=behaviour" (pass, fail, skip, lost, crash, hang; race and
+# warn pass, printing a sanitizer's error or warning report);
 # FAKE_NO_RECORD=1 makes it ignore SF_TEST_RECORD, as a binary built before the listener would.
 FAKE = r'''#!/usr/bin/env python3
 import fnmatch, json, os, sys, time
@@ -47,6 +48,11 @@ for n, b in sel:
     print("[ RUN      ] " + n, flush=True)
     if b == "crash": os.abort()
     if b == "hang": time.sleep(60)
+    if b == "race":  # what compute-sanitizer prints for a kernel of this test (its fake re-prints it)
+        print("========= Error: Race reported between Write access at 0x10 in k.cu:5:kern\n"
+              "=========     and Read access at 0x20 in k.cu:7:kern [4 hazards]\n=========", flush=True)
+    if b == "warn":
+        print("========= Warning: Race reported between Read access at 0x10 in k.cu:9:kern", flush=True)
     fails = ["boom"] if b in ("fail", "lost") else []
     e = {"event": "end", "test": n, "result": {"fail": "failed", "lost": "failed", "skip": "skipped"}.get(b, "passed"),
          "ms": 1.0, "failures": fails}
@@ -211,6 +217,54 @@ class SuiteRunnerTest(unittest.TestCase):
         self.assertEqual(t["A.One"].get("own"), 1)
         self.assertEqual(doc["runner"]["failed"], ["A.Fail"])
         self.assertEqual([p["outcome"] for p in doc["runner"]["processes"]], ["finished"])
+
+    def test_the_tests_seen_before_run_last(self):
+        seen = os.path.join(self.dir, "seen.log")
+        with open(seen, "w") as f:  # a sanitizer log of an earlier run: gtest's RUN lines among others
+            f.write("========= COMPUTE-SANITIZER\n[ RUN      ] A.One\n[       OK ] A.One (5 ms)\n"
+                    "[ RUN      ] C.Old\n[ RUN      ] Gone.Test\n")
+        tests = ["A.One=pass", "A.New=lost", "B.New=pass", "C.Old=pass", "C.New2=pass"]
+        r, doc = self.run_suite(tests, "--seen", seen)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        # The unseen first (a lost context restarts within them), then the seen ones in a process of their own.
+        self.assertEqual(self.processes(), ["A.New:B.New:C.New2", "B.New:C.New2", "A.One:C.Old"])
+        self.assertEqual([p["filter"] for p in doc["runner"]["processes"]],
+                         ["the 3 tests not in --seen", "the 2 tests left", "the 2 tests --seen names"])
+        self.assertEqual(doc["runner"]["failed"], ["A.New"])
+        self.assertEqual(doc["runner"]["seen"], {"file": seen, "unseen_first": 3})
+        t = self.by_name(doc)
+        self.assertEqual([n for n in t], ["A.One", "A.New", "B.New", "C.Old", "C.New2"])  # the listing's order
+        self.assertTrue(all(t[n]["result"] == "COMPLETED" for n in t))
+        with open(os.path.join(self.dir, "log.txt")) as f:
+            self.assertIn("3 of the 5 tests not in " + seen + " run first", f.read())
+        # The limit cuts the seen ones, not the new ones; a JSON record and a plain list are read too.
+        os.remove(self.runs)
+        prior = os.path.join(self.dir, "prior.json")
+        with open(prior, "w") as f:
+            json.dump({"testsuites": [{"name": "A", "testsuite": [
+                {"name": "One", "status": "RUN", "result": "COMPLETED"},
+                {"name": "Hang", "status": "RUN", "result": "COMPLETED"},
+                {"name": "Two", "status": "NOTRUN", "result": "NOT_RUN"}]}]}, f)
+        r, doc = self.run_suite(["A.One=pass", "A.Hang=hang", "A.Two=pass"], "--seen", prior, "--limit", "4")
+        self.assertEqual(self.processes(), ["A.Two", "A.One:A.Hang"])
+        self.assertEqual(doc["runner"]["not_run"], [])
+        self.assertIn("still running when the suite's limit", self.by_name(doc)["A.Hang"]["failures"][0]["failure"])
+        self.assertFalse(self.by_name(doc)["A.Two"].get("failures"))
+        names = os.path.join(self.dir, "names.txt")
+        with open(names, "w") as f:
+            f.write("A.One\nA.Two\n")
+        os.remove(self.runs)
+        r, doc = self.run_suite(["A.One=pass", "A.Two=pass", "A.Three=pass"], "--seen", names)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(self.processes(), ["A.Three", "A.One:A.Two"])
+        # Every test seen: one group, the original filter.
+        os.remove(self.runs)
+        r, doc = self.run_suite(["A.One=pass", "A.Two=pass"], "--seen", names)
+        self.assertEqual(self.processes(), ["*"])
+        self.assertEqual(doc["runner"]["seen"]["unseen_first"], 0)
+        r, doc = self.run_suite(["A.One=pass"], "--seen", os.path.join(self.dir, "absent.log"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--seen", doc["runner"]["error"])
 
     def test_a_suite_that_cannot_be_listed(self):
         r, doc = self.run_suite(["A.One=pass"], "--filter", "Nothing.*")
