@@ -117,6 +117,14 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         pw_fused_bn = p.pw_bn_bwd() && input_grad && upsample == 1 && !with_bias && kern::pwconv_supported(cs) &&
                       cs.cout <= kern::kPwMaxPrologueK && (!prologue || cs.cin <= kern::kPwMaxPrologueK);
         if (pw_fused_bn) ws_floats = std::max(ws_floats, GpuOps::pw_fused_bn_workspace_floats(cs, bn_grad));
+        // The kernel fusions this layer takes, for the step's cost model (LayerUse): GpuOps applies the same
+        // rules at run time (a 1x1 conv's where the project's kernel runs the shape).
+        LayerKernels lk;
+        lk.stats_in_conv = pw_stats || dw_stats;
+        lk.dw_fused_bwd = p.dw_fused_bwd() && input_grad && kern::dwconv3x3_fused_supported(cs);
+        lk.bn_dx_in_conv = pw_fused_bn || (fused_bn && lk.dw_fused_bwd);
+        lk.gathers_input_bn_sums = bn_grad && input_grad && (cs.k == 1 ? kern::pwconv_supported(cs) : lk.dw_fused_bwd);
+        p.layer_kernels(name, lk);
         ws = p.workspace(ws_floats);
         p.conv(cs, input_grad, prologue != nullptr, prologue ? prologue->act : kern::Act::None);
         if (pw_stats || dw_stats || (bn_grad && cs.k == 1))

@@ -190,6 +190,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     plan_.set_pw_bn_bwd(ops_->pw_bn_bwd());
     plan_.set_dw_bn_grad(ops_->dw_bn_grad());
     plan_.set_pw_bn_grad(ops_->pw_bn_grad());
+    plan_.set_dw_fused_bwd(policy.dw_fused_bwd);
     declare(plan_);  // sizing pass: records every conv and workspace request
     plan_grads();
     ops_->prepare(plan_.convs());
@@ -211,6 +212,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
         plan_.set_pw_bn_bwd(GpuOps::pw_bn_bwd(*dry.policy));
         plan_.set_dw_bn_grad(GpuOps::dw_bn_grad(*dry.policy));
         plan_.set_pw_bn_grad(GpuOps::pw_bn_grad(*dry.policy));
+        plan_.set_dw_fused_bwd(dry.policy->dw_fused_bwd);
         if (dry.policy->branch_lanes) plan_.set_lanes(rt::StreamLanes::kMaxLanes);
     }
     declare(plan_);

@@ -140,6 +140,17 @@ void Planner::layer(const LayerUse& l) {
     if (!binding_) layers_.push_back(l);
 }
 
+void Planner::layer_kernels(const std::string& name, const LayerKernels& k) {
+    if (binding_) return;
+    SF_CHECK(!layers_.empty() && layers_.back().name == name,
+             "planner: the kernel fusions of layer %s come right after the layer itself", name.c_str());
+    LayerUse& l = layers_.back();
+    l.stats_in_conv = k.stats_in_conv;
+    l.bn_dx_in_conv = k.bn_dx_in_conv;
+    l.dw_fused_bwd = k.dw_fused_bwd;
+    l.gathers_input_bn_sums = k.gathers_input_bn_sums;
+}
+
 void Planner::op_use(const OpUse& o) {
     if (!binding_) op_uses_.push_back(o);
 }

@@ -121,6 +121,28 @@ struct LayerUse {
     bool input_bn_prologue = false;
     // ConvBN::up_in_bn (NetShape::fuse_up_bn, upsample > 1): the BN passes form the upsampled tensor on load.
     bool up_in_bn = false;
+    // The kernel fusions of the policy the network is planned for (kern::ConvPolicy's switches, where the
+    // layer qualifies; Planner::layer_kernels), for the step's cost model (tools/step_model.h). A 1x1 conv's
+    // need the project's kernel, which autotuning may pass over for cuDNN's: the model assumes it runs.
+    //   stats_in_conv   the BN's batch statistics from the conv forward's epilogue (pw_stats, dw_stats): no
+    //                   statistics pass
+    //   bn_dx_in_conv   the BN's dx formed in the conv backward's loads (pw_bn_bwd: the 1x1 dgrad and wgrad;
+    //                   dw_fused_bn_bwd: the fused depthwise backward): no dx pass, those kernels read the BN's
+    //                   dy and input instead of the conv output's gradient
+    //   dw_fused_bwd    the depthwise dgrad and wgrad in one kernel: one pass over the output's gradient
+    //   gathers_input_bn_sums  the conv's backward-data gathers its producer's (the layer before it, whose output
+    //                   it reads) BN backward reductions in its epilogue (pw_bn_grad: a 1x1 dgrad, which then
+    //                   reads that BN's input; dw_fused_bn_grad: the fused depthwise backward, which reads it
+    //                   anyway): the producer's reduction pass is gone
+    bool stats_in_conv = false;
+    bool bn_dx_in_conv = false;
+    bool dw_fused_bwd = false;
+    bool gathers_input_bn_sums = false;
+};
+
+// LayerUse's kernel fusions (above), set after the layer is recorded (ConvBN decides them further on).
+struct LayerKernels {
+    bool stats_in_conv = false, bn_dx_in_conv = false, dw_fused_bwd = false, gathers_input_bn_sums = false;
 };
 
 // An op of the step outside the convolution layers, in execution order (sizing pass), for the
@@ -204,6 +226,8 @@ public:
     void conv_bn_backward(const kern::ConvShape& s, kern::Act act);
     const std::vector<ConvUse>& convs() const { return convs_; }
     void layer(const LayerUse& l);
+    // The kernel fusions of the layer recorded last, which must be `name` (nothing in the binding pass).
+    void layer_kernels(const std::string& name, const LayerKernels& k);
     const std::vector<LayerUse>& layers() const { return layers_; }
     void op_use(const OpUse& o);
     const std::vector<OpUse>& op_uses() const { return op_uses_; }
@@ -243,6 +267,10 @@ public:
     // GpuOps::pw_bn_grad of that policy: whether each depthwise ConvBN keeps the coefficients its 1x1
     // consumer's dgrad epilogue writes and that consumer reserves those partials.
     void set_pw_bn_grad(bool on) { pw_bn_grad_ = on; }
+    // kern::ConvPolicy::dw_fused_bwd of that policy: which depthwise ConvBNs record their backward as one kernel
+    // (LayerUse::dw_fused_bwd; GpuOps decides at run time, on the same rule).
+    void set_dw_fused_bwd(bool on) { dw_fused_bwd_ = on; }
+    bool dw_fused_bwd() const { return dw_fused_bwd_; }
     bool pw_bn_grad() const { return pw_bn_grad_; }
     bool pw_stats() const { return pw_stats_; }
     // GpuOps::dw_stats of that policy: which depthwise ConvBNs reserve the statistics epilogue's workspace.
@@ -307,6 +335,7 @@ private:
     bool pw_bn_bwd_ = false;
     bool dw_bn_grad_ = false;
     bool pw_bn_grad_ = false;
+    bool dw_fused_bwd_ = false;
     bool fuse_dw_pw_ = false;
     bool fuse_up_bn_ = false;
     bool binding_ = false;

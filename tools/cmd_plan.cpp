@@ -19,7 +19,9 @@ namespace tools {
 const char* plan_usage() {
     return "usage: slidefuse plan [--height H] [--width W] [--batch N] [--channels C] [--backend cuda|cpu] "
            "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw] [--merge-heads]\n"
-           "                      [--fuse-head-bn] [--fuse-up-bn]\n"
+           "                      [--fuse-head-bn] [--fuse-up-bn] [--dw-fused-bwd] [--dw-fused-bwd-bn] "
+           "[--dw-fused-bn-grad]\n"
+           "                      [--dw-stats] [--pw-stats] [--pw-bn-grad] [--pw-bn-bwd]\n"
            "                      [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]\n"
            "                       [--fusion-graphs [--time]]]\n"
@@ -45,6 +47,10 @@ const char* plan_usage() {
            "  (model.fuse_head_bn, CUDA only)\n"
            "  --fuse-up-bn: the up paths' upsample (conv_first) inside their BN passes' loads (model.fuse_up_bn, CUDA "
            "only)\n"
+           "  --dw-fused-bwd ... --pw-bn-bwd: the CUDA step's kernel switches, as `bench step` takes them (its\n"
+           "  --help; --dw-fused-bn-grad implies --fuse-expand-dw, the --pw-* the project's 1x1 kernel): the plan's\n"
+           "  workspace and the roofline's passes are those of the layers that take them (a 1x1 conv's assuming the\n"
+           "  project's kernel runs it, which autotuning may not choose)\n"
            "  --roofline: the training step's modelled floor (bytes and FLOPs of every pass, by class and by pass)\n"
            "  at the peaks of --device NAME (datasheet table, default \"H100 SXM\"), or of a `bench ceilings --json`\n"
            "  FILE measured on the GPU, or --peak-tflops/--peak-gbps; no GPU needed (docs/BENCH.md)\n"
@@ -71,6 +77,22 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
         }
         if (s == "--merge-heads" || s == "--fuse-head-bn" || s == "--fuse-up-bn") {
             (s == "--merge-heads" ? a.merge_heads : s == "--fuse-head-bn" ? a.fuse_head_bn : a.fuse_up_bn) = true;
+            continue;
+        }
+        // The kernel switches, with bench step's implications (tools/bench_step_args.cpp).
+        bool* const sw = s == "--dw-fused-bwd"       ? &a.kernels.dw_fused_bwd
+                         : s == "--dw-fused-bwd-bn"  ? &a.kernels.dw_fused_bn_bwd
+                         : s == "--dw-fused-bn-grad" ? &a.kernels.dw_fused_bn_grad
+                         : s == "--dw-stats"         ? &a.kernels.dw_stats
+                         : s == "--pw-stats"         ? &a.kernels.pw_stats
+                         : s == "--pw-bn-grad"       ? &a.kernels.pw_bn_grad
+                         : s == "--pw-bn-bwd"        ? &a.kernels.pw_bn_bwd
+                                                     : nullptr;
+        if (sw) {
+            *sw = true;
+            if (s.rfind("--dw-fused-", 0) == 0) a.kernels.dw_fused_bwd = true;
+            if (s == "--dw-fused-bn-grad") a.fuse_expand_dw = true;
+            if (s.rfind("--pw-", 0) == 0) a.kernels.pw_custom = true;
             continue;
         }
         if (s == "--fuse-expand-dw" || s == "--fuse-dw-pw" || s == "--fusion-graphs") {
@@ -122,6 +144,9 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
     SF_CHECK(!a.fuse_head_bn || a.cuda,
              "plan: --fuse-head-bn fuses CUDA kernels; the CPU reference has no such "
              "variant (it does not go with --backend cpu)");
+    SF_CHECK(!a.any_kernel_switch() || a.cuda,
+             "plan: the kernel switches (--dw-*, --pw-*) are the CUDA step's; "
+             "the CPU reference has none (they do not go with --backend cpu)");
     SF_CHECK(a.roofline || !peaks_given, "plan: --device, --ceilings, --peak-tflops and --peak-gbps set the peaks of "
              "--roofline: give --roofline too");
     SF_CHECK(!a.fusion_graphs || !a.cudnn_device.empty(),

@@ -20,7 +20,7 @@ struct DgradModes {
 
 template <class T>
 model::MemoryPlan dry_plan(const PlanArgs& a, size_t* flat_params, size_t* params, DgradModes* modes) {
-    const model::SiderNetT<T> net(plan_shape(a), model::DryRun{});
+    const model::SiderNetT<T> net(plan_shape(a), model::DryRun{&a.kernels});
     *flat_params = net.table().flat_size;
     *params = net.table().num_parameters();
     for (const model::ConvUse& u : net.plan().convs()) {
@@ -62,6 +62,20 @@ nlohmann::json region(size_t bytes, int batch, bool per_sample) {
 
 }  // namespace
 
+std::vector<std::string> kernel_switch_flags(const kern::ConvPolicy& p) {
+    std::vector<std::string> f;
+    if (p.dw_fused_bwd) f.push_back("--dw-fused-bwd");
+    if (p.dw_fused_bwd && p.dw_fused_bn_bwd) f.push_back("--dw-fused-bwd-bn");
+    if (p.dw_fused_bwd && p.dw_fused_bn_grad) f.push_back("--dw-fused-bn-grad");
+    if (p.dw_stats) f.push_back("--dw-stats");
+    if (p.pw_custom && p.pw_stats) f.push_back("--pw-stats");
+    if (p.pw_custom && p.pw_bn_grad) f.push_back("--pw-bn-grad");
+    if (p.pw_custom && p.pw_bn_bwd) f.push_back("--pw-bn-bwd");
+    return f;
+}
+
+bool PlanArgs::any_kernel_switch() const { return !kernel_switch_flags(kernels).empty(); }
+
 model::NetShape plan_shape(const PlanArgs& a) {
     return {a.batch,          a.channels,   a.height,      a.width,        a.up_order,
             a.fuse_expand_dw, a.fuse_dw_pw, a.merge_heads, a.fuse_head_bn, a.fuse_up_bn};
@@ -93,7 +107,8 @@ nlohmann::json plan_json(const PlanArgs& a, size_t conv_workspace_bytes) {
           {"fuse_dw_pw", a.fuse_dw_pw && a.cuda},
           {"merge_heads", a.merge_heads && a.cuda},
           {"fuse_head_bn", a.fuse_head_bn && a.cuda},
-          {"fuse_up_bn", a.fuse_up_bn && a.cuda}}},
+          {"fuse_up_bn", a.fuse_up_bn && a.cuda},
+          {"kernel_switches", a.cuda ? kernel_switch_flags(a.kernels) : std::vector<std::string>{}}}},
         {"parameters_count", count},
         {"regions",
          {{"parameters", region(params, a.batch, false)},
@@ -140,6 +155,11 @@ std::string plan_text(const nlohmann::json& d) {
         s.value("fuse_head_bn", false) ? ", the heads' conv1 BN inside conv2" : "",
         s.value("fuse_up_bn", false) ? ", the up paths' upsample inside their BN" : "");
     out += line;
+    if (s.contains("kernel_switches") && !s["kernel_switches"].empty()) {
+        std::string k;
+        for (const nlohmann::json& f : s["kernel_switches"]) k += " " + f.get<std::string>();
+        out += "  kernel switches:" + k + "\n";
+    }
     std::snprintf(line, sizeof(line), "  %-20s %14s %14s\n", "region", "total MB", "per sample MB");
     out += line;
     auto row = [&](const char* name, const nlohmann::json& r) {

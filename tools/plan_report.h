@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/conv_cudnn.h"
 #include "model/up_order.h"
 
 namespace model {
@@ -48,6 +49,12 @@ struct PlanArgs {
     bool merge_heads = false;     // --merge-heads (model.merge_heads; CUDA only)
     bool fuse_head_bn = false;    // --fuse-head-bn (model.fuse_head_bn; CUDA only)
     bool fuse_up_bn = false;      // --fuse-up-bn (model.fuse_up_bn; CUDA only)
+    // The CUDA step's kernel switches (bench step's flags of the same names, with the same implications):
+    // --dw-fused-bwd, --dw-fused-bwd-bn, --dw-fused-bn-grad (with --fuse-expand-dw), --dw-stats, --pw-stats,
+    // --pw-bn-grad, --pw-bn-bwd (each with the project's 1x1 kernel, pw_custom). The dry run plans the layers
+    // that take them (workspace included) and --roofline charges their passes (tools/step_model.h). CUDA only.
+    kern::ConvPolicy kernels;
+    bool any_kernel_switch() const;
     bool fusion_graphs = false;   // --fusion-graphs: cuDNN's BN fusion graphs (tools/plan_fusion.h)
     bool fusion_time = false;     // --time (with --fusion-graphs --cudnn-device gpu): execute and time them
     // Tests only: the first shape's control and its SiLU prologue + genstats graph, nothing else (on a
@@ -61,6 +68,9 @@ struct PlanArgs {
     std::string ceilings;
     double peak_tflops = 0, peak_gbps = 0;
 };
+
+// The switches of `kernels` that are on, as bench step's flags ("--dw-stats", ...), in a fixed order.
+std::vector<std::string> kernel_switch_flags(const kern::ConvPolicy& p);
 
 // The network shape the arguments describe (batch, channels, size, fusion up-path order).
 model::NetShape plan_shape(const PlanArgs& a);

@@ -23,12 +23,13 @@ nlohmann::json group_json(const StepFloor::Group& g, double floor_ms) {
 
 }  // namespace
 
-nlohmann::json plan_roofline_json(const model::NetShape& shape, bool cuda, const DevicePeaks& peaks) {
+nlohmann::json plan_roofline_json(const model::NetShape& shape, bool cuda, const DevicePeaks& peaks,
+                                  const kern::ConvPolicy* kernels) {
     SF_CHECK(peaks.known(), "plan --roofline: the peaks of \"%s\" are unknown (%s); name a known GPU with --device or "
              "give --peak-tflops and --peak-gbps", peaks.device.c_str(), peaks.source.c_str());
     Precision p;
     if (!cuda) p.act = p.weight = 4;
-    const StepFloor f = step_floor(step_model(shape, p), peaks);
+    const StepFloor f = step_floor(step_model(shape, p, cuda ? kernels : nullptr), peaks);
     nlohmann::json kinds = nlohmann::json::array(), parts = nlohmann::json::array();
     for (const StepFloor::Group& g : f.by_kind) kinds.push_back(group_json(g, f.floor_ms));
     for (const StepFloor::Group& g : f.by_part)
@@ -41,6 +42,7 @@ nlohmann::json plan_roofline_json(const model::NetShape& shape, bool cuda, const
               {"simt_tflops", peaks.simt_tflops},
               {"hbm_gbps", peaks.hbm_gbps}}},
             {"batch", shape.batch},
+            {"kernel_switches", cuda && kernels ? kernel_switch_flags(*kernels) : std::vector<std::string>{}},
             {"floor_ms", f.floor_ms},
             {"memory_ms", f.memory_ms},
             {"compute_ms", f.compute_ms},
@@ -64,7 +66,7 @@ DevicePeaks plan_roofline_peaks(const PlanArgs& a) {
 }
 
 nlohmann::json plan_roofline_json(const PlanArgs& a) {
-    return plan_roofline_json(plan_shape(a), a.cuda, plan_roofline_peaks(a));
+    return plan_roofline_json(plan_shape(a), a.cuda, plan_roofline_peaks(a), &a.kernels);
 }
 
 std::string plan_roofline_text(const nlohmann::json& r) {
@@ -80,6 +82,11 @@ std::string plan_roofline_text(const nlohmann::json& r) {
                   pk["tensor_tflops"].get<double>(), pk["simt_tflops"].get<double>(), pk["hbm_gbps"].get<double>(),
                   pk["source"].get<std::string>().c_str());
     out += line;
+    if (r.contains("kernel_switches") && !r["kernel_switches"].empty()) {
+        std::string k;
+        for (const nlohmann::json& f : r["kernel_switches"]) k += " " + f.get<std::string>();
+        out += "  with the kernel switches" + k + " (a 1x1 conv's taken wherever the project's kernel could run it)\n";
+    }
     auto table = [&](const char* title, const nlohmann::json& groups) {
         std::snprintf(line, sizeof(line), "  %-24s %6s %11s %12s %10s %7s\n", title, "count", "MB/sample",
                       "GFLOP/sample", "floor ms", "share");

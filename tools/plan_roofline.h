@@ -5,10 +5,10 @@
 // which a measured `bench step` is read against, and which ranks what to fuse next.
 // JSON: the "roofline" object of the plan document (tools/plan_report.h):
 //   {"peaks": {device, entry, source, tensor_tflops, simt_tflops, hbm_gbps},
-//    "batch", "floor_ms", "memory_ms", "compute_ms", "samples_per_s_bound",
-//    "per_sample": {"bytes", "flops", "tensor_flops"},
-//    "by_kind": [{"name", "rows", "bytes", "flops", "tensor_flops", "floor_ms", "share"}] (step_kinds order),
-//    "by_part": [the same per StepPart, "rows" = passes]}
+//    "batch", "kernel_switches" (bench step's flags of those modelled), "floor_ms", "memory_ms", "compute_ms",
+//    "samples_per_s_bound", "per_sample": {"bytes", "flops", "tensor_flops"}, "by_kind": [{"name", "rows", "bytes",
+//    "flops", "tensor_flops", "floor_ms", "share"}] (step_kinds order), "by_part": [the same per StepPart, "rows" =
+//    passes]}
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,7 +24,9 @@ namespace tools {
 DevicePeaks plan_roofline_peaks(const PlanArgs& a);
 // The "roofline" object for the plan's shape at those peaks. Throws when the peaks are unknown.
 nlohmann::json plan_roofline_json(const PlanArgs& a);
-nlohmann::json plan_roofline_json(const model::NetShape& shape, bool cuda, const DevicePeaks& peaks);
+// kernels: the CUDA step's kernel switches the model charges (PlanArgs::kernels; nullptr: none).
+nlohmann::json plan_roofline_json(const model::NetShape& shape, bool cuda, const DevicePeaks& peaks,
+                                  const kern::ConvPolicy* kernels = nullptr);
 std::string plan_roofline_text(const nlohmann::json& roofline);
 
 }  // namespace tools

@@ -133,12 +133,29 @@ double bn_apply_flops(kern::Act act) { return kBnApplyFlops + act_forward_flops(
 
 OpCost bn_act_backward_cost(size_t rows, int c, kern::Act act, const Precision& p) {
     SF_CHECK(rows > 0 && c > 0, "bn_act_backward_cost: rows %zu and C %d must be positive", rows, c);
+    return bn_act_backward_reduce_cost(rows, c, act, p) + bn_act_backward_dx_cost(rows, c, act, p);
+}
+
+namespace {
+// Both backward passes recompute xhat, z, act'(z) and g = dy * act'(z); the first sums, the second writes dx.
+double bn_bwd_pass_flops(kern::Act act) { return kBnRecomputeFlops + act_backward_flops(act) + 1; }
+}  // namespace
+
+OpCost bn_act_backward_reduce_cost(size_t rows, int c, kern::Act act, const Precision& p) {
+    SF_CHECK(rows > 0 && c > 0, "bn_act_backward_reduce_cost: rows %zu and C %d must be positive", rows, c);
     const double n = dbl(rows) * c;
-    // Both passes recompute xhat, z, act'(z) and g = dy * act'(z); the first sums, the second writes dx.
-    const double per_pass = kBnRecomputeFlops + act_backward_flops(act) + 1;
     OpCost o;
-    o.simt_flops = n * (2 * per_pass + kBnSumsFlops + kBnDxFlops);
-    o.bytes = 5 * n * p.act + kBnVectorsBwd * c * 4.0;
+    o.simt_flops = n * (bn_bwd_pass_flops(act) + kBnSumsFlops);
+    o.bytes = 2 * n * p.act + kBnVectorsBwd / 2 * c * 4.0;
+    return o;
+}
+
+OpCost bn_act_backward_dx_cost(size_t rows, int c, kern::Act act, const Precision& p) {
+    SF_CHECK(rows > 0 && c > 0, "bn_act_backward_dx_cost: rows %zu and C %d must be positive", rows, c);
+    const double n = dbl(rows) * c;
+    OpCost o;
+    o.simt_flops = n * (bn_bwd_pass_flops(act) + kBnDxFlops);
+    o.bytes = 3 * n * p.act + kBnVectorsBwd / 2 * c * 4.0;
     return o;
 }
 

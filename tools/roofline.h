@@ -69,6 +69,12 @@ OpCost bn_act_forward_cost(size_t rows, int c, kern::Act act, const Precision& p
 // backward: a reduction pass reads x, dy; an apply pass reads x, dy and writes dx (overwritten)
 // -> 5 * rows*C elements, plus 8 fp32 vectors of C (gamma, beta, saved stats; dgamma, dbeta +=).
 OpCost bn_act_backward_cost(size_t rows, int c, kern::Act act, const Precision& p = {});
+// The backward's two passes on their own (bn_act_backward_cost is their sum): the reduction pass reads x
+// and dy (2 * rows*C elements; 4 fp32 vectors of C), the dx pass reads x and dy and writes dx (3 * rows*C;
+// the other 4 vectors). A kernel fusion that takes a pass into a convolution (tools/step_model.h) removes
+// that pass's bytes and moves its FLOPs.
+OpCost bn_act_backward_reduce_cost(size_t rows, int c, kern::Act act, const Precision& p = {});
+OpCost bn_act_backward_dx_cost(size_t rows, int c, kern::Act act, const Precision& p = {});
 // The statistics pass alone (bn_stats_train: the fused LiteBlock's expand, whose apply its depthwise
 // consumer does on load): reads x once -> rows*C elements, plus the same 8 fp32 vectors of C.
 OpCost bn_stats_forward_cost(size_t rows, int c, const Precision& p = {});

@@ -35,6 +35,72 @@ void add_prologue_flops(StepModelRow& r, const model::LayerUse& l, const model::
     r.at(StepPart::ConvWgrad).simt_flops += extra;
 }
 
+// The kernel fusions l takes (LayerUse: kern::ConvPolicy's switches), each removing a BatchNorm pass's bytes
+// and moving its FLOPs into the convolution kernel that now does its work:
+//   stats_in_conv  the statistics pass's read of the conv output (its FLOPs in the forward's epilogue)
+//   bn_dx_in_conv  the dx pass (x and dy read, dx written); the kernels that read dx read the BN's dy and x
+//                  instead: one tensor more for the fused depthwise backward (charged to its dgrad part), one
+//                  more for each of the 1x1 dgrad and wgrad, which both form dx (its FLOPs in each)
+//   dw_fused_bwd   the wgrad's second read of the output's gradient (one kernel reads it once for both)
+// The producer's reduction pass a consumer gathers (gathers_input_bn_sums) is moved by step_model itself.
+void add_kernel_fusions(StepModelRow& r, const model::LayerUse& l, const Precision& p) {
+    if (!l.stats_in_conv && !l.bn_dx_in_conv && !l.dw_fused_bwd) return;
+    const kern::ConvShape& s = l.shape;
+    SF_CHECK(l.batchnorm && l.upsample == 1 && !s.bias,
+             "step model: layer %s takes a kernel fusion, which only a ConvBN without upsample or bias can",
+             l.name.c_str());
+    const size_t rows = s.out().pixels();
+    const double n = dbl(s.out().numel()) * p.act;  // the BN tensor's bytes
+    if (l.stats_in_conv) {
+        const double flops = bn_stats_forward_cost(rows, s.cout, p).simt_flops;
+        r.at(StepPart::NormFwd).bytes -= n;
+        r.at(StepPart::NormFwd).simt_flops -= flops;
+        r.at(StepPart::ConvFwd).simt_flops += flops;
+    }
+    if (l.dw_fused_bwd) {
+        SF_CHECK(s.groups > 1 && l.input_grad,
+                 "step model: layer %s is no depthwise conv with an input gradient, "
+                 "so its backward cannot run fused",
+                 l.name.c_str());
+        r.at(StepPart::ConvWgrad).bytes -= n;
+    }
+    if (l.bn_dx_in_conv) {
+        SF_CHECK(l.input_grad && (s.k == 1 || l.dw_fused_bwd),
+                 "step model: layer %s forms its BN's dx in a conv "
+                 "backward it does not run (a 1x1 dgrad and wgrad, or the fused depthwise backward)",
+                 l.name.c_str());
+        const OpCost dx = bn_act_backward_dx_cost(rows, s.cout, l.act, p);
+        r.at(StepPart::NormBwd).bytes -= dx.bytes;
+        r.at(StepPart::NormBwd).simt_flops -= dx.simt_flops;
+        const double vectors = dx.bytes - 3 * n;  // its per-channel coefficients, read where dx is formed
+        r.at(StepPart::ConvDgrad).bytes += n + vectors;
+        r.at(StepPart::ConvDgrad).simt_flops += dx.simt_flops;
+        if (s.k == 1) {
+            r.at(StepPart::ConvWgrad).bytes += n + vectors;
+            r.at(StepPart::ConvWgrad).simt_flops += dx.simt_flops;
+        }
+    }
+}
+
+// A consumer c whose backward-data gathers its producer's BN backward reductions (LayerUse::gathers_input_bn_sums;
+// the producer: the layer just before it, whose output it reads, row `prod`): the producer's reduction pass
+// (its x and dy read) is gone; its FLOPs move into c's dgrad, which reads the producer's x for them where it
+// did not already (a 1x1 dgrad does not; the fused depthwise backward reads it for its wgrad anyway).
+void move_reduction_to_consumer(StepModelRow& prod, const model::LayerUse& pl, StepModelRow& c,
+                                const model::LayerUse& cl, const Precision& p) {
+    const kern::Shape4 out = pl.shape.out(), in = cl.shape.in();
+    SF_CHECK(pl.batchnorm && pl.upsample == 1 && !pl.shape.bias && out.n == in.n && out.h == in.h && out.w == in.w &&
+                 out.c == in.c && cl.input_grad,
+             "step model: layer %s gathers the BN reductions of the layer before it, %s, which is not its producer",
+             cl.name.c_str(), pl.name.c_str());
+    const OpCost red = bn_act_backward_reduce_cost(out.pixels(), out.c, pl.act, p);
+    prod.at(StepPart::NormBwd).bytes -= red.bytes;
+    prod.at(StepPart::NormBwd).simt_flops -= red.simt_flops;
+    const double x = dbl(out.numel()) * p.act;
+    c.at(StepPart::ConvDgrad).bytes += red.bytes - 2 * x + (cl.shape.k == 1 ? x : 0);
+    c.at(StepPart::ConvDgrad).simt_flops += red.simt_flops;
+}
+
 // producer: the last layer before l that leaves its BN to its consumer (the layer before l in a fused
 // LiteBlock or DSConv; a head's conv1, or the merged heads' conv1, for a head's conv2), whose BN + activation
 // l applies on load when l.input_bn_prologue.
@@ -71,6 +137,7 @@ StepModelRow layer_row_model(const model::LayerUse& l, const model::LayerUse* pr
     // activation to every input element it loads, in the forward and again in the backward-filter.
     if (l.bn_applied_by_consumer) r.at(StepPart::NormFwd) = bn_stats_forward_cost(s.out().pixels(), s.cout, p);
     add_prologue_flops(r, l, producer);
+    add_kernel_fusions(r, l, p);
     return r;
 }
 
@@ -149,8 +216,13 @@ std::vector<StepModelRow> step_model(const model::Planner& plan, const model::Ne
     std::vector<StepModelRow> rows;
     const std::vector<model::LayerUse>& layers = plan.layers();
     const model::LayerUse* producer = nullptr;  // the last layer so far that leaves its BN to its consumer
-    for (const model::LayerUse& l : layers) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const model::LayerUse& l = layers[i];
         rows.push_back(layer_row_model(l, producer, p));
+        if (l.gathers_input_bn_sums) {
+            SF_CHECK(i > 0, "step model: the first layer %s cannot gather a producer's BN reductions", l.name.c_str());
+            move_reduction_to_consumer(rows[rows.size() - 2], layers[i - 1], rows.back(), l, p);
+        }
         if (l.bn_applied_by_consumer) producer = &l;
     }
     for (const model::OpUse& o : plan.op_uses()) rows.push_back(op_row_model(o, p));
@@ -165,8 +237,9 @@ std::vector<StepModelRow> step_model(const model::Planner& plan, const model::Ne
     return rows;
 }
 
-std::vector<StepModelRow> step_model(const model::NetShape& shape, const Precision& p) {
-    const model::SiderNetT<kern::bf16> net(shape, model::DryRun{});
+std::vector<StepModelRow> step_model(const model::NetShape& shape, const Precision& p,
+                                     const kern::ConvPolicy* kernels) {
+    const model::SiderNetT<kern::bf16> net(shape, model::DryRun{kernels});
     return step_model(net.plan(), shape, p);
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/conv_cudnn.h"
 #include "model/net.h"
 #include "tools/roofline.h"
 
@@ -40,8 +41,10 @@ const std::vector<std::string>& step_kinds();
 // The rows of one training micro-step (forward + backward) and its optimizer step, in execution
 // order of the forward. p: element sizes (bf16 activations on the CUDA backend).
 std::vector<StepModelRow> step_model(const model::Planner& plan, const model::NetShape& shape, const Precision& p = {});
-// The same for a network built here in a dry run (no memory) at `shape`.
-std::vector<StepModelRow> step_model(const model::NetShape& shape, const Precision& p = {});
+// The same for a network built here in a dry run (no memory) at `shape`, planned for `kernels`' switches (the
+// kernel fusions its layers take, model::LayerUse; nullptr: none).
+std::vector<StepModelRow> step_model(const model::NetShape& shape, const Precision& p = {},
+                                     const kern::ConvPolicy* kernels = nullptr);
 
 // The step's floor at `peaks`: every pass of every row bound on its own (its max(compute, memory)
 // time), summed; per class and per part too. NaN when the peaks are unknown.

@@ -1,0 +1,261 @@
+// The step's cost model with the CUDA step's kernel switches (kern::ConvPolicy: the BN statistics in the conv's
+// epilogue, the BN's dx in the conv backward's loads, the depthwise backward in one kernel, a producer's BN
+// reductions in its consumer's dgrad): which layers a dry run marks (model::LayerUse), the bytes each switch
+// takes off the step layer by layer against amounts counted here from the shapes, FLOPs moved and not lost,
+// and `slidefuse plan`'s flags for them.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "model/net.h"
+#include "tests/support/compare.h"
+#include "tools/plan_roofline.h"
+#include "tools/step_model.h"
+
+namespace {
+
+using tools::StepModelRow;
+using tools::StepPart;
+
+constexpr int kParts = static_cast<int>(StepPart::kCount);
+
+model::NetShape small(bool fuse_expand_dw = false) {
+    model::NetShape s{2, 2, 128, 256, model::UpOrder::ConvFirst};
+    s.fuse_expand_dw = fuse_expand_dw;
+    return s;
+}
+
+std::vector<model::LayerUse> layers(const model::NetShape& s, const kern::ConvPolicy& k) {
+    const model::SiderNetCuda net(s, model::DryRun{&k});
+    return net.plan().layers();
+}
+
+double total(const std::vector<StepModelRow>& rows, double tools::OpCost::*field) {
+    double t = 0;
+    for (const StepModelRow& r : rows)
+        for (int q = 0; q < kParts; ++q) t += r.part[q].*field;
+    return t;
+}
+double bytes(const std::vector<StepModelRow>& rows) { return total(rows, &tools::OpCost::bytes); }
+double flops(const std::vector<StepModelRow>& rows) {
+    return total(rows, &tools::OpCost::simt_flops) + total(rows, &tools::OpCost::tensor_flops);
+}
+
+bool pointwise_bn(const model::LayerUse& l) {  // a 1x1 ConvBN the project's kernel can run (kernels/pwconv_cuda.h)
+    const kern::ConvShape& s = l.shape;
+    return l.batchnorm && s.k == 1 && l.upsample == 1 && !s.bias && s.cin % 32 == 0 && s.cout % 32 == 0;
+}
+bool depthwise(const model::LayerUse& l) { return l.shape.groups > 1; }
+double out_bytes(const model::LayerUse& l) { return 2.0 * l.shape.out().numel(); }  // bf16
+
+TEST(StepModelKernels, BnBackwardPassesAddUpToTheBackward) {
+    for (kern::Act act : {kern::Act::None, kern::Act::Relu, kern::Act::Silu}) {
+        const tools::OpCost all = tools::bn_act_backward_cost(1000, 64, act);
+        const tools::OpCost red = tools::bn_act_backward_reduce_cost(1000, 64, act);
+        const tools::OpCost dx = tools::bn_act_backward_dx_cost(1000, 64, act);
+        EXPECT_DOUBLE_EQ(red.bytes + dx.bytes, all.bytes);
+        EXPECT_DOUBLE_EQ(red.simt_flops + dx.simt_flops, all.simt_flops);
+        EXPECT_DOUBLE_EQ(red.bytes, 2 * 64000.0 * 2 + 4 * 64 * 4);  // x and dy read; 4 of the 8 vectors
+        EXPECT_DOUBLE_EQ(dx.bytes, 3 * 64000.0 * 2 + 4 * 64 * 4);   // x and dy read, dx written
+    }
+    SF_EXPECT_ERROR(tools::bn_act_backward_dx_cost(0, 64, kern::Act::Silu), "rows 0");
+}
+
+// Which layers a dry run planned for each switch marks, by the switches' documented rules (kern::ConvPolicy).
+TEST(StepModelKernels, EachSwitchMarksTheLayersItsRuleNames) {
+    const model::NetShape s = small();
+    int dw = 0, dw1 = 0, pw = 0;
+    for (const model::LayerUse& l : layers(s, kern::ConvPolicy{})) {
+        EXPECT_FALSE(l.stats_in_conv || l.bn_dx_in_conv || l.dw_fused_bwd || l.gathers_input_bn_sums) << l.name;
+        dw += depthwise(l);
+        dw1 += depthwise(l) && l.shape.stride == 1;
+        pw += pointwise_bn(l);
+    }
+    EXPECT_EQ(dw, 41);
+    EXPECT_GT(dw1, 20);
+    EXPECT_LT(dw1, dw);  // the stride-2 DSConvs of the down paths
+    EXPECT_GT(pw, 60);
+
+    kern::ConvPolicy k;
+    k.dw_stats = true;  // every depthwise ConvBN (all run on the project's kernels)
+    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.stats_in_conv, depthwise(l)) << l.name;
+    k = {};
+    k.pw_custom = k.pw_stats = true;  // every 1x1 ConvBN the project's kernel supports, never upsampled
+    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.stats_in_conv, pointwise_bn(l)) << l.name;
+    k = {};
+    k.dw_fused_bwd = true;  // the stride-1 depthwise convs; with dw_fused_bn_bwd their BN's dx inside too
+    for (const model::LayerUse& l : layers(s, k)) {
+        EXPECT_EQ(l.dw_fused_bwd, depthwise(l) && l.shape.stride == 1) << l.name;
+        EXPECT_FALSE(l.bn_dx_in_conv) << l.name;
+    }
+    k.dw_fused_bn_bwd = true;
+    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.bn_dx_in_conv, l.dw_fused_bwd) << l.name;
+    k = {};
+    k.pw_custom = k.pw_bn_bwd = true;  // 1x1 ConvBNs with an input gradient (every one here)
+    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.bn_dx_in_conv, pointwise_bn(l) && l.input_grad) << l.name;
+    k = {};
+    k.pw_custom = k.pw_bn_grad = true;  // the 1x1 conv after each depthwise one (LiteBlock project, DSConv pw)
+    const std::vector<model::LayerUse> g = layers(s, k);
+    int gatherers = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+        const bool after_dw = i > 0 && depthwise(g[i - 1]) && pointwise_bn(g[i]);
+        EXPECT_EQ(g[i].gathers_input_bn_sums, after_dw) << g[i].name;
+        gatherers += g[i].gathers_input_bn_sums;
+    }
+    EXPECT_EQ(gatherers, 41);  // every depthwise conv is followed by a 1x1 one
+    k = {};
+    k.dw_fused_bwd = k.dw_fused_bn_grad = true;  // the fused LiteBlock's depthwise conv gathers the expand's sums
+    for (const model::LayerUse& l : layers(small(true), k))
+        EXPECT_EQ(l.gathers_input_bn_sums, depthwise(l) && l.input_bn_prologue && l.dw_fused_bwd) << l.name;
+    for (const model::LayerUse& l : layers(small(false), k)) EXPECT_FALSE(l.gathers_input_bn_sums) << l.name;
+}
+
+// Each switch alone against the plain step: the bytes it takes off, counted here from the marked layers'
+// shapes; the FLOPs moved between passes, not lost (pw_bn_bwd forms dx in two kernels: its FLOPs once more).
+void expect_saving(const char* what, const model::NetShape& s, const kern::ConvPolicy& k,
+                   const std::function<double(const model::LayerUse& l, const model::LayerUse* prev)>& saved,
+                   const std::function<double(const model::LayerUse& l)>& extra_flops = nullptr) {
+    SCOPED_TRACE(what);
+    const std::vector<StepModelRow> plain = tools::step_model(s), fused = tools::step_model(s, {}, &k);
+    ASSERT_EQ(plain.size(), fused.size());
+    const std::vector<model::LayerUse> ls = layers(s, k);
+    double expect = 0, more_flops = 0;
+    for (size_t i = 0; i < ls.size(); ++i) {
+        expect += saved(ls[i], i > 0 ? &ls[i - 1] : nullptr);
+        if (extra_flops) more_flops += extra_flops(ls[i]);
+    }
+    EXPECT_GT(expect, 0);
+    EXPECT_NEAR(bytes(plain) - bytes(fused), expect, 1e-9 * bytes(plain));
+    EXPECT_NEAR(flops(fused) - flops(plain), more_flops, 1e-9 * flops(plain));
+    for (const StepModelRow& r : fused)
+        for (int q = 0; q < kParts; ++q) {
+            EXPECT_GE(r.part[q].bytes, 0) << r.name << " " << tools::step_part_name(static_cast<StepPart>(q));
+            EXPECT_GE(r.part[q].simt_flops, 0) << r.name;
+        }
+}
+
+TEST(StepModelKernels, EachSwitchTakesOffTheBytesOfThePassesItRemoves) {
+    const model::NetShape s = small();
+    kern::ConvPolicy k;
+    // The statistics pass's read of the conv output.
+    k.dw_stats = true;
+    expect_saving("dw_stats", s, k, [](const model::LayerUse& l, const model::LayerUse*) {
+        return l.stats_in_conv ? out_bytes(l) : 0.0;
+    });
+    k = {};
+    k.pw_custom = k.pw_stats = true;
+    expect_saving("pw_stats", s, k, [](const model::LayerUse& l, const model::LayerUse*) {
+        return l.stats_in_conv ? out_bytes(l) : 0.0;
+    });
+    // One of the two reads of the output's gradient.
+    k = {};
+    k.dw_fused_bwd = true;
+    expect_saving("dw_fused_bwd", s, k,
+                  [](const model::LayerUse& l, const model::LayerUse*) { return l.dw_fused_bwd ? out_bytes(l) : 0.0; });
+    // The dx pass (x, dy read, dx written) less the fused kernel's second input (the BN's dy and x for dx).
+    kern::ConvPolicy base;
+    base.dw_fused_bwd = true;
+    k = base;
+    k.dw_fused_bn_bwd = true;
+    {
+        SCOPED_TRACE("dw_fused_bn_bwd against dw_fused_bwd");
+        const std::vector<StepModelRow> a = tools::step_model(s, {}, &base), b = tools::step_model(s, {}, &k);
+        double expect = 0;
+        for (const model::LayerUse& l : layers(s, k)) expect += l.bn_dx_in_conv ? 2 * out_bytes(l) : 0.0;
+        EXPECT_GT(expect, 0);
+        EXPECT_NEAR(bytes(a) - bytes(b), expect, 1e-9 * bytes(a));
+        EXPECT_NEAR(flops(a), flops(b), 1e-9 * flops(a));
+    }
+    // The 1x1 dgrad and wgrad each read the BN's dy and x for its dx (one tensor more each, and its
+    // per-channel coefficients): 3 tensors less, 2 more.
+    k = {};
+    k.pw_custom = k.pw_bn_bwd = true;
+    expect_saving(
+        "pw_bn_bwd", s, k,
+        [](const model::LayerUse& l, const model::LayerUse*) {
+            return l.bn_dx_in_conv ? out_bytes(l) - 4.0 * l.shape.cout * 4 : 0.0;
+        },
+        [](const model::LayerUse& l) {
+            return l.bn_dx_in_conv
+                       ? tools::bn_act_backward_dx_cost(l.shape.out().pixels(), l.shape.cout, l.act).simt_flops
+                       : 0.0;
+        });
+    // The producer's reduction pass (x, dy read) less the 1x1 dgrad's read of the producer's x.
+    k = {};
+    k.pw_custom = k.pw_bn_grad = true;
+    expect_saving("pw_bn_grad", s, k, [](const model::LayerUse& l, const model::LayerUse* prev) {
+        return l.gathers_input_bn_sums ? out_bytes(*prev) : 0.0;
+    });
+    // In the fused LiteBlock the fused depthwise backward reads the expand's x anyway: both reads go.
+    const model::NetShape f = small(true);
+    base = {};
+    base.dw_fused_bwd = true;
+    k = base;
+    k.dw_fused_bn_grad = true;
+    {
+        SCOPED_TRACE("dw_fused_bn_grad against dw_fused_bwd, fused LiteBlock");
+        const std::vector<StepModelRow> a = tools::step_model(f, {}, &base), b = tools::step_model(f, {}, &k);
+        const std::vector<model::LayerUse> ls = layers(f, k);
+        double expect = 0;
+        for (size_t i = 1; i < ls.size(); ++i) expect += ls[i].gathers_input_bn_sums ? 2 * out_bytes(ls[i - 1]) : 0.0;
+        EXPECT_GT(expect, 0);
+        EXPECT_NEAR(bytes(a) - bytes(b), expect, 1e-9 * bytes(a));
+        EXPECT_NEAR(flops(a), flops(b), 1e-9 * flops(a));
+    }
+}
+
+// A depthwise layer with every switch that touches it, by hand (stage2.branch_1_4.0.dw_conv: (2,32,64,64),
+// n = 262144 elements; its consumer, the project conv, gathers its reductions): its BN forward keeps no pass
+// over the tensor, its BN backward none either, the fused backward reads dy once, and the BN's dy and x.
+TEST(StepModelKernels, HandCountedDepthwiseRowWithEverySwitch) {
+    kern::ConvPolicy k;
+    k.dw_stats = k.dw_fused_bwd = k.dw_fused_bn_bwd = true;
+    k.pw_custom = k.pw_bn_grad = true;
+    const std::vector<StepModelRow> plain = tools::step_model(small()), rows = tools::step_model(small(), {}, &k);
+    const std::string name = "stage2.branch_1_4.0.dw_conv";
+    const StepModelRow* p = nullptr;
+    const StepModelRow* r = nullptr;
+    for (size_t i = 0; i < rows.size(); ++i)
+        if (rows[i].name == name) {
+            p = &plain[i];
+            r = &rows[i];
+        }
+    ASSERT_NE(r, nullptr);
+    const double n = 262144 * 2.0;
+    EXPECT_DOUBLE_EQ(r->at(StepPart::NormFwd).bytes, 2 * n + 8 * 64 * 4);  // apply only: x read, y written
+    EXPECT_DOUBLE_EQ(r->at(StepPart::NormBwd).bytes, 0);                   // no pass left
+    EXPECT_DOUBLE_EQ(r->at(StepPart::ConvDgrad).bytes, p->at(StepPart::ConvDgrad).bytes + n + 4 * 64 * 4);
+    EXPECT_DOUBLE_EQ(r->at(StepPart::ConvWgrad).bytes, p->at(StepPart::ConvWgrad).bytes - n);
+    EXPECT_DOUBLE_EQ(r->at(StepPart::ConvFwd).bytes, p->at(StepPart::ConvFwd).bytes);
+}
+
+TEST(StepModelKernels, PlanFlagsTheSwitchesAndItsRooflineCharges) {
+    bool help = false;
+    const std::vector<std::string> common = {"--roofline", "--batch", "4",          "--height",  "128",
+                                             "--width",    "256",     "--up-order", "conv_first"};
+    tools::PlanArgs a = tools::parse_plan_args(common, &help);
+    EXPECT_FALSE(a.any_kernel_switch());
+    const nlohmann::json plain = tools::plan_roofline_json(a);
+    std::vector<std::string> all = common;
+    for (const char* f :
+         {"--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats", "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd"})
+        all.push_back(f);
+    a = tools::parse_plan_args(all, &help);
+    EXPECT_TRUE(a.kernels.dw_fused_bwd && a.kernels.pw_custom && a.fuse_expand_dw);  // bench step's implications
+    EXPECT_EQ(tools::kernel_switch_flags(a.kernels),
+              (std::vector<std::string>{"--dw-fused-bwd", "--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats",
+                                        "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd"}));
+    const nlohmann::json r = tools::plan_roofline_json(a);
+    EXPECT_EQ(r["kernel_switches"].size(), 7u);
+    EXPECT_LT(r["per_sample"]["bytes"].get<double>(), 0.9 * plain["per_sample"]["bytes"].get<double>());
+    EXPECT_LT(r["floor_ms"].get<double>(), plain["floor_ms"].get<double>());
+    const std::string t = tools::plan_roofline_text(r);
+    EXPECT_NE(t.find("with the kernel switches --dw-fused-bwd --dw-fused-bwd-bn"), std::string::npos) << t;
+    const nlohmann::json doc = tools::plan_json(a);
+    EXPECT_EQ(doc["shape"]["kernel_switches"].size(), 7u);
+    EXPECT_NE(tools::plan_text(doc).find("kernel switches: --dw-fused-bwd"), std::string::npos);
+    SF_EXPECT_ERROR(tools::parse_plan_args({"--backend", "cpu", "--dw-stats"}, &help), "--backend cpu",
+                    "kernel switches");
+}
+
+}  // namespace
