@@ -181,6 +181,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     if (!in_device(A, a) || !in_device(B, b) || !in_device(D, dl) || (be != 0 && !in_device(C, c)))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "a matrix is not inside one device allocation");
     const uint64_t m = dl.rows, n = dl.cols, k = d.trans_a == CUBLAS_OP_N ? a.cols : a.rows;
+    if (sfemu::launch_only()) {  // validated above, nothing computed (tests/emu/streams.h)
+        const cudaError_t q = sfemu::enqueue(stream, "cublasLtMatmul", [] {});
+        return q == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+    }
     const cudaError_t e = sfemu::enqueue(stream, "cublasLtMatmul", [=] {
         for (uint64_t j = 0; j < n; ++j)
             for (uint64_t i = 0; i < m; ++i) {

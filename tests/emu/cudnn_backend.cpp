@@ -367,11 +367,13 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
         stream = handle->stream;
     }
     std::string what = std::string("cudnn ") + op_name(job.op.kind) + " engine " + std::to_string(job.engine);
-    // Engine 2's order changes with every run (a replayed graph node too), as atomics would.
-    const cudaError_t e = sfemu::enqueue(stream, what, [job]() mutable {
-        job.salt = ++g_executions;
-        run_conv(job);
-    });
+    // Engine 2's order changes with every run (a replayed graph node too), as atomics would. Launch-only
+    // mode (tests/emu/streams.h): validated above, nothing computed.
+    const cudaError_t e =
+        sfemu::launch_only() ? sfemu::enqueue(stream, what, [] {}) : sfemu::enqueue(stream, what, [job]() mutable {
+            job.salt = ++g_executions;
+            run_conv(job);
+        });
     if (e != cudaSuccess)
         return fail(CUDNN_STATUS_EXECUTION_FAILED, "cudnnBackendExecute: the stream refused the work (%s)",
                     cudaGetErrorName(e));

@@ -75,7 +75,8 @@ constexpr unsigned char kPoison = 0xff;  // NaN as fp32, fp64 and bf16; -1 as an
 struct Allocation {
     char* base;
     size_t bytes;
-    bool device;  // cudaMalloc (true) or pinned host memory (cudaMallocHost)
+    bool device;          // cudaMalloc (true) or pinned host memory (cudaMallocHost)
+    bool mapped = false;  // launch-only mode's device memory: zero pages from mmap, released by munmap
 };
 // The allocation holding [p, p + bytes), or null.
 const Allocation* find_allocation(const void* p, size_t bytes = 1);

@@ -2,12 +2,15 @@
 // every access past an allocation), 256-byte aligned like cudaMalloc's, device ones filled with a
 // poison pattern so a read of memory nobody wrote shows up as NaN (or -1). A registry of the
 // allocations checks the pointers given to copies and lets a launch be re-run from a snapshot.
+#include <sys/mman.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 
 #include "tests/emu/emu_internal.h"
+#include "tests/emu/streams.h"
 
 namespace sfemu {
 
@@ -34,6 +37,13 @@ const Allocation* find_allocation(const void* p, size_t bytes) {
 }
 
 void* allocate(size_t bytes, bool device) {
+    if (device && launch_only()) {  // zero pages, backed only where host code writes (tests/emu/streams.h)
+        void* m = mmap(nullptr, bytes == 0 ? 1 : bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) return nullptr;
+        registry()[reinterpret_cast<uintptr_t>(m)] = Allocation{static_cast<char*>(m), bytes, device, true};
+        return m;
+    }
     // The exact size is requested, so AddressSanitizer reports an access one byte past it.
     void* p = nullptr;
     if (posix_memalign(&p, kAlign, bytes == 0 ? 1 : bytes) != 0) return nullptr;
@@ -45,8 +55,12 @@ void* allocate(size_t bytes, bool device) {
 bool release(void* p, bool device) {
     auto it = registry().find(reinterpret_cast<uintptr_t>(p));
     if (it == registry().end() || it->second.device != device) return false;
+    const Allocation a = it->second;
     registry().erase(it);
-    std::free(p);
+    if (a.mapped)
+        munmap(p, a.bytes == 0 ? 1 : a.bytes);
+    else
+        std::free(p);
     return true;
 }
 

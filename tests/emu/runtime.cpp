@@ -80,6 +80,8 @@ cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind& kin
     return cudaSuccess;
 }
 
+bool device_to_device(const void* dst, const void* src, size_t n) { return is_device(dst, n) && is_device(src, n); }
+
 bool is_pinned(const void* p, size_t n) {
     const sfemu::Allocation* a = sfemu::find_allocation(p, n);
     return a && !a->device;
@@ -236,7 +238,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
     const cudaError_t e = check_copy(dst, src, n, kind);
     if (e != cudaSuccess) return set_error(e);
     sfemu::sync_stream(nullptr);
-    std::memmove(dst, src, n);
+    if (!(sfemu::launch_only() && device_to_device(dst, src, n))) std::memmove(dst, src, n);
     return cudaSuccess;
 }
 
@@ -259,7 +261,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
         return sfemu::enqueue(s, "cudaMemcpyAsync",
                               [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
     }
-    e = sfemu::enqueue(s, "cudaMemcpyAsync", [dst, src, n] { std::memmove(dst, src, n); });
+    if (sfemu::launch_only() && device_to_device(dst, src, n))  // launch-only mode: no device results
+        e = sfemu::enqueue(s, "cudaMemcpyAsync", [] {});
+    else
+        e = sfemu::enqueue(s, "cudaMemcpyAsync", [dst, src, n] { std::memmove(dst, src, n); });
     if (e == cudaSuccess && pageable_dst) e = sfemu::sync_stream(s);
     return e;
 }
@@ -267,6 +272,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
     if (n == 0) return cudaSuccess;
     if (!is_device(p, n)) return set_error(cudaErrorInvalidValue);
+    if (sfemu::launch_only()) return sfemu::enqueue(s, "cudaMemsetAsync", [] {});
     return sfemu::enqueue(s, "cudaMemsetAsync", [p, v, n] { std::memset(p, v, n); });
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) { return cudaMemsetAsync(p, v, n, nullptr); }

@@ -36,6 +36,7 @@ std::set<CUevent_st*> g_events;
 std::vector<std::unique_ptr<CUevent_st>> g_destroyed_events;
 thread_local cudaError_t g_last_error = cudaSuccess;
 cudaError_t g_context_lost = cudaSuccess;  // the whole context's, as CUDA's sticky errors are
+bool g_launch_only = false;                // sfemu_set_launch_only
 
 }  // namespace
 
@@ -233,8 +234,14 @@ void enqueue_launch(const char* name, const LaunchConfig& cfg, std::shared_ptr<c
         set_error(cudaErrorLaunchOutOfResources);
         return;
     }
+    if (g_launch_only) {
+        enqueue(cfg.stream, name, [] {});  // checked above; a node of the graph being captured, if any
+        return;
+    }
     enqueue(cfg.stream, name, [name, cfg, call] { run_grid(name, cfg, *call); });
 }
+
+bool launch_only() { return g_launch_only; }
 
 }  // namespace sfemu
 
@@ -253,6 +260,7 @@ cudaError_t cudaPeekAtLastError() {
 }
 
 void sfemu_lose_context(cudaError_t sticky) { sfemu::g_context_lost = sticky; }
+void sfemu_set_launch_only(bool on) { sfemu::g_launch_only = on; }
 
 // ---- streams ----
 

@@ -33,6 +33,12 @@ cudaError_t set_error(cudaError_t e);
 // synchronisation returns, as CUDA's do after a kernel's illegal address; cudaSuccess while it works.
 cudaError_t context_lost();
 
+// Launch-only mode (sfemu_set_launch_only): launches are checked as always (configuration, the sm_90
+// build's resources), cuDNN executions validated, then nothing runs; memsets and device-to-device copies
+// are skipped; new device allocations are untouched zero pages (mmap'd without reserving memory), so a
+// full-size step (tens of GB) fits and costs only the host work around its launches.
+bool launch_only();
+
 }  // namespace sfemu
 
 extern "C" {
@@ -40,4 +46,8 @@ extern "C" {
 // e.g. cudaErrorIllegalAddress, which cudaGetLastError does not clear). For tests of what happens
 // after such a fault (tests/probe/suite_probe_test.cu); there is no way back within the process.
 void sfemu_lose_context(cudaError_t sticky);
+// Emulation only: launch-only mode on or off (above). Device memory allocated while it is on keeps no
+// results; read only what host code wrote into it. For the full-size launch check
+// (tests/emu/step/full_size_launch_test.cpp).
+void sfemu_set_launch_only(bool on);
 }
