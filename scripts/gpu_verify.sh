@@ -33,7 +33,7 @@
 #            SF_T_SANITIZE seconds (270 by default; one test SF_T_SANITIZE_TEST, 60), the tests no
 #            sanitizer has seen on a GPU first (SF_SANITIZE_SEEN, the H200's racecheck log), each report
 #            under its test (tools/sanitizer_log.py): racecheck.{log,json}, synccheck.{log,json},
-#            sanitize.txt; exit 1 when a tool reports an error or a test fails ("part": the limit left
+#            sanitize.txt, sanitize.md (the per-test record); exit 1 when a tool reports an error or a test fails ("part": the limit left
 #            tests not run, nothing found in the rest), SKIP where the sanitizer refuses the device
 #   compare  tools/compare.py: slidefuse vs PyTorch eager fp32 / bf16+channels_last / torch.compile / LibTorch
 #   train    configs/gpu_quick.yaml: generate the synthetic data, train, validate (hit@5px); stops
@@ -373,6 +373,9 @@ case "$STAGE" in
       [ "$st" -eq 0 ] || [ "$st" -eq 3 ] || bad=1  # 3: part
     done
     set -e
+    # The per-test record for docs/gpu/ (reports by test, not run, first run under each tool).
+    recs=(); for tool in racecheck synccheck; do [ -s "$OUT_DIR/$tool.json" ] && recs+=("$OUT_DIR/$tool.json"); done
+    [ ${#recs[@]} -gt 0 ] && python3 tools/sanitizer_log.py --table "$OUT_DIR/sanitize.md" "${recs[@]}" || true
     exit $bad ;;
   compare)
     python3 tools/compare.py --slidefuse "$SF" --no-build --batch-sizes 64,128,256 --out-dir "$OUT_DIR" \

@@ -26,6 +26,11 @@ is one, or no runner record).
 
 usage: sanitizer_log.py --tool racecheck --log racecheck.log --json racecheck.json [--runner-rc RC]
 exit status: 0 ok, 3 part, 1 FAIL, 2 unreadable input.
+
+       sanitizer_log.py --table sanitize.md racecheck.json synccheck.json
+the per-test record of the annotated JSONs for docs/gpu/: each tool's status and counts, every report by
+test, the tests not run, and the tests that ran under the tool for the first time on a GPU (those its
+--seen file does not name). Exit status 2 when a JSON cannot be read.
 """
 import argparse
 import json
@@ -80,13 +85,82 @@ def attribute(lines):
     return reports, summaries
 
 
+def table(docs):
+    """Markdown of annotated runner JSONs [(path, doc)] (the --table mode)."""
+    out = ["# Sanitizers over the custom-kernel gpu tests", "",
+           "| tool | status | listed | passed | failed | skipped | not run | processes | errors | warnings "
+           "| first run under it |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    reports, not_run, first = [], [], []
+    for path, doc in docs:
+        san = doc.get("sanitizer", {})
+        tool = san.get("tool") or os.path.basename(path).split(".")[0]
+        r = doc.get("runner", {})
+        if "error" in r or "listed" not in r:
+            out.append("| %s | %s | | | | | | | | | |" % (tool, "FAIL: " + r.get("error", "no runner record")))
+            continue
+        ran = [s["name"] + "." + t["name"] for s in doc.get("testsuites", []) for t in s.get("testsuite", [])
+               if t.get("result") != "NOT_RUN"]
+        new = ""
+        seen_file = r.get("seen", {}).get("file")
+        if seen_file and os.path.exists(seen_file):
+            seen = suite_runner.seen_names(seen_file)
+            fresh = [n for n in ran if n not in seen]
+            new = str(len(fresh))
+            if fresh:
+                first.append("- %s (%d, against %s): %s" % (tool, len(fresh), seen_file, ", ".join(fresh)))
+        out.append("| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %s |" % (
+            tool, san.get("status", "?"), r["listed"], r["passed"], len(r["failed"]), r["skipped"], len(r["not_run"]),
+            len(r["processes"]), san.get("errors", 0), san.get("warnings", 0), new))
+        for s in doc.get("testsuites", []):
+            for t in s.get("testsuite", []):
+                info = t.get("sanitizer")
+                if info:
+                    reports.append("| %s | %s.%s | %d | %d | %s |" % (
+                        tool, s["name"], t["name"], info["errors"], info["warnings"],
+                        info["first"][0].replace("|", "\\|") if info["first"] else ""))
+        outside = san.get("outside_tests")
+        if outside:
+            reports.append("| %s | %s | %d | %d | %s |" % (tool, OUTSIDE, outside["errors"], outside["warnings"],
+                                                           outside["first"][0].replace("|", "\\|")))
+        if r["not_run"]:
+            not_run.append("- %s (%d; %s): %s" % (tool, len(r["not_run"]), r.get("not_run_reason") or "",
+                                                  ", ".join(r["not_run"])))
+        ends = [p["outcome"] for p in r["processes"] if p["outcome"] != "finished"]
+        if ends:
+            not_run.append("- %s: processes that ended early or badly: %s" % (tool, "; ".join(ends)))
+    out += ["", "## Reports by test", ""]
+    out += (["| tool | test | errors | warnings | first report |", "|---|---|---:|---:|---|"] + reports
+            if reports else ["None."])
+    out += ["", "## Not run, and processes that ended early", ""] + (not_run or ["None."])
+    out += ["", "## First run under a sanitizer on a GPU", ""] + (first or ["None (or no --seen record to compare)."])
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tool", required=True)
-    ap.add_argument("--log", required=True, help="the runner's --log (the processes' output)")
-    ap.add_argument("--json", required=True, help="the runner's JSON, annotated in place")
+    ap.add_argument("--tool")
+    ap.add_argument("--log", help="the runner's --log (the processes' output)")
+    ap.add_argument("--json", help="the runner's JSON, annotated in place")
     ap.add_argument("--runner-rc", type=int, default=0, help="the runner's exit status (shown in the row)")
+    ap.add_argument("--table", help="write the per-test record of the annotated JSONs given here (markdown)")
+    ap.add_argument("records", nargs="*", help="with --table: the annotated JSONs")
     args = ap.parse_args(argv)
+    if args.table:
+        if not args.records:
+            ap.error("--table needs the annotated JSONs")
+        docs = []
+        for path in args.records:
+            try:
+                with open(path) as f:
+                    docs.append((path, json.load(f)))
+            except (OSError, ValueError) as e:
+                print("sanitizer_log: %s: %s" % (path, e), file=sys.stderr)
+                return 2
+        with open(args.table, "w") as f:
+            f.write(table(docs))
+        return 0
+    if not (args.tool and args.log and args.json) or args.records:
+        ap.error("give --tool, --log and --json (or --table with the JSONs)")
     try:
         with open(args.log, errors="replace") as f:
             reports, summaries = attribute(f)

@@ -422,7 +422,12 @@ class GpuVerifyTest(GpuScriptCase):
         r = self.run_script("sanitize", self.build, FAKE_TESTS=tests, **env)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(sorted(os.listdir(self.out)), ["commit.txt", "gpu.txt", "racecheck.json", "racecheck.log",
-                                                         "sanitize.txt", "synccheck.json", "synccheck.log"])
+                                                         "sanitize.md", "sanitize.txt", "synccheck.json",
+                                                         "synccheck.log"])  # 8: a device command's limit
+        with open(os.path.join(self.out, "sanitize.md")) as f:
+            md = f.read()
+        self.assertIn("| racecheck | ok | 2 | 2 | 0 | 0 | 0 | 2 | 0 | 0 | 1 |", md)
+        self.assertIn("- synccheck (1, against %s): KernelsPwconvGpu.New" % seen, md)
         with open(runs) as f:  # per tool: the test no sanitizer has seen, then the one the seen log names
             self.assertEqual(f.read().splitlines(), ["KernelsPwconvGpu.New", "KernelsFillGpu.Old"] * 2)
         for tool in ("racecheck", "synccheck"):
@@ -449,6 +454,11 @@ class GpuVerifyTest(GpuScriptCase):
         self.assertNotIn("sanitizer", t["KernelsEltwiseGpu.After"])
         self.assertEqual(doc["sanitizer"]["status"], "FAIL")
         self.assertEqual(doc["sanitizer"]["tests"], ["KernelsDwconvGpu.W", "KernelsPwconvGpu.New"])
+        with open(os.path.join(self.out, "sanitize.md")) as f:
+            md = f.read()
+        self.assertIn("| racecheck | FAIL | 5 | 4 | 1 | 0 | 0 | 3 | 1 | 1 | 4 |", md)
+        self.assertIn("| racecheck | KernelsPwconvGpu.New | 1 | 0 | Error: Race reported between Write access", md)
+        self.assertIn("- racecheck: processes that ended early or badly: context lost in KernelsBnActGpu.Lost", md)
         # A race in a process that then finishes: the sanitizer's exit status 86 at exit is named too.
         os.remove(runs)
         r = self.run_script("sanitize", self.build, FAKE_TESTS="KernelsFillGpu.Old=pass,KernelsPwconvGpu.New=race", **env)
@@ -463,10 +473,25 @@ class GpuVerifyTest(GpuScriptCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertRegex(r.stdout, r"racecheck +part +rc 1; .*0 passed, 1 failed, 0 skipped, 1 not run.*\(of the "
                                    r"failed, 1 cut by the limit: KernelsPwconvGpu.New\); 0 errors")
+        with open(os.path.join(self.out, "sanitize.md")) as f:
+            self.assertIn("- racecheck (1; the suite's limit of 3 s ran out): KernelsFillGpu.Old", f.read())
         write_exe(san, "#!/bin/sh\necho '========= Error: Device not supported'\nexit 1\n")
         r = self.run_script("sanitize", self.build, SF_SANITIZER=san)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertRegex(r.stdout, r"synccheck +SKIP")
+
+    def test_sanitizer_log_refuses_bad_input(self):
+        tool = os.path.join(ROOT, "tools", "sanitizer_log.py")
+        run = lambda *a: subprocess.run([sys.executable, tool, *a], capture_output=True, text=True, timeout=60)
+        r = run("--table", os.path.join(self.tmp, "t.md"), os.path.join(self.tmp, "absent.json"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("absent.json", r.stderr)
+        self.assertEqual(run("--table", os.path.join(self.tmp, "t.md")).returncode, 2)  # no JSON named
+        self.assertEqual(run("--tool", "racecheck").returncode, 2)  # no log, no JSON
+        r = run("--tool", "racecheck", "--log", os.path.join(self.tmp, "absent.log"), "--json",
+                os.path.join(self.tmp, "absent.json"), "--runner-rc", "124")
+        self.assertEqual(r.returncode, 2)
+        self.assertRegex(r.stdout, r"racecheck +FAIL +rc 124; no record: ")
 
     def test_every_gpu_test_suite_is_in_or_out_of_the_sanitizers(self):
         # tests/gpu/sanitize_suites.txt classifies every TEST suite of tests/gpu: a new kernel's suite must be named.
