@@ -144,11 +144,7 @@ void Planner::layer_kernels(const std::string& name, const LayerKernels& k) {
     if (binding_) return;
     SF_CHECK(!layers_.empty() && layers_.back().name == name,
              "planner: the kernel fusions of layer %s come right after the layer itself", name.c_str());
-    LayerUse& l = layers_.back();
-    l.stats_in_conv = k.stats_in_conv;
-    l.bn_dx_in_conv = k.bn_dx_in_conv;
-    l.dw_fused_bwd = k.dw_fused_bwd;
-    l.gathers_input_bn_sums = k.gathers_input_bn_sums;
+    layers_.back().kernels = k;
 }
 
 void Planner::op_use(const OpUse& o) {

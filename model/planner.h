@@ -102,6 +102,27 @@ void check_dgrad_mode(const ConvUse& u, bool accumulate);
 
 // A layer with a convolution, in execution order (sizing pass), for per-layer reports: its
 // profiling scope names are "<name> fwd" and "<name> bwd".
+struct LayerKernels {
+    // The kernel fusions a layer takes under the policy the network is planned for (kern::ConvPolicy's switches,
+    // where the layer qualifies; set by ConvBN where it decides them, Planner::layer_kernels), for the step's cost
+    // model (tools/step_model.h). A 1x1 conv's need the project's kernel, which autotuning may pass over for cuDNN's:
+    // the model assumes it runs.
+    //   stats_in_conv   the BN's batch statistics from the conv forward's epilogue (pw_stats, dw_stats): no
+    //                   statistics pass
+    //   bn_dx_in_conv   the BN's dx formed in the conv backward's loads (pw_bn_bwd: the 1x1 dgrad and wgrad;
+    //                   dw_fused_bn_bwd: the fused depthwise backward): no dx pass, those kernels read the BN's
+    //                   dy and input instead of the conv output's gradient
+    //   dw_fused_bwd    the depthwise dgrad and wgrad in one kernel: one pass over the output's gradient
+    //   gathers_input_bn_sums  the conv's backward-data gathers its producer's (the layer before it, whose output
+    //                   it reads) BN backward reductions in its epilogue (pw_bn_grad: a 1x1 dgrad, which then
+    //                   reads that BN's input; dw_fused_bn_grad: the fused depthwise backward, which reads it
+    //                   anyway): the producer's reduction pass is gone
+    bool stats_in_conv = false;
+    bool bn_dx_in_conv = false;
+    bool dw_fused_bwd = false;
+    bool gathers_input_bn_sums = false;
+};
+
 struct LayerUse {
     std::string name;
     kern::ConvShape shape;
@@ -121,28 +142,8 @@ struct LayerUse {
     bool input_bn_prologue = false;
     // ConvBN::up_in_bn (NetShape::fuse_up_bn, upsample > 1): the BN passes form the upsampled tensor on load.
     bool up_in_bn = false;
-    // The kernel fusions of the policy the network is planned for (kern::ConvPolicy's switches, where the
-    // layer qualifies; Planner::layer_kernels), for the step's cost model (tools/step_model.h). A 1x1 conv's
-    // need the project's kernel, which autotuning may pass over for cuDNN's: the model assumes it runs.
-    //   stats_in_conv   the BN's batch statistics from the conv forward's epilogue (pw_stats, dw_stats): no
-    //                   statistics pass
-    //   bn_dx_in_conv   the BN's dx formed in the conv backward's loads (pw_bn_bwd: the 1x1 dgrad and wgrad;
-    //                   dw_fused_bn_bwd: the fused depthwise backward): no dx pass, those kernels read the BN's
-    //                   dy and input instead of the conv output's gradient
-    //   dw_fused_bwd    the depthwise dgrad and wgrad in one kernel: one pass over the output's gradient
-    //   gathers_input_bn_sums  the conv's backward-data gathers its producer's (the layer before it, whose output
-    //                   it reads) BN backward reductions in its epilogue (pw_bn_grad: a 1x1 dgrad, which then
-    //                   reads that BN's input; dw_fused_bn_grad: the fused depthwise backward, which reads it
-    //                   anyway): the producer's reduction pass is gone
-    bool stats_in_conv = false;
-    bool bn_dx_in_conv = false;
-    bool dw_fused_bwd = false;
-    bool gathers_input_bn_sums = false;
-};
-
-// LayerUse's kernel fusions (above), set after the layer is recorded (ConvBN decides them further on).
-struct LayerKernels {
-    bool stats_in_conv = false, bn_dx_in_conv = false, dw_fused_bwd = false, gathers_input_bn_sums = false;
+    // The kernel fusions of the policy the network is planned for (LayerKernels above; Planner::layer_kernels).
+    LayerKernels kernels = {};
 };
 
 // An op of the step outside the convolution layers, in execution order (sizing pass), for the

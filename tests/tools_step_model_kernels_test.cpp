@@ -66,7 +66,9 @@ TEST(StepModelKernels, EachSwitchMarksTheLayersItsRuleNames) {
     const model::NetShape s = small();
     int dw = 0, dw1 = 0, pw = 0;
     for (const model::LayerUse& l : layers(s, kern::ConvPolicy{})) {
-        EXPECT_FALSE(l.stats_in_conv || l.bn_dx_in_conv || l.dw_fused_bwd || l.gathers_input_bn_sums) << l.name;
+        EXPECT_FALSE(l.kernels.stats_in_conv || l.kernels.bn_dx_in_conv || l.kernels.dw_fused_bwd ||
+                     l.kernels.gathers_input_bn_sums)
+            << l.name;
         dw += depthwise(l);
         dw1 += depthwise(l) && l.shape.stride == 1;
         pw += pointwise_bn(l);
@@ -78,36 +80,38 @@ TEST(StepModelKernels, EachSwitchMarksTheLayersItsRuleNames) {
 
     kern::ConvPolicy k;
     k.dw_stats = true;  // every depthwise ConvBN (all run on the project's kernels)
-    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.stats_in_conv, depthwise(l)) << l.name;
+    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.kernels.stats_in_conv, depthwise(l)) << l.name;
     k = {};
     k.pw_custom = k.pw_stats = true;  // every 1x1 ConvBN the project's kernel supports, never upsampled
-    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.stats_in_conv, pointwise_bn(l)) << l.name;
+    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.kernels.stats_in_conv, pointwise_bn(l)) << l.name;
     k = {};
     k.dw_fused_bwd = true;  // the stride-1 depthwise convs; with dw_fused_bn_bwd their BN's dx inside too
     for (const model::LayerUse& l : layers(s, k)) {
-        EXPECT_EQ(l.dw_fused_bwd, depthwise(l) && l.shape.stride == 1) << l.name;
-        EXPECT_FALSE(l.bn_dx_in_conv) << l.name;
+        EXPECT_EQ(l.kernels.dw_fused_bwd, depthwise(l) && l.shape.stride == 1) << l.name;
+        EXPECT_FALSE(l.kernels.bn_dx_in_conv) << l.name;
     }
     k.dw_fused_bn_bwd = true;
-    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.bn_dx_in_conv, l.dw_fused_bwd) << l.name;
+    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.kernels.bn_dx_in_conv, l.kernels.dw_fused_bwd) << l.name;
     k = {};
     k.pw_custom = k.pw_bn_bwd = true;  // 1x1 ConvBNs with an input gradient (every one here)
-    for (const model::LayerUse& l : layers(s, k)) EXPECT_EQ(l.bn_dx_in_conv, pointwise_bn(l) && l.input_grad) << l.name;
+    for (const model::LayerUse& l : layers(s, k))
+        EXPECT_EQ(l.kernels.bn_dx_in_conv, pointwise_bn(l) && l.input_grad) << l.name;
     k = {};
     k.pw_custom = k.pw_bn_grad = true;  // the 1x1 conv after each depthwise one (LiteBlock project, DSConv pw)
     const std::vector<model::LayerUse> g = layers(s, k);
     int gatherers = 0;
     for (size_t i = 0; i < g.size(); ++i) {
         const bool after_dw = i > 0 && depthwise(g[i - 1]) && pointwise_bn(g[i]);
-        EXPECT_EQ(g[i].gathers_input_bn_sums, after_dw) << g[i].name;
-        gatherers += g[i].gathers_input_bn_sums;
+        EXPECT_EQ(g[i].kernels.gathers_input_bn_sums, after_dw) << g[i].name;
+        gatherers += g[i].kernels.gathers_input_bn_sums;
     }
     EXPECT_EQ(gatherers, 41);  // every depthwise conv is followed by a 1x1 one
     k = {};
     k.dw_fused_bwd = k.dw_fused_bn_grad = true;  // the fused LiteBlock's depthwise conv gathers the expand's sums
     for (const model::LayerUse& l : layers(small(true), k))
-        EXPECT_EQ(l.gathers_input_bn_sums, depthwise(l) && l.input_bn_prologue && l.dw_fused_bwd) << l.name;
-    for (const model::LayerUse& l : layers(small(false), k)) EXPECT_FALSE(l.gathers_input_bn_sums) << l.name;
+        EXPECT_EQ(l.kernels.gathers_input_bn_sums, depthwise(l) && l.input_bn_prologue && l.kernels.dw_fused_bwd)
+            << l.name;
+    for (const model::LayerUse& l : layers(small(false), k)) EXPECT_FALSE(l.kernels.gathers_input_bn_sums) << l.name;
 }
 
 // Each switch alone against the plain step: the bytes it takes off, counted here from the marked layers'
@@ -140,18 +144,19 @@ TEST(StepModelKernels, EachSwitchTakesOffTheBytesOfThePassesItRemoves) {
     // The statistics pass's read of the conv output.
     k.dw_stats = true;
     expect_saving("dw_stats", s, k, [](const model::LayerUse& l, const model::LayerUse*) {
-        return l.stats_in_conv ? out_bytes(l) : 0.0;
+        return l.kernels.stats_in_conv ? out_bytes(l) : 0.0;
     });
     k = {};
     k.pw_custom = k.pw_stats = true;
     expect_saving("pw_stats", s, k, [](const model::LayerUse& l, const model::LayerUse*) {
-        return l.stats_in_conv ? out_bytes(l) : 0.0;
+        return l.kernels.stats_in_conv ? out_bytes(l) : 0.0;
     });
     // One of the two reads of the output's gradient.
     k = {};
     k.dw_fused_bwd = true;
-    expect_saving("dw_fused_bwd", s, k,
-                  [](const model::LayerUse& l, const model::LayerUse*) { return l.dw_fused_bwd ? out_bytes(l) : 0.0; });
+    expect_saving("dw_fused_bwd", s, k, [](const model::LayerUse& l, const model::LayerUse*) {
+        return l.kernels.dw_fused_bwd ? out_bytes(l) : 0.0;
+    });
     // The dx pass (x, dy read, dx written) less the fused kernel's second input (the BN's dy and x for dx).
     kern::ConvPolicy base;
     base.dw_fused_bwd = true;
@@ -161,7 +166,7 @@ TEST(StepModelKernels, EachSwitchTakesOffTheBytesOfThePassesItRemoves) {
         SCOPED_TRACE("dw_fused_bn_bwd against dw_fused_bwd");
         const std::vector<StepModelRow> a = tools::step_model(s, {}, &base), b = tools::step_model(s, {}, &k);
         double expect = 0;
-        for (const model::LayerUse& l : layers(s, k)) expect += l.bn_dx_in_conv ? 2 * out_bytes(l) : 0.0;
+        for (const model::LayerUse& l : layers(s, k)) expect += l.kernels.bn_dx_in_conv ? 2 * out_bytes(l) : 0.0;
         EXPECT_GT(expect, 0);
         EXPECT_NEAR(bytes(a) - bytes(b), expect, 1e-9 * bytes(a));
         EXPECT_NEAR(flops(a), flops(b), 1e-9 * flops(a));
@@ -173,10 +178,10 @@ TEST(StepModelKernels, EachSwitchTakesOffTheBytesOfThePassesItRemoves) {
     expect_saving(
         "pw_bn_bwd", s, k,
         [](const model::LayerUse& l, const model::LayerUse*) {
-            return l.bn_dx_in_conv ? out_bytes(l) - 4.0 * l.shape.cout * 4 : 0.0;
+            return l.kernels.bn_dx_in_conv ? out_bytes(l) - 4.0 * l.shape.cout * 4 : 0.0;
         },
         [](const model::LayerUse& l) {
-            return l.bn_dx_in_conv
+            return l.kernels.bn_dx_in_conv
                        ? tools::bn_act_backward_dx_cost(l.shape.out().pixels(), l.shape.cout, l.act).simt_flops
                        : 0.0;
         });
@@ -184,7 +189,7 @@ TEST(StepModelKernels, EachSwitchTakesOffTheBytesOfThePassesItRemoves) {
     k = {};
     k.pw_custom = k.pw_bn_grad = true;
     expect_saving("pw_bn_grad", s, k, [](const model::LayerUse& l, const model::LayerUse* prev) {
-        return l.gathers_input_bn_sums ? out_bytes(*prev) : 0.0;
+        return l.kernels.gathers_input_bn_sums ? out_bytes(*prev) : 0.0;
     });
     // In the fused LiteBlock the fused depthwise backward reads the expand's x anyway: both reads go.
     const model::NetShape f = small(true);
@@ -197,7 +202,8 @@ TEST(StepModelKernels, EachSwitchTakesOffTheBytesOfThePassesItRemoves) {
         const std::vector<StepModelRow> a = tools::step_model(f, {}, &base), b = tools::step_model(f, {}, &k);
         const std::vector<model::LayerUse> ls = layers(f, k);
         double expect = 0;
-        for (size_t i = 1; i < ls.size(); ++i) expect += ls[i].gathers_input_bn_sums ? 2 * out_bytes(ls[i - 1]) : 0.0;
+        for (size_t i = 1; i < ls.size(); ++i)
+            expect += ls[i].kernels.gathers_input_bn_sums ? 2 * out_bytes(ls[i - 1]) : 0.0;
         EXPECT_GT(expect, 0);
         EXPECT_NEAR(bytes(a) - bytes(b), expect, 1e-9 * bytes(a));
         EXPECT_NEAR(flops(a), flops(b), 1e-9 * flops(a));

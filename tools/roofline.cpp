@@ -137,26 +137,26 @@ OpCost bn_act_backward_cost(size_t rows, int c, kern::Act act, const Precision& 
 }
 
 namespace {
-// Both backward passes recompute xhat, z, act'(z) and g = dy * act'(z); the first sums, the second writes dx.
-double bn_bwd_pass_flops(kern::Act act) { return kBnRecomputeFlops + act_backward_flops(act) + 1; }
+// One backward pass over n = rows*C elements: both recompute xhat, z, act'(z) and g = dy * act'(z), then
+// the reduction pass sums (x and dy read), the dx pass writes dx (x and dy read, dx written); each touches
+// half of the per-channel vectors.
+OpCost bn_bwd_pass_cost(const char* what, size_t rows, int c, kern::Act act, const Precision& p, double own_flops,
+                        int tensors) {
+    SF_CHECK(rows > 0 && c > 0, "%s: rows %zu and C %d must be positive", what, rows, c);
+    const double n = dbl(rows) * c;
+    OpCost o;
+    o.simt_flops = n * (kBnRecomputeFlops + act_backward_flops(act) + 1 + own_flops);
+    o.bytes = tensors * n * p.act + kBnVectorsBwd / 2 * c * 4.0;
+    return o;
+}
 }  // namespace
 
 OpCost bn_act_backward_reduce_cost(size_t rows, int c, kern::Act act, const Precision& p) {
-    SF_CHECK(rows > 0 && c > 0, "bn_act_backward_reduce_cost: rows %zu and C %d must be positive", rows, c);
-    const double n = dbl(rows) * c;
-    OpCost o;
-    o.simt_flops = n * (bn_bwd_pass_flops(act) + kBnSumsFlops);
-    o.bytes = 2 * n * p.act + kBnVectorsBwd / 2 * c * 4.0;
-    return o;
+    return bn_bwd_pass_cost("bn_act_backward_reduce_cost", rows, c, act, p, kBnSumsFlops, 2);
 }
 
 OpCost bn_act_backward_dx_cost(size_t rows, int c, kern::Act act, const Precision& p) {
-    SF_CHECK(rows > 0 && c > 0, "bn_act_backward_dx_cost: rows %zu and C %d must be positive", rows, c);
-    const double n = dbl(rows) * c;
-    OpCost o;
-    o.simt_flops = n * (bn_bwd_pass_flops(act) + kBnDxFlops);
-    o.bytes = 3 * n * p.act + kBnVectorsBwd / 2 * c * 4.0;
-    return o;
+    return bn_bwd_pass_cost("bn_act_backward_dx_cost", rows, c, act, p, kBnDxFlops, 3);
 }
 
 // ---- element-wise, resampling, loss, optimizer ----

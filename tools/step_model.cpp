@@ -44,28 +44,28 @@ void add_prologue_flops(StepModelRow& r, const model::LayerUse& l, const model::
 //   dw_fused_bwd   the wgrad's second read of the output's gradient (one kernel reads it once for both)
 // The producer's reduction pass a consumer gathers (gathers_input_bn_sums) is moved by step_model itself.
 void add_kernel_fusions(StepModelRow& r, const model::LayerUse& l, const Precision& p) {
-    if (!l.stats_in_conv && !l.bn_dx_in_conv && !l.dw_fused_bwd) return;
+    if (!l.kernels.stats_in_conv && !l.kernels.bn_dx_in_conv && !l.kernels.dw_fused_bwd) return;
     const kern::ConvShape& s = l.shape;
     SF_CHECK(l.batchnorm && l.upsample == 1 && !s.bias,
              "step model: layer %s takes a kernel fusion, which only a ConvBN without upsample or bias can",
              l.name.c_str());
     const size_t rows = s.out().pixels();
     const double n = dbl(s.out().numel()) * p.act;  // the BN tensor's bytes
-    if (l.stats_in_conv) {
+    if (l.kernels.stats_in_conv) {
         const double flops = bn_stats_forward_cost(rows, s.cout, p).simt_flops;
         r.at(StepPart::NormFwd).bytes -= n;
         r.at(StepPart::NormFwd).simt_flops -= flops;
         r.at(StepPart::ConvFwd).simt_flops += flops;
     }
-    if (l.dw_fused_bwd) {
+    if (l.kernels.dw_fused_bwd) {
         SF_CHECK(s.groups > 1 && l.input_grad,
                  "step model: layer %s is no depthwise conv with an input gradient, "
                  "so its backward cannot run fused",
                  l.name.c_str());
         r.at(StepPart::ConvWgrad).bytes -= n;
     }
-    if (l.bn_dx_in_conv) {
-        SF_CHECK(l.input_grad && (s.k == 1 || l.dw_fused_bwd),
+    if (l.kernels.bn_dx_in_conv) {
+        SF_CHECK(l.input_grad && (s.k == 1 || l.kernels.dw_fused_bwd),
                  "step model: layer %s forms its BN's dx in a conv "
                  "backward it does not run (a 1x1 dgrad and wgrad, or the fused depthwise backward)",
                  l.name.c_str());
@@ -219,7 +219,7 @@ std::vector<StepModelRow> step_model(const model::Planner& plan, const model::Ne
     for (size_t i = 0; i < layers.size(); ++i) {
         const model::LayerUse& l = layers[i];
         rows.push_back(layer_row_model(l, producer, p));
-        if (l.gathers_input_bn_sums) {
+        if (l.kernels.gathers_input_bn_sums) {
             SF_CHECK(i > 0, "step model: the first layer %s cannot gather a producer's BN reductions", l.name.c_str());
             move_reduction_to_consumer(rows[rows.size() - 2], layers[i - 1], rows.back(), l, p);
         }
