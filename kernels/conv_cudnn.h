@@ -126,6 +126,13 @@ struct ConvPolicy {
     // formed values are the dx pass's bits). `bench step --pw-bn-bwd` (implies --pw-custom;
     // docs/perf/OPTIMIZATION_LOG.md entry 24).
     bool pw_bn_bwd = false;
+    // With pw_custom: a 1x1 conv whose passes the project's kernel runs takes its dgrad and wgrad in one kernel
+    // (kern::pwconv_backward_fused_cuda: dy, with pw_bn_bwd the BN's dy and input, and x read once for both
+    // gradients instead of once each) where the shape fits it (cin, cout of 32, 64 or 128, cin * cout <= 8192:
+    // the 1/4 and 1/8 LiteBlocks, transitions, down paths and laterals) and its dgrad gathers no producer's BN
+    // reductions (pw_bn_grad's consumers keep the two kernels). dx and dw are the two kernels' bits: the same
+    // step. `bench step --pw-fused-bwd` (implies --pw-custom; docs/perf/OPTIMIZATION_LOG.md entry 32).
+    bool pw_fused_bwd = false;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

@@ -109,6 +109,34 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
 #endif
 }
 
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: as ldmatrix_x4, each 8x8 matrix transposed on the way:
+// lane l (g = l / 4, t = l % 4) receives r[j] = (S_j[2t][g], S_j[2t + 1][g]), S_j the matrix whose row q lane
+// 8j + q addresses. So a tile stored [k][m] (rows k, m contiguous: dy or x in their natural [row][channel]
+// layout, w [cout][cin]) arrives as the fragment of its transpose: an A operand (m x k) whose quarters are
+// addressed (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15) from stored rows k, or the
+// b[0], b[1] of two n-blocks from a B (k x n) stored k-major, addressed (k 0-7, n 0-7), (k 8-15, n 0-7),
+// (k 0-7, n 8-15), (k 8-15, n 8-15). Every lane of the warp must call it.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+#ifdef SF_EMU
+    const int l = static_cast<int>(threadIdx.x % 32u);
+    const int g = l / 4, t = l % 4;
+    const uint64_t mine = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(row));
+    for (int j = 0; j < 4; ++j) {
+        const uintptr_t s0 = static_cast<uintptr_t>(__shfl_sync(0xffffffffu, mine, 8 * j + 2 * t));
+        const uintptr_t s1 = static_cast<uintptr_t>(__shfl_sync(0xffffffffu, mine, 8 * j + 2 * t + 1));
+        uint16_t lo, hi;
+        std::memcpy(&lo, reinterpret_cast<const unsigned char*>(s0) + 2 * g, sizeof(lo));
+        std::memcpy(&hi, reinterpret_cast<const unsigned char*>(s1) + 2 * g, sizeof(hi));
+        r[j] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+    }
+#else
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#endif
+}
+
 // Two floats rounded to bf16 (nearest even) in one 32-bit word, `lo` in the low half.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -22,10 +22,11 @@
 // allocate and never synchronise (CUDA-graph capturable).
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "kernels/bf16.h"
-#include "kernels/conv.h"
 #include "kernels/bn_fusion.h"
+#include "kernels/conv.h"
 #include "runtime/exec.h"
 
 namespace kern {
@@ -146,5 +147,23 @@ size_t pwconv_wgrad_workspace_floats(const ConvShape& s);
 void pwconv_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, float* dw,
                                  float* workspace, size_t workspace_floats, const DwPrologue* pro = nullptr,
                                  const DwBnBackward* bnb = nullptr);
+
+// ---- the fused backward (kernels/pwconv_bwd_fused.cu, docs/KERNELS_PWCONV.md "The fused backward") ----
+// dx (=, or += with accumulate) dy * w and dw += dy^T x in one pass: dy (with bnb: the BN's output gradient
+// and its input) and x (with pro: the producer's pre-BN output) read once for both gradients instead of once
+// by the dgrad and again by the wgrad. dx and dw are bit for bit what pwconv_backward_data_cuda (same dy, w,
+// accumulate, bnb) and pwconv_backward_filter_cuda (same x, dy, pro, bnb) give. Two launches (the pass, then
+// the wgrad's fp64 finalize of the chunks); the workspace is the wgrad's. Shapes: pwconv_supported and cin,
+// cout in {32, 64, 128} with cin * cout <= 8192 (every block holds all of dw's accumulators: the 1/4 and 1/8
+// LiteBlocks, the transitions, down paths and laterals of those widths); pro SiLU or none (the depthwise
+// BN's); bnb any activation. The refusal names what is unsupported ("" when supported; never throws).
+std::string pwconv_backward_fused_refusal(const ConvShape& s, const DwPrologue* pro = nullptr,
+                                          const DwBnBackward* bnb = nullptr);
+bool pwconv_backward_fused_supported(const ConvShape& s, const DwPrologue* pro = nullptr,
+                                     const DwBnBackward* bnb = nullptr);
+size_t pwconv_backward_fused_workspace_floats(const ConvShape& s);  // = pwconv_wgrad_workspace_floats(s)
+void pwconv_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, const bf16* w,
+                                bf16* dx, float* dw, bool accumulate, float* workspace, size_t workspace_floats,
+                                const DwPrologue* pro = nullptr, const DwBnBackward* bnb = nullptr);
 
 }  // namespace kern

@@ -77,19 +77,10 @@ __global__ void __launch_bounds__(kPwThreads, 2)
         // The per-channel constants: load_bn_apply8's (Apply) or load_chan8's and the coefficients
         // (Backward), computed once per block.
         for (int c = tid; c < k; c += kPwThreads) {
-            if constexpr (kA == PwA::Apply) {
-                const float inv =
-                    st.eval ? static_cast<float>(1.0 / sqrt(static_cast<double>(__ldg(st.invstd + c)) + st.eps))
-                            : __ldg(st.invstd + c);
-                c_scale[c] = __ldg(st.gamma + c) * inv;
-            } else {
-                c_inv[c] = __ldg(st.invstd + c);
-                c_scale[c] = __ldg(st.gamma + c) * c_inv[c];
-                c_mg[c] = __ldg(st.coef + c);
-                c_mgx[c] = __ldg(st.coef + k + c);
-            }
-            c_mean[c] = __ldg(st.mean + c);
-            c_beta[c] = __ldg(st.beta + c);
+            if constexpr (kA == PwA::Apply)
+                pw::stage_apply_consts(st, c, c, c_mean, c_scale, c_beta);
+            else
+                pw::stage_backward_consts(st, c, c, k, c_mean, c_inv, c_scale, c_beta, c_mg, c_mgx);
         }
         __syncthreads();
     }
@@ -147,25 +138,10 @@ __global__ void __launch_bounds__(kPwThreads, 2)
                 } else {
                     float xb[8];
                     unpack8(rx[i], xb);
-                    Chan8 p;  // the dx pass's per-channel values, from shared memory
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        const int c = kk + a_k + j;
-                        p.mean[j] = c_mean[c];
-                        p.invstd[j] = c_inv[c];
-                        p.scale[j] = c_scale[c];
-                        p.beta[j] = c_beta[c];
-                    }
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        const int c = kk + a_k + j;
-                        v[j] = bn_act_dx_value<A>(p, j, xb[j], v[j], c_mg[c], c_mgx[c]);
-                    }
+                    const int c = kk + a_k;  // the dx pass's per-channel values, from shared memory
+                    pw::bn_dx8<A>(v, xb, c_mean + c, c_inv + c, c_scale + c, c_beta + c, c_mg + c, c_mgx + c);
                 }
-                u.x = pack_bf16x2(v[0], v[1]);
-                u.y = pack_bf16x2(v[2], v[3]);
-                u.z = pack_bf16x2(v[4], v[5]);
-                u.w = pack_bf16x2(v[6], v[7]);
+                u = pw::pack8_bf16(v);
             }
             *reinterpret_cast<uint4*>(&as[buf][a_row + i * (kPwTileM / kAVecs)][a_k]) = u;
         }

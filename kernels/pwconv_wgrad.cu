@@ -56,23 +56,9 @@ __global__ void __launch_bounds__(kPwWgradThreads)
     const int chunk = static_cast<int>(blockIdx.z);
     const long long s_lo = pwconv_tile_begin(steps_total, chunks, chunk), s_hi = pwconv_tile_begin(steps_total, chunks, chunk + 1);
     if (tid < T) {
-        if constexpr (kBwd) {
-            const int c = o0 + tid;
-            d_inv[tid] = __ldg(sdy.invstd + c);
-            d_scale[tid] = __ldg(sdy.gamma + c) * d_inv[tid];
-            d_mean[tid] = __ldg(sdy.mean + c);
-            d_beta[tid] = __ldg(sdy.beta + c);
-            d_mg[tid] = __ldg(sdy.coef + c);
-            d_mgx[tid] = __ldg(sdy.coef + cout + c);
-        }
-        if constexpr (kXPro) {
-            const int c = i0 + tid;
-            const float inv = sx.eval ? static_cast<float>(1.0 / sqrt(static_cast<double>(__ldg(sx.invstd + c)) + sx.eps))
-                                      : __ldg(sx.invstd + c);
-            x_scale[tid] = __ldg(sx.gamma + c) * inv;
-            x_mean[tid] = __ldg(sx.mean + c);
-            x_beta[tid] = __ldg(sx.beta + c);
-        }
+        if constexpr (kBwd)
+            pw::stage_backward_consts(sdy, o0 + tid, tid, cout, d_mean, d_inv, d_scale, d_beta, d_mg, d_mgx);
+        if constexpr (kXPro) pw::stage_apply_consts(sx, i0 + tid, tid, x_mean, x_scale, x_beta);
     }
     if constexpr (kBwd || kXPro) __syncthreads();
 
@@ -94,17 +80,9 @@ __global__ void __launch_bounds__(kPwWgradThreads)
         if constexpr (kBwd) {
             float xb[8];
             unpack8(rxb, xb);
-            Chan8 p;
+            pw::bn_dx8<ADy>(vd, xb, d_mean + cg, d_inv + cg, d_scale + cg, d_beta + cg, d_mg + cg, d_mgx + cg);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                p.mean[j] = d_mean[cg + j];
-                p.invstd[j] = d_inv[cg + j];
-                p.scale[j] = d_scale[cg + j];
-                p.beta[j] = d_beta[cg + j];
-            }
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                vd[j] = valid ? bn_act_dx_value<ADy>(p, j, xb[j], vd[j], d_mg[cg + j], d_mgx[cg + j]) : 0.0f;
+            for (int j = 0; j < 8; ++j) vd[j] = valid ? vd[j] : 0.0f;
         }
         if constexpr (kXPro) {
 #pragma unroll

@@ -119,8 +119,13 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         if (pw_fused_bn) ws_floats = std::max(ws_floats, GpuOps::pw_fused_bn_workspace_floats(cs, bn_grad));
         // The kernel fusions this layer takes, for the step's cost model (LayerUse): GpuOps applies the same
         // rules at run time (a 1x1 conv's where the project's kernel runs the shape).
+        kern::DwPrologue pro_act;  // the input prologue's activation, for the fused 1x1 backward's rule
+        pro_act.act = prologue ? prologue->act : kern::Act::None;
+        pw_fused_bwd = p.pw_fused_bwd() && input_grad && cs.k == 1 && upsample == 1 && !with_bias && !bn_grad &&
+                       kern::pwconv_backward_fused_supported(cs, prologue ? &pro_act : nullptr);
         LayerKernels lk;
         lk.stats_in_conv = pw_stats || dw_stats;
+        lk.pw_fused_bwd = pw_fused_bwd;
         lk.dw_fused_bwd = p.dw_fused_bwd() && input_grad && kern::dwconv3x3_fused_supported(cs);
         lk.bn_dx_in_conv = pw_fused_bn || (fused_bn && lk.dw_fused_bwd);
         lk.gathers_input_bn_sums = bn_grad && input_grad && (cs.k == 1 ? kern::pwconv_supported(cs) : lk.dw_fused_bwd);
@@ -131,6 +136,7 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
             p.conv_epilogues(cs, pw_stats || dw_stats, bn_grad && cs.k == 1,
                              grad_sums_of ? grad_sums_of->act : kern::Act::None);
         if (pw_fused_bn) p.conv_bn_backward(cs, act);
+        if (pw_fused_bwd) p.conv_pw_fused_backward(cs);
     }
 }
 
@@ -282,6 +288,11 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
             ops::upsample_backward(ex, conv_lo.shape, upsample, conv.g, conv_lo.g, ops && ops->upsample_row_loads());
         if (fused) {
             ops::conv_backward_fused(ops, ex, cs, fused_x, conv_out().g, weight.h, x.g, weight.g, fused_pro, bng);
+            return;
+        }
+        // The fused 1x1 dgrad + wgrad (GpuOps::pw_fused_backward): reported as the two passes below.
+        if (pw_fused_bwd && x.g && !bng && ex.is_cuda() && ops->pw_fused_backward(cs, fused_pro)) {
+            ops::conv_backward_fused(ops, ex, cs, fused_x, conv_out().g, weight.h, x.g, weight.g, fused_pro);
             return;
         }
         if (x.g && bng)

@@ -207,6 +207,8 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
             e.ms[0] = -1;
         }
         double credit = 0;  // the passes the custom 1x1 conv's epilogues remove (time_pointwise)
+        e.pw_fused_timed =
+            custom == ConvImpl::CustomPointwise && pw_fused_bwd() && u.pw_fused_bwd && !u.bn_grad_epilogue && u.dgrad;
         e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e, credit)
                   : custom == ConvImpl::CustomStem    ? time_stem(u.shape)
                                                       : time_pointwise(e, credit);
@@ -322,6 +324,11 @@ void GpuOps::bn_pw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
     kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd, given_coef};
     const size_t bn_ws = fused_bn_half("bn_pw_backward_fused", ex, s, b, dy, dgamma, dbeta, pro != nullptr, accumulate,
                                        ws, ws_floats, pw_fused_bn_workspace_floats(s, bng != nullptr));
+    if (!bng && pw_fused_bwd() && kern::pwconv_backward_fused_supported(s, pro, &b)) {
+        // One pass for both gradients: the BN's dy and input read once (the wgrad's partials where they would be).
+        kern::pwconv_backward_fused_cuda(ex, s, x, dy, w, dx, dw, accumulate, ws + bn_ws, ws_floats - bn_ws, pro, &b);
+        return;
+    }
     kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, accumulate, &b, bng, ws + bn_ws, ws_floats - bn_ws);
     kern::pwconv_backward_filter_cuda(ex, s, x, dy, dw, ws + bn_ws, ws_floats - bn_ws, pro, &b);
 }
@@ -430,21 +437,41 @@ bool GpuOps::dw_fused_backward(const kern::ConvShape& s) const {
     return find(s).runs_fused();
 }
 
+bool GpuOps::pw_fused_backward(const kern::ConvShape& s, const kern::DwPrologue* pro) const {
+    return pw_fused_bwd() && find(s).impl == ConvImpl::CustomPointwise && kern::pwconv_backward_fused_supported(s, pro);
+}
+
 void GpuOps::conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
                                  const kern::bf16* dy, const kern::bf16* w, kern::bf16* dx, float* dw,
                                  bool accumulate, const kern::DwPrologue* pro, const kern::BnGradSums* bng) const {
-    SF_CHECK(dw_fused_backward(s), "convolution %s does not run a fused backward (GpuOps::dw_fused_backward)",
-             s.describe().c_str());
-    SF_CHECK(!bng || dw_bn_grad(), "convolution %s: the BN-backward epilogue runs only with ConvPolicy::dw_fused_bn_grad",
-             s.describe().c_str());
+    const bool pointwise = s.k == 1;
+    if (pointwise) {
+        SF_CHECK(pw_fused_backward(s, pro),
+                 "convolution %s does not run the fused 1x1 backward (GpuOps::pw_fused_backward: ConvPolicy::"
+                 "pw_fused_bwd, the project's 1x1 kernel, a shape and prologue it takes)",
+                 s.describe().c_str());
+        SF_CHECK(!bng,
+                 "convolution %s: the fused 1x1 backward has no BN-backward epilogue (pw_bn_grad's consumers "
+                 "run the dgrad and wgrad apart)",
+                 s.describe().c_str());
+    } else {
+        SF_CHECK(dw_fused_backward(s), "convolution %s does not run a fused backward (GpuOps::dw_fused_backward)",
+                 s.describe().c_str());
+        SF_CHECK(!bng || dw_bn_grad(),
+                 "convolution %s: the BN-backward epilogue runs only with ConvPolicy::dw_fused_bn_grad",
+                 s.describe().c_str());
+    }
     const Entry& e = find(s);
     SF_CHECK(!pro || e.use.bn_prologue,
              "convolution %s was planned without a BN prologue, but its fused backward asks for one (the network "
              "changed after GpuOps::prepare)",
              s.describe().c_str());
     check_dgrad_mode(e.use, accumulate);
-    kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws(ex), custom_ws_floats_, accumulate, nullptr,
-                                        kern::kDwFusedMaxBlocks, pro, bng);
+    if (pointwise)
+        kern::pwconv_backward_fused_cuda(ex, s, x, dy, w, dx, dw, accumulate, custom_ws(ex), custom_ws_floats_, pro);
+    else
+        kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws(ex), custom_ws_floats_, accumulate,
+                                            nullptr, kern::kDwFusedMaxBlocks, pro, bng);
 }
 
 }  // namespace model

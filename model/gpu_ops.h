@@ -100,10 +100,12 @@ public:
     // forward and wgrad are custom anyway): then the layer calls conv_backward_fused instead of
     // conv_backward_data + conv_backward_filter (with its BN prologue, if it has one).
     bool dw_fused_backward(const kern::ConvShape& s) const;
-    // dx (+)= dgrad and dw += wgrad in one kernel (kern::dwconv3x3_backward_fused_cuda); accumulate as
-    // conv_backward_data. Only where dw_fused_backward(s). pro: the fused LiteBlock's BN prologue (x is
-    // then the producer's pre-BN output; s planned with ConvUse::bn_prologue).
-    // bng (with pro, only with dw_bn_grad()): the prologue BN's backward reductions from the dx stored.
+    // dx (+)= dgrad and dw += wgrad in one kernel (kern::dwconv3x3_backward_fused_cuda, or for a 1x1 shape
+    // kern::pwconv_backward_fused_cuda); accumulate as conv_backward_data. Only where dw_fused_backward(s) or
+    // pw_fused_backward(s, pro). pro: the BN prologue of the fused LiteBlock's depthwise conv or of a 1x1 conv
+    // after a depthwise one (x is then the producer's pre-BN output; s planned with ConvUse::bn_prologue).
+    // bng (depthwise only, with pro, only with dw_bn_grad()): the prologue BN's backward reductions from the dx
+    // stored.
     void conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* dy,
                              const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate,
                              const kern::DwPrologue* pro = nullptr, const kern::BnGradSums* bng = nullptr) const;
@@ -171,6 +173,15 @@ public:
     // the project's kernel runs s, planned with ConvUse::bn_bwd_prologue.
     bool pw_bn_bwd() const { return pw_bn_bwd(policy_); }
     static bool pw_bn_bwd(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_bn_bwd; }
+    // kern::ConvPolicy::pw_fused_bwd (with pw_custom): a 1x1 conv whose passes the project's kernel runs, of a
+    // shape and prologue kern::pwconv_backward_fused_supported takes, runs its dgrad and wgrad as one kernel:
+    // conv_backward_fused (the plain ConvBN backward) and bn_pw_backward_fused (with pw_bn_bwd) take it where
+    // no BN-backward epilogue is asked of the dgrad. Bit for bit the two kernels' dx and dw.
+    bool pw_fused_bwd() const { return pw_fused_bwd(policy_); }
+    static bool pw_fused_bwd(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_fused_bwd; }
+    // Whether s's plain backward (no BN-backward prologue or epilogue) runs as the fused 1x1 kernel, with the
+    // input prologue pro (null: none): then the layer calls conv_backward_fused.
+    bool pw_fused_backward(const kern::ConvShape& s, const kern::DwPrologue* pro) const;
     bool pw_fused_bn_runs(const kern::ConvShape& s) const;
     // A 1x1 ConvBN's BN + activation backward with the BN's dx formed on load: kern::bn_act_backward_stats
     // (dgamma, dbeta +=; coefficients at the start of ws) unless given_coef (the coefficients and dgamma,

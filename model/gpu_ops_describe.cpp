@@ -74,6 +74,8 @@ std::vector<std::string> GpuOps::describe() const {
         if (e.credit_ms > 0)  // ConvPolicy::pw_stats / pw_bn_grad / dw_stats: cuDNN's time includes the passes they remove
             out.back() += rt::format("; cudnn's includes %.3f ms of BN passes the custom kernel's epilogues remove",
                                      e.credit_ms);
+        if (e.pw_fused_timed)  // ConvPolicy::pw_fused_bwd: the custom backward timed as the step runs it
+            out.back() += "; custom's backward timed as the fused dgrad + wgrad";
         // NetShape::fuse_dw_pw: a 1x1 shape whose prologue forward and wgrad run the project's kernel.
         if (e.use.bn_prologue && e.shape.k == 1)
             out.back() += rt::format("; with its input's BN + %s prologue: forward and wgrad custom-pointwise",

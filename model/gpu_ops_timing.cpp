@@ -252,7 +252,9 @@ double GpuOps::time_stem(const kern::ConvShape& s) const {
 // (bn_act_backward_stats on the input, weighted as that mode's share of the dgrad time); with pw_bn_bwd and a
 // shape whose layers form their BN's dx on load (use.bn_bwd_prologue), the dgrad (both modes; the overwrite
 // one with the epilogue too where marked) and the wgrad with the BN-backward prologue, and cuDNN credited with
-// the dx pass it removes (bn_act_backward_dx on the output). Zero vectors: the same instructions as real statistics.
+// the dx pass it removes (bn_act_backward_dx on the output); with pw_fused_bwd and a shape whose layers all take the
+// fused backward (e.pw_fused_timed), the backward as that one pass per dgrad mode (the BN-backward prologue as above)
+// instead of the wgrad and the dgrad. Zero vectors: the same instructions as real statistics.
 double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
     const kern::ConvShape& s = e.shape;
     const size_t rows = s.in().pixels();
@@ -277,10 +279,12 @@ double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
     // The BN-backward prologue (bn_bwd): y is the BN's input and, as dy, its output's gradient.
     const kern::DwBnBackward bnb{e.use.bn_bwd_act, b.y, zeros, zeros + c, zeros + 2 * c, zeros + 3 * c, zeros};
     const kern::DwBnBackward* pb = bn_bwd ? &bnb : nullptr;
-    double ms = time_runs([&] { kern::pwconv_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, stats ? &st : nullptr,
-                                                          b.ws, wsf); }, iters) +
-                time_runs([&] { kern::pwconv_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf, nullptr, pb); },
-                          iters);
+    const bool fused = e.pw_fused_timed && kern::pwconv_backward_fused_supported(s, nullptr, pb);
+    double ms = time_runs(
+        [&] { kern::pwconv_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, stats ? &st : nullptr, b.ws, wsf); }, iters);
+    if (!fused)
+        ms += time_runs([&] { kern::pwconv_backward_filter_cuda(ex_, s, b.x, b.y, b.dw, b.ws, wsf, nullptr, pb); },
+                        iters);
     const kern::BnBackwardRows rk = bn_backward_rows();  // the step's BN backward kernels, credited as run
     if (bn_bwd) {  // the dx pass the prologue removes, into a (rows, cout) buffer of its own
         kern::ConvShape out = s;
@@ -300,6 +304,18 @@ double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
     if (!e.dgrad) return ms;
     double dgrad = 0;
     int modes = 0;
+    if (fused) {  // dgrad and wgrad in one pass, per mode the step runs (no BN-backward epilogue on such shapes)
+        for (const bool acc : {true, false}) {
+            if (acc ? !e.use.needs_accumulate() : !e.use.needs_overwrite()) continue;
+            dgrad += time_runs(
+                [&] {
+                    kern::pwconv_backward_fused_cuda(ex_, s, b.x, b.y, b.w, b.dx, b.dw, acc, b.ws, wsf, nullptr, pb);
+                },
+                iters);
+            ++modes;
+        }
+        return ms + dgrad / modes;
+    }
     if (e.use.needs_accumulate())
         dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true, pb); }, iters), ++modes;
     if (e.use.needs_overwrite()) {

@@ -95,6 +95,10 @@ struct ConvBN {
     // loads (its ws holds the BN's coefficients and the wgrad's partials; its traced backward reports that
     // op's reads).
     bool pw_fused_bn = false;
+    // CUDA, GpuOps::pw_fused_bwd: a 1x1 ConvBN (no upsample or bias, no producer's BN reductions gathered in its
+    // dgrad) whose shape and input prologue the fused dgrad + wgrad kernel takes: its backward runs that kernel
+    // where the project's kernel runs the shape (the trace is the same either way).
+    bool pw_fused_bwd = false;
     // CUDA, NetShape::fuse_up_bn (upsample > 1): the BN passes form the upsampled conv output from conv_lo on
     // load (kern::BnUpsampled); `conv` then holds only its gradient.
     bool up_in_bn = false;

@@ -188,6 +188,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     plan_.set_pw_stats(ops_->pw_stats());
     plan_.set_dw_stats(ops_->dw_stats());
     plan_.set_pw_bn_bwd(ops_->pw_bn_bwd());
+    plan_.set_pw_fused_bwd(ops_->pw_fused_bwd());
     plan_.set_dw_bn_grad(ops_->dw_bn_grad());
     plan_.set_pw_bn_grad(ops_->pw_bn_grad());
     plan_.set_dw_fused_bwd(policy.dw_fused_bwd);
@@ -210,6 +211,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
         plan_.set_pw_stats(GpuOps::pw_stats(*dry.policy));
         plan_.set_dw_stats(GpuOps::dw_stats(*dry.policy));
         plan_.set_pw_bn_bwd(GpuOps::pw_bn_bwd(*dry.policy));
+        plan_.set_pw_fused_bwd(GpuOps::pw_fused_bwd(*dry.policy));
         plan_.set_dw_bn_grad(GpuOps::dw_bn_grad(*dry.policy));
         plan_.set_pw_bn_grad(GpuOps::pw_bn_grad(*dry.policy));
         plan_.set_dw_fused_bwd(dry.policy->dw_fused_bwd);

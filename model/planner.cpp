@@ -124,6 +124,16 @@ void Planner::conv_bn_backward(const kern::ConvShape& s, kern::Act act) {
     SF_FAIL("conv_bn_backward: convolution %s was not declared (Planner::conv first)", s.describe().c_str());
 }
 
+void Planner::conv_pw_fused_backward(const kern::ConvShape& s) {
+    if (binding_) return;
+    for (ConvUse& u : convs_) {
+        if (!same_conv_shape(u.shape, s)) continue;
+        u.pw_fused_bwd = true;
+        return;
+    }
+    SF_FAIL("conv_pw_fused_backward: convolution %s was not declared (Planner::conv first)", s.describe().c_str());
+}
+
 void Planner::conv_epilogues(const kern::ConvShape& s, bool stats, bool bn_grad, kern::Act bn_grad_act) {
     if (binding_) return;
     for (ConvUse& u : convs_) {

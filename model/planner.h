@@ -89,6 +89,10 @@ struct ConvUse {
     // credits cuDNN with the dx pass.
     bool bn_bwd_prologue = false;
     kern::Act bn_bwd_act = kern::Act::None;
+    // Some 1x1 layer of this shape takes its dgrad and wgrad in one kernel (ConvBN::pw_fused_bwd,
+    // GpuOps::pw_fused_bwd): GpuOps times the project's backward so where no layer of the shape gathers a
+    // producer's BN reductions (bn_grad_epilogue), the choice then comparing what the step would run.
+    bool pw_fused_bwd = false;
     bool needs_overwrite() const { return dgrad && dgrad_overwrite; }
     bool needs_accumulate() const { return dgrad && (dgrad_accumulate || !dgrad_overwrite); }
 };
@@ -113,6 +117,8 @@ struct LayerKernels {
     //                   dw_fused_bn_bwd: the fused depthwise backward): no dx pass, those kernels read the BN's
     //                   dy and input instead of the conv output's gradient
     //   dw_fused_bwd    the depthwise dgrad and wgrad in one kernel: one pass over the output's gradient
+    //   pw_fused_bwd    the 1x1 dgrad and wgrad in one kernel (kern::pwconv_backward_fused_cuda): one read of the
+    //                   output's gradient (with bn_dx_in_conv: of the BN's dy and input) for both
     //   gathers_input_bn_sums  the conv's backward-data gathers its producer's (the layer before it, whose output
     //                   it reads) BN backward reductions in its epilogue (pw_bn_grad: a 1x1 dgrad, which then
     //                   reads that BN's input; dw_fused_bn_grad: the fused depthwise backward, which reads it
@@ -120,6 +126,7 @@ struct LayerKernels {
     bool stats_in_conv = false;
     bool bn_dx_in_conv = false;
     bool dw_fused_bwd = false;
+    bool pw_fused_bwd = false;
     bool gathers_input_bn_sums = false;
 };
 
@@ -281,6 +288,11 @@ public:
     // whose trace keeps dy alive while dx is written and whose layer workspace holds the wgrad's partials.
     void set_pw_bn_bwd(bool on) { pw_bn_bwd_ = on; }
     bool pw_bn_bwd() const { return pw_bn_bwd_; }
+    // GpuOps::pw_fused_bwd of that policy: which 1x1 ConvBNs may take the fused dgrad + wgrad (LayerKernels).
+    void set_pw_fused_bwd(bool on) { pw_fused_bwd_ = on; }
+    // Marks s (declared by conv first) as taking the fused 1x1 backward in some layer (ConvUse::pw_fused_bwd).
+    void conv_pw_fused_backward(const kern::ConvShape& s);
+    bool pw_fused_bwd() const { return pw_fused_bwd_; }
     // NetShape::fuse_dw_pw of a CUDA network (set by the network before each pass; false on the CPU):
     // the depthwise -> 1x1 pairs (LiteBlock, DSConv) fuse the depthwise BN + activation into the 1x1 conv.
     void set_fuse_dw_pw(bool on) { fuse_dw_pw_ = on; }
@@ -334,6 +346,7 @@ private:
     bool pw_stats_ = false;
     bool dw_stats_ = false;
     bool pw_bn_bwd_ = false;
+    bool pw_fused_bwd_ = false;
     bool dw_bn_grad_ = false;
     bool pw_bn_grad_ = false;
     bool dw_fused_bwd_ = false;

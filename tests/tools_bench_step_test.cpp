@@ -94,6 +94,9 @@ TEST(BenchStep, ParsesEveryOption) {
     const tools::StepBenchOptions pb = tools::parse_step_bench_args({"--pw-bn-bwd"});
     EXPECT_TRUE(pb.cuda.pw_bn_bwd && pb.cuda.pw_custom);  // implies the project's 1x1 conv, whose loads form the dx
     EXPECT_FALSE(pb.cuda.pw_stats || pb.cuda.pw_bn_grad);
+    const tools::StepBenchOptions pf = tools::parse_step_bench_args({"--pw-fused-bwd"});
+    EXPECT_TRUE(pf.cuda.pw_fused_bwd && pf.cuda.pw_custom);  // implies the project's 1x1 kernels, which it fuses
+    EXPECT_FALSE(pf.cuda.pw_bn_bwd || pf.cuda.pw_bn_grad || pf.cuda.pw_stats);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);

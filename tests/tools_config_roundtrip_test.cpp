@@ -35,6 +35,7 @@ std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> field_cha
         {"cuda.pw_stats", [](TrainConfig& c) { c.cuda.pw_custom = c.cuda.pw_stats = true; }},
         {"cuda.pw_bn_grad", [](TrainConfig& c) { c.cuda.pw_custom = c.cuda.pw_bn_grad = true; }},
         {"cuda.pw_bn_bwd", [](TrainConfig& c) { c.cuda.pw_custom = c.cuda.pw_bn_bwd = true; }},
+        {"cuda.pw_fused_bwd", [](TrainConfig& c) { c.cuda.pw_custom = c.cuda.pw_fused_bwd = true; }},
         {"cuda.dw_stats", [](TrainConfig& c) { c.cuda.dw_stats = true; }},
         {"cuda.branch_lanes", [](TrainConfig& c) { c.cuda.branch_lanes = true; }},
         {"optimizer.lr", [](TrainConfig& c) { c.optimizer.lr = 0.1 + 0.2; }},  // 0.30000000000000004

@@ -190,6 +190,8 @@ TEST(ToolsConfig, CudaSectionSwitchesAndWhatTheyNeed) {
                          "config key 'cuda.pw_stats': true needs cuda.pw_custom: true"));
     EXPECT_TRUE(contains(parse_error("cuda:\n  pw_bn_grad: true\n"), "'cuda.pw_bn_grad': true needs cuda.pw_custom"));
     EXPECT_TRUE(contains(parse_error("cuda:\n  pw_bn_bwd: true\n"), "'cuda.pw_bn_bwd': true needs cuda.pw_custom"));
+    EXPECT_TRUE(
+        contains(parse_error("cuda:\n  pw_fused_bwd: true\n"), "'cuda.pw_fused_bwd': true needs cuda.pw_custom"));
     EXPECT_TRUE(contains(parse_error("cuda:\n  dw_fused_bn_bwd: true\n"),
                          "'cuda.dw_fused_bn_bwd': true needs cuda.dw_fused_bwd: true"));
     EXPECT_TRUE(contains(parse_error("cuda:\n  dw_fused_bwd: true\n  dw_fused_bn_grad: true\n"),

@@ -107,6 +107,28 @@ TEST(StepModelKernels, EachSwitchMarksTheLayersItsRuleNames) {
     }
     EXPECT_EQ(gatherers, 41);  // every depthwise conv is followed by a 1x1 one
     k = {};
+    k.pw_custom = k.pw_fused_bwd = true;  // 1x1 ConvBNs with an input gradient, 32-128 channels, cin * cout <= 8192
+    int fused = 0, too_wide = 0;
+    for (const model::LayerUse& l : layers(s, k)) {
+        const bool fits = (l.shape.cin == 32 || l.shape.cin == 64 || l.shape.cin == 128) &&
+                          (l.shape.cout == 32 || l.shape.cout == 64 || l.shape.cout == 128) &&
+                          l.shape.cin * l.shape.cout <= 8192;
+        EXPECT_EQ(l.kernels.pw_fused_bwd, pointwise_bn(l) && l.input_grad && l.upsample == 1 && fits) << l.name;
+        fused += l.kernels.pw_fused_bwd;
+        too_wide += pointwise_bn(l) && l.input_grad && !fits;
+    }
+    EXPECT_GT(fused, 0);
+    EXPECT_GT(too_wide, 0);  // the 1/16 and 1/32 branches' LiteBlocks
+    k.pw_bn_grad = true;     // a dgrad gathering its producer's sums keeps the two kernels (no such epilogue fused)
+    int gatherers_fused = 0, still = 0;
+    for (const model::LayerUse& l : layers(s, k)) {
+        gatherers_fused += l.kernels.gathers_input_bn_sums && l.kernels.pw_fused_bwd;
+        still += l.kernels.pw_fused_bwd;
+    }
+    EXPECT_EQ(gatherers_fused, 0);
+    EXPECT_GT(still, 0);  // the expands, transitions and laterals
+    EXPECT_LT(still, fused);
+    k = {};
     k.dw_fused_bwd = k.dw_fused_bn_grad = true;  // the fused LiteBlock's depthwise conv gathers the expand's sums
     for (const model::LayerUse& l : layers(small(true), k))
         EXPECT_EQ(l.kernels.gathers_input_bn_sums, depthwise(l) && l.input_bn_prologue && l.kernels.dw_fused_bwd)
@@ -185,6 +207,32 @@ TEST(StepModelKernels, EachSwitchTakesOffTheBytesOfThePassesItRemoves) {
                        ? tools::bn_act_backward_dx_cost(l.shape.out().pixels(), l.shape.cout, l.act).simt_flops
                        : 0.0;
         });
+    // The fused 1x1 dgrad + wgrad: the wgrad's read of the output's gradient.
+    k = {};
+    k.pw_custom = k.pw_fused_bwd = true;
+    expect_saving("pw_fused_bwd", s, k, [](const model::LayerUse& l, const model::LayerUse*) {
+        return l.kernels.pw_fused_bwd ? out_bytes(l) : 0.0;
+    });
+    // With the BN's dx formed on load: the wgrad's reads of the BN's dy and input, and its forming of dx (done
+    // once for both GEMMs).
+    base = {};
+    base.pw_custom = base.pw_bn_bwd = true;
+    k = base;
+    k.pw_fused_bwd = true;
+    {
+        SCOPED_TRACE("pw_fused_bwd against pw_bn_bwd");
+        const std::vector<StepModelRow> a = tools::step_model(s, {}, &base), b = tools::step_model(s, {}, &k);
+        double expect = 0, less_flops = 0;
+        for (const model::LayerUse& l : layers(s, k)) {
+            if (!l.kernels.pw_fused_bwd) continue;
+            EXPECT_TRUE(l.kernels.bn_dx_in_conv) << l.name;
+            expect += 2 * out_bytes(l);
+            less_flops += tools::bn_act_backward_dx_cost(l.shape.out().pixels(), l.shape.cout, l.act).simt_flops;
+        }
+        EXPECT_GT(expect, 0);
+        EXPECT_NEAR(bytes(a) - bytes(b), expect, 1e-9 * bytes(a));
+        EXPECT_NEAR(flops(a) - flops(b), less_flops, 1e-9 * flops(a));
+    }
     // The producer's reduction pass (x, dy read) less the 1x1 dgrad's read of the producer's x.
     k = {};
     k.pw_custom = k.pw_bn_grad = true;
@@ -243,22 +291,22 @@ TEST(StepModelKernels, PlanFlagsTheSwitchesAndItsRooflineCharges) {
     EXPECT_FALSE(a.any_kernel_switch());
     const nlohmann::json plain = tools::plan_roofline_json(a);
     std::vector<std::string> all = common;
-    for (const char* f :
-         {"--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats", "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd"})
+    for (const char* f : {"--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats", "--pw-stats", "--pw-bn-grad",
+                          "--pw-bn-bwd", "--pw-fused-bwd"})
         all.push_back(f);
     a = tools::parse_plan_args(all, &help);
     EXPECT_TRUE(a.kernels.dw_fused_bwd && a.kernels.pw_custom && a.fuse_expand_dw);  // bench step's implications
     EXPECT_EQ(tools::kernel_switch_flags(a.kernels),
               (std::vector<std::string>{"--dw-fused-bwd", "--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats",
-                                        "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd"}));
+                                        "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd", "--pw-fused-bwd"}));
     const nlohmann::json r = tools::plan_roofline_json(a);
-    EXPECT_EQ(r["kernel_switches"].size(), 7u);
+    EXPECT_EQ(r["kernel_switches"].size(), 8u);
     EXPECT_LT(r["per_sample"]["bytes"].get<double>(), 0.9 * plain["per_sample"]["bytes"].get<double>());
     EXPECT_LT(r["floor_ms"].get<double>(), plain["floor_ms"].get<double>());
     const std::string t = tools::plan_roofline_text(r);
     EXPECT_NE(t.find("with the kernel switches --dw-fused-bwd --dw-fused-bwd-bn"), std::string::npos) << t;
     const nlohmann::json doc = tools::plan_json(a);
-    EXPECT_EQ(doc["shape"]["kernel_switches"].size(), 7u);
+    EXPECT_EQ(doc["shape"]["kernel_switches"].size(), 8u);
     EXPECT_NE(tools::plan_text(doc).find("kernel switches: --dw-fused-bwd"), std::string::npos);
     SF_EXPECT_ERROR(tools::parse_plan_args({"--backend", "cpu", "--dw-stats"}, &help), "--backend cpu",
                     "kernel switches");

@@ -85,6 +85,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             o.cuda.pw_custom = o.cuda.pw_bn_bwd = true;
             continue;
         }
+        if (s == "--pw-fused-bwd") {
+            o.cuda.pw_custom = o.cuda.pw_fused_bwd = true;
+            continue;
+        }
         if (s == "--dw-stats") {
             o.cuda.dw_stats = true;
             continue;

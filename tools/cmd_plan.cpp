@@ -21,7 +21,7 @@ const char* plan_usage() {
            "[--up-order upsample_first|conv_first] [--fuse-expand-dw] [--fuse-dw-pw] [--merge-heads]\n"
            "                      [--fuse-head-bn] [--fuse-up-bn] [--dw-fused-bwd] [--dw-fused-bwd-bn] "
            "[--dw-fused-bn-grad]\n"
-           "                      [--dw-stats] [--pw-stats] [--pw-bn-grad] [--pw-bn-bwd]\n"
+           "                      [--dw-stats] [--pw-stats] [--pw-bn-grad] [--pw-bn-bwd] [--pw-fused-bwd]\n"
            "                      [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]\n"
            "                       [--fusion-graphs [--time]]]\n"
@@ -47,7 +47,7 @@ const char* plan_usage() {
            "  (model.fuse_head_bn, CUDA only)\n"
            "  --fuse-up-bn: the up paths' upsample (conv_first) inside their BN passes' loads (model.fuse_up_bn, CUDA "
            "only)\n"
-           "  --dw-fused-bwd ... --pw-bn-bwd: the CUDA step's kernel switches, as `bench step` takes them (its\n"
+           "  --dw-fused-bwd ... --pw-fused-bwd: the CUDA step's kernel switches, as `bench step` takes them (its\n"
            "  --help; --dw-fused-bn-grad implies --fuse-expand-dw, the --pw-* the project's 1x1 kernel): the plan's\n"
            "  workspace and the roofline's passes are those of the layers that take them (a 1x1 conv's assuming the\n"
            "  project's kernel runs it, which autotuning may not choose)\n"
@@ -87,6 +87,7 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
                          : s == "--pw-stats"         ? &a.kernels.pw_stats
                          : s == "--pw-bn-grad"       ? &a.kernels.pw_bn_grad
                          : s == "--pw-bn-bwd"        ? &a.kernels.pw_bn_bwd
+                         : s == "--pw-fused-bwd"     ? &a.kernels.pw_fused_bwd
                                                      : nullptr;
         if (sw) {
             *sw = true;

@@ -182,6 +182,7 @@ const std::vector<CudaKey>& cuda_keys() {
         {"pw_stats", &CudaSection::pw_stats, nullptr},
         {"pw_bn_grad", &CudaSection::pw_bn_grad, nullptr},
         {"pw_bn_bwd", &CudaSection::pw_bn_bwd, nullptr},
+        {"pw_fused_bwd", &CudaSection::pw_fused_bwd, nullptr},
         {"dw_stats", &CudaSection::dw_stats, nullptr},
         {"branch_lanes", &CudaSection::branch_lanes, nullptr},
     };

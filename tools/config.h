@@ -80,6 +80,7 @@ struct CudaSection {
     bool pw_stats = false;            // with pw_custom: the 1x1 ConvBNs' BN statistics from its epilogue
     bool pw_bn_grad = false;          // with pw_custom: the depthwise BNs' reductions in its dgrad's epilogue
     bool pw_bn_bwd = false;           // with pw_custom: the 1x1 ConvBNs' BN dx in its dgrad and wgrad loads
+    bool pw_fused_bwd = false;        // with pw_custom: the 1x1 dgrad and wgrad in one kernel where it fits
     bool dw_stats = false;            // the depthwise BNs' statistics from the staged forward's epilogue
     bool branch_lanes = false;        // the HRNet stages' branches on side streams of their own
 };

@@ -26,6 +26,7 @@ constexpr PolicySwitch kPolicySwitches[] = {
     {&CudaSection::pw_stats, &kern::ConvPolicy::pw_stats},
     {&CudaSection::pw_bn_grad, &kern::ConvPolicy::pw_bn_grad},
     {&CudaSection::pw_bn_bwd, &kern::ConvPolicy::pw_bn_bwd},
+    {&CudaSection::pw_fused_bwd, &kern::ConvPolicy::pw_fused_bwd},
     {&CudaSection::dw_stats, &kern::ConvPolicy::dw_stats},
     {&CudaSection::branch_lanes, &kern::ConvPolicy::branch_lanes},
 };

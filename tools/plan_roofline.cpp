@@ -29,7 +29,25 @@ nlohmann::json plan_roofline_json(const model::NetShape& shape, bool cuda, const
              "give --peak-tflops and --peak-gbps", peaks.device.c_str(), peaks.source.c_str());
     Precision p;
     if (!cuda) p.act = p.weight = 4;
-    const StepFloor f = step_floor(step_model(shape, p, cuda ? kernels : nullptr), peaks);
+    const std::vector<StepModelRow> model_rows = step_model(shape, p, cuda ? kernels : nullptr);
+    const StepFloor f = step_floor(model_rows, peaks);
+    // Every row of the model, per sample: where the bytes go, layer by layer and pass by pass.
+    nlohmann::json rows = nlohmann::json::array();
+    for (const StepModelRow& m : model_rows) {
+        nlohmann::json passes = nlohmann::json::object();
+        for (int k = 0; k < static_cast<int>(StepPart::kCount); ++k) {
+            const OpCost& c = m.part[k];
+            if (c.bytes == 0 && c.flops() == 0) continue;
+            passes[step_part_name(static_cast<StepPart>(k))] = {{"bytes", c.bytes / shape.batch},
+                                                                {"flops", c.flops() / shape.batch}};
+        }
+        const OpCost all = m.fwd() + m.bwd();
+        rows.push_back({{"name", m.name},
+                        {"kind", m.kind},
+                        {"bytes", all.bytes / shape.batch},
+                        {"flops", all.flops() / shape.batch},
+                        {"passes", passes}});
+    }
     nlohmann::json kinds = nlohmann::json::array(), parts = nlohmann::json::array();
     for (const StepFloor::Group& g : f.by_kind) kinds.push_back(group_json(g, f.floor_ms));
     for (const StepFloor::Group& g : f.by_part)
@@ -52,7 +70,8 @@ nlohmann::json plan_roofline_json(const model::NetShape& shape, bool cuda, const
               {"flops", f.cost.flops() / shape.batch},
               {"tensor_flops", f.cost.tensor_flops / shape.batch}}},
             {"by_kind", kinds},
-            {"by_part", parts}};
+            {"by_part", parts},
+            {"rows_per_sample", rows}};
 }
 
 DevicePeaks plan_roofline_peaks(const PlanArgs& a) {

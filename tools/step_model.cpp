@@ -44,7 +44,8 @@ void add_prologue_flops(StepModelRow& r, const model::LayerUse& l, const model::
 //   dw_fused_bwd   the wgrad's second read of the output's gradient (one kernel reads it once for both)
 // The producer's reduction pass a consumer gathers (gathers_input_bn_sums) is moved by step_model itself.
 void add_kernel_fusions(StepModelRow& r, const model::LayerUse& l, const Precision& p) {
-    if (!l.kernels.stats_in_conv && !l.kernels.bn_dx_in_conv && !l.kernels.dw_fused_bwd) return;
+    if (!l.kernels.stats_in_conv && !l.kernels.bn_dx_in_conv && !l.kernels.dw_fused_bwd && !l.kernels.pw_fused_bwd)
+        return;
     const kern::ConvShape& s = l.shape;
     SF_CHECK(l.batchnorm && l.upsample == 1 && !s.bias,
              "step model: layer %s takes a kernel fusion, which only a ConvBN without upsample or bias can",
@@ -78,6 +79,20 @@ void add_kernel_fusions(StepModelRow& r, const model::LayerUse& l, const Precisi
         if (s.k == 1) {
             r.at(StepPart::ConvWgrad).bytes += n + vectors;
             r.at(StepPart::ConvWgrad).simt_flops += dx.simt_flops;
+        }
+    }
+    if (l.kernels.pw_fused_bwd) {
+        SF_CHECK(s.k == 1 && l.input_grad && !l.kernels.gathers_input_bn_sums,
+                 "step model: layer %s is no 1x1 conv with an input gradient and a plain dgrad epilogue, so its "
+                 "backward cannot run fused",
+                 l.name.c_str());
+        // The wgrad's second read of the output's gradient is gone (with the BN's dx formed on load: of the BN's
+        // dy and its input); the dx formed once serves both GEMMs, so its FLOPs are counted once.
+        r.at(StepPart::ConvWgrad).bytes -= n;
+        if (l.kernels.bn_dx_in_conv) {
+            const OpCost dx = bn_act_backward_dx_cost(rows, s.cout, l.act, p);
+            r.at(StepPart::ConvWgrad).bytes -= n;
+            r.at(StepPart::ConvWgrad).simt_flops -= dx.simt_flops;
         }
     }
 }

@@ -71,17 +71,8 @@ struct DgradRig {
     float* V(int i) { return arena.ptr<float>(o_v) + static_cast<size_t>(i) * k.cout; }  // 8 C-vectors
     size_t nx() const { return rows_of(k) * k.cin; }
     // dx := v followed by a guard row of the sentinel.
-    void set_dx(size_t o, const std::vector<float>& v) {
-        std::vector<float> g(v);
-        g.resize(nx() + k.cin, kSentinel);
-        upload_bf16(B(o), g);
-    }
-    std::vector<float> dx(size_t o, const std::string& what) {
-        bool intact = true;
-        std::vector<float> v = sftest::strip_guard(download_bf16(B(o), nx() + k.cin), nx(), kSentinel, intact);
-        EXPECT_TRUE(intact) << what << ": the kernel wrote past the last row";
-        return v;
-    }
+    void set_dx(size_t o, const std::vector<float>& v) { set_guarded(B(o), v, nx(), k.cin); }
+    std::vector<float> dx(size_t o, const std::string& what) { return read_guarded(B(o), nx(), k.cin, what); }
 };
 
 float* arena_ws(DgradRig& rig) { return rig.arena.ptr<float>(rig.o_ws); }

@@ -114,6 +114,37 @@ TEST(ModelGpuOpsGpu, PointwiseBnBackwardPrologueTimedAndCredited) {
     }
 }
 
+// ConvPolicy::pw_fused_bwd: a 1x1 shape marked ConvUse::pw_fused_bwd has its backward timed as the fused pass (both
+// dgrad modes; with the BN-backward prologue where the shape is marked for it too), as the step runs it; not where
+// a layer of the shape gathers a producer's BN reductions (those layers keep the two kernels), nor unmarked, nor
+// without the policy. GpuOps::pw_fused_backward where the custom kernel won.
+TEST(ModelGpuOpsGpu, PointwiseFusedBackwardTimedAsOnePass) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const std::string timed = "custom's backward timed as the fused dgrad + wgrad";
+    // 0: marked; 1: marked, with the BN-backward prologue; 2: marked, a bn_grad epilogue too; 3: not marked;
+    // 4: marked, the policy without pw_fused_bwd.
+    for (int c = 0; c < 5; ++c) {
+        model::ConvUse u = pointwise_use(false);
+        u.dgrad_accumulate = true;  // both dgrad modes
+        u.pw_fused_bwd = c != 3;
+        u.bn_bwd_prologue = c == 1;
+        u.bn_bwd_act = c == 1 ? kern::Act::Silu : kern::Act::None;
+        u.bn_grad_epilogue = c == 2;
+        u.bn_grad_act = c == 2 ? kern::Act::Silu : kern::Act::None;
+        kern::ConvPolicy p = autotuned();
+        p.pw_custom = true;
+        p.pw_fused_bwd = c != 4;
+        p.pw_bn_bwd = c == 1;
+        p.pw_bn_grad = c == 2;
+        const Prepared pr(ctx.exec(), p, u);
+        ASSERT_FALSE(pr.lines.empty());
+        EXPECT_EQ(pr.lines[0].find(timed) != std::string::npos, c <= 1) << c << ": " << pr.lines[0];
+        const bool custom = pr.ops.impl_of(u.shape) == model::ConvImpl::CustomPointwise;
+        EXPECT_EQ(pr.ops.pw_fused_backward(u.shape, nullptr), custom && c != 4) << c;
+    }
+}
+
 // A depthwise conv (n 2, 16x32, 64 channels, stride 1) with a dgrad in overwrite mode, marked for the
 // statistics epilogue; prologue: planned with a SiLU BN prologue too (the fused LiteBlock's).
 model::ConvUse depthwise_use(bool prologue) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -209,6 +210,49 @@ TEST(CudaStep, PwBnBwdIsBitwiseTheDxPass) {
         for (int k = 0; k < (all ? 1 : 2); ++k)
             for (GpuRig* r : {&plain, &fused})
                 r->train_step(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
+        expect_rigs_bitwise_equal(plain, fused);
+    }
+}
+
+// The 1x1 dgrad and wgrad in one kernel (ConvPolicy::pw_fused_bwd, `bench step --pw-fused-bwd`): its dx and dw are
+// the two kernels' bits, so training steps are bitwise those of the network without it (expect_rigs_bitwise_equal),
+// on the network with the project's 1x1 kernel alone (the plain ConvBN backward: GpuOps::conv_backward_fused) and
+// with every fusion and the BN's dx in the conv loads (GpuOps::bn_pw_backward_fused: the expand's BN-backward
+// prologue with SiLU, the project's with none and fuse_dw_pw's SiLU prologue on x). The captured micro-step has
+// one kernel fewer per layer the plan marked (the dgrad, the wgrad and its finalize become the pass and the
+// finalize): the fused kernel ran where the plan said, and nowhere else.
+TEST(CudaStep, PwFusedBwdIsBitwiseTheSeparatePasses) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(2);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    const model::UpOrder order = model::UpOrder::ConvFirst;
+    for (const bool all : {false, true}) {
+        const std::string what = all ? "pw_fused_bwd with every fusion and pw_bn_bwd" : "pw_fused_bwd";
+        const int fuse = all ? kFuseExpandDw | kFuseDwPw : 0;
+        kern::ConvPolicy base = GpuRig::policy(true, 1, all ? 4 : 0, 1);
+        base.pw_bn_bwd = all;
+        kern::ConvPolicy with = base;
+        with.pw_fused_bwd = true;
+        GpuRig plain(cpu, base, 1, order, fuse), fused(cpu, with, 1, order, fuse);
+        EXPECT_FALSE(plain.net.gpu_ops()->pw_fused_bwd());
+        EXPECT_TRUE(fused.net.gpu_ops()->pw_fused_bwd());
+        int marked = 0, wide = 0;
+        for (const model::LayerUse& l : fused.net.plan().layers()) {
+            marked += l.kernels.pw_fused_bwd;
+            wide += l.shape.k == 1 && l.input_grad && !kern::pwconv_backward_fused_supported(l.shape);
+        }
+        for (const model::LayerUse& l : plain.net.plan().layers()) EXPECT_FALSE(l.kernels.pw_fused_bwd) << l.name;
+        EXPECT_GT(marked, 0) << what;
+        EXPECT_GT(wide, 0) << what << ": the test network has 1x1 convs too wide for the fused kernel";
+        for (int k = 0; k < 2; ++k)
+            for (GpuRig* r : {&plain, &fused})
+                r->train_step(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
+        const model::GraphNodeCounts& gp = plain.step.micro_graph_nodes();
+        const model::GraphNodeCounts& gf = fused.step.micro_graph_nodes();
+        ASSERT_TRUE(gp.captured && gf.captured) << what;
+        EXPECT_EQ(gp.kernels - gf.kernels, marked) << what;
+        std::printf("%s: %d layers fused, micro-step kernels %d -> %d\n", what.c_str(), marked, gp.kernels, gf.kernels);
         expect_rigs_bitwise_equal(plain, fused);
     }
 }

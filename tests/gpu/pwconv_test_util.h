@@ -63,4 +63,19 @@ inline const Case kCases[] = {
     {1, 7, 9, 512, 64},    // cin 512: the largest prologue
 };
 
+// A dx buffer of n values followed by a guard row of `width` sentinels: set to v, and read back with the guard
+// checked (the kernels must never write past the last row).
+inline void set_guarded(kern::bf16* dst, const std::vector<float>& v, size_t n, int width) {
+    std::vector<float> g(v);
+    g.resize(n + static_cast<size_t>(width), kSentinel);
+    upload_bf16(dst, g);
+}
+inline std::vector<float> read_guarded(const kern::bf16* src, size_t n, int width, const std::string& what) {
+    bool intact = true;
+    std::vector<float> v =
+        sftest::strip_guard(download_bf16(src, n + static_cast<size_t>(width)), n, kSentinel, intact);
+    EXPECT_TRUE(intact) << what << ": the kernel wrote past the last row";
+    return v;
+}
+
 }  // namespace pwtest
