@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/bn_act_cuda.h"
 #include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
 #include "kernels/mma.cuh"
@@ -39,11 +40,16 @@ namespace {
 using pw::PwA;
 using pw::PwStage;
 
-template <int CIN, int COUT, PwA kDy, Act ADy, bool kXPro, Act AX>
+// kBnGrad: the dgrad's epilogue gathers the producer BN's backward reductions (BnGradSums; its activation AE) from the
+// dx it stores and that BN's input (ep.x) at the same places, per thread over the chunk, reduced in a fixed order
+// into part_bn (sum g, then sum g * xhat, per chunk and channel). With kXPro that BN is the prologue's (the launcher
+// checks it), whose constants serve both.
+template <int CIN, int COUT, PwA kDy, Act ADy, bool kXPro, Act AX, bool kBnGrad = false, Act AE = Act::Silu>
 __global__ void __launch_bounds__(kPwThreads, 2)
     pwconv_bwd_fused_kernel(int rows, long long steps_total, int chunks, bool accumulate, const bfloat* __restrict__ x,
                             const bfloat* __restrict__ dy, const bfloat* __restrict__ w, bfloat* __restrict__ dx,
-                            PwStage sdy, PwStage sx, float* __restrict__ part) {
+                            PwStage sdy, PwStage sx, float* __restrict__ part, PwStage ep,
+                            float* __restrict__ part_bn) {
     rt::pdl_entry();
     constexpr int T = kPwWgradTile;             // rows per step
     constexpr int PD = COUT + 8, PX = CIN + 8;  // row pitches (bf16): 80, 144 or 272 bytes, 16 mod 128
@@ -62,7 +68,12 @@ __global__ void __launch_bounds__(kPwThreads, 2)
     __shared__ __align__(16) bfloat ws[COUT][PX];  // w: [o][i]
     __shared__ float d_mean[kBwd ? COUT : 1], d_inv[kBwd ? COUT : 1], d_scale[kBwd ? COUT : 1], d_beta[kBwd ? COUT : 1],
         d_mg[kBwd ? COUT : 1], d_mgx[kBwd ? COUT : 1];
-    __shared__ float x_mean[kXPro ? CIN : 1], x_scale[kXPro ? CIN : 1], x_beta[kXPro ? CIN : 1];
+    // The x-side BN's mean, scale = gamma * invstd and beta: the prologue's, or without one the epilogue's (with
+    // both they are the same BN); the epilogue's invstd apart. At the 8192-entry shapes with the epilogue these
+    // fill the 48 KB of static shared memory to the byte.
+    constexpr bool kXConsts = kXPro || kBnGrad;
+    __shared__ float x_mean[kXConsts ? CIN : 1], x_scale[kXConsts ? CIN : 1], x_beta[kXConsts ? CIN : 1];
+    __shared__ float e_inv[kBnGrad ? CIN : 1];
 
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid % 32, warp = tid / 32;
@@ -75,14 +86,17 @@ __global__ void __launch_bounds__(kPwThreads, 2)
     if constexpr (kBwd)
         for (int c = tid; c < COUT; c += kPwThreads)
             pw::stage_backward_consts(sdy, c, c, COUT, d_mean, d_inv, d_scale, d_beta, d_mg, d_mgx);
-    if constexpr (kXPro)
-        for (int c = tid; c < CIN; c += kPwThreads) pw::stage_apply_consts(sx, c, c, x_mean, x_scale, x_beta);
+    if constexpr (kXConsts)
+        for (int c = tid; c < CIN; c += kPwThreads)
+            pw::stage_apply_consts(kXPro ? sx : ep, c, c, x_mean, x_scale, x_beta);
+    if constexpr (kBnGrad)
+        for (int c = tid; c < CIN; c += kPwThreads) e_inv[c] = __ldg(ep.invstd + c);
     for (int v = tid; v < COUT * CIN / 8; v += kPwThreads) {  // w, once per block
         const int o = v / (CIN / 8), i8 = 8 * (v % (CIN / 8));
         *reinterpret_cast<uint4*>(&ws[o][i8]) =
             __ldg(reinterpret_cast<const uint4*>(w + static_cast<size_t>(o) * CIN + i8));
     }
-    if constexpr (kBwd || kXPro) __syncthreads();
+    if constexpr (kBwd || kXPro || kBnGrad) __syncthreads();
 
     uint4 rd[kDPer], rb[kBwd ? kDPer : 1], rx[kXPer];
     auto load_step = [&](long long s) {
@@ -149,6 +163,11 @@ __global__ void __launch_bounds__(kPwThreads, 2)
 #pragma unroll
     for (int q = 0; q < kWgradPer; ++q)
         for (int f = 0; f < 2; ++f) accw[q][f][0] = accw[q][f][1] = accw[q][f][2] = accw[q][f][3] = 0.0f;
+    // kBnGrad: this thread's sums g and g * xhat for its two columns of each dgrad fragment (fixed for the chunk).
+    float s1[kBnGrad ? kDgradPer : 1][2][2], s2[kBnGrad ? kDgradPer : 1][2][2];
+#pragma unroll
+    for (int q = 0; q < (kBnGrad ? kDgradPer : 1); ++q)
+        for (int f = 0; f < 2; ++f) s1[q][f][0] = s1[q][f][1] = s2[q][f][0] = s2[q][f][1] = 0.0f;
 
     load_step(s_lo);
     store_step(s_lo, 0);
@@ -189,6 +208,19 @@ __global__ void __launch_bounds__(kPwThreads, 2)
                 }
                 if (ra_row < rows) *pa = ua;
                 if (rb_row < rows) *pb = ub;
+                if constexpr (kBnGrad) {  // the stored dx and the BN's input at the same two columns
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const long long row = h ? rb_row : ra_row;
+                        if (row >= rows) continue;
+                        const uint32_t u = h ? ub : ua;
+                        const uint32_t xb = __ldg(reinterpret_cast<const uint32_t*>(ep.x + row * CIN + col));
+                        bn_grad_add<AE>(bf16x2_lo(xb), bf16x2_lo(u), x_mean[col], e_inv[col], x_scale[col], x_beta[col],
+                                        s1[q][f][0], s2[q][f][0]);
+                        bn_grad_add<AE>(bf16x2_hi(xb), bf16x2_hi(u), x_mean[col + 1], e_inv[col + 1], x_scale[col + 1],
+                                        x_beta[col + 1], s1[q][f][1], s2[q][f][1]);
+                    }
+                }
             }
         }
         // wgrad: warp unit u = (couts 16 (u % kMo).., cins 16 (u / kMo)..), two k-steps of 16 rows.
@@ -209,6 +241,35 @@ __global__ void __launch_bounds__(kPwThreads, 2)
         }
         if (s + 1 < s_hi) store_step(s + 1, buf ^ 1);
         __syncthreads();
+    }
+    if constexpr (kBnGrad) {
+        // The lanes of a column (the 8 groups g) by a fixed butterfly, then the column's two warps (its two 16-row
+        // blocks) in order, through the x staging (free after the last step): [sum][row block][column].
+        float* red = reinterpret_cast<float*>(&xs[0][0][0]);
+        static_assert(4 * CIN * sizeof(float) <= sizeof(xs), "the reduction fits the x staging");
+#pragma unroll
+        for (int q = 0; q < kDgradPer; ++q) {
+            const int u = warp + q * kWarps;
+            if (kDgradUnits % kWarps != 0 && u >= kDgradUnits) break;
+#pragma unroll
+            for (int f = 0; f < 2; ++f)
+                for (int j = 0; j < 2; ++j) {
+                    for (int off = 4; off < 32; off *= 2) {
+                        s1[q][f][j] += __shfl_xor_sync(0xffffffffu, s1[q][f][j], off);
+                        s2[q][f][j] += __shfl_xor_sync(0xffffffffu, s2[q][f][j], off);
+                    }
+                    if (g == 0) {
+                        const int mb = u % 2, c = 16 * (u / 2) + 8 * f + 2 * t + j;
+                        red[mb * CIN + c] = s1[q][f][j];
+                        red[(2 + mb) * CIN + c] = s2[q][f][j];
+                    }
+                }
+        }
+        __syncthreads();
+        for (int c = tid; c < CIN; c += kPwThreads) {
+            part_bn[static_cast<size_t>(chunk) * CIN + c] = red[c] + red[CIN + c];
+            part_bn[static_cast<size_t>(chunks + chunk) * CIN + c] = red[2 * CIN + c] + red[3 * CIN + c];
+        }
     }
     float* tile = part + static_cast<size_t>(chunk) * COUT * CIN;
 #pragma unroll
@@ -236,52 +297,75 @@ __global__ void pwconv_bwd_fused_finalize_kernel(int entries, int chunks, const 
 
 bool fused_channels(int c) { return c == 32 || c == 64 || c == 128; }
 
-template <int CIN, int COUT, PwA kDy, Act ADy, bool kXPro, Act AX>
-void launch_fused(const rt::Exec& ex, const PwWgradPlan& p, bool accumulate, const bf16* x, const bf16* dy,
-                  const bf16* w, bf16* dx, const PwStage& sdy, const PwStage& sx, float* part) {
-    rt::launch(ex, "pwconv_bwd_fused_kernel", pwconv_bwd_fused_kernel<CIN, COUT, kDy, ADy, kXPro, AX>,
-               dim3(static_cast<unsigned>(p.chunks)), dim3(kPwThreads), 0, static_cast<int>(p.rows), p.steps, p.chunks,
-               accumulate, dev(x), dev(dy), dev(w), dev(dx), sdy, sx, part);
+// One call's launch arguments, the same for every instance.
+struct FusedArgs {
+    const PwWgradPlan& p;
+    bool accumulate;
+    const bf16* x;
+    const bf16* dy;
+    const bf16* w;
+    bf16* dx;
+    PwStage sdy, sx, ep;
+    float* part;     // the wgrad's partials
+    float* part_bn;  // the epilogue's (bng), after them
+};
+
+template <int CIN, int COUT, PwA kDy, Act ADy, bool kXPro, bool kBnGrad>
+void launch_fused(const rt::Exec& ex, const FusedArgs& a) {
+    constexpr Act AX = kXPro ? Act::Silu : Act::None;
+    rt::launch(
+        ex, "pwconv_bwd_fused_kernel", pwconv_bwd_fused_kernel<CIN, COUT, kDy, ADy, kXPro, AX, kBnGrad, Act::Silu>,
+        dim3(static_cast<unsigned>(a.p.chunks)), dim3(kPwThreads), 0, static_cast<int>(a.p.rows), a.p.steps, a.p.chunks,
+        a.accumulate, dev(a.x), dev(a.dy), dev(a.w), dev(a.dx), a.sdy, a.sx, a.part, a.ep, a.part_bn);
 }
 
-// The x side's prologue (SiLU, the depthwise BN's, or none), for a dy side chosen by fused_modes.
+// The x side's prologue (SiLU, the depthwise BN's, or none) and the epilogue (SiLU; not with a ReLU dy side), for a
+// dy side chosen by fused_modes.
 template <int CIN, int COUT, PwA kDy, Act ADy>
-void fused_x(const rt::Exec& ex, const PwWgradPlan& p, bool accumulate, const bf16* x, const bf16* dy, const bf16* w,
-             bf16* dx, const PwStage& sdy, const PwStage& sx, float* part, const DwPrologue* pro) {
-    if (pro)
-        launch_fused<CIN, COUT, kDy, ADy, true, Act::Silu>(ex, p, accumulate, x, dy, w, dx, sdy, sx, part);
-    else
-        launch_fused<CIN, COUT, kDy, ADy, false, Act::None>(ex, p, accumulate, x, dy, w, dx, sdy, sx, part);
+void fused_x(const rt::Exec& ex, const FusedArgs& a, bool pro, bool bng) {
+    if constexpr (ADy != Act::Relu) {
+        if (bng) {
+            if (pro) return launch_fused<CIN, COUT, kDy, ADy, true, true>(ex, a);
+            return launch_fused<CIN, COUT, kDy, ADy, false, true>(ex, a);
+        }
+    }
+    if (pro) return launch_fused<CIN, COUT, kDy, ADy, true, false>(ex, a);
+    launch_fused<CIN, COUT, kDy, ADy, false, false>(ex, a);
 }
 
 // The dy side: plain, or the BN-backward prologue with its activation.
 template <int CIN, int COUT>
-void fused_modes(const rt::Exec& ex, const PwWgradPlan& p, bool accumulate, const bf16* x, const bf16* dy,
-                 const bf16* w, bf16* dx, const PwStage& sdy, const PwStage& sx, float* part, const DwPrologue* pro,
-                 const DwBnBackward* bnb) {
+void fused_modes(const rt::Exec& ex, const FusedArgs& a, const DwPrologue* pro, const DwBnBackward* bnb,
+                 const BnGradSums* bng) {
+    const bool p = pro != nullptr, g = bng != nullptr;
     if (!bnb)
-        fused_x<CIN, COUT, PwA::Plain, Act::None>(ex, p, accumulate, x, dy, w, dx, sdy, sx, part, pro);
+        fused_x<CIN, COUT, PwA::Plain, Act::None>(ex, a, p, g);
     else if (bnb->act == Act::Silu)
-        fused_x<CIN, COUT, PwA::Backward, Act::Silu>(ex, p, accumulate, x, dy, w, dx, sdy, sx, part, pro);
+        fused_x<CIN, COUT, PwA::Backward, Act::Silu>(ex, a, p, g);
     else if (bnb->act == Act::Relu)
-        fused_x<CIN, COUT, PwA::Backward, Act::Relu>(ex, p, accumulate, x, dy, w, dx, sdy, sx, part, pro);
+        fused_x<CIN, COUT, PwA::Backward, Act::Relu>(ex, a, p, g);
     else
-        fused_x<CIN, COUT, PwA::Backward, Act::None>(ex, p, accumulate, x, dy, w, dx, sdy, sx, part, pro);
+        fused_x<CIN, COUT, PwA::Backward, Act::None>(ex, a, p, g);
 }
 
 template <int CIN>
-void fused_cout(int cout, const rt::Exec& ex, const PwWgradPlan& p, bool accumulate, const bf16* x, const bf16* dy,
-                const bf16* w, bf16* dx, const PwStage& sdy, const PwStage& sx, float* part, const DwPrologue* pro,
-                const DwBnBackward* bnb) {
-    if (cout == 32) return fused_modes<CIN, 32>(ex, p, accumulate, x, dy, w, dx, sdy, sx, part, pro, bnb);
-    if (cout == 64) return fused_modes<CIN, 64>(ex, p, accumulate, x, dy, w, dx, sdy, sx, part, pro, bnb);
+void fused_cout(const rt::Exec& ex, const FusedArgs& a, const DwPrologue* pro, const DwBnBackward* bnb,
+                const BnGradSums* bng) {
+    if (a.p.cout == 32) return fused_modes<CIN, 32>(ex, a, pro, bnb, bng);
+    if (a.p.cout == 64) return fused_modes<CIN, 64>(ex, a, pro, bnb, bng);
     if constexpr (CIN * 128 <= 8192)
-        if (cout == 128) return fused_modes<CIN, 128>(ex, p, accumulate, x, dy, w, dx, sdy, sx, part, pro, bnb);
+        if (a.p.cout == 128) return fused_modes<CIN, 128>(ex, a, pro, bnb, bng);
+}
+
+bool same_bn(const DwPrologue& pro, const BnGradSums& bng) {
+    return pro.gamma == bng.gamma && pro.beta == bng.beta && pro.mean == bng.mean && pro.invstd == bng.invstd &&
+           pro.act == bng.act && !pro.eval;
 }
 
 }  // namespace
 
-std::string pwconv_backward_fused_refusal(const ConvShape& s, const DwPrologue* pro, const DwBnBackward* bnb) {
+std::string pwconv_backward_fused_refusal(const ConvShape& s, const DwPrologue* pro, const DwBnBackward* bnb,
+                                          const BnGradSums* bng) {
     if (!pwconv_supported(s)) {
         try {
             pwconv_plan(s);
@@ -297,22 +381,35 @@ std::string pwconv_backward_fused_refusal(const ConvShape& s, const DwPrologue* 
     if (pro && pro->act != Act::Silu)
         return std::string("the fused backward's x prologue is built for SiLU only (the depthwise BN's), got ") +
                act_name(pro->act);
-    (void)bnb;  // every activation of the BN-backward prologue is built
+    if (bng && bng->act != Act::Silu)
+        return std::string(
+                   "the fused backward's BN-backward epilogue is built for SiLU only (the depthwise BN's), "
+                   "got ") +
+               act_name(bng->act);
+    if (bng && bnb && bnb->act == Act::Relu)
+        return "the fused backward's BN-backward epilogue is not built with a ReLU BN-backward prologue";
+    if (bng && pro && !same_bn(*pro, *bng))
+        return "the fused backward's x prologue and BN-backward epilogue must be the same BatchNorm (train mode): the "
+               "producer's";
     return "";
 }
 
-bool pwconv_backward_fused_supported(const ConvShape& s, const DwPrologue* pro, const DwBnBackward* bnb) {
-    return pwconv_backward_fused_refusal(s, pro, bnb).empty();
+bool pwconv_backward_fused_supported(const ConvShape& s, const DwPrologue* pro, const DwBnBackward* bnb,
+                                     const BnGradSums* bng) {
+    return pwconv_backward_fused_refusal(s, pro, bnb, bng).empty();
 }
 
-size_t pwconv_backward_fused_workspace_floats(const ConvShape& s) { return pwconv_wgrad_workspace_floats(s); }
+size_t pwconv_backward_fused_workspace_floats(const ConvShape& s, bool bn_grad) {
+    const PwWgradPlan p = pwconv_wgrad_plan(s);
+    return pwconv_wgrad_workspace_floats(s) + (bn_grad ? 2 * static_cast<size_t>(p.chunks) * p.cin : 0);
+}
 
 void pwconv_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, const bf16* w,
                                 bf16* dx, float* dw, bool accumulate, float* workspace, size_t workspace_floats,
-                                const DwPrologue* pro, const DwBnBackward* bnb) {
+                                const DwPrologue* pro, const DwBnBackward* bnb, const BnGradSums* bng) {
     const char* op = "pwconv_backward_fused_cuda";
     rt::check_cuda_exec(op, ex);
-    const std::string why = pwconv_backward_fused_refusal(s, pro, bnb);
+    const std::string why = pwconv_backward_fused_refusal(s, pro, bnb, bng);
     SF_CHECK(why.empty(), "%s: %s", op, why.c_str());
     const PwWgradPlan p = pwconv_wgrad_plan(s);
     rt::check_device_ptr(op, "x", x, 16);
@@ -320,7 +417,7 @@ void pwconv_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf
     rt::check_device_ptr(op, "w", w, 16);
     rt::check_device_ptr(op, "dx", dx, 16);
     rt::check_device_ptr(op, "dw", dw, alignof(float));
-    const size_t need = pwconv_backward_fused_workspace_floats(s);
+    const size_t need = pwconv_backward_fused_workspace_floats(s, bng != nullptr);
     rt::check_device_ptr(op, "workspace", workspace, 16);
     SF_CHECK(workspace_floats >= need, "%s: workspace of %zu floats, need %zu", op, workspace_floats, need);
     const size_t xb = static_cast<size_t>(p.rows) * p.cin * sizeof(bf16),
@@ -338,19 +435,41 @@ void pwconv_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf
              "%s: the workspace must not alias x, dy, w or dx", op);
     check_dw_prologue(op, pro, p.cin, {{dx, xb}, {dw, dwb}, {workspace, wsb}});
     check_dw_bn_backward(op, bnb, p.cout, dyb, {{dx, xb}, {dw, dwb}, {workspace, wsb}}, "dx, dw and the workspace");
-    PwStage sx{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, false, 0.0};
-    if (pro) sx = PwStage{pro->gamma, pro->beta, pro->mean, pro->invstd, nullptr, nullptr, pro->eval, pro->eps};
-    PwStage sdy{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, false, 0.0};
-    if (bnb) sdy = PwStage{bnb->gamma, bnb->beta, bnb->mean, bnb->invstd, bnb->coef, dev(bnb->x), false, 0.0};
+    if (bng) {  // the epilogue reads its BN's input and vectors and writes dgamma, dbeta (+=) and coef
+        const DwBnBackward nb = bnb ? *bnb : DwBnBackward{};
+        const size_t kb = bnb ? static_cast<size_t>(p.cout) * sizeof(float) : 0;
+        check_bn_grad_sums(op, bng, p.cin, p.rows, xb,
+                           {{x, xb, "x"},
+                            {dy, dyb, "dy"},
+                            {w, wb, "w"},
+                            {nb.x, bnb ? dyb : 0, "bnb->x"},
+                            {nb.gamma, kb, "bnb->gamma"},
+                            {nb.beta, kb, "bnb->beta"},
+                            {nb.mean, kb, "bnb->mean"},
+                            {nb.invstd, kb, "bnb->invstd"},
+                            {nb.coef, 2 * kb, "bnb->coef"}},
+                           {{dx, xb, "dx"}, {dw, dwb, "dw"}, {workspace, wsb, "the workspace"}});
+    }
+    const PwStage none{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, false, 0.0};
+    FusedArgs a{p, accumulate, x, dy, w, dx, none, none, none, workspace, nullptr};
+    if (pro) a.sx = PwStage{pro->gamma, pro->beta, pro->mean, pro->invstd, nullptr, nullptr, pro->eval, pro->eps};
+    if (bnb) a.sdy = PwStage{bnb->gamma, bnb->beta, bnb->mean, bnb->invstd, bnb->coef, dev(bnb->x), false, 0.0};
+    if (bng) {
+        a.ep = PwStage{bng->gamma, bng->beta, bng->mean, bng->invstd, nullptr, dev(bng->x), false, 0.0};
+        a.part_bn = workspace + pwconv_wgrad_workspace_floats(s);
+    }
     if (p.cin == 32)
-        fused_cout<32>(p.cout, ex, p, accumulate, x, dy, w, dx, sdy, sx, workspace, pro, bnb);
+        fused_cout<32>(ex, a, pro, bnb, bng);
     else if (p.cin == 64)
-        fused_cout<64>(p.cout, ex, p, accumulate, x, dy, w, dx, sdy, sx, workspace, pro, bnb);
+        fused_cout<64>(ex, a, pro, bnb, bng);
     else
-        fused_cout<128>(p.cout, ex, p, accumulate, x, dy, w, dx, sdy, sx, workspace, pro, bnb);
+        fused_cout<128>(ex, a, pro, bnb, bng);
     rt::launch(ex, "pwconv_bwd_fused_finalize_kernel", pwconv_bwd_fused_finalize_kernel,
                dim3(static_cast<unsigned>(p.finalize_blocks)), dim3(kPwFinalizeX, kPwFinalizeY), 0,
                static_cast<int>(p.entries), p.chunks, static_cast<const float*>(workspace), dw);
+    if (bng)
+        bn_act_backward_finalize(ex, static_cast<size_t>(p.rows), p.cin, p.chunks, a.part_bn, bng->dgamma, bng->dbeta,
+                                 bng->coef);
 }
 
 }  // namespace kern

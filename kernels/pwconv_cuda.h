@@ -152,18 +152,23 @@ void pwconv_backward_filter_cuda(const rt::Exec& ex, const ConvShape& s, const b
 // dx (=, or += with accumulate) dy * w and dw += dy^T x in one pass: dy (with bnb: the BN's output gradient
 // and its input) and x (with pro: the producer's pre-BN output) read once for both gradients instead of once
 // by the dgrad and again by the wgrad. dx and dw are bit for bit what pwconv_backward_data_cuda (same dy, w,
-// accumulate, bnb) and pwconv_backward_filter_cuda (same x, dy, pro, bnb) give. Two launches (the pass, then
-// the wgrad's fp64 finalize of the chunks); the workspace is the wgrad's. Shapes: pwconv_supported and cin,
-// cout in {32, 64, 128} with cin * cout <= 8192 (every block holds all of dw's accumulators: the 1/4 and 1/8
-// LiteBlocks, the transitions, down paths and laterals of those widths); pro SiLU or none (the depthwise
-// BN's); bnb any activation. The refusal names what is unsupported ("" when supported; never throws).
+// accumulate, bnb) and pwconv_backward_filter_cuda (same x, dy, pro, bnb) give. Launches: the pass, the wgrad's
+// fp64 finalize of the chunks, and with bng the BN-backward finalize. Shapes: pwconv_supported and cin, cout in
+// {32, 64, 128} with cin * cout <= 8192 (every block holds all of dw's accumulators: the 1/4 and 1/8 LiteBlocks,
+// the transitions, down paths and laterals of those widths); pro SiLU or none (the depthwise BN's); bnb any
+// activation. bng (optional): the producer BN's backward reductions from the dx stored, as the dgrad's epilogue
+// gathers them (BnGradSums; SiLU, the depthwise BN's; not with a ReLU bnb; with pro, the same BatchNorm in train
+// mode), summed per chunk of the pass (not the dgrad's tiles: within fp32 rounding of its sums, not bitwise).
+// The refusal names what is unsupported ("" when supported; never throws).
 std::string pwconv_backward_fused_refusal(const ConvShape& s, const DwPrologue* pro = nullptr,
-                                          const DwBnBackward* bnb = nullptr);
+                                          const DwBnBackward* bnb = nullptr, const BnGradSums* bng = nullptr);
 bool pwconv_backward_fused_supported(const ConvShape& s, const DwPrologue* pro = nullptr,
-                                     const DwBnBackward* bnb = nullptr);
-size_t pwconv_backward_fused_workspace_floats(const ConvShape& s);  // = pwconv_wgrad_workspace_floats(s)
+                                     const DwBnBackward* bnb = nullptr, const BnGradSums* bng = nullptr);
+// The wgrad's partials, and with bn_grad the epilogue's after them (2 * chunks * cin).
+size_t pwconv_backward_fused_workspace_floats(const ConvShape& s, bool bn_grad = false);
 void pwconv_backward_fused_cuda(const rt::Exec& ex, const ConvShape& s, const bf16* x, const bf16* dy, const bf16* w,
                                 bf16* dx, float* dw, bool accumulate, float* workspace, size_t workspace_floats,
-                                const DwPrologue* pro = nullptr, const DwBnBackward* bnb = nullptr);
+                                const DwPrologue* pro = nullptr, const DwBnBackward* bnb = nullptr,
+                                const BnGradSums* bng = nullptr);
 
 }  // namespace kern

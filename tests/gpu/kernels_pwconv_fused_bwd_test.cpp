@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/bn_act_cuda.h"
 #include "kernels/pwconv_cuda.h"
 #include "runtime/arena.h"
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
 #include "tests/gpu/pwconv_test_util.h"
+#include "tests/support/bn_grad_ref.h"
 #include "tests/support/compare.h"
 #include "tests/support/gpu_buffers.h"
 
@@ -197,6 +199,114 @@ TEST(KernelsPwconvFusedBwdGpu, BitwiseTheSeparateDgradAndWgrad) {
     }
 }
 
+// The producer BN's backward reductions in the fused pass's epilogue (kern::BnGradSums, the LiteBlock project's and
+// the DSConv pointwise conv's under --pw-bn-grad): dx and dw bitwise the separate dgrad's (with the same epilogue)
+// and wgrad's; dgamma, dbeta (+=, from non-zero values) and the coefficients against an fp64 reference over the
+// stored dx and against the separate dgrad's epilogue (another chunking: within 1e-5 of the magnitudes' sum); a
+// second run bitwise equal. Modes: the x prologue being that BN (fuse_dw_pw: x is the BN's input) or not (x a stored
+// activation, the BN's input apart), the dy side plain or through the BN-backward prologue (none, SiLU), overwrite
+// and accumulate.
+TEST(KernelsPwconvFusedBwdGpu, BnGradEpilogueMatchesTheDgradsAndTheReference) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    using Dev = sftest::DeviceBuffer;
+    struct Mode {
+        bool pro;
+        bool bnb;
+        Act act;  // the BN-backward prologue's
+        bool acc;
+    };
+    const Mode modes[] = {{false, false, Act::None, false},
+                          {true, true, Act::None, false},
+                          {false, true, Act::Silu, true},
+                          {true, false, Act::None, true}};
+    std::vector<Case> cases = fused_cases();
+    cases.pop_back();
+    uint64_t seed = 12400;
+    int combo = 0;
+    for (const Case& k : cases) {
+        const Mode& m = modes[combo++ % 4];
+        const kern::ConvShape s = shape_of(k);
+        const size_t rows = rows_of(k), ci = static_cast<size_t>(k.cin), co = static_cast<size_t>(k.cout);
+        const std::string what = name_of(k) + (m.pro ? " x-prologue" : "") +
+                                 (m.bnb ? std::string(" dy-prologue ") + kern::act_name(m.act) : "") +
+                                 (m.acc ? " accumulate" : " overwrite");
+        FusedRig rig(k);
+        const size_t fws = kern::pwconv_backward_fused_workspace_floats(s, true);
+        const size_t sws = std::max({kern::pwconv_dgrad_workspace_floats(s), kern::pwconv_wgrad_workspace_floats(s),
+                                     kern::bn_act_workspace_floats(rows, k.cin)});
+        EXPECT_EQ(fws, kern::pwconv_wgrad_workspace_floats(s) + 2 * kern::pwconv_wgrad_plan(s).chunks * ci) << what;
+        Dev wf(fws * 4), wsep(sws * 4), xp(rows * ci * 2), v(10 * ci * 4);
+        auto V = [&](int i) { return v.f() + static_cast<size_t>(i) * ci; };
+        // The producer BN: its input xp, gamma VX(0), beta VX(1), batch statistics VX(2), VX(3) (running ones V(8),
+        // V(9)); the fused pass's dgamma, dbeta, coef V(0..3); the separate dgrad's V(4..7).
+        const std::vector<float> xpf = sftest::bn_input(rows, ci, seed += 10);
+        upload_bf16(xp.h(), xpf);
+        upload_bf16(rig.B(rig.o_x), bf16_exact(sftest::random_uniform(rows * ci, seed + 1, -1, 1)));
+        upload_bf16(rig.B(rig.o_dy), bf16_exact(sftest::random_uniform(rows * co, seed + 2, -1, 1)));
+        upload_bf16(rig.B(rig.o_xbn), bf16_exact(sftest::random_uniform(rows * co, seed + 3, -2, 2)));
+        upload_bf16(rig.B(rig.o_w), bf16_exact(sftest::random_uniform(co * ci, seed + 4, -1, 1)));
+        const std::vector<float> gamma = to_floats(sftest::random_uniform(ci, seed + 5, 0.5, 1.5));
+        const std::vector<float> beta = to_floats(sftest::random_uniform(ci, seed + 6, -0.8, 0.8));
+        upload(rig.VX(0), gamma);
+        upload(rig.VX(1), beta);
+        upload(V(8), std::vector<float>(ci, 0.0f));
+        upload(V(9), std::vector<float>(ci, 1.0f));
+        for (int i = 0; i < 4; ++i)
+            upload(rig.VD(i), to_floats(sftest::random_uniform(co, seed + 7 + i, i == 3 ? 0.5 : -0.5, 1.5)));
+        upload(rig.VD(4), to_floats(sftest::random_uniform(2 * co, seed + 11, -0.3, 0.3)));
+        const std::vector<float> d0 = to_floats(sftest::random_uniform(ci, seed + 12, -3, 3));
+        for (int i : {0, 1, 4, 5}) upload(V(i), d0);
+        const std::vector<float> dx0 = bf16_exact(sftest::random_uniform(rows * ci, seed + 13, -1, 1));
+        for (size_t o : {rig.o_dx, rig.o_dx2}) rig.set_dx(o, m.acc ? dx0 : std::vector<float>(rig.nx(), kSentinel));
+        const std::vector<float> dw0 = to_floats(sftest::random_uniform(rig.nw(), seed + 14, -1, 1));
+        upload(rig.F(rig.o_dw), dw0);
+        upload(rig.F(rig.o_dw2), dw0);
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
+        kern::bn_stats_train(ex, rows, k.cin, xp.h(), rig.VX(2), rig.VX(3), V(8), V(9), kMomentum, kEps, wsep.f(), sws);
+        const kern::DwPrologue pro = rig.prologue(Act::Silu);
+        const kern::DwBnBackward bnb = rig.bn_backward(m.act, rig.VD(4));
+        const kern::DwPrologue* pp = m.pro ? &pro : nullptr;
+        const kern::DwBnBackward* pb = m.bnb ? &bnb : nullptr;
+        // With the prologue, x is the BN's input itself (fuse_dw_pw); without, a stored activation.
+        const kern::bf16* x = m.pro ? xp.h() : rig.B(rig.o_x);
+        const kern::BnGradSums fused{Act::Silu, xp.h(), rig.VX(0), rig.VX(1), rig.VX(2), rig.VX(3), V(0), V(1), V(2)};
+        const kern::BnGradSums apart{Act::Silu, xp.h(), rig.VX(0), rig.VX(1), rig.VX(2), rig.VX(3), V(4), V(5), V(6)};
+        ASSERT_TRUE(kern::pwconv_backward_fused_supported(s, pp, pb, &fused)) << what;
+        std::vector<float> first;
+        for (int run = 0; run < 2; ++run) {
+            if (run == 1) {
+                rig.set_dx(rig.o_dx, m.acc ? dx0 : std::vector<float>(rig.nx(), kSentinel));
+                upload(rig.F(rig.o_dw), dw0);
+                for (int i : {0, 1}) upload(V(i), d0);
+                SF_CUDA_CHECK(cudaDeviceSynchronize());
+            }
+            kern::pwconv_backward_fused_cuda(ex, s, x, rig.B(rig.o_dy), rig.B(rig.o_w), rig.B(rig.o_dx),
+                                             rig.F(rig.o_dw), m.acc, wf.f(), fws, pp, pb, &fused);
+            ctx.synchronize();
+            const std::vector<float> got = download(V(0), 4 * ci);  // dgamma, dbeta, coef
+            if (run == 0)
+                first = got;
+            else
+                EXPECT_TRUE(bitwise(got, first, what + ": a second run"));
+        }
+        kern::pwconv_backward_data_cuda(ex, s, rig.B(rig.o_dy), rig.B(rig.o_w), rig.B(rig.o_dx2), m.acc, pb, &apart,
+                                        wsep.f(), sws);
+        kern::pwconv_backward_filter_cuda(ex, s, x, rig.B(rig.o_dy), rig.F(rig.o_dw2), wsep.f(), sws, pp, pb);
+        ctx.synchronize();
+        const std::vector<float> dx = rig.dx(rig.o_dx, what);
+        EXPECT_TRUE(bitwise(dx, rig.dx(rig.o_dx2, what + " (dgrad)"), what + ": dx"));
+        EXPECT_TRUE(bitwise(download(rig.F(rig.o_dw), rig.nw()), download(rig.F(rig.o_dw2), rig.nw()), what + ": dw"));
+        const sftest::BnGradRef r = sftest::bn_grad_ref(Act::Silu, rows, ci, xpf, dx, gamma, beta,
+                                                        download(rig.VX(2), ci), download(rig.VX(3), ci));
+        sftest::expect_bn_grad_near(first, download(V(4), 4 * ci), r, d0, rows, ci, what);
+        double mag = 0.0;
+        for (double mg : r.mg) mag += mg;
+        EXPECT_GT(mag, 0.0) << what;  // not the sums of a zero gradient
+    }
+}
+
 TEST(KernelsPwconvFusedBwdGpu, BadInputsAreRefused) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;
@@ -251,6 +361,31 @@ TEST(KernelsPwconvFusedBwdGpu, BadInputsAreRefused) {
     const kern::DwBnBackward bnb = rig.bn_backward(Act::None, ws);
     SF_EXPECT_ERROR(kern::pwconv_backward_fused_cuda(ex, s, x, dy, w, dx, dw, false, ws, need, nullptr, &bnb),
                     "dx, dw and the workspace must not overlap the BN coef");
+    // The BN-backward epilogue: SiLU only, not with a ReLU dy side, the prologue's BN if both, its workspace.
+    sftest::DeviceBuffer eo(4 * 64 * sizeof(float));  // the epilogue's dgamma, dbeta (cin each) and coef (2 cin)
+    float* outs = eo.f();
+    kern::BnGradSums bng{Act::Silu, rig.B(rig.o_xbn), rig.VX(0), rig.VX(1), rig.VX(2), rig.VX(3),
+                         outs,      outs + 64,        outs + 128};
+    const size_t need_bn = kern::pwconv_backward_fused_workspace_floats(s, true);
+    EXPECT_EQ(need_bn, need + 2 * static_cast<size_t>(kern::pwconv_wgrad_plan(s).chunks) * 64);
+    const std::string need_bn_text = "need " + std::to_string(need_bn);
+    SF_EXPECT_ERROR(kern::pwconv_backward_fused_cuda(ex, s, x, dy, w, dx, dw, false, ws, need, nullptr, nullptr, &bng),
+                    need_bn_text.c_str());
+    bng.act = Act::Relu;
+    EXPECT_FALSE(kern::pwconv_backward_fused_supported(s, nullptr, nullptr, &bng));
+    SF_EXPECT_ERROR(
+        kern::pwconv_backward_fused_cuda(ex, s, x, dy, w, dx, dw, false, ws, need_bn, nullptr, nullptr, &bng),
+        "epilogue is built for SiLU only", "relu");
+    bng.act = Act::Silu;
+    const kern::DwBnBackward relu_dy = rig.bn_backward(Act::Relu, rig.VD(4));
+    EXPECT_NE(kern::pwconv_backward_fused_refusal(s, nullptr, &relu_dy, &bng).find("ReLU BN-backward prologue"),
+              std::string::npos);
+    kern::DwPrologue other = rig.prologue(Act::Silu);
+    other.mean = rig.VX(1);  // another BatchNorm's statistics
+    EXPECT_NE(kern::pwconv_backward_fused_refusal(s, &other, nullptr, &bng).find("must be the same BatchNorm"),
+              std::string::npos);
+    const kern::DwPrologue same = rig.prologue(Act::Silu);
+    EXPECT_TRUE(kern::pwconv_backward_fused_supported(s, &same, nullptr, &bng));
 }
 
 }  // namespace
