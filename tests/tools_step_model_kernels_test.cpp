@@ -301,6 +301,17 @@ TEST(StepModelKernels, PlanFlagsTheSwitchesAndItsRooflineCharges) {
                                         "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd", "--pw-fused-bwd"}));
     const nlohmann::json r = tools::plan_roofline_json(a);
     EXPECT_EQ(r["kernel_switches"].size(), 8u);
+    // Every row of the model per sample: their bytes add up to the step's, each row's passes to the row.
+    double row_sum = 0;
+    for (const nlohmann::json& row : r["rows_per_sample"]) {
+        double pass_sum = 0;
+        for (const auto& [name, pass] : row["passes"].items()) pass_sum += pass["bytes"].get<double>();
+        EXPECT_NEAR(pass_sum, row["bytes"].get<double>(), 1e-9 * row["bytes"].get<double>() + 1e-9)
+            << row["name"].get<std::string>();
+        row_sum += row["bytes"].get<double>();
+    }
+    EXPECT_GT(r["rows_per_sample"].size(), 100u);
+    EXPECT_NEAR(row_sum, r["per_sample"]["bytes"].get<double>(), 1e-9 * row_sum);
     EXPECT_LT(r["per_sample"]["bytes"].get<double>(), 0.9 * plain["per_sample"]["bytes"].get<double>());
     EXPECT_LT(r["floor_ms"].get<double>(), plain["floor_ms"].get<double>());
     const std::string t = tools::plan_roofline_text(r);
