@@ -113,37 +113,35 @@ void Planner::conv(const kern::ConvShape& s, bool dgrad, bool bn_prologue, kern:
     convs_.push_back(u);
 }
 
+namespace {
+
+// The ConvUse a mark applies to: s must have been declared (Planner::conv) first.
+ConvUse& declared_conv(std::vector<ConvUse>& convs, const kern::ConvShape& s, const char* op) {
+    for (ConvUse& u : convs)
+        if (same_conv_shape(u.shape, s)) return u;
+    SF_FAIL("%s: convolution %s was not declared (Planner::conv first)", op, s.describe().c_str());
+}
+
+}  // namespace
+
 void Planner::conv_bn_backward(const kern::ConvShape& s, kern::Act act) {
     if (binding_) return;
-    for (ConvUse& u : convs_) {
-        if (!same_conv_shape(u.shape, s)) continue;
-        if (!u.bn_bwd_prologue) u.bn_bwd_act = act;
-        u.bn_bwd_prologue = true;
-        return;
-    }
-    SF_FAIL("conv_bn_backward: convolution %s was not declared (Planner::conv first)", s.describe().c_str());
+    ConvUse& u = declared_conv(convs_, s, "conv_bn_backward");
+    if (!u.bn_bwd_prologue) u.bn_bwd_act = act;
+    u.bn_bwd_prologue = true;
 }
 
 void Planner::conv_pw_fused_backward(const kern::ConvShape& s) {
     if (binding_) return;
-    for (ConvUse& u : convs_) {
-        if (!same_conv_shape(u.shape, s)) continue;
-        u.pw_fused_bwd = true;
-        return;
-    }
-    SF_FAIL("conv_pw_fused_backward: convolution %s was not declared (Planner::conv first)", s.describe().c_str());
+    declared_conv(convs_, s, "conv_pw_fused_backward").pw_fused_bwd = true;
 }
 
 void Planner::conv_epilogues(const kern::ConvShape& s, bool stats, bool bn_grad, kern::Act bn_grad_act) {
     if (binding_) return;
-    for (ConvUse& u : convs_) {
-        if (!same_conv_shape(u.shape, s)) continue;
-        u.stats_epilogue = u.stats_epilogue || stats;
-        if (bn_grad && !u.bn_grad_epilogue) u.bn_grad_act = bn_grad_act;
-        u.bn_grad_epilogue = u.bn_grad_epilogue || bn_grad;
-        return;
-    }
-    SF_FAIL("conv_epilogues: convolution %s was not declared (Planner::conv first)", s.describe().c_str());
+    ConvUse& u = declared_conv(convs_, s, "conv_epilogues");
+    u.stats_epilogue = u.stats_epilogue || stats;
+    if (bn_grad && !u.bn_grad_epilogue) u.bn_grad_act = bn_grad_act;
+    u.bn_grad_epilogue = u.bn_grad_epilogue || bn_grad;
 }
 
 void Planner::layer(const LayerUse& l) {
