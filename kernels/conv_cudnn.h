@@ -129,9 +129,10 @@ struct ConvPolicy {
     // With pw_custom: a 1x1 conv whose passes the project's kernel runs takes its dgrad and wgrad in one kernel
     // (kern::pwconv_backward_fused_cuda: dy, with pw_bn_bwd the BN's dy and input, and x read once for both
     // gradients instead of once each) where the shape fits it (cin, cout of 32, 64 or 128, cin * cout <= 8192:
-    // the 1/4 and 1/8 LiteBlocks, transitions, down paths and laterals) and its dgrad gathers no producer's BN
-    // reductions (pw_bn_grad's consumers keep the two kernels). dx and dw are the two kernels' bits: the same
-    // step. `bench step --pw-fused-bwd` (implies --pw-custom; docs/perf/OPTIMIZATION_LOG.md entry 32).
+    // the 1/4 and 1/8 LiteBlocks, transitions, down paths and laterals); pw_bn_grad's consumers gather the
+    // producer BN's reductions in its epilogue (a SiLU BN; not with a ReLU BN-backward prologue). dx and dw are
+    // the two kernels' bits: the same step, but for those sums' summation order. `bench step --pw-fused-bwd`
+    // (implies --pw-custom; docs/perf/OPTIMIZATION_LOG.md entries 32, 33).
     bool pw_fused_bwd = false;
 };
 

@@ -116,13 +116,22 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         // epilogue, whose partials then share the wgrad's place in the workspace.
         pw_fused_bn = p.pw_bn_bwd() && input_grad && upsample == 1 && !with_bias && kern::pwconv_supported(cs) &&
                       cs.cout <= kern::kPwMaxPrologueK && (!prologue || cs.cin <= kern::kPwMaxPrologueK);
-        if (pw_fused_bn) ws_floats = std::max(ws_floats, GpuOps::pw_fused_bn_workspace_floats(cs, bn_grad));
+        if (pw_fused_bn)
+            ws_floats = std::max(ws_floats, GpuOps::pw_fused_bn_workspace_floats(cs, bn_grad, p.pw_fused_bwd()));
         // The kernel fusions this layer takes, for the step's cost model (LayerUse): GpuOps applies the same
         // rules at run time (a 1x1 conv's where the project's kernel runs the shape).
-        kern::DwPrologue pro_act;  // the input prologue's activation, for the fused 1x1 backward's rule
+        // The fused 1x1 backward's rule: the activations of the input prologue, of the BN-backward prologue (the
+        // layer's own BN, pw_fused_bn) and of the producer's BN whose reductions the dgrad gathers (grad_sums_of).
+        kern::DwPrologue pro_act;
         pro_act.act = prologue ? prologue->act : kern::Act::None;
-        pw_fused_bwd = p.pw_fused_bwd() && input_grad && cs.k == 1 && upsample == 1 && !with_bias && !bn_grad &&
-                       kern::pwconv_backward_fused_supported(cs, prologue ? &pro_act : nullptr);
+        kern::DwBnBackward bnb_act;
+        bnb_act.act = act;
+        kern::BnGradSums bng_act;
+        bng_act.act = bn_grad ? grad_sums_of->act : kern::Act::None;
+        pw_fused_bwd =
+            p.pw_fused_bwd() && input_grad && cs.k == 1 && upsample == 1 && !with_bias &&
+            kern::pwconv_backward_fused_supported(cs, prologue ? &pro_act : nullptr, pw_fused_bn ? &bnb_act : nullptr,
+                                                  bn_grad ? &bng_act : nullptr);
         LayerKernels lk;
         lk.stats_in_conv = pw_stats || dw_stats;
         lk.pw_fused_bwd = pw_fused_bwd;
@@ -290,9 +299,10 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
             ops::conv_backward_fused(ops, ex, cs, fused_x, conv_out().g, weight.h, x.g, weight.g, fused_pro, bng);
             return;
         }
-        // The fused 1x1 dgrad + wgrad (GpuOps::pw_fused_backward): reported as the two passes below.
-        if (pw_fused_bwd && x.g && !bng && ex.is_cuda() && ops->pw_fused_backward(cs, fused_pro)) {
-            ops::conv_backward_fused(ops, ex, cs, fused_x, conv_out().g, weight.h, x.g, weight.g, fused_pro);
+        // The fused 1x1 dgrad + wgrad (GpuOps::pw_fused_backward; with bng, the producer's reductions in its
+        // epilogue): reported as the two passes below.
+        if (pw_fused_bwd && x.g && ex.is_cuda() && ops->pw_fused_backward(cs, fused_pro, bng)) {
+            ops::conv_backward_fused(ops, ex, cs, fused_x, conv_out().g, weight.h, x.g, weight.g, fused_pro, bng);
             return;
         }
         if (x.g && bng)

@@ -83,16 +83,19 @@ size_t conv_workspace_bound(const std::vector<ConvUse>& convs, const kern::ConvP
             bound = std::max(bound, kern::dwconv3x3_workspace_floats(u.shape) * sizeof(float));
         if (policy.dw_fused_bwd && u.dgrad && kern::dwconv3x3_fused_supported(u.shape)) {
             const bool bn_grad = GpuOps::dw_bn_grad(policy) && u.bn_prologue;  // the epilogue's partials too
-            bound = std::max(bound, (policy.dw_fused_bn_bwd
-                                         ? GpuOps::dw_fused_bn_workspace_floats(u.shape, bn_grad)
-                                         : kern::dwconv3x3_fused_workspace_floats(u.shape, kern::kDwFusedMaxBlocks,
-                                                                                  bn_grad)) *
+            bound = std::max(bound, (policy.dw_fused_bn_bwd ? GpuOps::dw_fused_bn_workspace_floats(u.shape, bn_grad)
+                                                            : kern::dwconv3x3_fused_workspace_floats(
+                                                                  u.shape, kern::kDwFusedMaxBlocks, bn_grad)) *
                                         sizeof(float));
         }
         if (kern::stemconv_supported(u.shape))
             bound = std::max(bound, kern::stemconv_workspace_floats(u.shape) * sizeof(float));
         if (policy.pw_custom && kern::pwconv_supported(u.shape))
             bound = std::max(bound, kern::pwconv_wgrad_workspace_floats(u.shape) * sizeof(float));
+        if (GpuOps::pw_fused_bwd(policy) && u.pw_fused_bwd && u.dgrad && kern::pwconv_backward_fused_supported(u.shape))
+            bound = std::max(bound, kern::pwconv_backward_fused_workspace_floats(
+                                        u.shape, GpuOps::pw_bn_grad(policy) && u.bn_grad_epilogue) *
+                                        sizeof(float));
     }
     return bound;
 }
@@ -186,6 +189,11 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
         e.fused = custom == ConvImpl::CustomDepthwise && policy_.dw_fused_bwd && u.dgrad &&
                   kern::dwconv3x3_fused_supported(u.shape);
         if (e.fused) custom_ws_floats_ = std::max(custom_ws_floats_, kern::dwconv3x3_fused_workspace_floats(u.shape));
+        // The fused 1x1 backward gathering a producer's BN reductions: its partials after the wgrad's.
+        if (custom == ConvImpl::CustomPointwise && pw_fused_bwd() && pw_bn_grad() && u.pw_fused_bwd && u.dgrad &&
+            u.bn_grad_epilogue && kern::pwconv_backward_fused_supported(u.shape))
+            custom_ws_floats_ =
+                std::max(custom_ws_floats_, kern::pwconv_backward_fused_workspace_floats(u.shape, true));
         e.stats_fwd = stats_forward(e);
         if (e.stats_fwd) e.fwd_variant = e.pro_fwd_variant = first_staged_forward(u.shape);
         if (!policy_.autotune) {
@@ -207,8 +215,7 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
             e.ms[0] = -1;
         }
         double credit = 0;  // the passes the custom 1x1 conv's epilogues remove (time_pointwise)
-        e.pw_fused_timed =
-            custom == ConvImpl::CustomPointwise && pw_fused_bwd() && u.pw_fused_bwd && !u.bn_grad_epilogue && u.dgrad;
+        e.pw_fused_timed = custom == ConvImpl::CustomPointwise && pw_fused_bwd() && u.pw_fused_bwd && u.dgrad;
         e.ms[1] = custom == ConvImpl::CustomDepthwise ? time_depthwise(e, credit)
                   : custom == ConvImpl::CustomStem    ? time_stem(u.shape)
                                                       : time_pointwise(e, credit);
@@ -272,7 +279,8 @@ bool GpuOps::stats_forward(const Entry& e) const {
 
 bool GpuOps::conv_forward_stats_runs(const kern::ConvShape& s) const {
     const Entry& e = find(s);
-    return (pw_stats() && e.impl == ConvImpl::CustomPointwise) || (stats_forward(e) && e.impl == ConvImpl::CustomDepthwise);
+    return (pw_stats() && e.impl == ConvImpl::CustomPointwise) ||
+           (stats_forward(e) && e.impl == ConvImpl::CustomDepthwise);
 }
 
 bool GpuOps::pw_fused_bn_runs(const kern::ConvShape& s) const {
@@ -280,9 +288,12 @@ bool GpuOps::pw_fused_bn_runs(const kern::ConvShape& s) const {
     return pw_bn_bwd() && e.impl == ConvImpl::CustomPointwise && e.use.bn_bwd_prologue;
 }
 
-size_t GpuOps::pw_fused_bn_workspace_floats(const kern::ConvShape& s, bool bn_grad) {
-    return kern::bn_act_workspace_floats(s.out().pixels(), s.cout) +
-           std::max(kern::pwconv_wgrad_workspace_floats(s), bn_grad ? kern::pwconv_dgrad_workspace_floats(s) : 0);
+size_t GpuOps::pw_fused_bn_workspace_floats(const kern::ConvShape& s, bool bn_grad, bool fused_bwd) {
+    size_t conv =
+        std::max(kern::pwconv_wgrad_workspace_floats(s), bn_grad ? kern::pwconv_dgrad_workspace_floats(s) : 0);
+    if (fused_bwd && kern::pwconv_backward_fused_supported(s))
+        conv = std::max(conv, kern::pwconv_backward_fused_workspace_floats(s, bn_grad));
+    return kern::bn_act_workspace_floats(s.out().pixels(), s.cout) + conv;
 }
 
 // The BN half of a fused BN backward (bn_dw_backward_fused, bn_pw_backward_fused): s planned with a BN
@@ -315,18 +326,22 @@ void GpuOps::bn_pw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
                                   float* dbeta, const kern::bf16* x, const kern::bf16* w, kern::bf16* dx, float* dw,
                                   bool accumulate, float* ws, size_t ws_floats, const kern::DwPrologue* pro,
                                   const float* given_coef, const kern::BnGradSums* bng) const {
-    SF_CHECK(!bng || dgrad_bn_grad_runs(s), "convolution %s: the BN-backward epilogue runs only with "
-             "ConvPolicy::pw_bn_grad on the project's 1x1 dgrad", s.describe().c_str());
+    SF_CHECK(!bng || dgrad_bn_grad_runs(s),
+             "convolution %s: the BN-backward epilogue runs only with "
+             "ConvPolicy::pw_bn_grad on the project's 1x1 dgrad",
+             s.describe().c_str());
     SF_CHECK(pw_fused_bn_runs(s),
              "convolution %s does not run its BN's dx in the project's dgrad and wgrad (GpuOps::pw_bn_bwd, the "
              "project's 1x1 kernel, a shape planned with ConvUse::bn_bwd_prologue)",
              s.describe().c_str());
     kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd, given_coef};
     const size_t bn_ws = fused_bn_half("bn_pw_backward_fused", ex, s, b, dy, dgamma, dbeta, pro != nullptr, accumulate,
-                                       ws, ws_floats, pw_fused_bn_workspace_floats(s, bng != nullptr));
-    if (!bng && pw_fused_bwd() && kern::pwconv_backward_fused_supported(s, pro, &b)) {
-        // One pass for both gradients: the BN's dy and input read once (the wgrad's partials where they would be).
-        kern::pwconv_backward_fused_cuda(ex, s, x, dy, w, dx, dw, accumulate, ws + bn_ws, ws_floats - bn_ws, pro, &b);
+                                       ws, ws_floats, pw_fused_bn_workspace_floats(s, bng != nullptr, pw_fused_bwd()));
+    if (pw_fused_bwd() && kern::pwconv_backward_fused_supported(s, pro, &b, bng)) {
+        // One pass for both gradients: the BN's dy and input read once (the wgrad's partials where they would be,
+        // with bng the epilogue's after them).
+        kern::pwconv_backward_fused_cuda(ex, s, x, dy, w, dx, dw, accumulate, ws + bn_ws, ws_floats - bn_ws, pro, &b,
+                                         bng);
         return;
     }
     kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, accumulate, &b, bng, ws + bn_ws, ws_floats - bn_ws);
@@ -340,16 +355,20 @@ bool GpuOps::dgrad_bn_grad_runs(const kern::ConvShape& s) const {
 void GpuOps::conv_backward_data_bn_grad(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy,
                                         const kern::bf16* w, kern::bf16* dx, bool accumulate,
                                         const kern::BnGradSums& bng, float* ws, size_t ws_floats) const {
-    SF_CHECK(dgrad_bn_grad_runs(s), "%s: the BN-backward epilogue runs only on the project's 1x1 dgrad with "
-             "ConvPolicy::pw_bn_grad", s.describe().c_str());
+    SF_CHECK(dgrad_bn_grad_runs(s),
+             "%s: the BN-backward epilogue runs only on the project's 1x1 dgrad with "
+             "ConvPolicy::pw_bn_grad",
+             s.describe().c_str());
     check_dgrad_mode(find(s).use, accumulate);
     kern::pwconv_backward_data_cuda(ex, s, dy, w, dx, accumulate, nullptr, &bng, ws, ws_floats);
 }
 
 void GpuOps::conv_forward_stats(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* w,
                                 kern::bf16* y, const kern::BnStatsOut& stats, float* ws, size_t ws_floats) const {
-    SF_CHECK(conv_forward_stats_runs(s), "%s: the statistics epilogue runs only on the project's 1x1 conv with "
-             "ConvPolicy::pw_stats or depthwise conv with ConvPolicy::dw_stats", s.describe().c_str());
+    SF_CHECK(conv_forward_stats_runs(s),
+             "%s: the statistics epilogue runs only on the project's 1x1 conv with "
+             "ConvPolicy::pw_stats or depthwise conv with ConvPolicy::dw_stats",
+             s.describe().c_str());
     if (s.k == 1)
         kern::pwconv_forward_cuda(ex, s, x, w, y, nullptr, &stats, ws, ws_floats);
     else
@@ -397,7 +416,8 @@ void GpuOps::conv_forward_prologue(const rt::Exec& ex, const kern::ConvShape& s,
     }
     SF_CHECK(!stats || stats_forward(e),
              "%s: the depthwise forward's statistics epilogue runs only with ConvPolicy::dw_stats on a shape planned "
-             "with it (ConvUse::stats_epilogue)", s.describe().c_str());
+             "with it (ConvUse::stats_epilogue)",
+             s.describe().c_str());
     kern::dwconv3x3_forward_cuda(ex, s, x_pre, w, y, &pro, e.pro_fwd_variant, stats, ws, ws_floats);
 }
 
@@ -424,7 +444,8 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
     SF_CHECK(dw_fused_backward(s) && dw_fused_bn(),
              "convolution %s does not run a fused backward with its BN's dx (GpuOps::dw_fused_bn)",
              s.describe().c_str());
-    SF_CHECK(!bng || dw_bn_grad(), "convolution %s: the BN-backward epilogue runs only with ConvPolicy::dw_fused_bn_grad",
+    SF_CHECK(!bng || dw_bn_grad(),
+             "convolution %s: the BN-backward epilogue runs only with ConvPolicy::dw_fused_bn_grad",
              s.describe().c_str());
     kern::DwBnBackward b{act, conv_out, gamma, beta, save_mean, save_invstd, given_coef};
     const size_t bn_ws = fused_bn_half("bn_dw_backward_fused", ex, s, b, dy, dgamma, dbeta, pro != nullptr, accumulate,
@@ -433,27 +454,28 @@ void GpuOps::bn_dw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, 
                                         kern::kDwFusedMaxBlocks, pro, bng);
 }
 
-bool GpuOps::dw_fused_backward(const kern::ConvShape& s) const {
-    return find(s).runs_fused();
-}
+bool GpuOps::dw_fused_backward(const kern::ConvShape& s) const { return find(s).runs_fused(); }
 
-bool GpuOps::pw_fused_backward(const kern::ConvShape& s, const kern::DwPrologue* pro) const {
-    return pw_fused_bwd() && find(s).impl == ConvImpl::CustomPointwise && kern::pwconv_backward_fused_supported(s, pro);
+bool GpuOps::pw_fused_backward(const kern::ConvShape& s, const kern::DwPrologue* pro,
+                               const kern::BnGradSums* bng) const {
+    return pw_fused_bwd() && find(s).impl == ConvImpl::CustomPointwise && (!bng || dgrad_bn_grad_runs(s)) &&
+           kern::pwconv_backward_fused_supported(s, pro, nullptr, bng);
 }
 
 void GpuOps::conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
-                                 const kern::bf16* dy, const kern::bf16* w, kern::bf16* dx, float* dw,
-                                 bool accumulate, const kern::DwPrologue* pro, const kern::BnGradSums* bng) const {
+                                 const kern::bf16* dy, const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate,
+                                 const kern::DwPrologue* pro, const kern::BnGradSums* bng) const {
     const bool pointwise = s.k == 1;
     if (pointwise) {
-        SF_CHECK(pw_fused_backward(s, pro),
+        SF_CHECK(!bng || dgrad_bn_grad_runs(s),
+                 "convolution %s: the BN-backward epilogue runs only with ConvPolicy::pw_bn_grad on the project's "
+                 "1x1 kernel",
+                 s.describe().c_str());
+        const std::string why = kern::pwconv_backward_fused_refusal(s, pro, nullptr, bng);
+        SF_CHECK(pw_fused_backward(s, pro, bng),
                  "convolution %s does not run the fused 1x1 backward (GpuOps::pw_fused_backward: ConvPolicy::"
-                 "pw_fused_bwd, the project's 1x1 kernel, a shape and prologue it takes)",
-                 s.describe().c_str());
-        SF_CHECK(!bng,
-                 "convolution %s: the fused 1x1 backward has no BN-backward epilogue (pw_bn_grad's consumers "
-                 "run the dgrad and wgrad apart)",
-                 s.describe().c_str());
+                 "pw_fused_bwd, the project's 1x1 kernel, a shape, prologue and BN-backward epilogue it takes)%s%s",
+                 s.describe().c_str(), why.empty() ? "" : ": ", why.c_str());
     } else {
         SF_CHECK(dw_fused_backward(s), "convolution %s does not run a fused backward (GpuOps::dw_fused_backward)",
                  s.describe().c_str());
@@ -468,7 +490,8 @@ void GpuOps::conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, c
              s.describe().c_str());
     check_dgrad_mode(e.use, accumulate);
     if (pointwise)
-        kern::pwconv_backward_fused_cuda(ex, s, x, dy, w, dx, dw, accumulate, custom_ws(ex), custom_ws_floats_, pro);
+        kern::pwconv_backward_fused_cuda(ex, s, x, dy, w, dx, dw, accumulate, custom_ws(ex), custom_ws_floats_, pro,
+                                         nullptr, bng);
     else
         kern::dwconv3x3_backward_fused_cuda(ex, s, x, dy, w, dx, dw, custom_ws(ex), custom_ws_floats_, accumulate,
                                             nullptr, kern::kDwFusedMaxBlocks, pro, bng);

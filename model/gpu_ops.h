@@ -93,8 +93,8 @@ public:
     // accumulate = false: dx is overwritten (the first contribution to it in the backward).
     void conv_backward_data(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* dy, const kern::bf16* w,
                             kern::bf16* dx, bool accumulate = true) const;
-    void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x,
-                              const kern::bf16* dy, float* dw) const;
+    void conv_backward_filter(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* dy,
+                              float* dw) const;
     // Whether s's backward runs as one fused kernel (kern::ConvPolicy::dw_fused_bwd, a stride-1 depthwise
     // shape planned with its dgrad that the custom kernels run, or planned with the BN prologue, whose
     // forward and wgrad are custom anyway): then the layer calls conv_backward_fused instead of
@@ -104,8 +104,9 @@ public:
     // kern::pwconv_backward_fused_cuda); accumulate as conv_backward_data. Only where dw_fused_backward(s) or
     // pw_fused_backward(s, pro). pro: the BN prologue of the fused LiteBlock's depthwise conv or of a 1x1 conv
     // after a depthwise one (x is then the producer's pre-BN output; s planned with ConvUse::bn_prologue).
-    // bng (depthwise only, with pro, only with dw_bn_grad()): the prologue BN's backward reductions from the dx
-    // stored.
+    // bng: the producer BN's backward reductions from the dx stored; depthwise: with pro, only with dw_bn_grad();
+    // 1x1: only where dgrad_bn_grad_runs(s) and pw_fused_backward(s, pro, bng) (its partials after the wgrad's in
+    // the network's workspace, which prepare sized for it; within fp32 rounding of the dgrad epilogue's sums).
     void conv_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, const kern::bf16* x, const kern::bf16* dy,
                              const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate,
                              const kern::DwPrologue* pro = nullptr, const kern::BnGradSums* bng = nullptr) const;
@@ -175,13 +176,16 @@ public:
     static bool pw_bn_bwd(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_bn_bwd; }
     // kern::ConvPolicy::pw_fused_bwd (with pw_custom): a 1x1 conv whose passes the project's kernel runs, of a
     // shape and prologue kern::pwconv_backward_fused_supported takes, runs its dgrad and wgrad as one kernel:
-    // conv_backward_fused (the plain ConvBN backward) and bn_pw_backward_fused (with pw_bn_bwd) take it where
-    // no BN-backward epilogue is asked of the dgrad. Bit for bit the two kernels' dx and dw.
+    // conv_backward_fused (the plain ConvBN backward) and bn_pw_backward_fused (with pw_bn_bwd) take it, with the
+    // producer BN's reductions (pw_bn_grad's BnGradSums) in its epilogue where the dgrad gathers them and the kernel
+    // takes that BN (SiLU; not with a ReLU BN-backward prologue). Bit for bit the two kernels' dx and dw; the
+    // gathered sums within fp32 rounding of the dgrad epilogue's (summed per chunk of the pass, not per tile).
     bool pw_fused_bwd() const { return pw_fused_bwd(policy_); }
     static bool pw_fused_bwd(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_fused_bwd; }
-    // Whether s's plain backward (no BN-backward prologue or epilogue) runs as the fused 1x1 kernel, with the
-    // input prologue pro (null: none): then the layer calls conv_backward_fused.
-    bool pw_fused_backward(const kern::ConvShape& s, const kern::DwPrologue* pro) const;
+    // Whether s's plain backward (no BN-backward prologue) runs as the fused 1x1 kernel, with the input prologue pro
+    // (null: none) and the producer's reductions bng (null: none): then the layer calls conv_backward_fused.
+    bool pw_fused_backward(const kern::ConvShape& s, const kern::DwPrologue* pro,
+                           const kern::BnGradSums* bng = nullptr) const;
     bool pw_fused_bn_runs(const kern::ConvShape& s) const;
     // A 1x1 ConvBN's BN + activation backward with the BN's dx formed on load: kern::bn_act_backward_stats
     // (dgamma, dbeta +=; coefficients at the start of ws) unless given_coef (the coefficients and dgamma,
@@ -190,15 +194,19 @@ public:
     // part; pro: the conv's input BN prologue, for the wgrad). conv_out: the conv's output (the BN's input);
     // dy: the BN + activation output's gradient. dx and dw are bitwise those of bn_act_backward followed by
     // the project's dgrad and wgrad on its dx. bng (only where dgrad_bn_grad_runs(s)): the producer BN's
-    // reductions in the same dgrad's epilogue, its partials where the wgrad's go later. Only where
-    // pw_fused_bn_runs(s); ws of at least pw_fused_bn_workspace_floats(s, bng != nullptr).
+    // reductions in the same dgrad's epilogue, its partials where the wgrad's go later. With pw_fused_bwd() and a
+    // shape, prologue and BN the fused kernel takes, the dgrad and wgrad run as that one pass (bng in its epilogue,
+    // its partials after the wgrad's). Only where pw_fused_bn_runs(s); ws of at least
+    // pw_fused_bn_workspace_floats(s, bng != nullptr, pw_fused_bwd()).
     void bn_pw_backward_fused(const rt::Exec& ex, const kern::ConvShape& s, kern::Act act, const kern::bf16* conv_out,
                               const kern::bf16* dy, const float* gamma, const float* beta, const float* save_mean,
                               const float* save_invstd, float* dgamma, float* dbeta, const kern::bf16* x,
                               const kern::bf16* w, kern::bf16* dx, float* dw, bool accumulate, float* ws,
                               size_t ws_floats, const kern::DwPrologue* pro = nullptr,
                               const float* given_coef = nullptr, const kern::BnGradSums* bng = nullptr) const;
-    static size_t pw_fused_bn_workspace_floats(const kern::ConvShape& s, bool bn_grad = false);
+    // The BN's part, then the larger of the wgrad's partials and (bn_grad) the dgrad epilogue's, or with fused_bwd
+    // on a shape the fused kernel takes, its partials (with bn_grad, the epilogue's after the wgrad's).
+    static size_t pw_fused_bn_workspace_floats(const kern::ConvShape& s, bool bn_grad = false, bool fused_bwd = false);
     // The backward-data with the preceding BN's backward reductions in its epilogue
     // (kern::pwconv_backward_data_cuda with kern::BnGradSums; ws of at least kern::pwconv_dgrad_workspace_floats(s)).
     // Only where dgrad_bn_grad_runs(s); accumulate as conv_backward_data.
@@ -229,8 +237,9 @@ private:
     const Entry& find(const kern::ConvShape& s) const;
     double time_stem(const kern::ConvShape& s) const;  // the custom stem conv: ms per fwd+wgrad
     // The custom 1x1 conv: ms per fwd+dgrad+wgrad, with the epilogues the policy and e.use say the step runs;
-    // cudnn_credit: the ms of the passes those epilogues remove, to add to cuDNN's time.
-    double time_pointwise(const Entry& e, double& cudnn_credit) const;
+    // cudnn_credit: the ms of the passes those epilogues remove, to add to cuDNN's time. e.pw_fused_timed (the
+    // shape's layers take the fused backward) is left set only where the kernel took the combination timed.
+    double time_pointwise(Entry& e, double& cudnn_credit) const;
     // Picks e's gather variants; ms per fwd(+dgrad)+wgrad. With the statistics epilogue (stats_forward(e)) the
     // forward is timed with it, and cudnn_credit is the statistics pass it removes.
     double time_depthwise(Entry& e, double& cudnn_credit) const;

@@ -18,8 +18,10 @@ struct GpuOps::Entry {
     // The custom 1x1 conv timed with its epilogues (GpuOps::time_pointwise): the time of the passes they
     // remove, included in ms[0] (0: none).
     double credit_ms = 0;
-    // kern::ConvPolicy::pw_fused_bwd on a 1x1 shape whose layers all take the fused backward (ConvUse::pw_fused_bwd,
-    // no bn_grad_epilogue): the custom time's backward is the fused pass (GpuOps::time_pointwise).
+    // kern::ConvPolicy::pw_fused_bwd on a 1x1 shape some layer of which takes the fused backward
+    // (ConvUse::pw_fused_bwd) and the kernel takes with the prologue and epilogue timed: the custom time's backward
+    // is the fused pass (GpuOps::time_pointwise), with the BN-backward epilogue in the overwrite mode where the
+    // shape's dgrad gathers a producer's reductions.
     bool pw_fused_timed = false;
     // CustomDepthwise: the variants run (gather: kern::kDwVariants, wgrad: kern::kDwWgradVariants) and,
     // when autotuned, each valid variant's time (ms; -1 = not valid for the pass or not timed). The

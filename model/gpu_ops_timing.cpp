@@ -45,9 +45,9 @@ struct TimingBuffers {
 
     TimingBuffers(const kern::ConvShape& s, size_t ws_floats, bool with_dx, cudaStream_t stream) {
         const size_t xn = s.in().numel(), yn = s.out().numel(), wn = s.weight_numel();
-        const size_t bytes[6] = {xn * sizeof(kern::bf16), wn * sizeof(kern::bf16), yn * sizeof(kern::bf16),
-                                 with_dx ? xn * sizeof(kern::bf16) : 0, wn * sizeof(float),
-                                 std::max<size_t>(ws_floats, 1) * sizeof(float)};
+        const size_t bytes[6] = {xn * sizeof(kern::bf16), wn * sizeof(kern::bf16),
+                                 yn * sizeof(kern::bf16), with_dx ? xn * sizeof(kern::bf16) : 0,
+                                 wn * sizeof(float),      std::max<size_t>(ws_floats, 1) * sizeof(float)};
         for (int i = 0; i < 6; ++i) {
             if (bytes[i] == 0) continue;
             SF_CUDA_CHECK(cudaMalloc(&mem.p[i], bytes[i]));
@@ -115,8 +115,7 @@ double GpuOps::time_depthwise(Entry& e, double& cudnn_credit) const {
     const kern::ConvShape& s = e.shape;
     const bool stats = stats_forward(e);
     const size_t rows = s.out().pixels(), c = static_cast<size_t>(s.cout);
-    size_t wsf =
-        std::max(kern::dwconv3x3_workspace_floats(s), e.fused ? kern::dwconv3x3_fused_workspace_floats(s) : 0);
+    size_t wsf = std::max(kern::dwconv3x3_workspace_floats(s), e.fused ? kern::dwconv3x3_fused_workspace_floats(s) : 0);
     if (stats)
         wsf = std::max({wsf, kern::dwconv3x3_stats_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cout)});
     // The workspace, then (with the epilogue) the 4C statistics it writes.
@@ -159,14 +158,16 @@ double GpuOps::time_depthwise(Entry& e, double& cudnn_credit) const {
     // the one staged variant the step would run, the first.
     if (stats && !policy_.dw_variants) {
         const int v = first_staged_forward(s);
-        e.fwd_variant_ms[v] = time_runs(
-            [&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, v, &st, b.ws, wsf); }, iters);
+        e.fwd_variant_ms[v] =
+            time_runs([&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, v, &st, b.ws, wsf); }, iters);
     }
     if (stats)
-        cudnn_credit = time_runs([&] {
-            kern::bn_stats_train(ex_, rows, s.cout, b.y, st.save_mean, st.save_invstd, st.running_mean,
-                                 st.running_var, 0.1, 1e-5, b.ws, wsf);
-        }, iters);
+        cudnn_credit = time_runs(
+            [&] {
+                kern::bn_stats_train(ex_, rows, s.cout, b.y, st.save_mean, st.save_invstd, st.running_mean,
+                                     st.running_var, 0.1, 1e-5, b.ws, wsf);
+            },
+            iters);
     e.fwd_variant = fastest_variant(e.fwd_variant_ms);
     e.wgrad_variant = fastest_variant(e.wgrad_variant_ms);
     const double fwd = e.fwd_variant_ms[e.fwd_variant], wgrad = e.wgrad_variant_ms[e.wgrad_variant];
@@ -214,7 +215,8 @@ void GpuOps::time_prologue_forward(Entry& e) const {
     // partials, then the 4C statistics.
     const bool stats = stats_forward(e);
     const size_t c = static_cast<size_t>(s.cout), wsf = stats ? kern::dwconv3x3_stats_workspace_floats(s) : 0;
-    const TimingBuffers b(s, stats ? wsf + 4 * c : 1, false, ex_.stream);  // dw (9C floats, zeroed) holds the 4C vectors
+    const TimingBuffers b(s, stats ? wsf + 4 * c : 1, false,
+                          ex_.stream);  // dw (9C floats, zeroed) holds the 4C vectors
     const kern::DwPrologue pro = zero_prologue(e.use.prologue_act, b.dw, s.cin);
     const kern::BnStatsOut st = stats_at(b.ws + wsf, c);
     if (stats) SF_CUDA_CHECK(cudaMemsetAsync(st.save_mean, 0, 4 * c * sizeof(float), ex_.stream));
@@ -225,9 +227,7 @@ void GpuOps::time_prologue_forward(Entry& e) const {
         if (kern::dw_variant_prologue(v) && kern::dwconv3x3_variant_supported(s, v, false) &&
             (!stats || kern::dw_variant_staged(v)))
             e.pro_fwd_variant_ms[v] = time_runs(
-                [&] {
-                    kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, &pro, v, stats ? &st : nullptr, b.ws, wsf);
-                },
+                [&] { kern::dwconv3x3_forward_cuda(ex_, s, b.x, b.w, b.y, &pro, v, stats ? &st : nullptr, b.ws, wsf); },
                 iters);
     e.pro_fwd_variant = fastest_variant(e.pro_fwd_variant_ms);
 }
@@ -252,19 +252,28 @@ double GpuOps::time_stem(const kern::ConvShape& s) const {
 // (bn_act_backward_stats on the input, weighted as that mode's share of the dgrad time); with pw_bn_bwd and a
 // shape whose layers form their BN's dx on load (use.bn_bwd_prologue), the dgrad (both modes; the overwrite
 // one with the epilogue too where marked) and the wgrad with the BN-backward prologue, and cuDNN credited with
-// the dx pass it removes (bn_act_backward_dx on the output); with pw_fused_bwd and a shape whose layers all take the
-// fused backward (e.pw_fused_timed), the backward as that one pass per dgrad mode (the BN-backward prologue as above)
-// instead of the wgrad and the dgrad. Zero vectors: the same instructions as real statistics.
-double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
+// the dx pass it removes (bn_act_backward_dx on the output); with pw_fused_bwd and a shape some layer of which takes
+// the fused backward (e.pw_fused_timed) with the prologue and epilogue above, the backward as that one pass per dgrad
+// mode (the BN-backward prologue, and in the overwrite mode the epilogue, as above) instead of the wgrad and the
+// dgrad. Zero vectors: the same instructions as real statistics.
+double GpuOps::time_pointwise(Entry& e, double& cudnn_credit) const {
     const kern::ConvShape& s = e.shape;
     const size_t rows = s.in().pixels();
     const bool stats = pw_stats() && e.use.stats_epilogue && rows >= 2;
     const bool bn_grad = pw_bn_grad() && e.use.bn_grad_epilogue && e.use.needs_overwrite() && rows >= 2;
     const bool bn_bwd = pw_bn_bwd() && e.use.bn_bwd_prologue && s.cout <= kern::kPwMaxPrologueK;
+    // The fused backward where the shape's layers take it, with the prologue and epilogue timed below.
+    kern::DwBnBackward bnb_act;
+    bnb_act.act = e.use.bn_bwd_act;
+    kern::BnGradSums bng_act;
+    bng_act.act = e.use.bn_grad_act;
+    const bool fused = e.pw_fused_timed && kern::pwconv_backward_fused_supported(
+                                               s, nullptr, bn_bwd ? &bnb_act : nullptr, bn_grad ? &bng_act : nullptr);
+    e.pw_fused_timed = fused;
     const int c = std::max(s.cin, s.cout);
     size_t wsf = kern::pwconv_wgrad_workspace_floats(s);
-    if (stats)
-        wsf = std::max({wsf, kern::pwconv_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cout)});
+    if (fused) wsf = std::max(wsf, kern::pwconv_backward_fused_workspace_floats(s, bn_grad));
+    if (stats) wsf = std::max({wsf, kern::pwconv_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cout)});
     if (bn_grad)
         wsf = std::max({wsf, kern::pwconv_dgrad_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cin)});
     if (bn_bwd) wsf = std::max(wsf, kern::bn_act_workspace_floats(rows, s.cout));
@@ -279,7 +288,13 @@ double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
     // The BN-backward prologue (bn_bwd): y is the BN's input and, as dy, its output's gradient.
     const kern::DwBnBackward bnb{e.use.bn_bwd_act, b.y, zeros, zeros + c, zeros + 2 * c, zeros + 3 * c, zeros};
     const kern::DwBnBackward* pb = bn_bwd ? &bnb : nullptr;
-    const bool fused = e.pw_fused_timed && kern::pwconv_backward_fused_supported(s, nullptr, pb);
+    // The BN-backward epilogue (bn_grad): x is the producer BN's input; its sums into outs.
+    const kern::BnGradSums bng{e.use.bn_grad_act, b.x,  zeros,    zeros + c,   zeros + 2 * c,
+                               zeros + 3 * c,     outs, outs + c, outs + 2 * c};
+    const auto reduce_pass = [&] {  // the producer's reduction pass the epilogue removes
+        kern::bn_act_backward_stats(ex_, e.use.bn_grad_act, rows, s.cin, b.x, b.dx, zeros, zeros + c, zeros + 2 * c,
+                                    zeros + 3 * c, outs, outs + c, b.ws, wsf, bn_backward_rows());
+    };
     double ms = time_runs(
         [&] { kern::pwconv_forward_cuda(ex_, s, b.x, b.w, b.y, nullptr, stats ? &st : nullptr, b.ws, wsf); }, iters);
     if (!fused)
@@ -297,37 +312,38 @@ double GpuOps::time_pointwise(const Entry& e, double& cudnn_credit) const {
         cudnn_credit += time_runs(dx_pass, iters);
     }
     if (stats)
-        cudnn_credit += time_runs([&] {
-            kern::bn_stats_train(ex_, s.out().pixels(), s.cout, b.y, st.save_mean, st.save_invstd, st.running_mean,
-                                 st.running_var, 0.1, 1e-5, b.ws, wsf);
-        }, iters);
+        cudnn_credit += time_runs(
+            [&] {
+                kern::bn_stats_train(ex_, s.out().pixels(), s.cout, b.y, st.save_mean, st.save_invstd, st.running_mean,
+                                     st.running_var, 0.1, 1e-5, b.ws, wsf);
+            },
+            iters);
     if (!e.dgrad) return ms;
     double dgrad = 0;
     int modes = 0;
-    if (fused) {  // dgrad and wgrad in one pass, per mode the step runs (no BN-backward epilogue on such shapes)
+    if (fused) {  // dgrad and wgrad in one pass, per mode the step runs (the overwrite one with the epilogue)
         for (const bool acc : {true, false}) {
             if (acc ? !e.use.needs_accumulate() : !e.use.needs_overwrite()) continue;
+            const kern::BnGradSums* g = bn_grad && !acc ? &bng : nullptr;
             dgrad += time_runs(
                 [&] {
-                    kern::pwconv_backward_fused_cuda(ex_, s, b.x, b.y, b.w, b.dx, b.dw, acc, b.ws, wsf, nullptr, pb);
+                    kern::pwconv_backward_fused_cuda(ex_, s, b.x, b.y, b.w, b.dx, b.dw, acc, b.ws, wsf, nullptr, pb, g);
                 },
                 iters);
             ++modes;
         }
+        if (bn_grad) cudnn_credit += time_runs(reduce_pass, iters) / modes;
         return ms + dgrad / modes;
     }
     if (e.use.needs_accumulate())
         dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, true, pb); }, iters), ++modes;
     if (e.use.needs_overwrite()) {
-        const kern::BnGradSums bng{e.use.bn_grad_act, b.x, zeros, zeros + c, zeros + 2 * c, zeros + 3 * c,
-                                   outs, outs + c, outs + 2 * c};
-        dgrad += time_runs([&] { kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, false, pb,
-                                                                 bn_grad ? &bng : nullptr, b.ws, wsf); }, iters),
+        dgrad += time_runs(
+            [&] {
+                kern::pwconv_backward_data_cuda(ex_, s, b.y, b.w, b.dx, false, pb, bn_grad ? &bng : nullptr, b.ws, wsf);
+            },
+            iters),
             ++modes;
-        const auto reduce_pass = [&] {
-            kern::bn_act_backward_stats(ex_, e.use.bn_grad_act, rows, s.cin, b.x, b.dx, zeros, zeros + c, zeros + 2 * c,
-                                        zeros + 3 * c, outs, outs + c, b.ws, wsf, rk);
-        };
         if (bn_grad) cudnn_credit += time_runs(reduce_pass, iters) / modes;
     }
     return ms + dgrad / modes;

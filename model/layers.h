@@ -42,11 +42,11 @@ template <class T>
 struct ConvBN {
     kern::ConvShape cs;
     kern::Act act = kern::Act::None;
-    bool input_grad = true;  // set false before declare() for the network's first conv
-    int upsample = 1;        // set before declare(): > 1 upsamples the conv output (no bias allowed)
+    bool input_grad = true;             // set false before declare() for the network's first conv
+    int upsample = 1;                   // set before declare(): > 1 upsamples the conv output (no bias allowed)
     const ActT<T>* sum_into = nullptr;  // set before each declare(): the sum the output is added into
     bool sums = false;                  // declare() bound sum_into (read this, not the pointer, afterwards)
-    std::string fwd_scope, bwd_scope;  // "<name> fwd" / "<name> bwd" (rt::Scope)
+    std::string fwd_scope, bwd_scope;   // "<name> fwd" / "<name> bwd" (rt::Scope)
     // The fused LiteBlock (CUDA only, NetShape::fuse_expand_dw; set before declare()):
     // apply_in_consumer: the BN + activation is applied by the consumer as it loads the conv output,
     //   so the train forward computes the batch statistics only and `out` has no values (v null; its
@@ -95,24 +95,24 @@ struct ConvBN {
     // loads (its ws holds the BN's coefficients and the wgrad's partials; its traced backward reports that
     // op's reads).
     bool pw_fused_bn = false;
-    // CUDA, GpuOps::pw_fused_bwd: a 1x1 ConvBN (no upsample or bias, no producer's BN reductions gathered in its
-    // dgrad) whose shape and input prologue the fused dgrad + wgrad kernel takes: its backward runs that kernel
-    // where the project's kernel runs the shape (the trace is the same either way).
+    // CUDA, GpuOps::pw_fused_bwd: a 1x1 ConvBN (no upsample or bias) whose shape, input prologue, BN-backward
+    // prologue (pw_fused_bn) and producer's BN reductions (grad_sums_of) the fused dgrad + wgrad kernel takes: its
+    // backward runs that kernel where the project's kernel runs the shape (the trace is the same either way).
     bool pw_fused_bwd = false;
     // CUDA, NetShape::fuse_up_bn (upsample > 1): the BN passes form the upsampled conv output from conv_lo on
     // load (kern::BnUpsampled); `conv` then holds only its gradient.
     bool up_in_bn = false;
-    ActT<T> conv_lo;        // upsample > 1: the conv output at the input's resolution
-    ActT<T> conv;           // conv output (BN input), upsampled when upsample > 1; its g lives only inside backward()
-    ActT<T> bn;             // BN output (activation input); CPU only
-    ActT<T> out;            // activation output; the same tensor as bn when act == None (CUDA with sum_into: sum)
-    ActT<T> sum;            // with sum_into: that tensor (bound at declare)
+    ActT<T> conv_lo;  // upsample > 1: the conv output at the input's resolution
+    ActT<T> conv;     // conv output (BN input), upsampled when upsample > 1; its g lives only inside backward()
+    ActT<T> bn;       // BN output (activation input); CPU only
+    ActT<T> out;      // activation output; the same tensor as bn when act == None (CUDA with sum_into: sum)
+    ActT<T> sum;      // with sum_into: that tensor (bound at declare)
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout, int k, int stride, int groups,
                  kern::Act act, bool with_bias = false);
     // residual: with sum_into, what the output is added to (required then, else ignored).
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train, const T* residual = nullptr) const;
-    void backward(const rt::Exec& ex, const ActT<T>& x) const;  // x.g may be null: no input gradient
+    void backward(const rt::Exec& ex, const ActT<T>& x) const;                 // x.g may be null: no input gradient
     const ActT<T>& conv_out() const { return upsample > 1 ? conv_lo : conv; }  // what the convolution writes
     // The DwPrologue a consumer applies (apply_in_consumer; CUDA): batch statistics when train, else
     // the running ones. Declared for both element types; the CPU backend never fuses.
@@ -173,9 +173,9 @@ template <class T>
 struct FusePath {
     bool up = false;
     int factor = 1;
-    ActT<T> upsampled;            // up, UpsampleFirst: (N, f*H, f*W, Csrc)
-    ConvBN<T> cb;                 // up: 1x1 Csrc -> Cdst, no activation
-    std::vector<DSConv<T>> down;  // down: 1..3 DSConvs
+    ActT<T> upsampled;                       // up, UpsampleFirst: (N, f*H, f*W, Csrc)
+    ConvBN<T> cb;                            // up: 1x1 Csrc -> Cdst, no activation
+    std::vector<DSConv<T>> down;             // down: 1..3 DSConvs
     std::string up_fwd_scope, up_bwd_scope;  // UpsampleFirst: "<path>.0 fwd|bwd", the Upsample (OpUse)
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& src, int src_level, int dst_level,

@@ -90,8 +90,8 @@ struct ConvUse {
     bool bn_bwd_prologue = false;
     kern::Act bn_bwd_act = kern::Act::None;
     // Some 1x1 layer of this shape takes its dgrad and wgrad in one kernel (ConvBN::pw_fused_bwd,
-    // GpuOps::pw_fused_bwd): GpuOps times the project's backward so where no layer of the shape gathers a
-    // producer's BN reductions (bn_grad_epilogue), the choice then comparing what the step would run.
+    // GpuOps::pw_fused_bwd): GpuOps times the project's backward so (with the BN-backward epilogue where
+    // bn_grad_epilogue), the choice then comparing what the step would run.
     bool pw_fused_bwd = false;
     bool needs_overwrite() const { return dgrad && dgrad_overwrite; }
     bool needs_accumulate() const { return dgrad && (dgrad_accumulate || !dgrad_overwrite); }
@@ -226,8 +226,7 @@ public:
 
     // Sizing pass: records a convolution (deduplicated by shape; dgrad ORed).
     // bn_prologue: this forward applies its input's BN + activation prologue_act on load (ConvUse).
-    void conv(const kern::ConvShape& s, bool dgrad, bool bn_prologue = false,
-              kern::Act prologue_act = kern::Act::None);
+    void conv(const kern::ConvShape& s, bool dgrad, bool bn_prologue = false, kern::Act prologue_act = kern::Act::None);
     // Marks the epilogues a layer of shape s (already declared by conv()) may run (ConvUse).
     void conv_epilogues(const kern::ConvShape& s, bool stats, bool bn_grad, kern::Act bn_grad_act);
     // Marks a shape (already declared) whose dgrad and wgrad some layer runs with its BN's dx formed on load.
@@ -361,8 +360,8 @@ private:
     bool grads_planned_ = false;
     size_t grad_dgrad_first_ = 0;
     size_t grad_copies_ = 0, grad_copied_ = 0;
-    std::vector<int> write_slot_;  // per traced write: its slot (for the replay's targets)
-    std::vector<bool> write_acc_;  // per traced write: accumulate (false: first contribution)
+    std::vector<int> write_slot_;                 // per traced write: its slot (for the replay's targets)
+    std::vector<bool> write_acc_;                 // per traced write: accumulate (false: first contribution)
     std::vector<std::vector<int>> section_lane_;  // [section][slot]: the lane that touches it there, -1: none
     size_t workspace_floats_ = 0, extra_workspace_bytes_ = 0;  // per lane (rounded to 256 B when sized)
     int lanes_ = 1, lane_ = 0;

@@ -119,15 +119,25 @@ TEST(StepModelKernels, EachSwitchMarksTheLayersItsRuleNames) {
     }
     EXPECT_GT(fused, 0);
     EXPECT_GT(too_wide, 0);  // the 1/16 and 1/32 branches' LiteBlocks
-    k.pw_bn_grad = true;     // a dgrad gathering its producer's sums keeps the two kernels (no such epilogue fused)
+    // A dgrad gathering its producer's sums takes them in the fused pass's epilogue where that BN's activation is
+    // SiLU (the LiteBlock projects, the DSConv pointwise convs): the same layers as without pw_bn_grad.
+    const std::vector<model::LayerUse> without = layers(s, k);
+    k.pw_bn_grad = true;
+    const std::vector<model::LayerUse> with = layers(s, k);
+    ASSERT_EQ(with.size(), without.size());
     int gatherers_fused = 0, still = 0;
-    for (const model::LayerUse& l : layers(s, k)) {
+    for (size_t i = 0; i < with.size(); ++i) {
+        const model::LayerUse& l = with[i];
+        const bool silu_producer = !l.kernels.gathers_input_bn_sums || with[i - 1].act == kern::Act::Silu;
+        EXPECT_EQ(l.kernels.pw_fused_bwd, without[i].kernels.pw_fused_bwd && silu_producer) << l.name;
         gatherers_fused += l.kernels.gathers_input_bn_sums && l.kernels.pw_fused_bwd;
         still += l.kernels.pw_fused_bwd;
     }
-    EXPECT_EQ(gatherers_fused, 0);
-    EXPECT_GT(still, 0);  // the expands, transitions and laterals
-    EXPECT_LT(still, fused);
+    EXPECT_GT(gatherers_fused, 10);  // the 1/4 and 1/8 LiteBlocks' projects, DSConvs of those widths
+    EXPECT_EQ(still, fused);
+    k.pw_bn_bwd = true;  // with the BN-backward prologue too (the layer's own BN: not ReLU with the epilogue)
+    for (const model::LayerUse& l : layers(s, k))
+        EXPECT_FALSE(l.kernels.gathers_input_bn_sums && l.kernels.pw_fused_bwd && l.act == kern::Act::Relu) << l.name;
     k = {};
     k.dw_fused_bwd = k.dw_fused_bn_grad = true;  // the fused LiteBlock's depthwise conv gathers the expand's sums
     for (const model::LayerUse& l : layers(small(true), k))
@@ -232,6 +242,34 @@ TEST(StepModelKernels, EachSwitchTakesOffTheBytesOfThePassesItRemoves) {
         EXPECT_GT(expect, 0);
         EXPECT_NEAR(bytes(a) - bytes(b), expect, 1e-9 * bytes(a));
         EXPECT_NEAR(flops(a) - flops(b), less_flops, 1e-9 * flops(a));
+    }
+    // With the producer's reductions in the dgrad's epilogue: the fused pass still takes off the wgrad's read of
+    // the output's gradient; with that BN as the conv's input prologue (fuse_dw_pw) the epilogue's read of the
+    // producer's x is the rows the pass has just staged for its wgrad (an L2 hit): that read goes too.
+    for (const bool dw_pw : {false, true}) {
+        SCOPED_TRACE(dw_pw ? "pw_fused_bwd against pw_bn_grad, fuse_dw_pw" : "pw_fused_bwd against pw_bn_grad");
+        model::NetShape sh = small();
+        sh.fuse_dw_pw = dw_pw;
+        base = {};
+        base.pw_custom = base.pw_bn_grad = true;
+        k = base;
+        k.pw_fused_bwd = true;
+        const std::vector<StepModelRow> a = tools::step_model(sh, {}, &base), b = tools::step_model(sh, {}, &k);
+        const std::vector<model::LayerUse> ls = layers(sh, k);
+        double expect = 0;
+        int gatherers = 0;
+        for (size_t i = 0; i < ls.size(); ++i) {
+            if (!ls[i].kernels.pw_fused_bwd) continue;
+            expect += out_bytes(ls[i]);
+            if (ls[i].kernels.gathers_input_bn_sums) {
+                ++gatherers;
+                EXPECT_EQ(ls[i].input_bn_prologue, dw_pw) << ls[i].name;
+                if (dw_pw) expect += out_bytes(ls[i - 1]);
+            }
+        }
+        EXPECT_GT(gatherers, 10);
+        EXPECT_NEAR(bytes(a) - bytes(b), expect, 1e-9 * bytes(a));
+        EXPECT_NEAR(flops(a), flops(b), 1e-9 * flops(a));
     }
     // The producer's reduction pass (x, dy read) less the 1x1 dgrad's read of the producer's x.
     k = {};

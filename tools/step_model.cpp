@@ -17,8 +17,10 @@ double dbl(size_t v) { return static_cast<double>(v); }
 const char* conv_kind(const model::LayerUse& l) {
     if (!l.batchnorm) return "head 1x1 (fp32 logits)";
     if (l.upsample > 1 || l.name.find(".up_") != std::string::npos) return "conv 1x1 up path";
-    SF_CHECK(l.shape.k == 1 || l.shape.k == 3, "step model: layer %s has a %dx%d convolution; the model knows 1x1 "
-             "and 3x3", l.name.c_str(), l.shape.k, l.shape.k);
+    SF_CHECK(l.shape.k == 1 || l.shape.k == 3,
+             "step model: layer %s has a %dx%d convolution; the model knows 1x1 "
+             "and 3x3",
+             l.name.c_str(), l.shape.k, l.shape.k);
     if (l.shape.groups > 1) return "conv 3x3 depthwise";
     return l.shape.k == 1 ? "conv 1x1" : "conv 3x3 dense";
 }
@@ -82,9 +84,8 @@ void add_kernel_fusions(StepModelRow& r, const model::LayerUse& l, const Precisi
         }
     }
     if (l.kernels.pw_fused_bwd) {
-        SF_CHECK(s.k == 1 && l.input_grad && !l.kernels.gathers_input_bn_sums,
-                 "step model: layer %s is no 1x1 conv with an input gradient and a plain dgrad epilogue, so its "
-                 "backward cannot run fused",
+        SF_CHECK(s.k == 1 && l.input_grad,
+                 "step model: layer %s is no 1x1 conv with an input gradient, so its backward cannot run fused",
                  l.name.c_str());
         // The wgrad's second read of the output's gradient is gone (with the BN's dx formed on load: of the BN's
         // dy and its input); the dx formed once serves both GEMMs, so its FLOPs are counted once.
@@ -100,7 +101,9 @@ void add_kernel_fusions(StepModelRow& r, const model::LayerUse& l, const Precisi
 // A consumer c whose backward-data gathers its producer's BN backward reductions (LayerUse::gathers_input_bn_sums;
 // the producer: the layer just before it, whose output it reads, row `prod`): the producer's reduction pass
 // (its x and dy read) is gone; its FLOPs move into c's dgrad, which reads the producer's x for them where it
-// did not already (a 1x1 dgrad does not; the fused depthwise backward reads it for its wgrad anyway).
+// did not already (a 1x1 dgrad does not; the fused depthwise backward reads it for its wgrad anyway, and so
+// does the fused 1x1 backward with that BN as its input prologue: the epilogue's read of the rows the pass
+// has just staged for its wgrad is an L2 hit).
 void move_reduction_to_consumer(StepModelRow& prod, const model::LayerUse& pl, StepModelRow& c,
                                 const model::LayerUse& cl, const Precision& p) {
     const kern::Shape4 out = pl.shape.out(), in = cl.shape.in();
@@ -112,7 +115,8 @@ void move_reduction_to_consumer(StepModelRow& prod, const model::LayerUse& pl, S
     prod.at(StepPart::NormBwd).bytes -= red.bytes;
     prod.at(StepPart::NormBwd).simt_flops -= red.simt_flops;
     const double x = dbl(out.numel()) * p.act;
-    c.at(StepPart::ConvDgrad).bytes += red.bytes - 2 * x + (cl.shape.k == 1 ? x : 0);
+    const bool reads_x = cl.shape.k == 1 && !(cl.kernels.pw_fused_bwd && cl.input_bn_prologue);
+    c.at(StepPart::ConvDgrad).bytes += red.bytes - 2 * x + (reads_x ? x : 0);
     c.at(StepPart::ConvDgrad).simt_flops += red.simt_flops;
 }
 
@@ -220,10 +224,17 @@ OpCost StepModelRow::bwd() const {
 }
 
 const std::vector<std::string>& step_kinds() {
-    static const std::vector<std::string> kinds = {
-        "conv 3x3 dense", "conv 3x3 depthwise", "conv 1x1",     "conv 1x1 up path", "head 1x1 (fp32 logits)",
-        "upsample",       "weighted fuse",      "gradient sum", "loss",             "optimizer",
-        "data"};
+    static const std::vector<std::string> kinds = {"conv 3x3 dense",
+                                                   "conv 3x3 depthwise",
+                                                   "conv 1x1",
+                                                   "conv 1x1 up path",
+                                                   "head 1x1 (fp32 logits)",
+                                                   "upsample",
+                                                   "weighted fuse",
+                                                   "gradient sum",
+                                                   "loss",
+                                                   "optimizer",
+                                                   "data"};
     return kinds;
 }
 
@@ -246,9 +257,9 @@ std::vector<StepModelRow> step_model(const model::Planner& plan, const model::Ne
     rows.push_back(step_row("optimizer", "optimizer", grad_norm_cost(n) + adamw_cost(n)));
     // The input's preprocessing: one byte per pixel read, `channels` bytes written per pixel (as the
     // per-layer table has always charged it; the bf16 copy is counted in elements of one byte).
-    rows.push_back(step_row("data: preprocess", "data",
-                            eltwise_cost(static_cast<size_t>(shape.batch) * shape.height * shape.width, 1,
-                                         shape.channels, 2, 1)));
+    rows.push_back(
+        step_row("data: preprocess", "data",
+                 eltwise_cost(static_cast<size_t>(shape.batch) * shape.height * shape.width, 1, shape.channels, 2, 1)));
     return rows;
 }
 

@@ -115,33 +115,37 @@ TEST(ModelGpuOpsGpu, PointwiseBnBackwardPrologueTimedAndCredited) {
 }
 
 // ConvPolicy::pw_fused_bwd: a 1x1 shape marked ConvUse::pw_fused_bwd has its backward timed as the fused pass (both
-// dgrad modes; with the BN-backward prologue where the shape is marked for it too), as the step runs it; not where
-// a layer of the shape gathers a producer's BN reductions (those layers keep the two kernels), nor unmarked, nor
-// without the policy. GpuOps::pw_fused_backward where the custom kernel won.
+// dgrad modes; with the BN-backward prologue where the shape is marked for it too, and the producer's BN-backward
+// epilogue in the overwrite mode where some layer gathers its producer's reductions), as the step runs it; not where
+// the kernel refuses the combination (the epilogue with a ReLU BN-backward prologue), nor unmarked, nor without the
+// policy. GpuOps::pw_fused_backward where the custom kernel won, with a producer's sums only under pw_bn_grad.
 TEST(ModelGpuOpsGpu, PointwiseFusedBackwardTimedAsOnePass) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;
     const std::string timed = "custom's backward timed as the fused dgrad + wgrad";
     // 0: marked; 1: marked, with the BN-backward prologue; 2: marked, a bn_grad epilogue too; 3: not marked;
-    // 4: marked, the policy without pw_fused_bwd.
-    for (int c = 0; c < 5; ++c) {
+    // 4: marked, the policy without pw_fused_bwd; 5: marked, the epilogue with a ReLU BN-backward prologue.
+    kern::BnGradSums sums;  // the producer's reductions as GpuOps::pw_fused_backward is asked for them
+    sums.act = kern::Act::Silu;
+    for (int c = 0; c < 6; ++c) {
         model::ConvUse u = pointwise_use(false);
         u.dgrad_accumulate = true;  // both dgrad modes
         u.pw_fused_bwd = c != 3;
-        u.bn_bwd_prologue = c == 1;
-        u.bn_bwd_act = c == 1 ? kern::Act::Silu : kern::Act::None;
-        u.bn_grad_epilogue = c == 2;
-        u.bn_grad_act = c == 2 ? kern::Act::Silu : kern::Act::None;
+        u.bn_bwd_prologue = c == 1 || c == 5;
+        u.bn_bwd_act = c == 1 ? kern::Act::Silu : c == 5 ? kern::Act::Relu : kern::Act::None;
+        u.bn_grad_epilogue = c == 2 || c == 5;
+        u.bn_grad_act = c == 2 || c == 5 ? kern::Act::Silu : kern::Act::None;
         kern::ConvPolicy p = autotuned();
         p.pw_custom = true;
         p.pw_fused_bwd = c != 4;
-        p.pw_bn_bwd = c == 1;
-        p.pw_bn_grad = c == 2;
+        p.pw_bn_bwd = c == 1 || c == 5;
+        p.pw_bn_grad = c == 2 || c == 5;
         const Prepared pr(ctx.exec(), p, u);
         ASSERT_FALSE(pr.lines.empty());
-        EXPECT_EQ(pr.lines[0].find(timed) != std::string::npos, c <= 1) << c << ": " << pr.lines[0];
+        EXPECT_EQ(pr.lines[0].find(timed) != std::string::npos, c <= 2) << c << ": " << pr.lines[0];
         const bool custom = pr.ops.impl_of(u.shape) == model::ConvImpl::CustomPointwise;
         EXPECT_EQ(pr.ops.pw_fused_backward(u.shape, nullptr), custom && c != 4) << c;
+        EXPECT_EQ(pr.ops.pw_fused_backward(u.shape, nullptr, &sums), custom && (c == 2 || c == 5)) << c;
     }
 }
 
@@ -164,7 +168,8 @@ TEST(ModelGpuOpsGpu, DepthwiseStatisticsEpilogueTimedCreditedAndRun) {
     const rt::Exec& ex = ctx.exec();
     for (const bool dw_stats : {true, false}) {
         for (const bool prologue : {false, true}) {
-            const std::string what = std::string(dw_stats ? "dw_stats" : "no dw_stats") + (prologue ? ", prologue" : "");
+            const std::string what =
+                std::string(dw_stats ? "dw_stats" : "no dw_stats") + (prologue ? ", prologue" : "");
             const model::ConvUse u = depthwise_use(prologue);
             const kern::ConvShape& s = u.shape;
             kern::ConvPolicy p = autotuned();
@@ -189,15 +194,18 @@ TEST(ModelGpuOpsGpu, DepthwiseStatisticsEpilogueTimedCreditedAndRun) {
             // Run the forward through GpuOps with the epilogue: y is the plain forward's, the statistics y's.
             const size_t nx = s.in().numel(), ny = s.out().numel(), c = static_cast<size_t>(s.cout);
             const size_t rows = s.out().pixels();
-            const size_t wsf = std::max(kern::dwconv3x3_stats_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cout));
-            sftest::DeviceBuffer x(nx * 2), w(s.weight_numel() * 2), y(ny * 2), y2(ny * 2), vec(12 * c * 4), ws(wsf * 4);
+            const size_t wsf =
+                std::max(kern::dwconv3x3_stats_workspace_floats(s), kern::bn_act_workspace_floats(rows, s.cout));
+            sftest::DeviceBuffer x(nx * 2), w(s.weight_numel() * 2), y(ny * 2), y2(ny * 2), vec(12 * c * 4),
+                ws(wsf * 4);
             std::vector<float> xv(nx), wv(s.weight_numel());
             for (size_t i = 0; i < nx; ++i) xv[i] = 1.0f + static_cast<float>((i * 7919) % 64) / 64.0f;
             for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 104729) % 32) / 64.0f - 0.125f;
             sftest::upload_bf16(x.h(), xv);
             sftest::upload_bf16(w.h(), wv);
             std::vector<float> vecs(12 * c, 0.0f);
-            for (size_t i = 0; i < c; ++i) vecs[i] = 1.0f, vecs[c + i] = 0.5f, vecs[2 * c + i] = 1.5f, vecs[3 * c + i] = 2.0f;
+            for (size_t i = 0; i < c; ++i)
+                vecs[i] = 1.0f, vecs[c + i] = 0.5f, vecs[2 * c + i] = 1.5f, vecs[3 * c + i] = 2.0f;
             sftest::upload(vec.f(), vecs);
             kern::DwPrologue pro;
             pro.act = kern::Act::Silu;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,8 +76,8 @@ TEST(CudaStep, PwCustomRunsThePointwiseConvsOnTheProjectKernels) {
         if (rel > worst) worst = rel, worst_name = p.name;
     }
     const double total = std::sqrt(d / r);
-    std::printf("gradient rel L2 against cuDNN's convolutions: %.3g over the network, worst %.3g (%s)\n", total,
-                worst, worst_name.c_str());
+    std::printf("gradient rel L2 against cuDNN's convolutions: %.3g over the network, worst %.3g (%s)\n", total, worst,
+                worst_name.c_str());
     EXPECT_LE(total, 1e-2);
     EXPECT_LE(worst, 5e-2) << worst_name;
 }
@@ -136,7 +137,8 @@ TEST(CudaStep, PwStatsTakesTheBnStatisticsFromTheConvEpilogue) {
     for (const model::BufferInfo& bi : p1.table().buffers) {
         if (bi.name != "stem.lite_blocks.0.pw_expand.bn.running_var") continue;
         for (size_t i = 0; i < bi.numel; ++i)
-            EXPECT_NEAR(b2[bi.offset + i], b1[bi.offset + i], 1e-5 * std::fabs(b1[bi.offset + i])) << bi.name << " " << i;
+            EXPECT_NEAR(b2[bi.offset + i], b1[bi.offset + i], 1e-5 * std::fabs(b1[bi.offset + i]))
+                << bi.name << " " << i;
     }
 }
 
@@ -145,10 +147,11 @@ TEST(CudaStep, PwStatsTakesTheBnStatisticsFromTheConvEpilogue) {
 // dgrad_bn_grad_runs), and one micro-step changes only a summation order (steprig::expect_changed_order_only:
 // the same plan and loss, some gradient not bitwise equal, each within relative L2 0.15 and all within 5e-2
 // of the network without it; under the emulation at most 0.037 and 0.013: the bf16 roundings of the BN
-// dx passes flip where the coefficients' last bits differ, and the flips spread), on the plain network (3 against 1: the depthwise layers then run the dx pass
-// alone) and with every fusion (4 against 2, with the fused LiteBlock, fuse_dw_pw and the fused depthwise
-// backward with its BN's dx inside and the expand BN's reductions: the fused kernel then takes the
-// coefficients the dgrad gathered, no statistics pass). The kernel: KernelsPwconvGpu.DgradBnGradEpilogue*.
+// dx passes flip where the coefficients' last bits differ, and the flips spread), on the plain network (3 against 1:
+// the depthwise layers then run the dx pass alone) and with every fusion (4 against 2, with the fused LiteBlock,
+// fuse_dw_pw and the fused depthwise backward with its BN's dx inside and the expand BN's reductions: the fused kernel
+// then takes the coefficients the dgrad gathered, no statistics pass). The kernel:
+// KernelsPwconvGpu.DgradBnGradEpilogue*.
 TEST(CudaStep, PwBnGradGathersTheDepthwiseBnGradientSums) {
     SF_REQUIRE_GPU();
     const HostBatches b = make_batches(1);
@@ -214,45 +217,92 @@ TEST(CudaStep, PwBnBwdIsBitwiseTheDxPass) {
     }
 }
 
+namespace {
+
+// The fused 1x1 backward's step tests: the network on `base` and the same with ConvPolicy::pw_fused_bwd (fuse: the
+// model fusions), both from the same parameters; `run` steps both at least twice (the second micro-step is the
+// captured one) and judges their results. The plan marks only the network with the switch, some layer of the test
+// network is too wide for the kernel (so the rule refuses some), and the captured micro-step has one kernel fewer
+// per layer marked (the dgrad, the wgrad and its finalize become the pass and the finalize; with a producer's BN
+// sums gathered, the dgrad's finalize stays the pass's): the fused kernel ran where the plan said, and nowhere
+// else. Returns how many marked layers gather their producer's BN sums.
+int check_pw_fused_bwd(const kern::ConvPolicy& base, int fuse, const std::string& what,
+                       const std::function<void(GpuRig& plain, GpuRig& fused)>& run) {
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    kern::ConvPolicy with = base;
+    with.pw_fused_bwd = true;
+    GpuRig plain(cpu, base, 1, model::UpOrder::ConvFirst, fuse), fused(cpu, with, 1, model::UpOrder::ConvFirst, fuse);
+    EXPECT_FALSE(plain.net.gpu_ops()->pw_fused_bwd()) << what;
+    EXPECT_TRUE(fused.net.gpu_ops()->pw_fused_bwd()) << what;
+    int marked = 0, wide = 0, gathering = 0;
+    for (const model::LayerUse& l : fused.net.plan().layers()) {
+        marked += l.kernels.pw_fused_bwd;
+        gathering += l.kernels.pw_fused_bwd && l.kernels.gathers_input_bn_sums;
+        wide += l.shape.k == 1 && l.input_grad && !kern::pwconv_backward_fused_supported(l.shape);
+    }
+    for (const model::LayerUse& l : plain.net.plan().layers()) EXPECT_FALSE(l.kernels.pw_fused_bwd) << l.name;
+    EXPECT_GT(marked, 0) << what;
+    EXPECT_GT(wide, 0) << what << ": the test network has 1x1 convs too wide for the fused kernel";
+    run(plain, fused);
+    const model::GraphNodeCounts& gp = plain.step.micro_graph_nodes();
+    const model::GraphNodeCounts& gf = fused.step.micro_graph_nodes();
+    EXPECT_TRUE(gp.captured && gf.captured) << what;
+    EXPECT_EQ(gp.kernels - gf.kernels, marked) << what;
+    std::printf("%s: %d layers fused (%d gathering their producer's BN sums), micro-step kernels %d -> %d\n",
+                what.c_str(), marked, gathering, gp.kernels, gf.kernels);
+    return gathering;
+}
+
+}  // namespace
+
 // The 1x1 dgrad and wgrad in one kernel (ConvPolicy::pw_fused_bwd, `bench step --pw-fused-bwd`): its dx and dw are
-// the two kernels' bits, so training steps are bitwise those of the network without it (expect_rigs_bitwise_equal),
-// on the network with the project's 1x1 kernel alone (the plain ConvBN backward: GpuOps::conv_backward_fused) and
-// with every fusion and the BN's dx in the conv loads (GpuOps::bn_pw_backward_fused: the expand's BN-backward
-// prologue with SiLU, the project's with none and fuse_dw_pw's SiLU prologue on x). The captured micro-step has
-// one kernel fewer per layer the plan marked (the dgrad, the wgrad and its finalize become the pass and the
-// finalize): the fused kernel ran where the plan said, and nowhere else.
+// the two kernels' bits, so training steps are bitwise those of the network without it (expect_rigs_bitwise_equal,
+// after two steps), on the network with the project's 1x1 kernel alone (the plain ConvBN backward:
+// GpuOps::conv_backward_fused) and with every fusion and the BN's dx in the conv loads (GpuOps::bn_pw_backward_fused:
+// the expand's BN-backward prologue with SiLU, the project's with none and fuse_dw_pw's SiLU prologue on x); no
+// producer's BN sums gathered (pw_bn_grad off: PwFusedBwdGathersTheProducerBnSums). Marks and kernel nodes:
+// check_pw_fused_bwd.
 TEST(CudaStep, PwFusedBwdIsBitwiseTheSeparatePasses) {
     SF_REQUIRE_GPU();
     const HostBatches b = make_batches(2);
-    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
-    init_cpu(cpu);
-    const model::UpOrder order = model::UpOrder::ConvFirst;
     for (const bool all : {false, true}) {
-        const std::string what = all ? "pw_fused_bwd with every fusion and pw_bn_bwd" : "pw_fused_bwd";
-        const int fuse = all ? kFuseExpandDw | kFuseDwPw : 0;
         kern::ConvPolicy base = GpuRig::policy(true, 1, all ? 4 : 0, 1);
         base.pw_bn_bwd = all;
-        kern::ConvPolicy with = base;
-        with.pw_fused_bwd = true;
-        GpuRig plain(cpu, base, 1, order, fuse), fused(cpu, with, 1, order, fuse);
-        EXPECT_FALSE(plain.net.gpu_ops()->pw_fused_bwd());
-        EXPECT_TRUE(fused.net.gpu_ops()->pw_fused_bwd());
-        int marked = 0, wide = 0;
-        for (const model::LayerUse& l : fused.net.plan().layers()) {
-            marked += l.kernels.pw_fused_bwd;
-            wide += l.shape.k == 1 && l.input_grad && !kern::pwconv_backward_fused_supported(l.shape);
-        }
-        for (const model::LayerUse& l : plain.net.plan().layers()) EXPECT_FALSE(l.kernels.pw_fused_bwd) << l.name;
-        EXPECT_GT(marked, 0) << what;
-        EXPECT_GT(wide, 0) << what << ": the test network has 1x1 convs too wide for the fused kernel";
-        for (int k = 0; k < 2; ++k)
-            for (GpuRig* r : {&plain, &fused})
-                r->train_step(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
-        const model::GraphNodeCounts& gp = plain.step.micro_graph_nodes();
-        const model::GraphNodeCounts& gf = fused.step.micro_graph_nodes();
-        ASSERT_TRUE(gp.captured && gf.captured) << what;
-        EXPECT_EQ(gp.kernels - gf.kernels, marked) << what;
-        std::printf("%s: %d layers fused, micro-step kernels %d -> %d\n", what.c_str(), marked, gp.kernels, gf.kernels);
-        expect_rigs_bitwise_equal(plain, fused);
+        const int gathering = check_pw_fused_bwd(
+            base, all ? kFuseExpandDw | kFuseDwPw : 0,
+            all ? "pw_fused_bwd with every fusion and pw_bn_bwd" : "pw_fused_bwd", [&](GpuRig& plain, GpuRig& fused) {
+                for (int k = 0; k < 2; ++k)
+                    for (GpuRig* r : {&plain, &fused})
+                        r->train_step(b.pixels[static_cast<size_t>(k)], b.labels[static_cast<size_t>(k)]);
+                expect_rigs_bitwise_equal(plain, fused);
+            });
+        EXPECT_EQ(gathering, 0);
+    }
+}
+
+// The fused 1x1 backward on pw_bn_grad's consumers (the LiteBlock projects, the DSConv pointwise convs): the depthwise
+// BN's reductions gathered in the fused pass's epilogue instead of the dgrad's. dx and dw are the two kernels' bits,
+// the sums come per chunk of the pass instead of per dgrad tile: one micro-step changes only a summation order
+// (expect_changed_order_only: the same plan and loss, some gradient not bitwise equal, each within relative L2 0.15
+// and all within 5e-2, the bounds of PwBnGradGathersTheDepthwiseBnGradientSums; under the emulation 1.2e-7 and
+// 2.7e-9 alone, 0.036 and 0.012 with every fusion, where the bf16 roundings of the BN dx passes flip), on the network
+// with pw_bn_grad alone (the plain ConvBN backward: GpuOps::conv_backward_fused with the sums) and with every fusion
+// and pw_bn_bwd (GpuOps::bn_pw_backward_fused with them: the project conv's x through fuse_dw_pw's prologue, the same
+// BN). Marks and kernel nodes (check_pw_fused_bwd, on a second step): the gathering layers are among the fused.
+TEST(CudaStep, PwFusedBwdGathersTheProducerBnSums) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(1);
+    for (const bool all : {false, true}) {
+        const std::string what = all ? "pw_fused_bwd on pw_bn_grad with every fusion" : "pw_fused_bwd on pw_bn_grad";
+        kern::ConvPolicy base = GpuRig::policy(true, 1, all ? 4 : 0, all ? 4 : 3);
+        base.pw_bn_bwd = all;
+        const int gathering =
+            check_pw_fused_bwd(base, all ? kFuseExpandDw | kFuseDwPw : 0, what, [&](GpuRig& plain, GpuRig& fused) {
+                ASSERT_TRUE(fused.net.gpu_ops()->pw_bn_grad()) << what;
+                expect_changed_order_only(plain, fused, b, what, 0.15, 5e-2);
+                for (GpuRig* r : {&plain, &fused}) r->train_step(b.pixels[0], b.labels[0]);  // captured
+            });
+        EXPECT_GT(gathering, 0) << what;
     }
 }
