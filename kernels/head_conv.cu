@@ -113,20 +113,30 @@ __global__ void head_conv_forward_kernel(size_t rows, int cin, size_t pitch, con
 
 // Backward, pass 1. Grid chunks x 256: block k owns rows [chunk_begin(k), chunk_begin(k+1)).
 // dx updated (accumulate false: overwritten, never read); part[k] = this chunk's (dw (K, Cin)
-// row-major, then db (K)).
-template <int K, bool kPro, Act A>
+// row-major, then db (K)). kBng (with kPro): per lane the prologue BN's backward sums of its 8 channels from
+// the dx values stored and the raw x (bn_grad_add), combined over the block as dw's are and written to bg.part
+// (HeadBnGrad's layout).
+template <int K, bool kPro, Act A, bool kBng>
 __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, int chunks, const bfloat* __restrict__ x,
                                           const float* __restrict__ dy, const float* __restrict__ w, bfloat* dx,
-                                          float* __restrict__ part, bool accumulate, DwPrologue pro) {
+                                          float* __restrict__ part, bool accumulate, DwPrologue pro, HeadBnGrad bg) {
+    static_assert(kPro || !kBng, "the BN-backward sums are the prologue BN's");
     rt::pdl_entry();
-    constexpr int kVals = 9 * K;  // per lane: dw[k][0..8) then db[k]
+    constexpr int kVals = 9 * K;            // per lane: dw[k][0..8) then db[k]
+    constexpr int kBnVals = kBng ? 16 : 1;  // per lane: sum g of its 8 channels, then sum g * xhat
     __shared__ float sm[kWarps][kHeadConvLanes][kVals];
+    __shared__ float sb[kWarps][kHeadConvLanes][kBnVals];
     const int lane = threadIdx.x % kHeadConvLanes, ry = threadIdx.x / kHeadConvLanes;
     const bool has = lane < cin / 8;
     float wr[K][8];
     load_lane_weights<K>(w, cin, lane, has, wr);
     const BnApply8 bn = lane_prologue<kPro>(pro, lane, has);
     float acc[K][8] = {}, accb[K] = {};
+    float inv[8] = {}, sg[8] = {}, sgx[8] = {};  // kBng: the lane's invstd and running sums
+    if constexpr (kBng)
+        if (has)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) inv[j] = __ldg(pro.invstd + 8 * lane + j);
     const size_t end = chunk_begin(rows, chunks, blockIdx.x + 1);
     for (size_t r = chunk_begin(rows, chunks, blockIdx.x) + ry; r < end; r += kHeadConvRowsPerBlock) {
         float g[K];
@@ -137,8 +147,14 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, in
         }
         if (!has) continue;
         const size_t off = r * pitch + 8 * lane;
-        float v[8], d[8] = {};
-        load_x8<kPro, A>(x + off, bn, v);
+        float v[8], raw[8], d[8] = {};
+        load8(x + off, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) raw[j] = v[j];  // the BN's input (kBng)
+        if constexpr (kPro) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = bn_act_value_bf16<A>(bn, j, v[j]);
+        }
         if (accumulate) load8_rw(dx + off, d);  // dx is read and written by this thread only
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -151,6 +167,12 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, in
             d[j] += s;
         }
         store8(dx + off, d);
+        if constexpr (kBng) {  // the sums of the values just stored (store8 rounds to nearest even)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                bn_grad_add<A>(raw[j], __bfloat162float(__float2bfloat16_rn(d[j])), bn.m[j], inv[j], bn.scale[j],
+                               bn.b[j], sg[j], sgx[j]);
+        }
     }
     // Row lanes: first the 4 rows of each warp (xor 8, then 16), then the 8 warps in order.
 #pragma unroll
@@ -162,6 +184,15 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, in
             accb[k] += __shfl_xor_sync(0xffffffffu, accb[k], o);
         }
     }
+    if constexpr (kBng) {
+#pragma unroll
+        for (int o = 8; o <= 16; o <<= 1)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                sg[j] += __shfl_xor_sync(0xffffffffu, sg[j], o);
+                sgx[j] += __shfl_xor_sync(0xffffffffu, sgx[j], o);
+            }
+    }
     const int warp = threadIdx.x / 32;
     if (threadIdx.x % 32 < kHeadConvLanes) {
 #pragma unroll
@@ -170,8 +201,24 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, in
             for (int j = 0; j < 8; ++j) sm[warp][lane][8 * k + j] = acc[k][j];
             sm[warp][lane][8 * K + k] = accb[k];
         }
+        if constexpr (kBng) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                sb[warp][lane][j] = sg[j];
+                sb[warp][lane][8 + j] = sgx[j];
+            }
+        }
     }
     __syncthreads();
+    if constexpr (kBng) {  // channel c of this conv: the 8 warps in order
+        for (int e = threadIdx.x; e < 2 * cin; e += blockDim.x) {
+            const int which = e / cin, c = e % cin;
+            float s = 0.0f;
+#pragma unroll
+            for (int q = 0; q < kWarps; ++q) s += sb[q][c / 8][8 * which + c % 8];
+            bg.part[(static_cast<size_t>(which) * chunks + blockIdx.x) * bg.channels + bg.channel + c] = s;
+        }
+    }
     const int wn = K * cin, entries = wn + K;
     float* p = part + static_cast<size_t>(blockIdx.x) * entries;
     for (int e = threadIdx.x; e < entries; e += blockDim.x) {
@@ -255,14 +302,23 @@ void launch_forward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, c
 }
 
 void launch_backward(const rt::Exec& ex, const HeadConvPlan& pl, const bf16* x, const float* dy, const float* w,
-                     bf16* dx, float* dw, float* db, float* ws, bool accumulate, const DwPrologue* pro) {
+                     bf16* dx, float* dw, float* db, float* ws, bool accumulate, const DwPrologue* pro,
+                     const HeadBnGrad* bng) {
     const DwPrologue p = pro ? *pro : DwPrologue{};
+    const HeadBnGrad g = bng ? *bng : HeadBnGrad{};
     with_cout(pl.cout, [&](auto k) {
         with_prologue(pro, [&](auto kpro, auto act) {
-            rt::launch(ex, "head_conv_backward_kernel",
-                       head_conv_backward_kernel<decltype(k)::value, decltype(kpro)::value, decltype(act)::value>,
-                       pl.chunks, kHeadConvThreads, 0, pl.rows, pl.cin, static_cast<size_t>(pl.pitch), pl.chunks,
-                       dev(x), dy, w, dev(dx), ws, accumulate, p);
+            const auto go = [&](auto kbng) {
+                rt::launch(ex, "head_conv_backward_kernel",
+                           head_conv_backward_kernel<decltype(k)::value, decltype(kpro)::value, decltype(act)::value,
+                                                     decltype(kbng)::value>,
+                           pl.chunks, kHeadConvThreads, 0, pl.rows, pl.cin, static_cast<size_t>(pl.pitch), pl.chunks,
+                           dev(x), dy, w, dev(dx), ws, accumulate, p, g);
+            };
+            if constexpr (decltype(kpro)::value) {
+                if (bng) return go(std::true_type{});
+            }
+            go(std::false_type{});
         });
     });
     const int wn = pl.cout * pl.cin;
@@ -305,6 +361,13 @@ size_t head_conv_workspace_floats(size_t rows, int cin, int cout) {
     return head_conv_plan(rows, cin, cout, 0).workspace_floats;
 }
 
+int head_conv_chunks(size_t rows) { return head_conv_plan(rows, 8, 1, 0).chunks; }
+
+size_t head_conv_bn_grad_floats(size_t rows, int channels) {
+    SF_CHECK(channels > 0, "head_conv_bn_grad_floats: channels must be positive, got %d", channels);
+    return 2 * static_cast<size_t>(head_conv_chunks(rows)) * static_cast<size_t>(channels);
+}
+
 void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* w,
                             const float* b, float* y, int pitch, const DwPrologue* pro) {
     const char* op = "head_conv_forward_cuda";
@@ -321,7 +384,7 @@ void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, 
 
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                              const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
-                             bool accumulate, int pitch, const DwPrologue* pro) {
+                             bool accumulate, int pitch, const DwPrologue* pro, const HeadBnGrad* bng) {
     const char* op = "head_conv_backward_cuda";
     rt::check_cuda_exec(op, ex);
     const HeadConvPlan pl = head_conv_plan(rows, cin, cout, pitch);
@@ -340,12 +403,30 @@ void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout,
              op, ws_floats, rows, cin, cout, pl.workspace_floats);
     // dx's rows: the last one ends cin elements past its start.
     const size_t dx_bytes = ((rows - 1) * static_cast<size_t>(pl.pitch) + cin) * sizeof(bf16);
-    check_dw_prologue(op, pro, cin,
-                      {{dx, dx_bytes},
-                       {dw, static_cast<size_t>(cout) * cin * sizeof(float)},
-                       {db, cout * sizeof(float)},
-                       {ws, pl.workspace_floats * sizeof(float)}});
-    launch_backward(ex, pl, x, dy, w, dx, dw, db, ws, accumulate, pro);
+    const size_t dw_bytes = static_cast<size_t>(cout) * cin * sizeof(float), db_bytes = cout * sizeof(float);
+    const size_t ws_bytes = pl.workspace_floats * sizeof(float);
+    size_t part_bytes = 0;
+    if (bng) {
+        SF_CHECK(pro && !pro->eval,
+                 "%s: the BN-backward sums are the prologue BN's, in train mode (a prologue with batch statistics)",
+                 op);
+        SF_CHECK(bng->channels > 0 && bng->channel >= 0 && bng->channel + cin <= bng->channels,
+                 "%s: the BN-backward sums' channels [%d, %d) must lie within the BN's %d channels", op, bng->channel,
+                 bng->channel + cin, bng->channels);
+        check_f32(op, "bng->part", bng->part);
+        part_bytes = head_conv_bn_grad_floats(rows, bng->channels) * sizeof(float);
+        const size_t x_bytes = dx_bytes, dy_bytes = rows * cout * sizeof(float);
+        SF_CHECK(
+            !rt::overlap(bng->part, part_bytes, x, x_bytes) && !rt::overlap(bng->part, part_bytes, dy, dy_bytes) &&
+                !rt::overlap(bng->part, part_bytes, w, dw_bytes) && !rt::overlap(bng->part, part_bytes, dx, dx_bytes) &&
+                !rt::overlap(bng->part, part_bytes, dw, dw_bytes) &&
+                !rt::overlap(bng->part, part_bytes, db, db_bytes) && !rt::overlap(bng->part, part_bytes, ws, ws_bytes),
+            "%s: the BN-backward partials must not alias x, dy, w, dx, dw, db or the workspace", op);
+    }
+    check_dw_prologue(
+        op, pro, cin,
+        {{dx, dx_bytes}, {dw, dw_bytes}, {db, db_bytes}, {ws, ws_bytes}, {bng ? bng->part : nullptr, part_bytes}});
+    launch_backward(ex, pl, x, dy, w, dx, dw, db, ws, accumulate, pro, bng);
 }
 
 }  // namespace kern

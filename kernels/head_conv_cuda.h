@@ -62,11 +62,34 @@ void head_conv_forward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, 
 // fp32 scratch the backward needs (no initialisation): head_conv_plan(rows, cin, cout).workspace_floats.
 size_t head_conv_workspace_floats(size_t rows, int cin, int cout);
 
+// The prologue BatchNorm's backward reductions, gathered by the backward from the dx it stores (NetShape::
+// fuse_head_bn: the BN is the producer's, its input the x the backward reads anyway): per element g = dx *
+// act'(z) and xhat = (x - mean) * invstd with bn_act_backward_stats's arithmetic (bn_grad_add), dx the bf16
+// value stored; summed per row chunk of the backward (k < head_conv_chunks(rows)) into partials laid out as
+// bn_act_backward_finalize reads them for a BN of `channels` channels, this conv's being [channel, channel + cin):
+// part[k * channels + channel + c] = chunk k's sum g, part[(chunks + k) * channels + channel + c] its sum g * xhat.
+// The caller runs bn_act_backward_finalize(ex, rows, channels, chunks, part, dgamma, dbeta, coef) once every conv
+// over those channels (the four heads over the merged conv1's) has written its columns. Train mode only (the
+// prologue's batch statistics). dx, dw and db are bitwise the same with or without it. The sums are the same
+// values as bn_act_backward_stats's on the stored dx, in another summation order (within fp32 rounding).
+struct HeadBnGrad {
+    float* part = nullptr;
+    int channels = 0;  // the BN's channels: the partials' row length
+    int channel = 0;   // the first of this conv's channels among them
+};
+// The backward's row chunks for `rows` rows (head_conv_plan's chunks; 0 when rows == 0).
+int head_conv_chunks(size_t rows);
+// The partials' floats for a BN of `channels` channels over `rows` rows: 2 * head_conv_chunks(rows) * channels.
+size_t head_conv_bn_grad_floats(size_t rows, int channels);
+
 // x (rows, Cin) bf16 (the forward input); dy (rows, Cout) fp32; w (Cout, Cin) fp32;
 // dx (rows, Cin) bf16 += (accumulate = false: overwritten, never read); dw (Cout, Cin) +=; db (Cout) +=.
 // x and dx rows pitch apart (the channels between the slices untouched).
+// bng (null: none; needs pro, in train mode): the prologue BN's backward reductions (HeadBnGrad), the partials
+// apart from every other argument.
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                              const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
-                             bool accumulate = true, int pitch = 0, const DwPrologue* pro = nullptr);
+                             bool accumulate = true, int pitch = 0, const DwPrologue* pro = nullptr,
+                             const HeadBnGrad* bng = nullptr);
 
 }  // namespace kern

@@ -6,11 +6,15 @@
 // a contiguous tensor and a head's 64-channel slice of four heads' rows (the prologue's vectors from the
 // slice's first channel on, the other channels untouched), rows not a multiple of a block; the forward
 // also against an fp64 host computation of act(bn(x)) rounded to bf16 and the fp64 dot products; bad
-// prologues refused with their documented errors.
+// prologues refused with their documented errors. With kern::HeadBnGrad the backward also gathers the prologue
+// BN's backward reductions from the dx it stores: dx, dw and db unchanged bit for bit, the sums against an fp64
+// reference and the statistics pass (BnGradSumsMatchTheReferenceAndTheStatisticsPass).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/exec.h"
+#include "tests/support/bn_grad_ref.h"
 #include "tests/support/compare.h"
 #include "tests/support/gpu_buffers.h"
 
@@ -234,6 +239,180 @@ TEST(KernelsHeadConvPrologueGpu, BadProloguesAreRefused) {
     SF_EXPECT_ERROR(kern::head_conv_backward_cuda(ex, rows, cin, cout, x.h(), dy.f(), w.f(), dx.h(), dw.f(), db.f(),
                                                   ws.f(), wsn, true, 0, &bad),
                     "head_conv_backward_cuda", "must not alias the prologue mean");
+}
+
+// The prologue BN's backward reductions in the backward (kern::HeadBnGrad; NetShape::fuse_head_bn): the merged
+// heads' case, four convs (Cout 1, 1, 4, 2) over 64-channel slices of one 256-channel BN, their partials finalized
+// once over the 256 channels; a single head over its own 64-channel BN, accumulating into dx; SiLU and none on a
+// 24-channel BN over rows that span the 1,024 chunks unevenly. dx, dw and db bitwise those of the backward without
+// the sums; dgamma, dbeta (+=, from non-zero values) and the coefficients against the fp64 reference over the stored
+// dx and against bn_act_backward_stats on it (sftest::expect_bn_grad_near: within 1e-5 of the magnitudes' sum); a
+// second run bitwise equal.
+TEST(KernelsHeadConvPrologueGpu, BnGradSumsMatchTheReferenceAndTheStatisticsPass) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    struct BnCase {
+        size_t rows;
+        int cin;
+        std::vector<int> couts;  // one conv per entry, over channels [h * cin, (h + 1) * cin)
+        Act act;
+        bool acc;
+    };
+    const BnCase cases[] = {{2 * 16 * 32, 64, {1, 1, 4, 2}, Act::Relu, false},
+                            {1000, 64, {2}, Act::Relu, true},
+                            {40000 + 7, 24, {3}, Act::Silu, false},
+                            {333, 24, {1, 2}, Act::None, true}};
+    uint64_t seed = 900;
+    for (const BnCase& k : cases) {
+        const int heads = static_cast<int>(k.couts.size()), c = heads * k.cin;
+        const size_t rows = k.rows, cc = static_cast<size_t>(c), nx = rows * cc;
+        const std::string what = "rows " + std::to_string(rows) + " cin " + std::to_string(k.cin) + " heads " +
+                                 std::to_string(heads) + " " + kern::act_name(k.act) +
+                                 (k.acc ? " accumulate" : " overwrite");
+        SCOPED_TRACE(what);
+        const size_t partn = kern::head_conv_bn_grad_floats(rows, c);
+        const int chunks = kern::head_conv_chunks(rows);
+        EXPECT_EQ(partn, 2 * static_cast<size_t>(chunks) * cc);
+        EXPECT_EQ(chunks, std::min<int>(static_cast<int>((rows + 31) / 32), kern::kHeadConvChunks));
+        size_t wsn = kern::bn_act_workspace_floats(rows, c);
+        for (int co : k.couts) wsn = std::max(wsn, kern::head_conv_workspace_floats(rows, k.cin, co));
+        DeviceBuffer x(nx * 2), dxa(nx * 2), dxb(nx * 2), part(partn * 4), ws(wsn * 4), v(12 * cc * 4);
+        auto V = [&](int i) { return v.f() + static_cast<size_t>(i) * cc; };
+        // gamma V(0), beta V(1), batch statistics V(2), V(3), running ones V(4), V(5); the kernel's dgamma, dbeta,
+        // coef V(6..9); the statistics pass's dgamma, dbeta V(10), V(11).
+        const std::vector<float> xf = sftest::bn_input(rows, cc, seed += 20);
+        upload_bf16(x.h(), xf);
+        const std::vector<float> gamma = sftest::to_floats(sftest::random_uniform(cc, seed + 1, 0.5, 1.5));
+        const std::vector<float> beta = sftest::to_floats(sftest::random_uniform(cc, seed + 2, -0.8, 0.8));
+        upload(V(0), gamma);
+        upload(V(1), beta);
+        upload(V(4), std::vector<float>(cc, 0.0f));
+        upload(V(5), std::vector<float>(cc, 1.0f));
+        const std::vector<float> d0 = sftest::to_floats(sftest::random_uniform(cc, seed + 3, -3, 3));
+        const std::vector<float> dx0 = sftest::bf16_exact(sftest::random_uniform(nx, seed + 4, -1, 1));
+        struct Conv {
+            int cout;
+            std::vector<float> w, dy, dw0, db0;
+            DeviceBuffer wd, dyd, dwa, dba, dwb, dbb;
+            Conv(int co, size_t nw, size_t rows)
+                : cout(co), wd(nw * 4), dyd(rows * co * 4), dwa(nw * 4), dba(co * 4), dwb(nw * 4), dbb(co * 4) {}
+        };
+        std::vector<std::unique_ptr<Conv>> convs;
+        for (int h = 0; h < heads; ++h) {
+            const int co = k.couts[static_cast<size_t>(h)];
+            const size_t nw = static_cast<size_t>(co) * k.cin;
+            convs.push_back(std::make_unique<Conv>(co, nw, rows));
+            Conv& cv = *convs.back();
+            cv.w = sftest::to_floats(sftest::random_uniform(nw, seed + 10 + h, -0.3, 0.3));
+            cv.dy = sftest::to_floats(sftest::random_uniform(rows * co, seed + 20 + h, -1, 1));
+            cv.dw0 = sftest::to_floats(sftest::random_uniform(nw, seed + 30 + h, -1, 1));
+            cv.db0 = sftest::to_floats(sftest::random_uniform(co, seed + 40 + h, -1, 1));
+            upload(cv.wd.f(), cv.w);
+            upload(cv.dyd.f(), cv.dy);
+        }
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
+        kern::bn_stats_train(ex, rows, c, x.h(), V(2), V(3), V(4), V(5), 0.1, kEps, ws.f(), wsn);
+        // Each conv's prologue: the BN's vectors from its first channel on.
+        auto prologue = [&](int h) {
+            kern::DwPrologue pro;
+            pro.act = k.act;
+            pro.gamma = V(0) + h * k.cin;
+            pro.beta = V(1) + h * k.cin;
+            pro.mean = V(2) + h * k.cin;
+            pro.invstd = V(3) + h * k.cin;
+            return pro;
+        };
+        // Runs the convs into dx (with the sums into part when `sums`), fresh dx, dw, db each time.
+        auto run = [&](DeviceBuffer& dx, bool sums) {
+            upload_bf16(dx.h(), k.acc ? dx0 : std::vector<float>(nx, 7.0f));
+            for (const std::unique_ptr<Conv>& cv : convs) {
+                upload(sums ? cv->dwa.f() : cv->dwb.f(), cv->dw0);
+                upload(sums ? cv->dba.f() : cv->dbb.f(), cv->db0);
+            }
+            for (int i : {6, 7}) upload(V(i), d0);
+            SF_CUDA_CHECK(cudaDeviceSynchronize());
+            for (int h = 0; h < heads; ++h) {
+                Conv& cv = *convs[static_cast<size_t>(h)];
+                const kern::DwPrologue pro = prologue(h);
+                const kern::HeadBnGrad g{part.f(), c, h * k.cin};
+                kern::head_conv_backward_cuda(ex, rows, k.cin, cv.cout, x.h() + h * k.cin, cv.dyd.f(), cv.wd.f(),
+                                              dx.h() + h * k.cin, sums ? cv.dwa.f() : cv.dwb.f(),
+                                              sums ? cv.dba.f() : cv.dbb.f(), ws.f(), wsn, k.acc, c, &pro,
+                                              sums ? &g : nullptr);
+            }
+            if (sums) kern::bn_act_backward_finalize(ex, rows, c, chunks, part.f(), V(6), V(7), V(8));
+            ctx.synchronize();
+        };
+        run(dxa, true);
+        const std::vector<float> got = download(V(6), 4 * cc);  // dgamma, dbeta, coef
+        run(dxa, true);
+        EXPECT_TRUE(bitwise(download(V(6), 4 * cc), got, "a second run"));
+        run(dxb, false);
+        const std::vector<float> dx = download_bf16(dxa.h(), nx);
+        EXPECT_TRUE(bitwise(dx, download_bf16(dxb.h(), nx), "dx with and without the sums"));
+        for (const std::unique_ptr<Conv>& cv : convs) {
+            const size_t nw = static_cast<size_t>(cv->cout) * k.cin;
+            EXPECT_TRUE(bitwise(download(cv->dwa.f(), nw), download(cv->dwb.f(), nw), "dw with and without the sums"));
+            EXPECT_TRUE(bitwise(download(cv->dba.f(), cv->cout), download(cv->dbb.f(), cv->cout), "db"));
+        }
+        // The statistics pass over the same stored dx.
+        for (int i : {10, 11}) upload(V(i), d0);
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
+        kern::bn_act_backward_stats(ex, k.act, rows, c, x.h(), dxa.h(), V(0), V(1), V(2), V(3), V(10), V(11), ws.f(),
+                                    wsn);
+        ctx.synchronize();
+        std::vector<float> pass = download(V(10), 2 * cc);
+        const std::vector<float> coef = download(ws.f() + kern::bn_act_backward_coef_offset(rows, c), 2 * cc);
+        pass.insert(pass.end(), coef.begin(), coef.end());
+        const sftest::BnGradRef r =
+            sftest::bn_grad_ref(k.act, rows, cc, xf, dx, gamma, beta, download(V(2), cc), download(V(3), cc));
+        sftest::expect_bn_grad_near(got, pass, r, d0, rows, cc, what);
+        double mag = 0.0;
+        for (double mg : r.mg) mag += mg;
+        EXPECT_GT(mag, 0.0);  // not the sums of a zero gradient
+    }
+}
+
+TEST(KernelsHeadConvPrologueGpu, BadBnGradSumsAreRefused) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    const size_t rows = 64;
+    const int cin = 16, cout = 2;
+    const size_t wsn = kern::head_conv_workspace_floats(rows, cin, cout),
+                 partn = kern::head_conv_bn_grad_floats(rows, 32);
+    DeviceBuffer x(rows * cin * 2), dx(rows * cin * 2), w(cout * cin * 4), dy(rows * cout * 4), dw(cout * cin * 4),
+        db(cout * 4), ws(wsn * 4), vec(4 * cin * 4), part(partn * 4);
+    kern::DwPrologue pro;
+    pro.act = Act::Relu;
+    pro.gamma = vec.f();
+    pro.beta = vec.f() + cin;
+    pro.mean = vec.f() + 2 * cin;
+    pro.invstd = vec.f() + 3 * cin;
+    const char* op = "head_conv_backward_cuda";
+    auto backward = [&](const kern::DwPrologue* p, const kern::HeadBnGrad& g) {
+        kern::head_conv_backward_cuda(ex, rows, cin, cout, x.h(), dy.f(), w.f(), dx.h(), dw.f(), db.f(), ws.f(), wsn,
+                                      false, 0, p, &g);
+    };
+    const kern::HeadBnGrad good{part.f(), 32, 16};
+    SF_EXPECT_ERROR(backward(nullptr, good), op, "the prologue BN's, in train mode");
+    kern::DwPrologue eval = pro;
+    eval.eval = true;
+    eval.eps = kEps;
+    SF_EXPECT_ERROR(backward(&eval, good), op, "the prologue BN's, in train mode");
+    SF_EXPECT_ERROR(backward(&pro, kern::HeadBnGrad{part.f(), 32, 17}), op, "[17, 33) must lie within the BN's 32");
+    SF_EXPECT_ERROR(backward(&pro, kern::HeadBnGrad{part.f(), 0, 0}), op, "must lie within the BN's 0");
+    SF_EXPECT_ERROR(backward(&pro, kern::HeadBnGrad{nullptr, 32, 0}), op, "bng->part");
+    SF_EXPECT_ERROR(backward(&pro, kern::HeadBnGrad{reinterpret_cast<float*>(dx.h()), 16, 0}), op,
+                    "partials must not alias");
+    SF_EXPECT_ERROR(backward(&pro, kern::HeadBnGrad{ws.f(), 16, 0}), op, "partials must not alias");
+    kern::DwPrologue over = pro;
+    over.mean = part.f();
+    SF_EXPECT_ERROR(backward(&over, good), op, "must not alias the prologue mean");
+    SF_EXPECT_ERROR(kern::head_conv_bn_grad_floats(rows, 0), "channels must be positive");
+    EXPECT_EQ(kern::head_conv_chunks(0), 0);
+    EXPECT_EQ(kern::head_conv_bn_grad_floats(0, 8), 0u);
 }
 
 }  // namespace
