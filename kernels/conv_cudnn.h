@@ -134,6 +134,11 @@ struct ConvPolicy {
     // the two kernels' bits: the same step, but for those sums' summation order. `bench step --pw-fused-bwd`
     // (implies --pw-custom; docs/perf/OPTIMIZATION_LOG.md entries 32, 33).
     bool pw_fused_bwd = false;
+    // With a model whose heads' conv2 applies its conv1's BN on load (NetShape::fuse_head_bn): the heads' conv2
+    // backward gathers that BN's backward reductions from the dx it stores (kern::HeadBnGrad), so the conv1 BN
+    // backward runs its dx pass alone (no statistics pass; summed in another order). `bench step --head-bn-grad`
+    // (implies --fuse-head-bn; docs/perf/OPTIMIZATION_LOG.md entry 34).
+    bool head_bn_grad = false;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

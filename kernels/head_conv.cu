@@ -120,8 +120,8 @@ template <int K, bool kPro, Act A, bool kBng>
 __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, int chunks, const bfloat* __restrict__ x,
                                           const float* __restrict__ dy, const float* __restrict__ w, bfloat* dx,
                                           float* __restrict__ part, bool accumulate, DwPrologue pro, HeadBnGrad bg) {
-    static_assert(kPro || !kBng, "the BN-backward sums are the prologue BN's");
     rt::pdl_entry();
+    static_assert(kPro || !kBng, "the BN-backward sums are the prologue BN's");
     constexpr int kVals = 9 * K;            // per lane: dw[k][0..8) then db[k]
     constexpr int kBnVals = kBng ? 16 : 1;  // per lane: sum g of its 8 channels, then sum g * xhat
     __shared__ float sm[kWarps][kHeadConvLanes][kVals];

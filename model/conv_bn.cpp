@@ -106,7 +106,14 @@ void ConvBN<T>::declare(Planner& p, const std::string& name, const kern::Shape4&
         if (fused_bn) ws_floats = std::max(ws_floats, GpuOps::dw_fused_bn_workspace_floats(cs, bn_grad));
         if (bn_grad && cs.k == 1 && kern::pwconv_supported(cs))
             ws_floats = std::max(ws_floats, kern::pwconv_dgrad_workspace_floats(cs));
-        if (grad_sums_by) bn_coef = p.scratch(2 * static_cast<size_t>(cout), "bn grad coef");
+        if (grad_sums_by || sums_by_head) bn_coef = p.scratch(2 * static_cast<size_t>(cout), "bn grad coef");
+        if (sums_by_head) {  // the heads' conv2 gather this BN's reductions (kern::HeadBnGrad)
+            SF_CHECK(apply_in_consumer && input_grad && upsample == 1,
+                     "%s: only a layer whose consumers apply its BN (the heads' conv1) leaves its BN's backward "
+                     "reductions to them",
+                     name.c_str());
+            bn_part = p.scratch(kern::head_conv_bn_grad_floats(rows, cout), "bn grad partials (the heads')");
+        }
         pw_stats = p.pw_stats() && upsample == 1 && !with_bias && kern::pwconv_supported(cs) &&
                    (!prologue || cs.cin <= kern::kPwMaxPrologueK);
         if (pw_stats) ws_floats = std::max(ws_floats, kern::pwconv_workspace_floats(cs));
@@ -315,6 +322,20 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
             ops::conv_backward_filter(ops, ex, cs, x.v, conv_out().g, weight.g);
         }
     }
+}
+
+template <class T>
+kern::HeadBnGrad ConvBN<T>::head_bn_grad(int channel) const {
+    SF_CHECK(sums_by_head, "%s: its BN's reductions are not gathered by the heads", bwd_scope.c_str());
+    return kern::HeadBnGrad{bn_part, cs.cout, channel};
+}
+
+template <class T>
+void ConvBN<T>::finalize_head_sums(const rt::Exec& ex) const {
+    SF_CHECK(sums_by_head, "%s: its BN's reductions are not gathered by the heads", bwd_scope.c_str());
+    if (!ex.is_cuda()) return;  // the traced backward launches nothing
+    const size_t rows = conv.shape.pixels();
+    kern::bn_act_backward_finalize(ex, rows, cs.cout, kern::head_conv_chunks(rows), bn_part, gamma.g, beta.g, bn_coef);
 }
 
 template <class T>

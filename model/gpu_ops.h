@@ -182,6 +182,9 @@ public:
     // gathered sums within fp32 rounding of the dgrad epilogue's (summed per chunk of the pass, not per tile).
     bool pw_fused_bwd() const { return pw_fused_bwd(policy_); }
     static bool pw_fused_bwd(const kern::ConvPolicy& p) { return p.pw_custom && p.pw_fused_bwd; }
+    // kern::ConvPolicy::head_bn_grad: with NetShape::fuse_head_bn, the heads' conv2 backward gathers the conv1 BN's
+    // backward reductions (kern::HeadBnGrad; Conv::backward, MergedHeads::backward).
+    bool head_bn_grad() const { return policy_.head_bn_grad; }
     // Whether s's plain backward (no BN-backward prologue) runs as the fused 1x1 kernel, with the input prologue pro
     // (null: none) and the producer's reductions bng (null: none): then the layer calls conv_backward_fused.
     bool pw_fused_backward(const kern::ConvShape& s, const kern::DwPrologue* pro,

@@ -51,6 +51,9 @@ void Conv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& i
         "%s: a BN prologue needs a CUDA layer reading channels [%d, %d) of a layer that leaves its BN to it",
         name.c_str(), prologue_channel, prologue_channel + in.c);
     use.input_bn_prologue = prologue != nullptr;
+    // kern::ConvPolicy::head_bn_grad: the backward gathers the prologue BN's reductions (the conv1 BN's statistics
+    // pass is gone; the cost model moves it here).
+    use.kernels.gathers_input_bn_sums = prologue != nullptr && prologue->sums_by_head;
     p.layer(use);
     weight = p.param(name + ".weight", {cout, in.c, 1, 1}, true);
     bias = p.param(name + ".bias", {cout}, false);
@@ -100,8 +103,14 @@ void Conv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         SF_CHECK(in_pitch == 0, "%s: a slice of the merged heads' output runs its backward through MergedHeads",
                  bwd_scope.c_str());
         const kern::DwPrologue pro = prologue ? input_prologue(true) : kern::DwPrologue{};
-        ops::head_conv_backward(ex, cs.in().pixels(), cs.cin, cs.cout, prologue ? prologue_input() : x.v, out.g,
-                                weight.w, x.g, weight.g, bias.g, ws, ws_floats, prologue ? &pro : nullptr);
+        // kern::ConvPolicy::head_bn_grad: the conv1 BN's reductions from the dx stored, finalized at once (this
+        // conv is that BN's only consumer); the conv1 backward then runs the dx pass alone.
+        const bool sums = prologue && prologue->sums_by_head;
+        const kern::HeadBnGrad bng = sums ? prologue->head_bn_grad(prologue_channel) : kern::HeadBnGrad{};
+        const bool ran = ops::head_conv_backward(
+            ex, cs.in().pixels(), cs.cin, cs.cout, prologue ? prologue_input() : x.v, out.g, weight.w, x.g, weight.g,
+            bias.g, ws, ws_floats, prologue ? &pro : nullptr, sums ? &bng : nullptr);
+        if (sums && ran) prologue->finalize_head_sums(ex);
     }
 }
 
@@ -211,9 +220,13 @@ void MergedHeads<T>::backward(const rt::Exec& ex, const ActT<T>& x, const Head<T
             SF_CHECK(!c2.prologue || (c2.prologue == &conv1 && c2.prologue_channel == static_cast<int>(at)),
                      "%s: its BN prologue is not its slice of the merged heads' conv1", c2.bwd_scope.c_str());
             const kern::DwPrologue pro = c2.prologue ? c2.input_prologue(true) : kern::DwPrologue{};
+            // kern::ConvPolicy::head_bn_grad: each head's columns of the merged BN's reductions (finalized below).
+            const kern::HeadBnGrad bng =
+                conv1.sums_by_head ? conv1.head_bn_grad(static_cast<int>(at)) : kern::HeadBnGrad{};
             kern::head_conv_backward_cuda(ex, rows, mid, c2.cs.cout, c2.prologue ? c2.prologue_input() : z.v + at,
                                           c2.out.g, c2.weight.w, z.g + at, c2.weight.g, c2.bias.g, c2.ws, c2.ws_floats,
-                                          acc, kHeads * mid, c2.prologue ? &pro : nullptr);
+                                          acc, kHeads * mid, c2.prologue ? &pro : nullptr,
+                                          conv1.sums_by_head ? &bng : nullptr);
         }
         // conv1's parameter gradients accumulate into the heads' own: gathered before, scattered after (the
         // traced backward, on a CPU Exec, launches nothing).
@@ -235,6 +248,11 @@ void MergedHeads<T>::backward(const rt::Exec& ex, const ActT<T>& x, const Head<T
         if (ex.is_cuda()) {
             const rt::Scope scope(ex, kCopiesBwd);
             in.run(ex);
+        }
+        // The four heads' columns of the BN's reductions, into the gathered dgamma, dbeta (conv1's scope).
+        if (conv1.sums_by_head && run) {
+            const rt::Scope scope(ex, conv1.bwd_scope);
+            conv1.finalize_head_sums(ex);
         }
         conv1.backward(ex, x);
         if (ex.is_cuda()) {

@@ -217,12 +217,14 @@ inline void conv_backward_filter_prologue(const rt::Exec& ex, const kern::ConvSh
         kern::dwconv3x3_backward_filter_cuda(ex, s, x_pre, dy, dw, ws, ws_floats, &pro);
 }
 // CUDA: the heads' last 1x1 conv (fp32 dy, the logits' gradient).
-inline void head_conv_backward(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
+// Returns whether it ran (bng: the prologue BN's reductions, kern::HeadBnGrad, for the caller to finalize then).
+inline bool head_conv_backward(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                                const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
-                               const kern::DwPrologue* pro = nullptr) {
+                               const kern::DwPrologue* pro = nullptr, const kern::HeadBnGrad* bng = nullptr) {
     bool acc;
-    if (grad_op({dy}, {dx}, &acc))
-        kern::head_conv_backward_cuda(ex, rows, cin, cout, x, dy, w, dx, dw, db, ws, ws_floats, acc, 0, pro);
+    if (!grad_op({dy}, {dx}, &acc)) return false;
+    kern::head_conv_backward_cuda(ex, rows, cin, cout, x, dy, w, dx, dw, db, ws, ws_floats, acc, 0, pro, bng);
+    return true;
 }
 
 }  // namespace model::ops

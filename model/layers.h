@@ -12,6 +12,7 @@
 #include "kernels/bn_act_cuda.h"
 #include "kernels/conv.h"
 #include "kernels/dwconv_cuda.h"
+#include "kernels/head_conv_cuda.h"
 #include "model/planner.h"
 #include "model/up_order.h"
 #include "runtime/exec.h"
@@ -69,6 +70,13 @@ struct ConvBN {
     const ConvBN* grad_sums_by = nullptr;
     const ConvBN* grad_sums_of = nullptr;
     float* bn_coef = nullptr;
+    // CUDA, set before declare() (kern::ConvPolicy::head_bn_grad, NetShape::fuse_head_bn): a heads' conv1 whose BN
+    // the heads' conv2 applies on load (apply_in_consumer) and whose backward reductions those convs gather from
+    // the dx they store (kern::HeadBnGrad) into bn_part, per chunk over all cout channels (the merged heads' four
+    // slices make up one table); finalize_head_sums then adds them into dgamma, dbeta and writes bn_coef, and the
+    // backward runs the BN's dx pass alone (grad_sums_ran on a CUDA Exec).
+    bool sums_by_head = false;
+    float* bn_part = nullptr;
     // Set before declare(): the caller binds weight, bias, gamma, beta and the running statistics after each
     // declare() (CUDA: the merged heads' conv1, whose parameters are copies of four layers'; MergedHeads) and
     // declare() asks the planner for none of them (nor a counter: the CUDA network counts every BN at once).
@@ -126,7 +134,13 @@ struct ConvBN {
     // depthwise backward, or its 1x1 dgrad on the project's kernel, runs): the one query both sides ask.
     bool gathers_grad_sums(const rt::Exec& ex) const;
     // Whether grad_sums_by's backward gathers this BN's reductions in this run.
-    bool grad_sums_ran(const rt::Exec& ex) const { return grad_sums_by && grad_sums_by->gathers_grad_sums(ex); }
+    bool grad_sums_ran(const rt::Exec& ex) const {
+        return (grad_sums_by && grad_sums_by->gathers_grad_sums(ex)) || (sums_by_head && ex.is_cuda());
+    }
+    // sums_by_head: the consumers' HeadBnGrad over this BN's channels [channel, channel + channels) of cout, and,
+    // once every consumer has written its columns, their finalize (dgamma, dbeta +=, bn_coef; CUDA Exec only).
+    kern::HeadBnGrad head_bn_grad(int channel) const;
+    void finalize_head_sums(const rt::Exec& ex) const;
     // What the layer leaves for its consumers: the sum with sum_into, else out.
     const ActT<T>& result() const { return sums ? sum : out; }
 };

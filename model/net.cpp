@@ -189,6 +189,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     plan_.set_dw_stats(ops_->dw_stats());
     plan_.set_pw_bn_bwd(ops_->pw_bn_bwd());
     plan_.set_pw_fused_bwd(ops_->pw_fused_bwd());
+    plan_.set_head_bn_grad(ops_->head_bn_grad());
     plan_.set_dw_bn_grad(ops_->dw_bn_grad());
     plan_.set_pw_bn_grad(ops_->pw_bn_grad());
     plan_.set_dw_fused_bwd(policy.dw_fused_bwd);
@@ -212,6 +213,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
         plan_.set_dw_stats(GpuOps::dw_stats(*dry.policy));
         plan_.set_pw_bn_bwd(GpuOps::pw_bn_bwd(*dry.policy));
         plan_.set_pw_fused_bwd(GpuOps::pw_fused_bwd(*dry.policy));
+        plan_.set_head_bn_grad(dry.policy->head_bn_grad);
         plan_.set_dw_bn_grad(GpuOps::dw_bn_grad(*dry.policy));
         plan_.set_pw_bn_grad(GpuOps::pw_bn_grad(*dry.policy));
         plan_.set_dw_fused_bwd(dry.policy->dw_fused_bwd);
@@ -293,8 +295,11 @@ void SiderNetT<T>::declare(Planner& p) {
     // With fuse_head_bn each conv2 applies its conv1's BN + ReLU as it loads conv1's pre-BN output, the conv1 bias
     // folded into that BN (ConvBN::apply_in_consumer, Conv::prologue).
     const bool fuse_bn = fused_head_bn();
+    // kern::ConvPolicy::head_bn_grad: the conv2s also gather that BN's backward reductions (ConvBN::sums_by_head).
+    const bool head_sums = fuse_bn && p.head_bn_grad();
     if (merged_heads()) {
         merged_.conv1.apply_in_consumer = fuse_bn;
+        merged_.conv1.sums_by_head = head_sums;
         merged_.declare(p, fpn_.out().shape, kHeadMid);
     }
     for (int h = 0; h < kHeads; ++h) {
@@ -304,6 +309,7 @@ void SiderNetT<T>::declare(Planner& p) {
             merged_.declare_head(p, h, name + ".conv1");
         } else {
             head.conv1.apply_in_consumer = fuse_bn;
+            head.conv1.sums_by_head = head_sums;
             head.conv1.declare(p, name + ".conv1", fpn_.out().shape, kHeadMid, 3, 1, 1, kern::Act::Relu, true);
         }
         kern::Shape4 mid = fpn_.out().shape;

@@ -289,6 +289,10 @@ public:
     bool pw_bn_bwd() const { return pw_bn_bwd_; }
     // GpuOps::pw_fused_bwd of that policy: which 1x1 ConvBNs may take the fused dgrad + wgrad (LayerKernels).
     void set_pw_fused_bwd(bool on) { pw_fused_bwd_ = on; }
+    // kern::ConvPolicy::head_bn_grad: whether the heads' conv1 BN leaves its backward reductions to the conv2 that
+    // applies it (NetShape::fuse_head_bn; ConvBN::sums_by_head, Conv::bn_grad).
+    void set_head_bn_grad(bool on) { head_bn_grad_ = on; }
+    bool head_bn_grad() const { return head_bn_grad_; }
     // Marks s (declared by conv first) as taking the fused 1x1 backward in some layer (ConvUse::pw_fused_bwd).
     void conv_pw_fused_backward(const kern::ConvShape& s);
     bool pw_fused_bwd() const { return pw_fused_bwd_; }
@@ -346,6 +350,7 @@ private:
     bool dw_stats_ = false;
     bool pw_bn_bwd_ = false;
     bool pw_fused_bwd_ = false;
+    bool head_bn_grad_ = false;
     bool dw_bn_grad_ = false;
     bool pw_bn_grad_ = false;
     bool dw_fused_bwd_ = false;

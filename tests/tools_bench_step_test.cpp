@@ -97,6 +97,9 @@ TEST(BenchStep, ParsesEveryOption) {
     const tools::StepBenchOptions pf = tools::parse_step_bench_args({"--pw-fused-bwd"});
     EXPECT_TRUE(pf.cuda.pw_fused_bwd && pf.cuda.pw_custom);  // implies the project's 1x1 kernels, which it fuses
     EXPECT_FALSE(pf.cuda.pw_bn_bwd || pf.cuda.pw_bn_grad || pf.cuda.pw_stats);
+    const tools::StepBenchOptions hb = tools::parse_step_bench_args({"--head-bn-grad"});
+    EXPECT_TRUE(hb.cuda.head_bn_grad && hb.fuse_head_bn);  // implies the BN prologue whose input it reads
+    EXPECT_FALSE(hb.merge_heads || hb.cuda.pw_custom);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);

@@ -196,6 +196,9 @@ TEST(ToolsConfig, CudaSectionSwitchesAndWhatTheyNeed) {
                          "'cuda.dw_fused_bn_bwd': true needs cuda.dw_fused_bwd: true"));
     EXPECT_TRUE(contains(parse_error("cuda:\n  dw_fused_bwd: true\n  dw_fused_bn_grad: true\n"),
                          "'cuda.dw_fused_bn_grad': true needs cuda.dw_fused_bwd: true and model.fuse_expand_dw: true"));
+    EXPECT_TRUE(contains(parse_error("cuda:\n  head_bn_grad: true\n"),
+                         "'cuda.head_bn_grad': true needs model.fuse_head_bn: true"));
+    EXPECT_TRUE(parse("model:\n  fuse_head_bn: true\ncuda:\n  head_bn_grad: true\n").cuda.head_bn_grad);
     EXPECT_TRUE(
         contains(parse_error("cuda:\n  pw_custom_kernel: true\n"), "config key 'cuda.pw_custom_kernel': unknown key"));
 }

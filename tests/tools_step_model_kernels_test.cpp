@@ -321,6 +321,44 @@ TEST(StepModelKernels, HandCountedDepthwiseRowWithEverySwitch) {
     EXPECT_DOUBLE_EQ(r->at(StepPart::ConvFwd).bytes, p->at(StepPart::ConvFwd).bytes);
 }
 
+// kern::ConvPolicy::head_bn_grad (with fuse_head_bn): exactly the heads' conv2 gather their conv1 BN's reductions, and
+// the step loses that BN's statistics pass (its x and dy read; bn_act_backward_reduce_cost), the merged conv1's over
+// 256 channels or each head's conv1's over 64, its FLOPs moved into the conv2 backwards; without fuse_head_bn nothing
+// changes (there is no prologue to gather in).
+TEST(StepModelKernels, HeadBnGradTakesOffTheHeadsConv1StatisticsPass) {
+    const kern::ConvPolicy none;
+    kern::ConvPolicy k;
+    k.head_bn_grad = true;
+    for (const bool merged : {false, true}) {
+        SCOPED_TRACE(merged ? "merged heads" : "four heads");
+        model::NetShape s = small();
+        s.merge_heads = merged;
+        EXPECT_EQ(bytes(tools::step_model(s, {}, &k)), bytes(tools::step_model(s, {}, &none)));
+        for (const model::LayerUse& l : layers(s, k)) EXPECT_FALSE(l.kernels.gathers_input_bn_sums) << l.name;
+        s.fuse_head_bn = true;
+        const std::vector<model::LayerUse> ls = layers(s, k);
+        int gathering = 0, producers = 0;
+        double expect = 0;
+        for (const model::LayerUse& l : ls) {
+            const bool head_conv2 = !l.batchnorm && l.input_bn_prologue;
+            EXPECT_EQ(l.kernels.gathers_input_bn_sums, head_conv2) << l.name;
+            gathering += l.kernels.gathers_input_bn_sums;
+            if (l.batchnorm && l.bn_applied_by_consumer && l.name.rfind("dual_head.", 0) == 0) {
+                ++producers;
+                EXPECT_EQ(l.act, kern::Act::Relu) << l.name;
+                expect += tools::bn_act_backward_reduce_cost(l.shape.out().pixels(), l.shape.cout, l.act).bytes;
+            }
+        }
+        EXPECT_EQ(gathering, 4);
+        EXPECT_EQ(producers, merged ? 1 : 4);
+        const std::vector<StepModelRow> a = tools::step_model(s, {}, &none), b = tools::step_model(s, {}, &k);
+        // By hand: at 128x256 a head's conv1 output is 2 x 32 x 64 rows of 64 channels a head, bf16.
+        EXPECT_DOUBLE_EQ(expect, 4 * (2 * (4096.0 * 64 * 2) + 4 * 64 * 4));
+        EXPECT_NEAR(bytes(a) - bytes(b), expect, 1e-9 * bytes(a));
+        EXPECT_NEAR(flops(a), flops(b), 1e-9 * flops(a));
+    }
+}
+
 TEST(StepModelKernels, PlanFlagsTheSwitchesAndItsRooflineCharges) {
     bool help = false;
     const std::vector<std::string> common = {"--roofline", "--batch", "4",          "--height",  "128",
@@ -330,15 +368,17 @@ TEST(StepModelKernels, PlanFlagsTheSwitchesAndItsRooflineCharges) {
     const nlohmann::json plain = tools::plan_roofline_json(a);
     std::vector<std::string> all = common;
     for (const char* f : {"--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats", "--pw-stats", "--pw-bn-grad",
-                          "--pw-bn-bwd", "--pw-fused-bwd"})
+                          "--pw-bn-bwd", "--pw-fused-bwd", "--head-bn-grad"})
         all.push_back(f);
     a = tools::parse_plan_args(all, &help);
-    EXPECT_TRUE(a.kernels.dw_fused_bwd && a.kernels.pw_custom && a.fuse_expand_dw);  // bench step's implications
-    EXPECT_EQ(tools::kernel_switch_flags(a.kernels),
-              (std::vector<std::string>{"--dw-fused-bwd", "--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats",
-                                        "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd", "--pw-fused-bwd"}));
+    EXPECT_TRUE(a.kernels.dw_fused_bwd && a.kernels.pw_custom && a.fuse_expand_dw &&
+                a.fuse_head_bn);  // bench step's implications
+    EXPECT_EQ(
+        tools::kernel_switch_flags(a.kernels),
+        (std::vector<std::string>{"--dw-fused-bwd", "--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats",
+                                  "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd", "--pw-fused-bwd", "--head-bn-grad"}));
     const nlohmann::json r = tools::plan_roofline_json(a);
-    EXPECT_EQ(r["kernel_switches"].size(), 8u);
+    EXPECT_EQ(r["kernel_switches"].size(), 9u);
     // Every row of the model per sample: their bytes add up to the step's, each row's passes to the row.
     double row_sum = 0;
     for (const nlohmann::json& row : r["rows_per_sample"]) {
@@ -355,7 +395,7 @@ TEST(StepModelKernels, PlanFlagsTheSwitchesAndItsRooflineCharges) {
     const std::string t = tools::plan_roofline_text(r);
     EXPECT_NE(t.find("with the kernel switches --dw-fused-bwd --dw-fused-bwd-bn"), std::string::npos) << t;
     const nlohmann::json doc = tools::plan_json(a);
-    EXPECT_EQ(doc["shape"]["kernel_switches"].size(), 8u);
+    EXPECT_EQ(doc["shape"]["kernel_switches"].size(), 9u);
     EXPECT_NE(tools::plan_text(doc).find("kernel switches: --dw-fused-bwd"), std::string::npos);
     SF_EXPECT_ERROR(tools::parse_plan_args({"--backend", "cpu", "--dw-stats"}, &help), "--backend cpu",
                     "kernel switches");

@@ -67,6 +67,7 @@ void read_cuda(Section s, CudaSection& c, const ModelSection& m) {
     needs(c.pw_bn_grad, "pw_bn_grad", c.pw_custom, "cuda.pw_custom: true");
     needs(c.pw_bn_bwd, "pw_bn_bwd", c.pw_custom, "cuda.pw_custom: true");
     needs(c.pw_fused_bwd, "pw_fused_bwd", c.pw_custom, "cuda.pw_custom: true");
+    needs(c.head_bn_grad, "head_bn_grad", m.fuse_head_bn, "model.fuse_head_bn: true");
     s.finish();
 }
 

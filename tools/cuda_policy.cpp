@@ -28,6 +28,7 @@ constexpr PolicySwitch kPolicySwitches[] = {
     {&CudaSection::pw_bn_bwd, &kern::ConvPolicy::pw_bn_bwd},
     {&CudaSection::pw_fused_bwd, &kern::ConvPolicy::pw_fused_bwd},
     {&CudaSection::dw_stats, &kern::ConvPolicy::dw_stats},
+    {&CudaSection::head_bn_grad, &kern::ConvPolicy::head_bn_grad},
     {&CudaSection::branch_lanes, &kern::ConvPolicy::branch_lanes},
 };
 

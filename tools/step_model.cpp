@@ -120,6 +120,24 @@ void move_reduction_to_consumer(StepModelRow& prod, const model::LayerUse& pl, S
     c.at(StepPart::ConvDgrad).simt_flops += red.simt_flops;
 }
 
+// A head's conv2 (no BN of its own) gathering its slice of its producer's BN backward reductions (kern::HeadBnGrad,
+// kern::ConvPolicy::head_bn_grad; the producer: the heads' conv1, or the merged heads' conv1, whose BN the conv2
+// applies on load): the producer's reduction pass over those channels (their x and dy read) is gone; its FLOPs move
+// into c's backward, which reads x for its prologue anyway and sums the dy it stores: no bytes added.
+void move_head_reduction(StepModelRow& prod, const model::LayerUse& pl, StepModelRow& c, const model::LayerUse& cl,
+                         const Precision& p) {
+    const kern::Shape4 out = pl.shape.out(), in = cl.shape.in();
+    SF_CHECK(pl.batchnorm && pl.bn_applied_by_consumer && pl.upsample == 1 && cl.input_bn_prologue && !cl.batchnorm &&
+                 cl.input_grad && out.n == in.n && out.h == in.h && out.w == in.w && in.c <= out.c,
+             "step model: layer %s gathers the BN reductions of %s, whose BN it does not apply on load",
+             cl.name.c_str(), pl.name.c_str());
+    const OpCost red = bn_act_backward_reduce_cost(out.pixels(), out.c, pl.act, p);
+    const double share = dbl(in.c) / dbl(out.c);
+    prod.at(StepPart::NormBwd).bytes -= red.bytes * share;
+    prod.at(StepPart::NormBwd).simt_flops -= red.simt_flops * share;
+    c.at(StepPart::ConvDgrad).simt_flops += red.simt_flops * share;
+}
+
 // producer: the last layer before l that leaves its BN to its consumer (the layer before l in a fused
 // LiteBlock or DSConv; a head's conv1, or the merged heads' conv1, for a head's conv2), whose BN + activation
 // l applies on load when l.input_bn_prologue.
@@ -242,14 +260,24 @@ std::vector<StepModelRow> step_model(const model::Planner& plan, const model::Ne
     std::vector<StepModelRow> rows;
     const std::vector<model::LayerUse>& layers = plan.layers();
     const model::LayerUse* producer = nullptr;  // the last layer so far that leaves its BN to its consumer
+    size_t producer_row = 0;                    // and its row
     for (size_t i = 0; i < layers.size(); ++i) {
         const model::LayerUse& l = layers[i];
         rows.push_back(layer_row_model(l, producer, p));
         if (l.kernels.gathers_input_bn_sums) {
             SF_CHECK(i > 0, "step model: the first layer %s cannot gather a producer's BN reductions", l.name.c_str());
-            move_reduction_to_consumer(rows[rows.size() - 2], layers[i - 1], rows.back(), l, p);
+            if (l.batchnorm) {
+                move_reduction_to_consumer(rows[rows.size() - 2], layers[i - 1], rows.back(), l, p);
+            } else {
+                SF_CHECK(producer, "step model: layer %s gathers BN reductions, but no layer leaves its BN to it",
+                         l.name.c_str());
+                move_head_reduction(rows[producer_row], *producer, rows.back(), l, p);
+            }
         }
-        if (l.bn_applied_by_consumer) producer = &l;
+        if (l.bn_applied_by_consumer) {
+            producer = &l;
+            producer_row = rows.size() - 1;
+        }
     }
     for (const model::OpUse& o : plan.op_uses()) rows.push_back(op_row_model(o, p));
     const size_t n = plan.table().flat_size;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gpu_ops.h"
 #include "model/train_step.h"
 #include "tests/gpu/step_reference.h"
 #include "tests/gpu/step_rig.h"
@@ -161,6 +162,42 @@ TEST(CudaStep, FuseHeadBnKeepsEachHeadsGradientsStatisticsAndEvalLogits) {
 TEST(CudaStep, FuseHeadBnWithMergedHeadsKeepsEachHeadsGradientsStatisticsAndEvalLogits) {
     SF_REQUIRE_GPU();
     fuse_head_bn_keeps_the_heads(kMergeHeads);
+}
+
+// kern::ConvPolicy::head_bn_grad (`bench step --head-bn-grad`): the heads' conv2 backward gathers the conv1 BN's
+// backward reductions from the dx it stores (kern::HeadBnGrad), finalized into dgamma, dbeta and the coefficients of
+// that BN's dx pass, which then runs alone. The same values summed per chunk of the conv2 backward instead of by the
+// statistics pass: one micro-step changes only a summation order (expect_changed_order_only: the same plan and loss,
+// some gradient not bitwise equal, each within relative L2 0.15 and all within 5e-2, the bounds of the other
+// BN-backward epilogues' step tests), with four heads and merged; the captured micro-step has one kernel fewer per
+// conv1 BN (the statistics pass's two kernels become the finalize).
+TEST(CudaStep, HeadBnGradGathersTheConv1BnSums) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(1);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    set_head_biases(cpu);
+    const model::UpOrder order = model::UpOrder::ConvFirst;
+    for (const int merge : {0, kMergeHeads}) {
+        const std::string what = merge ? "head_bn_grad, merged heads" : "head_bn_grad, four heads";
+        const kern::ConvPolicy base = GpuRig::policy(true, 1, 0, 0);
+        kern::ConvPolicy with = base;
+        with.head_bn_grad = true;
+        GpuRig plain(cpu, base, 1, order, merge | kFuseHeadBn), fused(cpu, with, 1, order, merge | kFuseHeadBn);
+        EXPECT_FALSE(plain.net.gpu_ops()->head_bn_grad()) << what;
+        EXPECT_TRUE(fused.net.gpu_ops()->head_bn_grad()) << what;
+        int gathering = 0;
+        for (const model::LayerUse& l : fused.net.plan().layers()) gathering += l.kernels.gathers_input_bn_sums;
+        for (const model::LayerUse& l : plain.net.plan().layers()) EXPECT_FALSE(l.kernels.gathers_input_bn_sums);
+        EXPECT_EQ(gathering, 4) << what;  // the four conv2
+        expect_changed_order_only(plain, fused, b, what, 0.15, 5e-2);
+        for (GpuRig* r : {&plain, &fused}) r->train_step(b.pixels[0], b.labels[0]);  // the second one is captured
+        const model::GraphNodeCounts& gp = plain.step.micro_graph_nodes();
+        const model::GraphNodeCounts& gf = fused.step.micro_graph_nodes();
+        ASSERT_TRUE(gp.captured && gf.captured) << what;
+        EXPECT_EQ(gp.kernels - gf.kernels, merge ? 1 : 4) << what;
+        std::printf("%s: micro-step kernels %d -> %d\n", what.c_str(), gp.kernels, gf.kernels);
+    }
 }
 
 }  // namespace
