@@ -200,6 +200,17 @@ TEST(KernelsHeadConvPrologueGpu, EqualsTheKernelsOnTheStoredActivation) {
     }
 }
 
+// A ReLU prologue whose four vectors (cin floats each) lie one after another in vec: for the refusal tests.
+kern::DwPrologue relu_prologue(const DeviceBuffer& vec, int cin) {
+    kern::DwPrologue pro;
+    pro.act = Act::Relu;
+    pro.gamma = vec.f();
+    pro.beta = vec.f() + cin;
+    pro.mean = vec.f() + 2 * cin;
+    pro.invstd = vec.f() + 3 * cin;
+    return pro;
+}
+
 TEST(KernelsHeadConvPrologueGpu, BadProloguesAreRefused) {
     SF_REQUIRE_GPU();
     rt::CudaContext ctx;
@@ -209,12 +220,7 @@ TEST(KernelsHeadConvPrologueGpu, BadProloguesAreRefused) {
     const size_t wsn = kern::head_conv_workspace_floats(rows, cin, cout);
     DeviceBuffer x(rows * cin * 2), dx(rows * cin * 2), w(cout * cin * 4), b(cout * 4), y(rows * cout * 4),
         dy(rows * cout * 4), dw(cout * cin * 4), db(cout * 4), ws(wsn * 4), vec(4 * cin * 4);
-    kern::DwPrologue pro;
-    pro.act = Act::Relu;
-    pro.gamma = vec.f();
-    pro.beta = vec.f() + cin;
-    pro.mean = vec.f() + 2 * cin;
-    pro.invstd = vec.f() + 3 * cin;
+    const kern::DwPrologue pro = relu_prologue(vec, cin);
     kern::DwPrologue bad = pro;
     bad.gamma = nullptr;
     SF_EXPECT_ERROR(kern::head_conv_forward_cuda(ex, rows, cin, cout, x.h(), w.f(), b.f(), y.f(), 0, &bad),
@@ -384,12 +390,7 @@ TEST(KernelsHeadConvPrologueGpu, BadBnGradSumsAreRefused) {
                  partn = kern::head_conv_bn_grad_floats(rows, 32);
     DeviceBuffer x(rows * cin * 2), dx(rows * cin * 2), w(cout * cin * 4), dy(rows * cout * 4), dw(cout * cin * 4),
         db(cout * 4), ws(wsn * 4), vec(4 * cin * 4), part(partn * 4);
-    kern::DwPrologue pro;
-    pro.act = Act::Relu;
-    pro.gamma = vec.f();
-    pro.beta = vec.f() + cin;
-    pro.mean = vec.f() + 2 * cin;
-    pro.invstd = vec.f() + 3 * cin;
+    const kern::DwPrologue pro = relu_prologue(vec, cin);
     const char* op = "head_conv_backward_cuda";
     auto backward = [&](const kern::DwPrologue* p, const kern::HeadBnGrad& g) {
         kern::head_conv_backward_cuda(ex, rows, cin, cout, x.h(), dy.f(), w.f(), dx.h(), dw.f(), db.f(), ws.f(), wsn,
