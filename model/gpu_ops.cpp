@@ -64,6 +64,14 @@ bool same_shape(const kern::ConvShape& a, const kern::ConvShape& b) {
            a.stride == b.stride && a.pad == b.pad && a.groups == b.groups && a.bias == b.bias;
 }
 
+// The fused 1x1 backward's partials in the network's workspace for u under the policy (with its producer's BN
+// sums where the shape gathers them, the epilogue's after the wgrad's), 0 where no layer of u runs it.
+size_t pw_fused_backward_floats(const kern::ConvPolicy& policy, const ConvUse& u) {
+    if (!GpuOps::pw_fused_bwd(policy) || !u.pw_fused_bwd || !u.dgrad || !kern::pwconv_backward_fused_supported(u.shape))
+        return 0;
+    return kern::pwconv_backward_fused_workspace_floats(u.shape, GpuOps::pw_bn_grad(policy) && u.bn_grad_epilogue);
+}
+
 }  // namespace
 
 size_t conv_workspace_bound(const std::vector<ConvUse>& convs, const kern::ConvPolicy& policy) {
@@ -92,10 +100,7 @@ size_t conv_workspace_bound(const std::vector<ConvUse>& convs, const kern::ConvP
             bound = std::max(bound, kern::stemconv_workspace_floats(u.shape) * sizeof(float));
         if (policy.pw_custom && kern::pwconv_supported(u.shape))
             bound = std::max(bound, kern::pwconv_wgrad_workspace_floats(u.shape) * sizeof(float));
-        if (GpuOps::pw_fused_bwd(policy) && u.pw_fused_bwd && u.dgrad && kern::pwconv_backward_fused_supported(u.shape))
-            bound = std::max(bound, kern::pwconv_backward_fused_workspace_floats(
-                                        u.shape, GpuOps::pw_bn_grad(policy) && u.bn_grad_epilogue) *
-                                        sizeof(float));
+        bound = std::max(bound, pw_fused_backward_floats(policy, u) * sizeof(float));
     }
     return bound;
 }
@@ -189,11 +194,9 @@ void GpuOps::prepare_entries(const std::vector<ConvUse>& convs) {
         e.fused = custom == ConvImpl::CustomDepthwise && policy_.dw_fused_bwd && u.dgrad &&
                   kern::dwconv3x3_fused_supported(u.shape);
         if (e.fused) custom_ws_floats_ = std::max(custom_ws_floats_, kern::dwconv3x3_fused_workspace_floats(u.shape));
-        // The fused 1x1 backward gathering a producer's BN reductions: its partials after the wgrad's.
-        if (custom == ConvImpl::CustomPointwise && pw_fused_bwd() && pw_bn_grad() && u.pw_fused_bwd && u.dgrad &&
-            u.bn_grad_epilogue && kern::pwconv_backward_fused_supported(u.shape))
-            custom_ws_floats_ =
-                std::max(custom_ws_floats_, kern::pwconv_backward_fused_workspace_floats(u.shape, true));
+        // The fused 1x1 backward (with a producer's BN reductions: their partials after the wgrad's).
+        if (custom == ConvImpl::CustomPointwise)
+            custom_ws_floats_ = std::max(custom_ws_floats_, pw_fused_backward_floats(policy_, u));
         e.stats_fwd = stats_forward(e);
         if (e.stats_fwd) e.fwd_variant = e.pro_fwd_variant = first_staged_forward(u.shape);
         if (!policy_.autotune) {
