@@ -18,10 +18,15 @@
 // forms its 8 channels' bf16(act(bn(x))) after the load (kernels/bn_act_device.cuh), in the forward and
 // in the backward's dw sums: the values the apply pass would have stored, so the results are those of
 // the plain kernel on that pass's output, bit for bit.
+// The prologue BN's dx from the logits' gradient (head_bn_dx_kernel, kern::ConvPolicy::head_bn_dx): the backward
+// then stores no dx (only the BN's sums of it) and the BN's dx pass forms each dy from the logits' gradient and
+// the weights, the same value, so the rows x channels tensor between them is never written nor read.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
+#include "kernels/bn_act_cuda.h"
 #include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
 #include "kernels/head_conv_cuda.h"
@@ -112,9 +117,9 @@ __global__ void head_conv_forward_kernel(size_t rows, int cin, size_t pitch, con
 }
 
 // Backward, pass 1. Grid chunks x 256: block k owns rows [chunk_begin(k), chunk_begin(k+1)).
-// dx updated (accumulate false: overwritten, never read); part[k] = this chunk's (dw (K, Cin)
-// row-major, then db (K)). kBng (with kPro): per lane the prologue BN's backward sums of its 8 channels from
-// the dx values stored and the raw x (bn_grad_add), combined over the block as dw's are and written to bg.part
+// dx updated (accumulate false: overwritten, never read; null with kBng: not stored); part[k] = this chunk's (dw (K,
+// Cin) row-major, then db (K)). kBng (with kPro): per lane the prologue BN's backward sums of its 8 channels from the
+// dx values stored and the raw x (bn_grad_add), combined over the block as dw's are and written to bg.part
 // (HeadBnGrad's layout).
 template <int K, bool kPro, Act A, bool kBng>
 __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, int chunks, const bfloat* __restrict__ x,
@@ -164,9 +169,9 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, in
                 acc[k][j] = fmaf(g[k], v[j], acc[k][j]);
                 s = fmaf(g[k], wr[k][j], s);
             }
-            d[j] += s;
+            d[j] += s;  // head_bn_dx_kernel forms this value again (dx null: never stored)
         }
-        store8(dx + off, d);
+        if (dx) store8(dx + off, d);
         if constexpr (kBng) {  // the sums of the values just stored (store8 rounds to nearest even)
 #pragma unroll
             for (int j = 0; j < 8; ++j)
@@ -232,6 +237,71 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, in
 #pragma unroll
         for (int q = 0; q < kWarps; ++q) s += sm[q][ln][idx];
         p[e] = s;
+    }
+}
+
+// The prologue BN's dx from the logits' gradient (head_bn_dx_cuda). Block (channels / 8, 256 / (channels / 8)):
+// thread x owns channels [8x, 8x + 8), all of one head's (the heads tile the channels in multiples of 8); rows
+// grid-stride along y. The heads' weights sit in shared memory (wsm[k][c] = w[k, c - channel] of c's head, 0 past
+// its cout); per row a thread reads its head's cout logit gradients (fp32; the row's threads of one head read the
+// same ones: L1 hits), forms each channel's dy as head_conv_backward_kernel forms its dx (the fmaf chain over k
+// in order from 0, added to 0, rounded to bf16), then dx as bn_act_backward_dx's pass does (bn_act_dx_value).
+struct HeadDxSources {
+    HeadDxSource h[kHeadBnDxMaxHeads];
+    int n = 0;
+};
+
+// The head whose channels hold channel ch (the sources tile the channels in order).
+__device__ __forceinline__ int head_of(const HeadDxSources& src, int ch) {
+    int h = 0;
+    while (h + 1 < src.n && ch >= src.h[h + 1].channel) ++h;
+    return h;
+}
+
+template <Act A>
+__global__ void head_bn_dx_kernel(size_t rows, int c, HeadDxSources src, const bfloat* __restrict__ x,
+                                  const float* __restrict__ gamma, const float* __restrict__ beta,
+                                  const float* __restrict__ mean, const float* __restrict__ invstd,
+                                  const float* __restrict__ coef, bfloat* __restrict__ dx) {
+    rt::pdl_entry();
+    __shared__ float wsm[kHeadConvMaxCout][kHeadBnDxMaxChannels];
+    const int threads = blockDim.x * blockDim.y;
+    for (int e = threadIdx.y * blockDim.x + threadIdx.x; e < kHeadConvMaxCout * c; e += threads) {
+        const int k = e / c, ch = e % c;
+        const HeadDxSource& s = src.h[head_of(src, ch)];
+        wsm[k][ch] = k < s.cout ? __ldg(s.w + k * s.cin + (ch - s.channel)) : 0.0f;
+    }
+    __syncthreads();
+    const int g = threadIdx.x;  // blockDim.x == c / 8: every thread owns a group
+    const HeadDxSource& s = src.h[head_of(src, 8 * g)];
+    const int kc = s.cout;
+    const float* __restrict__ dy = s.dy;
+    const Chan8 p = load_chan8(g, gamma, beta, mean, invstd);
+    float mg[8], mgx[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        mg[j] = coef[8 * g + j];
+        mgx[j] = coef[c + 8 * g + j];
+    }
+    for (size_t r = static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
+         r += static_cast<size_t>(gridDim.y) * blockDim.y) {
+        float gk[kHeadConvMaxCout];
+#pragma unroll
+        for (int k = 0; k < kHeadConvMaxCout; ++k) gk[k] = k < kc ? __ldg(dy + r * kc + k) : 0.0f;
+        float v[8];
+        load8(x + r * c + 8 * g, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int k = 0; k < kHeadConvMaxCout; ++k)
+                if (k < kc) sum = fmaf(gk[k], wsm[k][8 * g + j], sum);
+            float d = 0.0f;
+            d += sum;  // as the conv2 backward's d[j] += s on its zeroed d (-0 becomes +0 alike)
+            d = __bfloat162float(__float2bfloat16_rn(d));
+            v[j] = bn_act_dx_value<A>(p, j, v[j], d, mg[j], mgx[j]);
+        }
+        store8(dx + r * c + 8 * g, v);
     }
 }
 
@@ -390,8 +460,15 @@ void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout,
     const HeadConvPlan pl = head_conv_plan(rows, cin, cout, pitch);
     if (rows == 0) return;
     check_bf16(op, "x", x);
-    check_bf16(op, "dx", dx);
-    SF_CHECK(static_cast<const void*>(x) != static_cast<const void*>(dx), "%s: dx must not alias x", op);
+    if (dx) {
+        check_bf16(op, "dx", dx);
+        SF_CHECK(static_cast<const void*>(x) != static_cast<const void*>(dx), "%s: dx must not alias x", op);
+    } else {
+        SF_CHECK(bng && !accumulate,
+                 "%s: dx may be null only with the BN-backward sums and accumulate false (the sums of the values it "
+                 "would hold, for head_bn_dx_cuda)",
+                 op);
+    }
     check_f32(op, "dy", dy);
     check_f32(op, "w", w);
     check_f32(op, "dw", dw);
@@ -402,7 +479,8 @@ void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout,
              "= %zu)",
              op, ws_floats, rows, cin, cout, pl.workspace_floats);
     // dx's rows: the last one ends cin elements past its start.
-    const size_t dx_bytes = ((rows - 1) * static_cast<size_t>(pl.pitch) + cin) * sizeof(bf16);
+    const size_t x_bytes = ((rows - 1) * static_cast<size_t>(pl.pitch) + cin) * sizeof(bf16);
+    const size_t dx_bytes = dx ? x_bytes : 0;
     const size_t dw_bytes = static_cast<size_t>(cout) * cin * sizeof(float), db_bytes = cout * sizeof(float);
     const size_t ws_bytes = pl.workspace_floats * sizeof(float);
     size_t part_bytes = 0;
@@ -415,7 +493,7 @@ void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout,
                  bng->channel + cin, bng->channels);
         check_f32(op, "bng->part", bng->part);
         part_bytes = head_conv_bn_grad_floats(rows, bng->channels) * sizeof(float);
-        const size_t x_bytes = dx_bytes, dy_bytes = rows * cout * sizeof(float);
+        const size_t dy_bytes = rows * cout * sizeof(float);
         SF_CHECK(
             !rt::overlap(bng->part, part_bytes, x, x_bytes) && !rt::overlap(bng->part, part_bytes, dy, dy_bytes) &&
                 !rt::overlap(bng->part, part_bytes, w, dw_bytes) && !rt::overlap(bng->part, part_bytes, dx, dx_bytes) &&
@@ -427,6 +505,66 @@ void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout,
         op, pro, cin,
         {{dx, dx_bytes}, {dw, dw_bytes}, {db, db_bytes}, {ws, ws_bytes}, {bng ? bng->part : nullptr, part_bytes}});
     launch_backward(ex, pl, x, dy, w, dx, dw, db, ws, accumulate, pro, bng);
+}
+
+void head_bn_dx_cuda(const rt::Exec& ex, Act act, size_t rows, int channels, const HeadDxSource* heads, int nheads,
+                     const bf16* x, const float* gamma, const float* beta, const float* mean, const float* invstd,
+                     const float* coef, bf16* dx) {
+    const char* op = "head_bn_dx_cuda";
+    rt::check_cuda_exec(op, ex);
+    SF_CHECK(channels >= 8 && channels <= kHeadBnDxMaxChannels && channels % 8 == 0,
+             "%s: channels must be a multiple of 8 in [8, %d], got channels=%d", op, kHeadBnDxMaxChannels, channels);
+    SF_CHECK(rows >= 2, "%s: rows must be at least 2 (a BN's batch statistics), got rows=%zu", op, rows);
+    SF_CHECK(act == Act::None || act == Act::Silu || act == Act::Relu, "%s: unknown activation %d", op,
+             static_cast<int>(act));
+    SF_CHECK(heads && nheads >= 1 && nheads <= kHeadBnDxMaxHeads, "%s: nheads must lie in [1, %d], got nheads=%d", op,
+             kHeadBnDxMaxHeads, heads ? nheads : 0);
+    check_bf16(op, "x", x);
+    check_bf16(op, "dx", dx);
+    const size_t bytes = rows * static_cast<size_t>(channels) * sizeof(bf16);
+    SF_CHECK(!rt::overlap(x, bytes, dx, bytes), "%s: dx must not overlap x", op);
+    HeadDxSources src;
+    src.n = nheads;
+    int next = 0;
+    for (int h = 0; h < nheads; ++h) {
+        const HeadDxSource& s = heads[h];
+        SF_CHECK(s.channel == next && s.cin >= 8 && s.cin <= kHeadConvMaxCin && s.cin % 8 == 0 &&
+                     s.channel + s.cin <= channels,
+                 "%s: head %d's channels [%d, %d) must follow the previous head's (from %d), a multiple of 8 of at "
+                 "most %d within the BN's %d",
+                 op, h, s.channel, s.channel + s.cin, next, kHeadConvMaxCin, channels);
+        SF_CHECK(s.cout >= 1 && s.cout <= kHeadConvMaxCout, "%s: head %d's cout must lie in [1, %d], got cout=%d", op,
+                 h, kHeadConvMaxCout, s.cout);
+        check_f32(op, "heads[].dy", s.dy);
+        check_f32(op, "heads[].w", s.w);
+        SF_CHECK(!rt::overlap(s.dy, rows * s.cout * sizeof(float), dx, bytes) &&
+                     !rt::overlap(s.w, static_cast<size_t>(s.cout) * s.cin * sizeof(float), dx, bytes),
+                 "%s: head %d's logits' gradient and weights must not overlap dx", op, h);
+        src.h[h] = s;
+        next = s.channel + s.cin;
+    }
+    SF_CHECK(next == channels, "%s: the heads' channels end at %d, the BN has %d: they must tile them", op, next,
+             channels);
+    const size_t vec = channels * sizeof(float);
+    const std::pair<const float*, const char*> vecs[] = {
+        {gamma, "gamma"}, {beta, "beta"}, {mean, "mean"}, {invstd, "invstd"}, {coef, "coef"}};
+    for (const auto& v : vecs) {
+        check_f32(op, v.second, v.first);
+        SF_CHECK(!rt::overlap(v.first, v.first == coef ? 2 * vec : vec, dx, bytes), "%s: %s must not overlap dx", op,
+                 v.second);
+    }
+    const int bx = channels / 8, by = kHeadConvThreads / bx;
+    const size_t tiles = (rows + by - 1) / by;
+    const int gy = static_cast<int>(std::min(tiles, static_cast<size_t>(kBnActMaxApplyY)));
+    const auto go = [&](auto a) {
+        rt::launch(ex, "head_bn_dx_kernel", head_bn_dx_kernel<decltype(a)::value>, dim3(1, gy), dim3(bx, by), 0, rows,
+                   channels, src, dev(x), gamma, beta, mean, invstd, coef, dev(dx));
+    };
+    switch (act) {
+        case Act::None: return go(std::integral_constant<Act, Act::None>{});
+        case Act::Silu: return go(std::integral_constant<Act, Act::Silu>{});
+        case Act::Relu: return go(std::integral_constant<Act, Act::Relu>{});
+    }
 }
 
 }  // namespace kern

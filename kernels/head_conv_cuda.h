@@ -86,10 +86,41 @@ size_t head_conv_bn_grad_floats(size_t rows, int channels);
 // dx (rows, Cin) bf16 += (accumulate = false: overwritten, never read); dw (Cout, Cin) +=; db (Cout) +=.
 // x and dx rows pitch apart (the channels between the slices untouched).
 // bng (null: none; needs pro, in train mode): the prologue BN's backward reductions (HeadBnGrad), the partials
-// apart from every other argument.
+// apart from every other argument. dx null (needs bng, accumulate false; kern::ConvPolicy::head_bn_dx): nothing
+// stored, the sums taken of the values that would have been (head_bn_dx_cuda forms them again): dw, db and the
+// partials bitwise as with dx.
 void head_conv_backward_cuda(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                              const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
                              bool accumulate = true, int pitch = 0, const DwPrologue* pro = nullptr,
                              const HeadBnGrad* bng = nullptr);
+
+// ---- the prologue BN's dx from the logits' gradient (kern::ConvPolicy::head_bn_dx) ----
+// With the heads' conv2 backward storing no dx (above), the BN's dx pass forms each element's dy where it needs
+// it: the value the conv2 backward would have stored, bf16(0 + sum_k dlogits[r, k] * w[k, c - channel]) (its
+// fmaf chain over k in order, rounded to nearest even), from the fp32 logits' gradient and weights of the head
+// whose channels hold c. So dx here is bitwise bn_act_backward_dx's on the dy the conv2s would have stored, and
+// that tensor (rows x channels bf16, written once and read once) never exists.
+constexpr int kHeadBnDxMaxHeads = 4;
+// One conv2 over the BN's channels [channel, channel + cin): its logits' gradient dy (rows, cout) fp32 and its
+// weights w (cout, cin) fp32, as head_conv_backward_cuda takes them.
+struct HeadDxSource {
+    int channel = 0;
+    int cin = 0;
+    int cout = 0;
+    const float* dy = nullptr;
+    const float* w = nullptr;
+};
+// x (rows, channels) bf16: the BN's input (the heads' conv1 output, pre-BN); gamma, beta, mean, invstd
+// (channels): the BN's, train mode (save_mean, save_invstd); coef (2 * channels): mean(g), then mean(g * xhat)
+// (bn_act_backward_finalize of the conv2s' HeadBnGrad partials); dx (rows, channels) bf16 OVERWRITTEN.
+// heads: `nheads` sources in [1, kHeadBnDxMaxHeads] whose channel ranges tile [0, channels) in order, each a
+// multiple of 8 channels starting at a multiple of 8, cin <= kHeadConvMaxCin, cout in [1, kHeadConvMaxCout].
+// Preconditions (rt::Error naming the value): CUDA Exec; channels a multiple of 8 in [8, 256]; rows >= 2; x, dx
+// 16-byte aligned, not overlapping; every vector, dy and w non-null and 4-byte aligned, none overlapping dx.
+// rows == 0 is refused (a BN in train mode has rows >= 2). Enqueues on ex.stream, never allocates nor synchronises.
+constexpr int kHeadBnDxMaxChannels = 256;
+void head_bn_dx_cuda(const rt::Exec& ex, Act act, size_t rows, int channels, const HeadDxSource* heads, int nheads,
+                     const bf16* x, const float* gamma, const float* beta, const float* mean, const float* invstd,
+                     const float* coef, bf16* dx);
 
 }  // namespace kern

@@ -377,6 +377,44 @@ TEST(KernelsHeadConvPrologueGpu, BnGradSumsMatchTheReferenceAndTheStatisticsPass
         double mag = 0.0;
         for (double mg : r.mg) mag += mg;
         EXPECT_GT(mag, 0.0);  // not the sums of a zero gradient
+        if (k.acc) continue;  // kern::ConvPolicy::head_bn_dx: the conv2s overwrite (their dx is the BN's dy)
+        // The backward storing nothing (dx null): the same sums, dw and db, bit for bit.
+        for (const std::unique_ptr<Conv>& cv : convs) {
+            upload(cv->dwb.f(), cv->dw0);
+            upload(cv->dbb.f(), cv->db0);
+        }
+        for (int i : {6, 7}) upload(V(i), d0);
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<kern::HeadDxSource> src;
+        for (int h = 0; h < heads; ++h) {
+            Conv& cv = *convs[static_cast<size_t>(h)];
+            const kern::DwPrologue pro = prologue(h);
+            const kern::HeadBnGrad g{part.f(), c, h * k.cin};
+            kern::head_conv_backward_cuda(ex, rows, k.cin, cv.cout, x.h() + h * k.cin, cv.dyd.f(), cv.wd.f(), nullptr,
+                                          cv.dwb.f(), cv.dbb.f(), ws.f(), wsn, false, c, &pro, &g);
+            src.push_back({h * k.cin, k.cin, cv.cout, cv.dyd.f(), cv.wd.f()});
+        }
+        kern::bn_act_backward_finalize(ex, rows, c, chunks, part.f(), V(6), V(7), V(8));
+        ctx.synchronize();
+        EXPECT_TRUE(bitwise(download(V(6), 4 * cc), got, "the sums with dx not stored"));
+        for (const std::unique_ptr<Conv>& cv : convs) {
+            const size_t nw = static_cast<size_t>(cv->cout) * k.cin;
+            EXPECT_TRUE(bitwise(download(cv->dwb.f(), nw), download(cv->dwa.f(), nw), "dw with dx not stored"));
+            EXPECT_TRUE(bitwise(download(cv->dbb.f(), cv->cout), download(cv->dba.f(), cv->cout), "db, dx not stored"));
+        }
+        // The BN's dx from the logits' gradient: bitwise the dx pass on the dx the conv2s stored (dxa).
+        upload_bf16(dxb.h(), std::vector<float>(nx, 7.0f));
+        DeviceBuffer dxc(nx * 2);
+        upload_bf16(dxc.h(), std::vector<float>(nx, -7.0f));
+        SF_CUDA_CHECK(cudaDeviceSynchronize());
+        kern::bn_act_backward_dx(ex, k.act, rows, c, x.h(), dxa.h(), V(0), V(1), V(2), V(3), V(8), dxb.h());
+        kern::head_bn_dx_cuda(ex, k.act, rows, c, src.data(), heads, x.h(), V(0), V(1), V(2), V(3), V(8), dxc.h());
+        ctx.synchronize();
+        const std::vector<float> want = download_bf16(dxb.h(), nx), from_logits = download_bf16(dxc.h(), nx);
+        EXPECT_TRUE(bitwise(from_logits, want, "the BN's dx from the logits' gradient against the dx pass"));
+        size_t nonzero = 0;
+        for (float e : want) nonzero += e != 0.0f;
+        EXPECT_GT(nonzero, nx / 4);  // a gradient, not zeros compared with zeros
     }
 }
 
@@ -411,9 +449,52 @@ TEST(KernelsHeadConvPrologueGpu, BadBnGradSumsAreRefused) {
     kern::DwPrologue over = pro;
     over.mean = part.f();
     SF_EXPECT_ERROR(backward(&over, good), op, "must not alias the prologue mean");
+    SF_EXPECT_ERROR(kern::head_conv_backward_cuda(ex, rows, cin, cout, x.h(), dy.f(), w.f(), nullptr, dw.f(), db.f(),
+                                                  ws.f(), wsn, false, 0, &pro, nullptr),
+                    op, "dx may be null only with the BN-backward sums");
+    SF_EXPECT_ERROR(kern::head_conv_backward_cuda(ex, rows, cin, cout, x.h(), dy.f(), w.f(), nullptr, dw.f(), db.f(),
+                                                  ws.f(), wsn, true, 0, &pro, &good),
+                    op, "accumulate false");
     SF_EXPECT_ERROR(kern::head_conv_bn_grad_floats(rows, 0), "channels must be positive");
     EXPECT_EQ(kern::head_conv_chunks(0), 0);
     EXPECT_EQ(kern::head_conv_bn_grad_floats(0, 8), 0u);
+}
+
+// head_bn_dx_cuda's documented refusals.
+TEST(KernelsHeadConvPrologueGpu, BadHeadBnDxIsRefused) {
+    SF_REQUIRE_GPU();
+    rt::CudaContext ctx;
+    const rt::Exec& ex = ctx.exec();
+    const size_t rows = 64;
+    const int c = 32, cout = 2;
+    DeviceBuffer x(rows * c * 2), dx(rows * c * 2), w(2 * cout * 16 * 4), dy(2 * rows * cout * 4), vec(6 * c * 4);
+    auto V = [&](int i) { return vec.f() + static_cast<size_t>(i) * c; };
+    kern::HeadDxSource src[2] = {{0, 16, cout, dy.f(), w.f()}, {16, 16, cout, dy.f() + rows * cout, w.f() + 32}};
+    const char* op = "head_bn_dx_cuda";
+    auto dx_of = [&](size_t r, int ch, const kern::HeadDxSource* s, int n, const kern::bf16* xp, kern::bf16* out,
+                     const float* coef) {
+        kern::head_bn_dx_cuda(ex, Act::Relu, r, ch, s, n, xp, V(0), V(1), V(2), V(3), coef, out);
+    };
+    SF_EXPECT_ERROR(dx_of(rows, 12, src, 2, x.h(), dx.h(), V(4)), op, "channels must be a multiple of 8");
+    SF_EXPECT_ERROR(dx_of(rows, 264, src, 2, x.h(), dx.h(), V(4)), op, "channels must be a multiple of 8");
+    SF_EXPECT_ERROR(dx_of(1, c, src, 2, x.h(), dx.h(), V(4)), op, "rows must be at least 2");
+    SF_EXPECT_ERROR(dx_of(rows, c, src, 0, x.h(), dx.h(), V(4)), op, "nheads must lie in [1, 4]");
+    SF_EXPECT_ERROR(dx_of(rows, c, src, 5, x.h(), dx.h(), V(4)), op, "nheads must lie in [1, 4]");
+    SF_EXPECT_ERROR(dx_of(rows, c, src, 1, x.h(), dx.h(), V(4)), op, "must tile them");
+    SF_EXPECT_ERROR(dx_of(rows, c, src + 1, 1, x.h(), dx.h(), V(4)), op, "head 0's channels [16, 32)");
+    kern::HeadDxSource bad[2] = {src[0], src[1]};
+    bad[1].cout = 9;
+    SF_EXPECT_ERROR(dx_of(rows, c, bad, 2, x.h(), dx.h(), V(4)), op, "head 1's cout must lie in [1, 8]");
+    bad[1] = src[1];
+    bad[1].dy = nullptr;
+    SF_EXPECT_ERROR(dx_of(rows, c, bad, 2, x.h(), dx.h(), V(4)), op, "heads[].dy");
+    bad[1] = src[1];
+    bad[1].w = reinterpret_cast<const float*>(dx.h());
+    SF_EXPECT_ERROR(dx_of(rows, c, bad, 2, x.h(), dx.h(), V(4)), op, "must not overlap dx");
+    SF_EXPECT_ERROR(dx_of(rows, c, src, 2, x.h(), x.h(), V(4)), op, "dx must not overlap x");
+    SF_EXPECT_ERROR(dx_of(rows, c, src, 2, x.h(), dx.h(), reinterpret_cast<const float*>(dx.h())), op,
+                    "coef must not overlap dx");
+    SF_EXPECT_ERROR(dx_of(rows, c, src, 2, x.h(), dx.h(), nullptr), op, "coef");
 }
 
 }  // namespace
