@@ -139,6 +139,11 @@ struct ConvPolicy {
     // backward runs its dx pass alone (no statistics pass; summed in another order). `bench step --head-bn-grad`
     // (implies --fuse-head-bn; docs/perf/OPTIMIZATION_LOG.md entry 34).
     bool head_bn_grad = false;
+    // With head_bn_grad: the heads' conv2 backward stores no dx (only the BN's sums of it), and the conv1 BN's dx
+    // pass forms each dy from the logits' gradient and the conv2 weights instead of reading it
+    // (kern::head_bn_dx_cuda): the rows x channels bf16 tensor between them is neither written nor read; the step's
+    // bits unchanged. `bench step --head-bn-dx` (implies --head-bn-grad; docs/perf/OPTIMIZATION_LOG.md entry 35).
+    bool head_bn_dx = false;
 };
 
 // The policy of a run: deterministic = deterministic engines and no autotuning (the engine choice

@@ -242,10 +242,11 @@ __global__ void head_conv_backward_kernel(size_t rows, int cin, size_t pitch, in
 
 // The prologue BN's dx from the logits' gradient (head_bn_dx_cuda). Block (channels / 8, 256 / (channels / 8)):
 // thread x owns channels [8x, 8x + 8), all of one head's (the heads tile the channels in multiples of 8); rows
-// grid-stride along y. The heads' weights sit in shared memory (wsm[k][c] = w[k, c - channel] of c's head, 0 past
-// its cout); per row a thread reads its head's cout logit gradients (fp32; the row's threads of one head read the
-// same ones: L1 hits), forms each channel's dy as head_conv_backward_kernel forms its dx (the fmaf chain over k
-// in order from 0, added to 0, rounded to bf16), then dx as bn_act_backward_dx's pass does (bn_act_dx_value).
+// grid-stride along y. The heads' weights sit in shared memory (w[k, c - channel] of c's head, 0 past its cout;
+// laid out so that a warp's reads are free of bank conflicts); per row a thread reads its head's cout logit gradients
+// (fp32; the row's threads of one head read the same ones: L1 hits), forms each channel's dy as
+// head_conv_backward_kernel forms its dx (the fmaf chain over k in order from 0, added to 0, rounded to bf16), then dx
+// as bn_act_backward_dx's pass does (bn_act_dx_value).
 struct HeadDxSources {
     HeadDxSource h[kHeadBnDxMaxHeads];
     int n = 0;
@@ -264,12 +265,14 @@ __global__ void head_bn_dx_kernel(size_t rows, int c, HeadDxSources src, const b
                                   const float* __restrict__ mean, const float* __restrict__ invstd,
                                   const float* __restrict__ coef, bfloat* __restrict__ dx) {
     rt::pdl_entry();
-    __shared__ float wsm[kHeadConvMaxCout][kHeadBnDxMaxChannels];
+    // wsm[k][j][g] = w[k, 8g + j - channel] of channel 8g + j's head: a warp's threads (consecutive groups g of a
+    // row, or the same g of several rows) read consecutive words or one word, never two words of one bank.
+    __shared__ float wsm[kHeadConvMaxCout][8][kHeadBnDxMaxChannels / 8];
     const int threads = blockDim.x * blockDim.y;
     for (int e = threadIdx.y * blockDim.x + threadIdx.x; e < kHeadConvMaxCout * c; e += threads) {
-        const int k = e / c, ch = e % c;
+        const int k = e / c, j = e % c / (c / 8), gr = e % (c / 8), ch = 8 * gr + j;  // consecutive e: consecutive gr
         const HeadDxSource& s = src.h[head_of(src, ch)];
-        wsm[k][ch] = k < s.cout ? __ldg(s.w + k * s.cin + (ch - s.channel)) : 0.0f;
+        wsm[k][j][gr] = k < s.cout ? __ldg(s.w + k * s.cin + (ch - s.channel)) : 0.0f;
     }
     __syncthreads();
     const int g = threadIdx.x;  // blockDim.x == c / 8: every thread owns a group
@@ -295,7 +298,7 @@ __global__ void head_bn_dx_kernel(size_t rows, int c, HeadDxSources src, const b
             float sum = 0.0f;
 #pragma unroll
             for (int k = 0; k < kHeadConvMaxCout; ++k)
-                if (k < kc) sum = fmaf(gk[k], wsm[k][8 * g + j], sum);
+                if (k < kc) sum = fmaf(gk[k], wsm[k][j][g], sum);
             float d = 0.0f;
             d += sum;  // as the conv2 backward's d[j] += s on its zeroed d (-0 becomes +0 alike)
             d = __bfloat162float(__float2bfloat16_rn(d));

@@ -291,7 +291,18 @@ void ConvBN<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
                                       sums_ran ? bn_coef : nullptr, bng);
             return;
         }
-        if (sums_ran) {  // the consumer's backward-data gathered the reductions: the dx pass only
+        if (n_dx_heads > 0) {  // kern::ConvPolicy::head_bn_dx: the dx pass forming dy from the heads' logits' gradient
+            SF_CHECK(sums_by_head && (sums_ran || !ex.is_cuda()),
+                     "%s: the heads store no dx only where they gather its BN reductions", bwd_scope.c_str());
+            kern::HeadDxSource src[4];
+            for (int i = 0; i < n_dx_heads; ++i) {
+                const HeadDxRef& h = dx_heads[i];
+                SF_CHECK(h.logits && h.weight, "%s: head %d of %d not linked", bwd_scope.c_str(), i, n_dx_heads);
+                src[i] = {h.channel, h.cin, h.cout, h.logits->g, h.weight->w};
+            }
+            ops::head_bn_dx(ex, act, rows, cs.cout, conv.v, dy, src, n_dx_heads, gamma.w, beta.w, save_mean,
+                            save_invstd, bn_coef, conv.g);
+        } else if (sums_ran) {  // the consumer's backward-data gathered the reductions: the dx pass only
             ops::bn_act_backward_dx(ops, ex, act, rows, cs.cout, conv.v, dy, gamma.w, beta.w, save_mean, save_invstd,
                                     bn_coef, conv.g);
         } else {

@@ -185,6 +185,10 @@ public:
     // kern::ConvPolicy::head_bn_grad: with NetShape::fuse_head_bn, the heads' conv2 backward gathers the conv1 BN's
     // backward reductions (kern::HeadBnGrad; Conv::backward, MergedHeads::backward).
     bool head_bn_grad() const { return policy_.head_bn_grad; }
+    // kern::ConvPolicy::head_bn_dx (with head_bn_grad): the heads' conv2 backward stores no dx; the conv1 BN's dx
+    // pass forms it from the logits' gradient (kern::head_bn_dx_cuda; ConvBN::dx_heads).
+    bool head_bn_dx() const { return head_bn_dx(policy_); }
+    static bool head_bn_dx(const kern::ConvPolicy& p) { return p.head_bn_grad && p.head_bn_dx; }
     // Whether s's plain backward (no BN-backward prologue) runs as the fused 1x1 kernel, with the input prologue pro
     // (null: none) and the producer's reductions bng (null: none): then the layer calls conv_backward_fused.
     bool pw_fused_backward(const kern::ConvShape& s, const kern::DwPrologue* pro,

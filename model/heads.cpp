@@ -54,6 +54,12 @@ void Conv<T>::declare(Planner& p, const std::string& name, const kern::Shape4& i
     // kern::ConvPolicy::head_bn_grad: the backward gathers the prologue BN's reductions (the conv1 BN's statistics
     // pass is gone; the cost model moves it here).
     use.kernels.gathers_input_bn_sums = prologue != nullptr && prologue->sums_by_head;
+    // kern::ConvPolicy::head_bn_dx: no dx stored (the prologue's BN dx pass forms it; the cost model moves it there).
+    SF_CHECK(!dx_not_stored || (prologue && prologue->sums_by_head),
+             "%s: a conv storing no dx needs a prologue whose BN reductions it gathers (kern::ConvPolicy::head_bn_dx "
+             "with head_bn_grad)",
+             name.c_str());
+    use.kernels.input_grad_recomputed = dx_not_stored;
     p.layer(use);
     weight = p.param(name + ".weight", {cout, in.c, 1, 1}, true);
     bias = p.param(name + ".bias", {cout}, false);
@@ -109,7 +115,7 @@ void Conv<T>::backward(const rt::Exec& ex, const ActT<T>& x) const {
         const kern::HeadBnGrad bng = sums ? prologue->head_bn_grad(prologue_channel) : kern::HeadBnGrad{};
         const bool ran = ops::head_conv_backward(
             ex, cs.in().pixels(), cs.cin, cs.cout, prologue ? prologue_input() : x.v, out.g, weight.w, x.g, weight.g,
-            bias.g, ws, ws_floats, prologue ? &pro : nullptr, sums ? &bng : nullptr);
+            bias.g, ws, ws_floats, prologue ? &pro : nullptr, sums ? &bng : nullptr, !dx_not_stored);
         if (sums && ran) prologue->finalize_head_sums(ex);
     }
 }
@@ -223,10 +229,13 @@ void MergedHeads<T>::backward(const rt::Exec& ex, const ActT<T>& x, const Head<T
             // kern::ConvPolicy::head_bn_grad: each head's columns of the merged BN's reductions (finalized below).
             const kern::HeadBnGrad bng =
                 conv1.sums_by_head ? conv1.head_bn_grad(static_cast<int>(at)) : kern::HeadBnGrad{};
+            // kern::ConvPolicy::head_bn_dx: the slice not stored (conv1's BN dx pass forms it; the slices' first
+            // write, so nothing to add into).
+            SF_CHECK(!c2.dx_not_stored || !acc, "%s: a dx not stored cannot accumulate", c2.bwd_scope.c_str());
             kern::head_conv_backward_cuda(ex, rows, mid, c2.cs.cout, c2.prologue ? c2.prologue_input() : z.v + at,
-                                          c2.out.g, c2.weight.w, z.g + at, c2.weight.g, c2.bias.g, c2.ws, c2.ws_floats,
-                                          acc, kHeads * mid, c2.prologue ? &pro : nullptr,
-                                          conv1.sums_by_head ? &bng : nullptr);
+                                          c2.out.g, c2.weight.w, c2.dx_not_stored ? nullptr : z.g + at, c2.weight.g,
+                                          c2.bias.g, c2.ws, c2.ws_floats, acc, kHeads * mid,
+                                          c2.prologue ? &pro : nullptr, conv1.sums_by_head ? &bng : nullptr);
         }
         // conv1's parameter gradients accumulate into the heads' own: gathered before, scattered after (the
         // traced backward, on a CPU Exec, launches nothing).

@@ -27,6 +27,10 @@ struct Conv {
     // layer's channels this conv reads (a head's slice of the merged conv1, else 0).
     const ConvBN<T>* prologue = nullptr;
     int prologue_channel = 0;
+    // CUDA, kern::ConvPolicy::head_bn_dx (set before declare(); needs a prologue whose reductions this conv gathers,
+    // ConvBN::sums_by_head): the backward stores no dx; the prologue's BN forms it again from this conv's output
+    // gradient (ConvBN::dx_heads). Traced as the write it replaces.
+    bool dx_not_stored = false;
 
     void declare(Planner& p, const std::string& name, const kern::Shape4& in, int cout);
     void forward(const rt::Exec& ex, const ActT<T>& x, bool train) const;

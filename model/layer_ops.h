@@ -218,13 +218,31 @@ inline void conv_backward_filter_prologue(const rt::Exec& ex, const kern::ConvSh
 }
 // CUDA: the heads' last 1x1 conv (fp32 dy, the logits' gradient).
 // Returns whether it ran (bng: the prologue BN's reductions, kern::HeadBnGrad, for the caller to finalize then).
+// store_dx false (kern::ConvPolicy::head_bn_dx, with bng): dx is not written (head_bn_dx below forms it where it is
+// read); reported as the write it replaces.
 inline bool head_conv_backward(const rt::Exec& ex, size_t rows, int cin, int cout, const bf16* x, const float* dy,
                                const float* w, bf16* dx, float* dw, float* db, float* ws, size_t ws_floats,
-                               const kern::DwPrologue* pro = nullptr, const kern::HeadBnGrad* bng = nullptr) {
+                               const kern::DwPrologue* pro = nullptr, const kern::HeadBnGrad* bng = nullptr,
+                               bool store_dx = true) {
     bool acc;
     if (!grad_op({dy}, {dx}, &acc)) return false;
-    kern::head_conv_backward_cuda(ex, rows, cin, cout, x, dy, w, dx, dw, db, ws, ws_floats, acc, 0, pro, bng);
+    SF_CHECK(store_dx || !acc, "head_conv_backward: a dx not stored cannot accumulate");
+    kern::head_conv_backward_cuda(ex, rows, cin, cout, x, dy, w, store_dx ? dx : nullptr, dw, db, ws, ws_floats, acc, 0,
+                                  pro, bng);
     return true;
+}
+// CUDA: the heads' conv1 BN's dx pass with its dy formed from the conv2s' logits' gradients (kern::head_bn_dx_cuda;
+// kern::ConvPolicy::head_bn_dx): reported as bn_act_backward_dx on the dy the conv2s would have stored, reading
+// their logits' gradients as well (up to 4; null entries ignored).
+inline void head_bn_dx(const rt::Exec& ex, kern::Act a, size_t rows, int c, const bf16* x, const bf16* dy,
+                       const kern::HeadDxSource* src, int n, const float* gamma, const float* beta, const float* mean,
+                       const float* invstd, const float* coef, bf16* dx) {
+    SF_CHECK(n >= 1 && n <= 4, "head_bn_dx: %d sources", n);
+    const float* l[4] = {};
+    for (int i = 0; i < n; ++i) l[i] = src[i].dy;
+    bool acc;
+    if (!grad_op({dy, l[0], l[1], l[2], l[3]}, {dx}, &acc)) return;
+    kern::head_bn_dx_cuda(ex, a, rows, c, src, n, x, gamma, beta, mean, invstd, coef, dx);
 }
 
 }  // namespace model::ops

@@ -77,6 +77,17 @@ struct ConvBN {
     // backward runs the BN's dx pass alone (grad_sums_ran on a CUDA Exec).
     bool sums_by_head = false;
     float* bn_part = nullptr;
+    // CUDA, set by the network after the heads' declare() (kern::ConvPolicy::head_bn_dx, with sums_by_head): the
+    // heads' conv2 over this BN's channels, in channel order (n_dx_heads: 4 for the merged heads' conv1, else 1),
+    // which store no dx (Conv::dx_not_stored); the backward's dx pass forms its dy from their logits' gradients and
+    // weights (kern::head_bn_dx_cuda). Traced as the dx pass, reading those gradients as well.
+    struct HeadDxRef {
+        const ActT<float>* logits = nullptr;  // the conv2's output: its g, the logits' gradient
+        const Param* weight = nullptr;        // the conv2's weights (fp32 master)
+        int channel = 0, cin = 0, cout = 0;
+    };
+    HeadDxRef dx_heads[4];
+    int n_dx_heads = 0;
     // Set before declare(): the caller binds weight, bias, gamma, beta and the running statistics after each
     // declare() (CUDA: the merged heads' conv1, whose parameters are copies of four layers'; MergedHeads) and
     // declare() asks the planner for none of them (nor a counter: the CUDA network counts every BN at once).

@@ -190,6 +190,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, const rt::Exec& ex, const kern::C
     plan_.set_pw_bn_bwd(ops_->pw_bn_bwd());
     plan_.set_pw_fused_bwd(ops_->pw_fused_bwd());
     plan_.set_head_bn_grad(ops_->head_bn_grad());
+    plan_.set_head_bn_dx(ops_->head_bn_dx());
     plan_.set_dw_bn_grad(ops_->dw_bn_grad());
     plan_.set_pw_bn_grad(ops_->pw_bn_grad());
     plan_.set_dw_fused_bwd(policy.dw_fused_bwd);
@@ -214,6 +215,7 @@ SiderNetT<T>::SiderNetT(const NetShape& shape, DryRun dry)
         plan_.set_pw_bn_bwd(GpuOps::pw_bn_bwd(*dry.policy));
         plan_.set_pw_fused_bwd(GpuOps::pw_fused_bwd(*dry.policy));
         plan_.set_head_bn_grad(dry.policy->head_bn_grad);
+        plan_.set_head_bn_dx(GpuOps::head_bn_dx(*dry.policy));
         plan_.set_dw_bn_grad(GpuOps::dw_bn_grad(*dry.policy));
         plan_.set_pw_bn_grad(GpuOps::pw_bn_grad(*dry.policy));
         plan_.set_dw_fused_bwd(dry.policy->dw_fused_bwd);
@@ -297,6 +299,8 @@ void SiderNetT<T>::declare(Planner& p) {
     const bool fuse_bn = fused_head_bn();
     // kern::ConvPolicy::head_bn_grad: the conv2s also gather that BN's backward reductions (ConvBN::sums_by_head).
     const bool head_sums = fuse_bn && p.head_bn_grad();
+    // kern::ConvPolicy::head_bn_dx: and store no dx; the conv1 BN's dx pass forms it from their logits' gradients.
+    const bool head_dx = head_sums && p.head_bn_dx();
     if (merged_heads()) {
         merged_.conv1.apply_in_consumer = fuse_bn;
         merged_.conv1.sums_by_head = head_sums;
@@ -317,7 +321,14 @@ void SiderNetT<T>::declare(Planner& p) {
         head.conv2.in_pitch = merged_heads() ? kHeads * kHeadMid : 0;
         head.conv2.prologue = fuse_bn ? (merged_heads() ? &merged_.conv1 : &head.conv1) : nullptr;
         head.conv2.prologue_channel = fuse_bn && merged_heads() ? h * kHeadMid : 0;
+        head.conv2.dx_not_stored = head_dx;
         head.conv2.declare(p, name + ".conv2", mid, kHeadChannels[h]);
+        if (head_dx) {
+            ConvBN<T>& c1 = merged_heads() ? merged_.conv1 : head.conv1;
+            c1.n_dx_heads = merged_heads() ? kHeads : 1;
+            c1.dx_heads[merged_heads() ? h : 0] = {&head.conv2.out, &head.conv2.weight, head.conv2.prologue_channel,
+                                                   kHeadMid, kHeadChannels[h]};
+        }
     }
 }
 

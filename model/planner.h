@@ -123,11 +123,14 @@ struct LayerKernels {
     //                   it reads) BN backward reductions in its epilogue (pw_bn_grad: a 1x1 dgrad, which then
     //                   reads that BN's input; dw_fused_bn_grad: the fused depthwise backward, which reads it
     //                   anyway): the producer's reduction pass is gone
+    //   input_grad_recomputed  the conv's input gradient is not stored: its producer's BN dx pass forms it where it
+    //                   reads it (head_bn_dx: a head's conv2, from its logits' gradient and weights)
     bool stats_in_conv = false;
     bool bn_dx_in_conv = false;
     bool dw_fused_bwd = false;
     bool pw_fused_bwd = false;
     bool gathers_input_bn_sums = false;
+    bool input_grad_recomputed = false;
 };
 
 struct LayerUse {
@@ -293,6 +296,10 @@ public:
     // applies it (NetShape::fuse_head_bn; ConvBN::sums_by_head, Conv::bn_grad).
     void set_head_bn_grad(bool on) { head_bn_grad_ = on; }
     bool head_bn_grad() const { return head_bn_grad_; }
+    // kern::ConvPolicy::head_bn_dx (with head_bn_grad): the heads' conv2 store no dx, the conv1 BN's dx pass forms
+    // it from the logits' gradient (ConvBN::dx_heads, Conv::dx_not_stored).
+    void set_head_bn_dx(bool on) { head_bn_dx_ = on; }
+    bool head_bn_dx() const { return head_bn_dx_; }
     // Marks s (declared by conv first) as taking the fused 1x1 backward in some layer (ConvUse::pw_fused_bwd).
     void conv_pw_fused_backward(const kern::ConvShape& s);
     bool pw_fused_bwd() const { return pw_fused_bwd_; }
@@ -351,6 +358,7 @@ private:
     bool pw_bn_bwd_ = false;
     bool pw_fused_bwd_ = false;
     bool head_bn_grad_ = false;
+    bool head_bn_dx_ = false;
     bool dw_bn_grad_ = false;
     bool pw_bn_grad_ = false;
     bool dw_fused_bwd_ = false;

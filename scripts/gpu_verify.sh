@@ -424,6 +424,7 @@ case "$STAGE" in
         cuda.pw_bn_bwd=true) bench_flags+=(--pw-bn-bwd) ;;
         cuda.pw_fused_bwd=true) bench_flags+=(--pw-fused-bwd) ;;
         cuda.head_bn_grad=true) bench_flags+=(--head-bn-grad) ;;
+        cuda.head_bn_dx=true) bench_flags+=(--head-bn-dx) ;;
         cuda.dw_stats=true) bench_flags+=(--dw-stats) ;;
         cuda.branch_lanes=true) bench_flags+=(--branch-lanes) ;;
         model.fuse_*=true|model.merge_heads=true) f=${kv#model.}; f=${f%=true}; bench_flags+=("--${f//_/-}") ;;

@@ -223,6 +223,12 @@ TEST(BenchConfigs, TheSessionListParsesWithTheSessionsCommand) {
     EXPECT_EQ(tools::cuda_section_json(same.cuda), tools::cuda_section_json(all.cuda))
         << "bench_all_lanes is bench_all and the lanes";
     EXPECT_TRUE(same.fuse_expand_dw && same.fuse_dw_pw && same.merge_heads && same.fuse_head_bn && same.fuse_up_bn);
+    ASSERT_TRUE(by.count("bench_all_headbn") && by.count("bench_all_headdx"));
+    tools::StepBenchOptions headdx = by["bench_all_headdx"]->options;
+    EXPECT_TRUE(headdx.cuda.head_bn_dx && !by["bench_all_headbn"]->options.cuda.head_bn_dx);
+    headdx.cuda.head_bn_dx = false;
+    EXPECT_EQ(tools::cuda_section_json(headdx.cuda), tools::cuda_section_json(by["bench_all_headbn"]->options.cuda))
+        << "bench_all_headdx is bench_all_headbn and --head-bn-dx";
     for (const BenchConfig& x : c) {
         EXPECT_EQ(x.options.batch_sizes, (std::vector<int>{128})) << x.name;
         EXPECT_EQ(x.options.height, 256) << x.name;

@@ -99,7 +99,10 @@ TEST(BenchStep, ParsesEveryOption) {
     EXPECT_FALSE(pf.cuda.pw_bn_bwd || pf.cuda.pw_bn_grad || pf.cuda.pw_stats);
     const tools::StepBenchOptions hb = tools::parse_step_bench_args({"--head-bn-grad"});
     EXPECT_TRUE(hb.cuda.head_bn_grad && hb.fuse_head_bn);  // implies the BN prologue whose input it reads
-    EXPECT_FALSE(hb.merge_heads || hb.cuda.pw_custom);
+    EXPECT_FALSE(hb.merge_heads || hb.cuda.pw_custom || hb.cuda.head_bn_dx);
+    const tools::StepBenchOptions hd = tools::parse_step_bench_args({"--head-bn-dx"});
+    EXPECT_TRUE(hd.cuda.head_bn_dx && hd.cuda.head_bn_grad && hd.fuse_head_bn);  // the sums it needs, their prologue
+    EXPECT_FALSE(hd.merge_heads || hd.cuda.pw_custom);
     const tools::StepBenchOptions hw = tools::parse_step_bench_args({"--height", "160", "--width", "320"});
     EXPECT_EQ(hw.height, 160);
     EXPECT_EQ(hw.width, 320);

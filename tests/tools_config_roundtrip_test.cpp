@@ -38,6 +38,8 @@ std::vector<std::pair<std::string, std::function<void(TrainConfig&)>>> field_cha
         {"cuda.pw_fused_bwd", [](TrainConfig& c) { c.cuda.pw_custom = c.cuda.pw_fused_bwd = true; }},
         {"cuda.dw_stats", [](TrainConfig& c) { c.cuda.dw_stats = true; }},
         {"cuda.head_bn_grad", [](TrainConfig& c) { c.model.fuse_head_bn = c.cuda.head_bn_grad = true; }},
+        {"cuda.head_bn_dx",
+         [](TrainConfig& c) { c.model.fuse_head_bn = c.cuda.head_bn_grad = c.cuda.head_bn_dx = true; }},
         {"cuda.branch_lanes", [](TrainConfig& c) { c.cuda.branch_lanes = true; }},
         {"optimizer.lr", [](TrainConfig& c) { c.optimizer.lr = 0.1 + 0.2; }},  // 0.30000000000000004
         {"optimizer.betas[0]", [](TrainConfig& c) { c.optimizer.betas[0] = 0.8; }},
@@ -178,8 +180,9 @@ TEST(ToolsConfig, ResumeHashIgnoresTheKernelsAndOutputsButNotTheRun) {
         TrainConfig c;
         change(c);
         const bool ignored = name.rfind("cuda.", 0) == 0 || name == "logging.log_dir" || name == "checkpoints.save_dir";
-        // The two cuda switches whose setters turn a model fusion on as well (what they build on).
-        const bool with_model = name == "cuda.dw_fused_bn_grad" || name == "cuda.head_bn_grad";
+        // The cuda switches whose setters turn a model fusion on as well (what they build on).
+        const bool with_model =
+            name == "cuda.dw_fused_bn_grad" || name == "cuda.head_bn_grad" || name == "cuda.head_bn_dx";
         EXPECT_EQ(tools::resume_config_hash(c) == h, ignored && !with_model) << name;
     }
 }

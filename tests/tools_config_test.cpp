@@ -199,6 +199,10 @@ TEST(ToolsConfig, CudaSectionSwitchesAndWhatTheyNeed) {
     EXPECT_TRUE(contains(parse_error("cuda:\n  head_bn_grad: true\n"),
                          "'cuda.head_bn_grad': true needs model.fuse_head_bn: true"));
     EXPECT_TRUE(parse("model:\n  fuse_head_bn: true\ncuda:\n  head_bn_grad: true\n").cuda.head_bn_grad);
+    EXPECT_TRUE(contains(parse_error("model:\n  fuse_head_bn: true\ncuda:\n  head_bn_dx: true\n"),
+                         "'cuda.head_bn_dx': true needs cuda.head_bn_grad: true"));
+    EXPECT_TRUE(
+        parse("model:\n  fuse_head_bn: true\ncuda:\n  head_bn_grad: true\n  head_bn_dx: true\n").cuda.head_bn_dx);
     EXPECT_TRUE(
         contains(parse_error("cuda:\n  pw_custom_kernel: true\n"), "config key 'cuda.pw_custom_kernel': unknown key"));
 }

@@ -37,6 +37,7 @@ std::vector<std::pair<std::string, std::function<void(CudaSection&)>>> toggles()
             {"pw_fused_bwd", [](CudaSection& s) { s.pw_fused_bwd = true; }},
             {"dw_stats", [](CudaSection& s) { s.dw_stats = true; }},
             {"head_bn_grad", [](CudaSection& s) { s.head_bn_grad = true; }},
+            {"head_bn_dx", [](CudaSection& s) { s.head_bn_dx = true; }},
             {"branch_lanes", [](CudaSection& s) { s.branch_lanes = true; }}};
 }
 

@@ -359,6 +359,42 @@ TEST(StepModelKernels, HeadBnGradTakesOffTheHeadsConv1StatisticsPass) {
     }
 }
 
+// kern::ConvPolicy::head_bn_dx (with head_bn_grad and fuse_head_bn): exactly the heads' conv2 store no dx, and the
+// step loses that tensor's write and read (rows x 64 bf16 a head) for a read of each head's fp32 logits' gradient
+// (rows x cout) in the conv1 BN's dx pass, with the dy's dot products (2 * cout FLOPs an element) added there;
+// without head_bn_grad nothing changes (the switch needs the sums gathered without the stored dx).
+TEST(StepModelKernels, HeadBnDxTakesOffTheHeadsDx) {
+    kern::ConvPolicy sums, dx_alone, both;
+    sums.head_bn_grad = both.head_bn_grad = true;
+    dx_alone.head_bn_dx = both.head_bn_dx = true;
+    for (const bool merged : {false, true}) {
+        SCOPED_TRACE(merged ? "merged heads" : "four heads");
+        model::NetShape s = small();
+        s.merge_heads = merged;
+        s.fuse_head_bn = true;
+        const kern::ConvPolicy none;
+        EXPECT_EQ(bytes(tools::step_model(s, {}, &dx_alone)), bytes(tools::step_model(s, {}, &none)));
+        for (const model::LayerUse& l : layers(s, dx_alone)) EXPECT_FALSE(l.kernels.input_grad_recomputed) << l.name;
+        int marked = 0;
+        double logits = 0, flops_added = 0;
+        for (const model::LayerUse& l : layers(s, both)) {
+            const bool head_conv2 = !l.batchnorm && l.input_bn_prologue;
+            EXPECT_EQ(l.kernels.input_grad_recomputed, head_conv2) << l.name;
+            if (!head_conv2) continue;
+            ++marked;
+            logits += static_cast<double>(l.shape.out().numel()) * 4;
+            flops_added += 2.0 * static_cast<double>(l.shape.in().numel()) * l.shape.cout;
+        }
+        EXPECT_EQ(marked, 4);
+        const std::vector<StepModelRow> a = tools::step_model(s, {}, &sums), b = tools::step_model(s, {}, &both);
+        // By hand: 4096 rows of a head's 64 channels (bf16) written and read, for 4096 x (1 + 1 + 4 + 2) fp32 read.
+        EXPECT_DOUBLE_EQ(logits, 4096.0 * 8 * 4);
+        EXPECT_NEAR(bytes(a) - bytes(b), 4 * 2 * (4096.0 * 64 * 2) - logits, 1e-9 * bytes(a));
+        EXPECT_NEAR(flops(b) - flops(a), flops_added, 1e-9 * flops(a));
+        EXPECT_DOUBLE_EQ(flops_added, 2.0 * 4096 * 64 * 8);
+    }
+}
+
 TEST(StepModelKernels, PlanFlagsTheSwitchesAndItsRooflineCharges) {
     bool help = false;
     const std::vector<std::string> common = {"--roofline", "--batch", "4",          "--height",  "128",
@@ -368,17 +404,17 @@ TEST(StepModelKernels, PlanFlagsTheSwitchesAndItsRooflineCharges) {
     const nlohmann::json plain = tools::plan_roofline_json(a);
     std::vector<std::string> all = common;
     for (const char* f : {"--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats", "--pw-stats", "--pw-bn-grad",
-                          "--pw-bn-bwd", "--pw-fused-bwd", "--head-bn-grad"})
+                          "--pw-bn-bwd", "--pw-fused-bwd", "--head-bn-dx"})
         all.push_back(f);
     a = tools::parse_plan_args(all, &help);
-    EXPECT_TRUE(a.kernels.dw_fused_bwd && a.kernels.pw_custom && a.fuse_expand_dw &&
-                a.fuse_head_bn);  // bench step's implications
-    EXPECT_EQ(
-        tools::kernel_switch_flags(a.kernels),
-        (std::vector<std::string>{"--dw-fused-bwd", "--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats",
-                                  "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd", "--pw-fused-bwd", "--head-bn-grad"}));
+    EXPECT_TRUE(a.kernels.dw_fused_bwd && a.kernels.pw_custom && a.fuse_expand_dw && a.fuse_head_bn &&
+                a.kernels.head_bn_grad);  // bench step's implications
+    EXPECT_EQ(tools::kernel_switch_flags(a.kernels),
+              (std::vector<std::string>{"--dw-fused-bwd", "--dw-fused-bwd-bn", "--dw-fused-bn-grad", "--dw-stats",
+                                        "--pw-stats", "--pw-bn-grad", "--pw-bn-bwd", "--pw-fused-bwd", "--head-bn-grad",
+                                        "--head-bn-dx"}));
     const nlohmann::json r = tools::plan_roofline_json(a);
-    EXPECT_EQ(r["kernel_switches"].size(), 9u);
+    EXPECT_EQ(r["kernel_switches"].size(), 10u);
     // Every row of the model per sample: their bytes add up to the step's, each row's passes to the row.
     double row_sum = 0;
     for (const nlohmann::json& row : r["rows_per_sample"]) {
@@ -395,7 +431,7 @@ TEST(StepModelKernels, PlanFlagsTheSwitchesAndItsRooflineCharges) {
     const std::string t = tools::plan_roofline_text(r);
     EXPECT_NE(t.find("with the kernel switches --dw-fused-bwd --dw-fused-bwd-bn"), std::string::npos) << t;
     const nlohmann::json doc = tools::plan_json(a);
-    EXPECT_EQ(doc["shape"]["kernel_switches"].size(), 9u);
+    EXPECT_EQ(doc["shape"]["kernel_switches"].size(), 10u);
     EXPECT_NE(tools::plan_text(doc).find("kernel switches: --dw-fused-bwd"), std::string::npos);
     SF_EXPECT_ERROR(tools::parse_plan_args({"--backend", "cpu", "--dw-stats"}, &help), "--backend cpu",
                     "kernel switches");

@@ -21,29 +21,18 @@
 
 namespace tools {
 
-const std::vector<ConfigSwitch> kConfigSwitches = {{"--up-order", true},
-                                                   {"--fuse-expand-dw", false},
-                                                   {"--fuse-dw-pw", false},
-                                                   {"--merge-heads", false},
-                                                   {"--fuse-head-bn", false},
-                                                   {"--fuse-up-bn", false},
-                                                   {"--no-dw-variants", false},
-                                                   {"--bn-row-batch", true},
-                                                   {"--bn-min-blocks", true},
-                                                   {"--pdl", false},
-                                                   {"--dw-fused-bwd", false},
-                                                   {"--dw-fused-bwd-bn", false},
-                                                   {"--dw-fused-bn-grad", false},
-                                                   {"--upsample-row-loads", false},
-                                                   {"--pw-custom", false},
-                                                   {"--pw-stats", false},
-                                                   {"--pw-bn-grad", false},
-                                                   {"--dw-stats", false},
-                                                   {"--pw-bn-bwd", false},
-                                                   {"--pw-fused-bwd", false},
-                                                   {"--head-bn-grad", false},
-                                                   {"--branch-lanes", false},
-                                                   {"--layers", false}};
+const std::vector<ConfigSwitch> kConfigSwitches = {{"--up-order", true},          {"--fuse-expand-dw", false},
+                                                   {"--fuse-dw-pw", false},       {"--merge-heads", false},
+                                                   {"--fuse-head-bn", false},     {"--fuse-up-bn", false},
+                                                   {"--no-dw-variants", false},   {"--bn-row-batch", true},
+                                                   {"--bn-min-blocks", true},     {"--pdl", false},
+                                                   {"--dw-fused-bwd", false},     {"--dw-fused-bwd-bn", false},
+                                                   {"--dw-fused-bn-grad", false}, {"--upsample-row-loads", false},
+                                                   {"--pw-custom", false},        {"--pw-stats", false},
+                                                   {"--pw-bn-grad", false},       {"--dw-stats", false},
+                                                   {"--pw-bn-bwd", false},        {"--pw-fused-bwd", false},
+                                                   {"--head-bn-grad", false},     {"--head-bn-dx", false},
+                                                   {"--branch-lanes", false},     {"--layers", false}};
 
 namespace {
 

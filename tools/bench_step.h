@@ -42,11 +42,11 @@ struct StepBenchOptions {
     // The kernels' switches (--pdl, --no-dw-variants, --bn-row-batch N, --bn-min-blocks N, --upsample-row-loads,
     // --dw-fused-bwd,
     // --dw-fused-bwd-bn, --dw-fused-bn-grad, --pw-custom, --pw-stats, --pw-bn-grad, --pw-bn-bwd, --pw-fused-bwd,
-    // --dw-stats, --head-bn-grad):
+    // --dw-stats, --head-bn-grad, --head-bn-dx):
     // the config's cuda section (tools/config.h), mapped onto the network as training maps it
     // (tools/cuda_policy.h). The flags imply what they build on: --dw-fused-bwd-bn sets dw_fused_bwd,
     // --dw-fused-bn-grad dw_fused_bwd and fuse_expand_dw, --pw-stats / --pw-bn-grad / --pw-bn-bwd / --pw-fused-bwd
-    // pw_custom, --head-bn-grad fuse_head_bn.
+    // pw_custom, --head-bn-grad fuse_head_bn, --head-bn-dx head_bn_grad and fuse_head_bn.
     CudaSection cuda;
     std::string json;                       // output file ("" = none)
     // --configs FILE: several configurations of the step timed one after another in this process

@@ -97,6 +97,10 @@ StepBenchOptions parse_step_bench_args(const std::vector<std::string>& args) {
             o.cuda.head_bn_grad = o.fuse_head_bn = true;
             continue;
         }
+        if (s == "--head-bn-dx") {
+            o.cuda.head_bn_dx = o.cuda.head_bn_grad = o.fuse_head_bn = true;
+            continue;
+        }
         if (s == "--dw-fused-bwd-bn") {
             o.cuda.dw_fused_bwd = o.cuda.dw_fused_bn_bwd = true;
             continue;

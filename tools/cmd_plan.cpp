@@ -22,7 +22,7 @@ const char* plan_usage() {
            "                      [--fuse-head-bn] [--fuse-up-bn] [--dw-fused-bwd] [--dw-fused-bwd-bn] "
            "[--dw-fused-bn-grad]\n"
            "                      [--dw-stats] [--pw-stats] [--pw-bn-grad] [--pw-bn-bwd] [--pw-fused-bwd]\n"
-           "                      [--head-bn-grad]\n"
+           "                      [--head-bn-grad] [--head-bn-dx]\n"
            "                      [--json FILE]\n"
            "                      [--cudnn-device DEVICE.json [--conv-policy deterministic|autotune] [--verbose]\n"
            "                       [--fusion-graphs [--time]]]\n"
@@ -48,9 +48,9 @@ const char* plan_usage() {
            "  (model.fuse_head_bn, CUDA only)\n"
            "  --fuse-up-bn: the up paths' upsample (conv_first) inside their BN passes' loads (model.fuse_up_bn, CUDA "
            "only)\n"
-           "  --dw-fused-bwd ... --head-bn-grad: the CUDA step's kernel switches, as `bench step` takes them (its\n"
-           "  --help; --dw-fused-bn-grad implies --fuse-expand-dw, --head-bn-grad --fuse-head-bn, the --pw-* the\n"
-           "  project's 1x1 kernel): the plan's\n"
+           "  --dw-fused-bwd ... --head-bn-dx: the CUDA step's kernel switches, as `bench step` takes them (its\n"
+           "  --help; --dw-fused-bn-grad implies --fuse-expand-dw, --head-bn-grad --fuse-head-bn, --head-bn-dx\n"
+           "  --head-bn-grad, the --pw-* the project's 1x1 kernel): the plan's\n"
            "  workspace and the roofline's passes are those of the layers that take them (a 1x1 conv's assuming the\n"
            "  project's kernel runs it, which autotuning may not choose)\n"
            "  --roofline: the training step's modelled floor (bytes and FLOPs of every pass, by class and by pass)\n"
@@ -91,12 +91,14 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args, bool* help) {
                          : s == "--pw-bn-bwd"        ? &a.kernels.pw_bn_bwd
                          : s == "--pw-fused-bwd"     ? &a.kernels.pw_fused_bwd
                          : s == "--head-bn-grad"     ? &a.kernels.head_bn_grad
+                         : s == "--head-bn-dx"       ? &a.kernels.head_bn_dx
                                                      : nullptr;
         if (sw) {
             *sw = true;
             if (s.rfind("--dw-fused-", 0) == 0) a.kernels.dw_fused_bwd = true;
             if (s == "--dw-fused-bn-grad") a.fuse_expand_dw = true;
-            if (s == "--head-bn-grad") a.fuse_head_bn = true;
+            if (s == "--head-bn-grad" || s == "--head-bn-dx") a.fuse_head_bn = true;
+            if (s == "--head-bn-dx") a.kernels.head_bn_grad = true;
             if (s.rfind("--pw-", 0) == 0) a.kernels.pw_custom = true;
             continue;
         }

@@ -185,6 +185,7 @@ const std::vector<CudaKey>& cuda_keys() {
         {"pw_fused_bwd", &CudaSection::pw_fused_bwd, nullptr},
         {"dw_stats", &CudaSection::dw_stats, nullptr},
         {"head_bn_grad", &CudaSection::head_bn_grad, nullptr},
+        {"head_bn_dx", &CudaSection::head_bn_dx, nullptr},
         {"branch_lanes", &CudaSection::branch_lanes, nullptr},
     };
     return keys;

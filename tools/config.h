@@ -83,6 +83,7 @@ struct CudaSection {
     bool pw_fused_bwd = false;        // with pw_custom: the 1x1 dgrad and wgrad in one kernel where it fits
     bool dw_stats = false;            // the depthwise BNs' statistics from the staged forward's epilogue
     bool head_bn_grad = false;        // with model.fuse_head_bn: the heads' conv1 BN reductions in conv2's backward
+    bool head_bn_dx = false;          // with head_bn_grad: no conv2 dx stored, the conv1 BN dx from the logits' grad
     bool branch_lanes = false;        // the HRNet stages' branches on side streams of their own
 };
 

@@ -68,6 +68,7 @@ void read_cuda(Section s, CudaSection& c, const ModelSection& m) {
     needs(c.pw_bn_bwd, "pw_bn_bwd", c.pw_custom, "cuda.pw_custom: true");
     needs(c.pw_fused_bwd, "pw_fused_bwd", c.pw_custom, "cuda.pw_custom: true");
     needs(c.head_bn_grad, "head_bn_grad", m.fuse_head_bn, "model.fuse_head_bn: true");
+    needs(c.head_bn_dx, "head_bn_dx", c.head_bn_grad, "cuda.head_bn_grad: true");
     s.finish();
 }
 

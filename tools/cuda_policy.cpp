@@ -29,6 +29,7 @@ constexpr PolicySwitch kPolicySwitches[] = {
     {&CudaSection::pw_fused_bwd, &kern::ConvPolicy::pw_fused_bwd},
     {&CudaSection::dw_stats, &kern::ConvPolicy::dw_stats},
     {&CudaSection::head_bn_grad, &kern::ConvPolicy::head_bn_grad},
+    {&CudaSection::head_bn_dx, &kern::ConvPolicy::head_bn_dx},
     {&CudaSection::branch_lanes, &kern::ConvPolicy::branch_lanes},
 };
 

@@ -73,6 +73,7 @@ std::vector<std::string> kernel_switch_flags(const kern::ConvPolicy& p) {
     if (p.pw_custom && p.pw_bn_bwd) f.push_back("--pw-bn-bwd");
     if (p.pw_custom && p.pw_fused_bwd) f.push_back("--pw-fused-bwd");
     if (p.head_bn_grad) f.push_back("--head-bn-grad");
+    if (p.head_bn_grad && p.head_bn_dx) f.push_back("--head-bn-dx");
     return f;
 }
 

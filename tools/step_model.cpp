@@ -138,6 +138,24 @@ void move_head_reduction(StepModelRow& prod, const model::LayerUse& pl, StepMode
     c.at(StepPart::ConvDgrad).simt_flops += red.simt_flops * share;
 }
 
+// A head's conv2 storing no dx (LayerKernels::input_grad_recomputed; kern::ConvPolicy::head_bn_dx): its backward's
+// write of dx (its slice of the producer BN's dy) is gone, and the producer's BN dx pass reads the conv2's fp32
+// logits' gradient (rows x cout) instead of that slice; the dy FLOPs (a cout-term dot product per element) move there.
+void move_head_dx(StepModelRow& prod, const model::LayerUse& pl, StepModelRow& c, const model::LayerUse& cl,
+                  const Precision& p) {
+    const kern::Shape4 out = pl.shape.out(), in = cl.shape.in();
+    SF_CHECK(pl.batchnorm && pl.bn_applied_by_consumer && cl.input_bn_prologue && cl.kernels.gathers_input_bn_sums &&
+                 !cl.batchnorm && cl.input_grad && !cl.input_grad_accumulates && out.n == in.n && out.h == in.h &&
+                 out.w == in.w && in.c <= out.c,
+             "step model: layer %s stores no dx for %s's BN, which does not gather its reductions from it",
+             cl.name.c_str(), pl.name.c_str());
+    const double dx = dbl(in.numel()) * p.act, logits = dbl(cl.shape.out().numel()) * 4;
+    const double flops = 2.0 * dbl(in.numel()) * cl.shape.cout;
+    c.at(StepPart::ConvDgrad).bytes -= dx;
+    prod.at(StepPart::NormBwd).bytes += logits - dx;
+    prod.at(StepPart::NormBwd).simt_flops += flops;
+}
+
 // producer: the last layer before l that leaves its BN to its consumer (the layer before l in a fused
 // LiteBlock or DSConv; a head's conv1, or the merged heads' conv1, for a head's conv2), whose BN + activation
 // l applies on load when l.input_bn_prologue.
@@ -273,6 +291,10 @@ std::vector<StepModelRow> step_model(const model::Planner& plan, const model::Ne
                          l.name.c_str());
                 move_head_reduction(rows[producer_row], *producer, rows.back(), l, p);
             }
+        }
+        if (l.kernels.input_grad_recomputed) {
+            SF_CHECK(producer, "step model: layer %s stores no dx, but no layer leaves its BN to it", l.name.c_str());
+            move_head_dx(rows[producer_row], *producer, rows.back(), l, p);
         }
         if (l.bn_applied_by_consumer) {
             producer = &l;

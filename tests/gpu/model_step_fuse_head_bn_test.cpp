@@ -200,4 +200,62 @@ TEST(CudaStep, HeadBnGradGathersTheConv1BnSums) {
     }
 }
 
+// kern::ConvPolicy::head_bn_dx (`bench step --head-bn-dx`, with head_bn_grad): the heads' conv2 backward stores no dx
+// and the conv1 BN's dx pass forms it from the logits' gradients and the conv2 weights (kern::head_bn_dx_cuda), the
+// same values: against head_bn_grad alone, the same gradient plan but for the four logits' gradients, which live
+// until that dx pass now, the four conv2 marked in the plan, and two
+// captured train steps on different batches (a dx pass reading the slot the conv2s no longer write would see the
+// first step's values, or another tensor's, in the second) give bitwise the same weights, moments, statistics,
+// loss and eval logits, with four heads and merged; the captured micro-step has as many kernels (the dx pass is
+// replaced, not added).
+TEST(CudaStep, HeadBnDxIsBitwiseTheStoredDx) {
+    SF_REQUIRE_GPU();
+    const HostBatches b = make_batches(2);
+    model::SiderNet cpu(net_shape(), rt::MemKind::Host);
+    init_cpu(cpu);
+    set_head_biases(cpu);
+    const model::UpOrder order = model::UpOrder::ConvFirst;
+    for (const int merge : {0, kMergeHeads}) {
+        const std::string what = merge ? "head_bn_dx, merged heads" : "head_bn_dx, four heads";
+        SCOPED_TRACE(what);
+        kern::ConvPolicy base = GpuRig::policy(true, 1, 0, 0);
+        base.head_bn_grad = true;
+        kern::ConvPolicy with = base;
+        with.head_bn_dx = true;
+        kern::ConvPolicy alone = GpuRig::policy(true, 1, 0, 0);
+        alone.head_bn_dx = true;  // without head_bn_grad: not taken
+        GpuRig stored(cpu, base, 1, order, merge | kFuseHeadBn), formed(cpu, with, 1, order, merge | kFuseHeadBn);
+        EXPECT_FALSE(stored.net.gpu_ops()->head_bn_dx());
+        EXPECT_TRUE(formed.net.gpu_ops()->head_bn_dx());
+        EXPECT_FALSE(model::GpuOps::head_bn_dx(alone));
+        int marked = 0;
+        for (const model::LayerUse& l : formed.net.plan().layers()) marked += l.kernels.input_grad_recomputed;
+        for (const model::LayerUse& l : stored.net.plan().layers()) EXPECT_FALSE(l.kernels.input_grad_recomputed);
+        EXPECT_EQ(marked, 4);  // the four conv2
+        const std::vector<model::GradSlot>& sa = stored.net.plan().grad_slots();
+        const std::vector<model::GradSlot>& sb = formed.net.plan().grad_slots();
+        ASSERT_EQ(sa.size(), sb.size());
+        int extended = 0;  // the logits' gradients, read by the conv1 BN's dx pass now: live until then
+        for (size_t i = 0; i < sa.size(); ++i) {
+            if (sa[i].what == "head logits") {
+                EXPECT_EQ(sa[i].first, sb[i].first) << i;
+                EXPECT_GT(sb[i].last, sa[i].last) << i;
+                ++extended;
+            } else {
+                EXPECT_TRUE(sa[i].first == sb[i].first && sa[i].last == sb[i].last && sa[i].offset == sb[i].offset)
+                    << sa[i].what << " " << i;
+            }
+        }
+        EXPECT_EQ(extended, 4);
+        for (size_t k = 0; k < b.pixels.size(); ++k)
+            for (GpuRig* r : {&stored, &formed}) r->train_step(b.pixels[k], b.labels[k]);  // the second captured
+        expect_rigs_bitwise_equal(stored, formed);
+        const model::GraphNodeCounts& gs = stored.step.micro_graph_nodes();
+        const model::GraphNodeCounts& gf = formed.step.micro_graph_nodes();
+        ASSERT_TRUE(gs.captured && gf.captured);
+        EXPECT_EQ(gs.kernels, gf.kernels);
+        std::printf("%s: micro-step kernels %d and %d\n", what.c_str(), gs.kernels, gf.kernels);
+    }
+}
+
 }  // namespace
