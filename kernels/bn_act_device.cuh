@@ -115,6 +115,17 @@ __device__ __forceinline__ Chan8 load_chan8(int g, const float* __restrict__ gam
     return p;
 }
 
+// The dx pass's coefficients of group g's 8 channels: mg = coef[8g + j] (mean(g)), mgx = coef[c + 8g + j]
+// (mean(g * xhat)), as bn_act_backward_stats / bn_act_backward_finalize write them.
+__device__ __forceinline__ void load_bn_coef8(int g, int c, const float* __restrict__ coef, float (&mg)[8],
+                                              float (&mgx)[8]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        mg[j] = coef[8 * g + j];
+        mgx[j] = coef[c + 8 * g + j];
+    }
+}
+
 // g = dy * act'(z) and xhat = (x - mean) * invstd for one element of channel j.
 template <Act A>
 __device__ __forceinline__ void grad_xhat(const Chan8& p, int j, float x, float dy, float& g, float& xhat) {

@@ -353,11 +353,7 @@ __device__ __forceinline__ void bn_act_backward_dx_rows(size_t rows, int c, Src 
     if (g >= c / 8) return;  // no block-wide synchronisation in this kernel
     const Chan8 p = load_chan8(g, gamma, beta, mean, invstd);
     float mg[8], mgx[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        mg[j] = coef[8 * g + j];
-        mgx[j] = coef[c + 8 * g + j];
-    }
+    load_bn_coef8(g, c, coef, mg, mgx);
     float v[8], d[8];
     if constexpr (R == 1) {  // the measured kernel's loop, unchanged
         for (size_t r = static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;

@@ -281,11 +281,7 @@ __global__ void head_bn_dx_kernel(size_t rows, int c, HeadDxSources src, const b
     const float* __restrict__ dy = s.dy;
     const Chan8 p = load_chan8(g, gamma, beta, mean, invstd);
     float mg[8], mgx[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        mg[j] = coef[8 * g + j];
-        mgx[j] = coef[c + 8 * g + j];
-    }
+    load_bn_coef8(g, c, coef, mg, mgx);
     for (size_t r = static_cast<size_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows;
          r += static_cast<size_t>(gridDim.y) * blockDim.y) {
         float gk[kHeadConvMaxCout];
