@@ -329,17 +329,22 @@ __global__ void head_conv_finalize_kernel(int wn, int entries, int chunks, const
 void check_bf16(const char* op, const char* name, const bf16* p) { rt::check_device_ptr(op, name, p, 16); }
 void check_f32(const char* op, const char* name, const float* p) { rt::check_device_ptr(op, name, p, alignof(float)); }
 
+// Calls f(std::integral_constant<Act, A>) for the activation a (checked by the launchers).
+template <class F>
+void with_act(Act a, F&& f) {
+    switch (a) {
+        case Act::None: return f(std::integral_constant<Act, Act::None>{});
+        case Act::Silu: return f(std::integral_constant<Act, Act::Silu>{});
+        case Act::Relu: return f(std::integral_constant<Act, Act::Relu>{});
+    }
+}
+
 // Calls f(std::integral_constant<bool, kPro>, std::integral_constant<Act, A>) for the prologue (none: kPro
 // false, A None).
 template <class F>
 void with_prologue(const DwPrologue* pro, F&& f) {
-    using kern::Act;
     if (!pro) return f(std::false_type{}, std::integral_constant<Act, Act::None>{});
-    switch (pro->act) {
-        case Act::None: return f(std::true_type{}, std::integral_constant<Act, Act::None>{});
-        case Act::Silu: return f(std::true_type{}, std::integral_constant<Act, Act::Silu>{});
-        case Act::Relu: return f(std::true_type{}, std::integral_constant<Act, Act::Relu>{});
-    }
+    with_act(pro->act, [&](auto a) { f(std::true_type{}, a); });
 }
 
 // Calls f(std::integral_constant<int, K>) for K = cout in [1, kHeadConvMaxCout] (checked by the plan).
@@ -555,15 +560,10 @@ void head_bn_dx_cuda(const rt::Exec& ex, Act act, size_t rows, int channels, con
     const int bx = channels / 8, by = kHeadConvThreads / bx;
     const size_t tiles = (rows + by - 1) / by;
     const int gy = static_cast<int>(std::min(tiles, static_cast<size_t>(kBnActMaxApplyY)));
-    const auto go = [&](auto a) {
+    with_act(act, [&](auto a) {
         rt::launch(ex, "head_bn_dx_kernel", head_bn_dx_kernel<decltype(a)::value>, dim3(1, gy), dim3(bx, by), 0, rows,
                    channels, src, dev(x), gamma, beta, mean, invstd, coef, dev(dx));
-    };
-    switch (act) {
-        case Act::None: return go(std::integral_constant<Act, Act::None>{});
-        case Act::Silu: return go(std::integral_constant<Act, Act::Silu>{});
-        case Act::Relu: return go(std::integral_constant<Act, Act::Relu>{});
-    }
+    });
 }
 
 }  // namespace kern
