@@ -42,15 +42,20 @@ void sync_warp(unsigned mask);  // __syncwarp
 enum class Shfl : int { Idx, Up, Down, Xor };
 // Exchanges `bits` (up to 8 bytes) with the lanes of `mask`; returns the source lane's bits.
 uint64_t shuffle(unsigned mask, uint64_t bits, Shfl kind, int arg, int width);
-// Block-private static shared memory: one poisoned allocation per (declaration, block).
-void* shared_alloc(const void* tag, size_t bytes, size_t align);
+// Block-private static shared memory: one poisoned allocation per (declaration, block). *fresh: the
+// allocation was made by this call (the block's first thread to reach the declaration).
+void* shared_alloc(const void* tag, size_t bytes, size_t align, bool* fresh);
 
 template <class T>
 T& shared(const void* tag, size_t align) {
     static_assert(std::is_trivially_default_constructible<T>::value, "__shared__ types have no constructors");
     const size_t a = align > alignof(T) ? align : alignof(T);
-    void* p = shared_alloc(tag, sizeof(T), a);
-    ::new (p) T;  // default-initialised: the poison stays
+    bool fresh = false;
+    void* p = shared_alloc(tag, sizeof(T), a, &fresh);
+    // Default-initialised once per block, by the first thread (the poison stays): at -O1 the placement
+    // new of an array is a loop over its elements, and running it in every thread of every block was a
+    // tenth of the staged kernels' emulated time.
+    if (fresh) ::new (p) T;
     return *std::launder(reinterpret_cast<T*>(p));
 }
 

@@ -336,10 +336,12 @@ uint64_t shuffle(unsigned mask, uint64_t bits, Shfl kind, int arg, int width) {
     return warp_op(mask, true, bits, kind, arg, width);
 }
 
-void* shared_alloc(const void* tag, size_t bytes, size_t align) {
+void* shared_alloc(const void* tag, size_t bytes, size_t align, bool* fresh) {
     current("__shared__");
+    *fresh = false;
     for (const SharedVar& v : g_block.shared)
         if (v.tag == tag) return v.p;
+    *fresh = true;
     g_block.shared_bytes += bytes;
     if (g_block.shared_bytes > kMaxShared)
         fatal("%zu bytes of static shared memory exceed the 48 KiB of a block", g_block.shared_bytes);
