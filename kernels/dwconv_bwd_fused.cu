@@ -15,6 +15,7 @@
 // backward".
 #include <cstdint>
 
+#include "kernels/act_dispatch.h"
 #include "kernels/bn_act_cuda.h"
 #include "kernels/dwconv_device.cuh"
 #include "runtime/cuda_check.h"
@@ -262,16 +263,6 @@ __global__ void dwconv3x3_fused_finalize_kernel(int entries, int chunks, const f
                                                 float* __restrict__ dw) {
     rt::pdl_entry();
     finalize_partials<kDwFinalizeX, kDwFinalizeY>(entries, chunks, part, AddTo{dw});
-}
-
-// f(std::integral_constant<Act, a>{}) for the runtime activation a.
-template <class F>
-void with_act(Act a, F&& f) {
-    switch (a) {
-        case Act::None: return f(std::integral_constant<Act, Act::None>{});
-        case Act::Silu: return f(std::integral_constant<Act, Act::Silu>{});
-        case Act::Relu: return f(std::integral_constant<Act, Act::Relu>{});
-    }
 }
 
 template <Act A, bool kBnb, bool kPro, Act P, bool kG = false>

@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/act_dispatch.h"
 #include "kernels/bn_act_cuda.h"
 #include "kernels/bn_act_device.cuh"
 #include "kernels/cuda_util.cuh"
@@ -328,16 +329,6 @@ __global__ void head_conv_finalize_kernel(int wn, int entries, int chunks, const
 
 void check_bf16(const char* op, const char* name, const bf16* p) { rt::check_device_ptr(op, name, p, 16); }
 void check_f32(const char* op, const char* name, const float* p) { rt::check_device_ptr(op, name, p, alignof(float)); }
-
-// Calls f(std::integral_constant<Act, A>) for the activation a (checked by the launchers).
-template <class F>
-void with_act(Act a, F&& f) {
-    switch (a) {
-        case Act::None: return f(std::integral_constant<Act, Act::None>{});
-        case Act::Silu: return f(std::integral_constant<Act, Act::Silu>{});
-        case Act::Relu: return f(std::integral_constant<Act, Act::Relu>{});
-    }
-}
 
 // Calls f(std::integral_constant<bool, kPro>, std::integral_constant<Act, A>) for the prologue (none: kPro
 // false, A None).
