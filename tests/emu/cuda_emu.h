@@ -198,14 +198,39 @@ using std::isfinite;
 using std::isinf;
 using std::isnan;
 
-// ---- intrinsics: IEEE round-to-nearest on the CPU (-ffp-contract=off keeps the _rn ones unfused);
+// ---- intrinsics: IEEE round-to-nearest on the CPU;
 // the approximate ones (__expf) use the correctly rounded libm function instead of the GPU's
 // approximation, so their last bits differ from a GPU's. ----
 inline float __expf(float x) { return std::exp(x); }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
+// nvcc never contracts them (PTX mul.rn / add.rn); for the build that compiles the kernels with
+// contraction (sf_emu_fma_tests) an empty asm hides a product from the add that follows it, and an
+// add's operands from the products before it, so the host compiler cannot fuse them either. The
+// same definition in every build: these inline functions are shared with the uncontracted sources.
+#if defined(__x86_64__)
+#define SFEMU_OPAQUE(v) __asm__("" : "+x"(v))
+#else
+#define SFEMU_OPAQUE(v) __asm__("" : "+m"(v))
+#endif
+inline float __fmul_rn(float a, float b) {
+    float r = a * b;
+    SFEMU_OPAQUE(r);
+    return r;
+}
+inline float __fadd_rn(float a, float b) {
+    SFEMU_OPAQUE(a);
+    SFEMU_OPAQUE(b);
+    return a + b;
+}
+inline double __dadd_rn(double a, double b) {
+    SFEMU_OPAQUE(a);
+    SFEMU_OPAQUE(b);
+    return a + b;
+}
+inline double __dmul_rn(double a, double b) {
+    double r = a * b;
+    SFEMU_OPAQUE(r);
+    return r;
+}
 
 // nvcc's C++ overload of cudaFuncGetAttributes (cuda_runtime.h declares it for nvcc only).
 template <class T>
